@@ -1,0 +1,186 @@
+// Command labctl is the learner's and instructor's tool behind the Makefile:
+// progress, running a lab with hints, watching, verifying the lab
+// conventions, grading, and the real-Redis integration gate.
+//
+//	labctl list                 progress table
+//	labctl test 03              run lab 03, show the first failure and a hint
+//	labctl hint 03 [k]          the next hint (or hint k)
+//	labctl watch 03             re-run lab 03 on every save
+//	labctl verify               maintainers: stubs red, solutions green, mutants killed
+//	labctl grade                instructors: JSON, JUnit XML and Markdown reports
+//	labctl integration          the real-Redis tests, which may not skip
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/production-go/gateway-lab/internal/labkit"
+)
+
+// errRed is returned when tests ran and some failed: exit 1 without an
+// extra "error:" line, since the output already says what failed.
+var errRed = errors.New("red")
+
+// errUsage marks a bad command line: exit 2.
+var errUsage = errors.New("usage")
+
+type command struct {
+	name    string
+	args    string
+	summary string
+	run     func(ctx context.Context, env *env, args []string) error
+}
+
+var commands []command
+
+func init() {
+	commands = []command{
+		{"list", "", "progress table: lab, tests passing/total, status (alias: progress)", cmdList},
+		{"test", "NN", "run lab NN with -race; on red, the first failing test, its message and a hint", cmdTest},
+		{"hint", "NN [k]", "show the next hint for lab NN, or hint k", cmdHint},
+		{"watch", "NN", "re-run lab NN's tests on every save (Enter re-runs by hand, q quits)", cmdWatch},
+		{"verify", "", "maintainers: tests identical, stubs red test by test, solutions green, mutants killed", cmdVerify},
+		{"grade", "", "instructors: grade the labs with pristine tests; writes grade.json, junit.xml, grade.md", cmdGrade},
+		{"integration", "", "run the real-Redis tests with REDIS_INTEGRATION_REQUIRED=1; fail if any skips", cmdIntegration},
+	}
+}
+
+type env struct {
+	root   string
+	stdout io.Writer
+	stderr io.Writer
+	stdin  io.Reader
+}
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stdin, os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	top := flag.NewFlagSet("labctl", flag.ContinueOnError)
+	top.SetOutput(stderr)
+	dir := top.String("C", ".", "run as if started in `dir`")
+	top.Usage = func() { usage(stderr) }
+	if err := top.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			usage(stdout)
+			return 0
+		}
+		return 2
+	}
+	if top.NArg() == 0 {
+		usage(stderr)
+		return 2
+	}
+	name, rest := top.Arg(0), top.Args()[1:]
+	if name == "help" {
+		usage(stdout)
+		return 0
+	}
+	if name == "progress" {
+		name = "list"
+	}
+	for _, c := range commands {
+		if c.name != name {
+			continue
+		}
+		root, err := labkit.FindRoot(*dir)
+		if err != nil {
+			fmt.Fprintln(stderr, "labctl:", err)
+			return 2
+		}
+		err = c.run(ctx, &env{root: root, stdout: stdout, stderr: stderr, stdin: stdin}, rest)
+		switch {
+		case err == nil, errors.Is(err, flag.ErrHelp):
+			return 0
+		case errors.Is(err, errRed):
+			return 1
+		case errors.Is(err, errUsage), errors.Is(err, labkit.ErrUnknownLab):
+			fmt.Fprintln(stderr, "labctl:", err)
+			return 2
+		default:
+			fmt.Fprintln(stderr, "labctl:", err)
+			return 1
+		}
+	}
+	fmt.Fprintf(stderr, "labctl: unknown command %q\n\n", name)
+	usage(stderr)
+	return 2
+}
+
+func usage(w io.Writer) {
+	fmt.Fprintln(w, "usage: labctl [-C dir] <command> [arguments]")
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "commands:")
+	for _, c := range commands {
+		fmt.Fprintf(w, "  %-20s %s\n", c.name+" "+c.args, c.summary)
+	}
+	fmt.Fprintln(w)
+	fmt.Fprintln(w, "Run 'labctl <command> -h' for a command's flags. Start with: make lab-01")
+}
+
+// flags builds a command's flag set with a usage line and its summary.
+func flags(e *env, name string) *flag.FlagSet {
+	fs := flag.NewFlagSet("labctl "+name, flag.ContinueOnError)
+	fs.SetOutput(e.stderr)
+	for _, c := range commands {
+		if c.name == name {
+			fs.Usage = func() {
+				fmt.Fprintf(e.stdout, "usage: labctl %s %s\n\n%s\n", c.name, c.args, c.summary)
+				var n int
+				fs.VisitAll(func(*flag.Flag) { n++ })
+				if n > 0 {
+					fmt.Fprintln(e.stdout, "\nflags:")
+					fs.SetOutput(e.stdout)
+					fs.PrintDefaults()
+					fs.SetOutput(e.stderr)
+				}
+			}
+		}
+	}
+	return fs
+}
+
+// parse parses a command's flags, allowing flags after positional arguments
+// ("labctl hint 03 -reset" as well as "labctl hint -reset 03").
+func parse(fs *flag.FlagSet, args []string) ([]string, error) {
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, err
+		}
+		if fs.NArg() == 0 {
+			return pos, nil
+		}
+		pos = append(pos, fs.Arg(0))
+		args = fs.Args()[1:]
+	}
+}
+
+func catalogLab(e *env, args []string, name string) (*labkit.Catalog, labkit.Lab, error) {
+	if len(args) == 0 {
+		return nil, labkit.Lab{}, fmt.Errorf("%w: labctl %s needs a lab number, e.g. labctl %s 01", errUsage, name, name)
+	}
+	c, err := labkit.LoadCatalog(e.root)
+	if err != nil {
+		return nil, labkit.Lab{}, err
+	}
+	l, err := c.Find(args[0])
+	if err != nil {
+		return nil, labkit.Lab{}, err
+	}
+	if !l.Built() {
+		return nil, labkit.Lab{}, fmt.Errorf("lab %s (%s) is not built yet: it arrives with issue #%d", l.Number, l.Title, l.Issue)
+	}
+	return c, l, nil
+}

@@ -1,0 +1,82 @@
+package labkit
+
+import (
+	"context"
+	"fmt"
+	"go/ast"
+	"go/types"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"golang.org/x/tools/go/packages"
+)
+
+// APIViolation is a test file's use of an identifier that is unexported and
+// declared in a non-test file. Such a test would break on a learner's
+// implementation that is correct but structured differently.
+type APIViolation struct {
+	Pos  string // file:line of the use
+	Name string
+}
+
+func (v APIViolation) String() string { return v.Pos + ": uses unexported " + v.Name }
+
+// CheckBlackBox type-checks the package in dir (relative to root) with its
+// tests and reports every use, in a *_test.go file, of an unexported object
+// declared in a non-test file of the same package.
+func CheckBlackBox(ctx context.Context, root, dir string) ([]APIViolation, error) {
+	cfg := &packages.Config{
+		Context: ctx,
+		Dir:     root,
+		Mode:    packages.NeedName | packages.NeedFiles | packages.NeedSyntax | packages.NeedTypes | packages.NeedTypesInfo,
+		Tests:   true,
+	}
+	pkgs, err := packages.Load(cfg, "./"+filepath.ToSlash(dir))
+	if err != nil {
+		return nil, fmt.Errorf("load %s: %w", dir, err)
+	}
+	var out []APIViolation
+	seen := map[string]bool{}
+	for _, p := range pkgs {
+		// The test variant is the one whose files include the _test.go files.
+		if !strings.Contains(p.ID, "[") || strings.HasSuffix(p.PkgPath, ".test") {
+			continue
+		}
+		if len(p.Errors) > 0 {
+			return nil, fmt.Errorf("type-check %s: %v", dir, p.Errors[0])
+		}
+		for _, f := range p.Syntax {
+			file := p.Fset.Position(f.Pos()).Filename
+			if !strings.HasSuffix(file, "_test.go") {
+				continue
+			}
+			ast.Inspect(f, func(n ast.Node) bool {
+				id, ok := n.(*ast.Ident)
+				if !ok {
+					return true
+				}
+				obj := p.TypesInfo.Uses[id]
+				if obj == nil || obj.Pkg() != p.Types || obj.Exported() || !obj.Pos().IsValid() {
+					return true
+				}
+				if _, isLabel := obj.(*types.Label); isLabel {
+					return true
+				}
+				decl := p.Fset.Position(obj.Pos()).Filename
+				if strings.HasSuffix(decl, "_test.go") {
+					return true
+				}
+				use := p.Fset.Position(id.Pos())
+				v := APIViolation{Pos: fmt.Sprintf("%s:%d", filepath.Base(use.Filename), use.Line), Name: obj.Name()}
+				if !seen[v.String()] {
+					seen[v.String()] = true
+					out = append(out, v)
+				}
+				return true
+			})
+		}
+	}
+	slices.SortFunc(out, func(a, b APIViolation) int { return strings.Compare(a.String(), b.String()) })
+	return out, nil
+}

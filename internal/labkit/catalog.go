@@ -1,0 +1,121 @@
+// Package labkit is the library behind cmd/labctl: the lab catalogue, running
+// `go test -json` and reading its events, hints, verification of the lab
+// conventions, and grading.
+//
+// A lab is a numbered pair of packages, labs/NN-topic (the learner's stub) and
+// solutions/NN-topic (the reference), whose *_test.go files are byte-identical.
+// Everything labctl does is a statement about that pair.
+package labkit
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+)
+
+// CatalogFile is where the lab catalogue lives, relative to the repository root.
+const CatalogFile = "labs/catalog.json"
+
+// ErrUnknownLab is returned when a lab number or name matches no catalogue entry.
+var ErrUnknownLab = errors.New("unknown lab")
+
+// Lab is one catalogue entry.
+type Lab struct {
+	Number  string `json:"number"`  // "01"
+	Dir     string `json:"dir"`     // "01-concurrency", the same under labs/ and solutions/
+	Package string `json:"package"` // Go package name
+	Title   string `json:"title"`
+	Hints   string `json:"hints"` // hints file inside the lab directory
+	Issue   int    `json:"issue"` // the issue that builds it, for "not built yet" messages
+
+	built bool
+}
+
+// Built reports whether both the stub and the solution directories exist.
+func (l Lab) Built() bool { return l.built }
+
+// LabDir is the learner's directory, relative to the root.
+func (l Lab) LabDir() string { return filepath.Join("labs", l.Dir) }
+
+// SolutionDir is the reference directory, relative to the root.
+func (l Lab) SolutionDir() string { return filepath.Join("solutions", l.Dir) }
+
+// Catalog is the list of labs, in order, rooted at a repository checkout.
+type Catalog struct {
+	Root string `json:"-"`
+	Labs []Lab  `json:"labs"`
+}
+
+// LoadCatalog reads the catalogue under root and marks which labs are built.
+func LoadCatalog(root string) (*Catalog, error) {
+	data, err := os.ReadFile(filepath.Join(root, CatalogFile))
+	if err != nil {
+		return nil, fmt.Errorf("read lab catalogue: %w", err)
+	}
+	c := &Catalog{Root: root}
+	dec := json.NewDecoder(strings.NewReader(string(data)))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(c); err != nil {
+		return nil, fmt.Errorf("parse %s: %w", CatalogFile, err)
+	}
+	for i := range c.Labs {
+		l := &c.Labs[i]
+		if l.Number == "" || l.Dir == "" || l.Package == "" {
+			return nil, fmt.Errorf("%s: entry %d needs number, dir and package", CatalogFile, i+1)
+		}
+		l.built = isDir(filepath.Join(root, l.LabDir())) && isDir(filepath.Join(root, l.SolutionDir()))
+		if l.Hints == "" {
+			l.Hints = "HINTS.md"
+		}
+	}
+	return c, nil
+}
+
+// Find returns the lab named by its number ("3", "03") or directory ("03-timeouts").
+func (c *Catalog) Find(name string) (Lab, error) {
+	name = strings.TrimSpace(strings.TrimPrefix(strings.TrimPrefix(name, "labs/"), "lab-"))
+	name = strings.TrimSuffix(name, "/")
+	if len(name) == 1 && name[0] >= '0' && name[0] <= '9' {
+		name = "0" + name
+	}
+	for _, l := range c.Labs {
+		if l.Number == name || l.Dir == name {
+			return l, nil
+		}
+	}
+	valid := make([]string, 0, len(c.Labs))
+	for _, l := range c.Labs {
+		valid = append(valid, l.Number+" ("+l.Dir+")")
+	}
+	return Lab{}, fmt.Errorf("%w %q; valid labs: %s", ErrUnknownLab, name, strings.Join(valid, ", "))
+}
+
+// BuiltLabs returns the labs whose directories exist, in catalogue order.
+func (c *Catalog) BuiltLabs() []Lab {
+	return slices.DeleteFunc(slices.Clone(c.Labs), func(l Lab) bool { return !l.built })
+}
+
+// FindRoot walks up from dir to the first directory holding the catalogue.
+func FindRoot(dir string) (string, error) {
+	dir, err := filepath.Abs(dir)
+	if err != nil {
+		return "", err
+	}
+	for d := dir; ; d = filepath.Dir(d) {
+		if _, err := os.Stat(filepath.Join(d, CatalogFile)); err == nil {
+			return d, nil
+		}
+		if filepath.Dir(d) == d {
+			return "", fmt.Errorf("no %s in %s or any parent: run labctl inside the lab repository", CatalogFile, dir)
+		}
+	}
+}
+
+func isDir(p string) bool {
+	fi, err := os.Stat(p)
+	return err == nil && fi.IsDir()
+}
