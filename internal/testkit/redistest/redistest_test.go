@@ -89,9 +89,12 @@ func TestMissingRedisSkipsWhenNotRequired(t *testing.T) {
 func TestUnreachableRedisURLFailsWhenRequired(t *testing.T) {
 	// Port 1 on loopback: nothing listens there, so the connection is refused at once.
 	rec := findWith(&finder{
-		getenv:   env(map[string]string{URLEnv: "redis://127.0.0.1:1/0", RequiredEnv: "1"}),
-		lookPath: func(string) (string, error) { t.Error("REDIS_URL is set: PATH must not be searched"); return "", exec.ErrNotFound },
-		docker:   noDocker,
+		getenv: env(map[string]string{URLEnv: "redis://127.0.0.1:1/0", RequiredEnv: "1"}),
+		lookPath: func(string) (string, error) {
+			t.Error("REDIS_URL is set: PATH must not be searched")
+			return "", exec.ErrNotFound
+		},
+		docker: noDocker,
 	})
 	assert.True(t, rec.failed, "an explicit REDIS_URL that does not answer must fail when Redis is required")
 	assert.Contains(t, rec.msg, "does not answer")
