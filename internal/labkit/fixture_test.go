@@ -1,0 +1,225 @@
+package labkit
+
+import (
+	"encoding/json"
+	"encoding/xml"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// These tests run labctl's verify and grade against a tiny lab repository
+// (testdata/fixture, its own module with no dependencies), copied into a
+// temporary directory so each test can break it in its own way.
+
+const solvedAdd = `// Package add is a tiny lab for testing labctl itself.
+package add
+
+// Add returns a+b.
+func Add(a, b int) int { return a + b }
+
+// Sum returns the sum of xs.
+func Sum(xs ...int) int {
+	total := 0
+	for _, x := range xs {
+		total = Add(total, x)
+	}
+	return total
+}
+`
+
+func fixture(t *testing.T) string {
+	t.Helper()
+	dst := t.TempDir()
+	require.NoError(t, os.CopyFS(dst, os.DirFS("testdata/fixture")))
+	return dst
+}
+
+func write(t *testing.T, root, rel, content string) {
+	t.Helper()
+	require.NoError(t, os.WriteFile(filepath.Join(root, rel), []byte(content), 0o644))
+}
+
+func verifyFixture(t *testing.T, root string) LabReport {
+	t.Helper()
+	reports, err := Verify(t.Context(), VerifyOptions{Root: root, NoRace: true, Fresh: true})
+	require.NoError(t, err)
+	require.Len(t, reports, 1, "the fixture has one built lab")
+	return reports[0]
+}
+
+func problems(r LabReport) string { return strings.Join(r.Problems, "\n") }
+
+func TestVerifyAcceptsAConformingLab(t *testing.T) {
+	t.Parallel()
+	r := verifyFixture(t, fixture(t))
+	assert.True(t, r.OK(), problems(r))
+	assert.Equal(t, []string{"TestAddAddsTwoNumbers", "TestSumAddsEveryNumber"}, r.Tests)
+	assert.Equal(t, 2, r.StubsRed)
+	assert.Equal(t, 2, r.Green)
+	require.Len(t, r.Mutants, 1)
+	assert.True(t, r.Mutants[0].Killed)
+	assert.Equal(t, []string{"TestSumAddsEveryNumber"}, r.Mutants[0].KilledBy)
+}
+
+func TestVerifyRejectsAnEditedLabTest(t *testing.T) {
+	t.Parallel()
+	root := fixture(t)
+	p := filepath.Join(root, "labs/01-add/add_test.go")
+	b, err := os.ReadFile(p)
+	require.NoError(t, err)
+	write(t, root, "labs/01-add/add_test.go", strings.Replace(string(b), "want 5", "want five", 1))
+	r := verifyFixture(t, root)
+	assert.False(t, r.Identical)
+	assert.Contains(t, problems(r), "must be byte-identical: differ: add_test.go")
+}
+
+func TestVerifyRejectsAStubThatPassesATest(t *testing.T) {
+	t.Parallel()
+	root := fixture(t)
+	b, err := os.ReadFile(filepath.Join(root, "labs/01-add/add.go"))
+	require.NoError(t, err)
+	write(t, root, "labs/01-add/add.go", strings.Replace(string(b), "func Add(a, b int) int { return 0 }", "func Add(a, b int) int { return a + b }", 1))
+	r := verifyFixture(t, root)
+	assert.Equal(t, 1, r.StubsRed)
+	assert.Contains(t, problems(r), "stub: TestAddAddsTwoNumbers is pass on the stub")
+}
+
+func TestVerifyRejectsASurvivingMutant(t *testing.T) {
+	t.Parallel()
+	root := fixture(t)
+	write(t, root, "solutions/01-add/testdata/mutants/harmless.patch", "# Changes a comment only: no test can catch it.\n\n--- a/add.go\n+++ b/add.go\n@@ -3,3 +3,3 @@\n \n-// Add returns a+b.\n+// Add returns the sum of a and b.\n func Add(a, b int) int { return a + b }\n")
+	r := verifyFixture(t, root)
+	assert.Contains(t, problems(r), "mutant harmless survived")
+	assert.Equal(t, 1, r.Killed(), "the good mutant is still killed")
+}
+
+func TestVerifyRejectsAMutantThatDoesNotCompile(t *testing.T) {
+	t.Parallel()
+	root := fixture(t)
+	write(t, root, "solutions/01-add/testdata/mutants/broken.patch", "--- a/add.go\n+++ b/add.go\n@@ -5,1 +5,1 @@\n-func Add(a, b int) int { return a + b }\n+func Add(a, b int) int { return a + }\n")
+	r := verifyFixture(t, root)
+	assert.Contains(t, problems(r), "mutant broken: does not compile", "a build failure is not a kill")
+}
+
+func TestVerifyRejectsTestsThatUseUnexportedNames(t *testing.T) {
+	t.Parallel()
+	root := fixture(t)
+	for _, dir := range []string{"labs/01-add", "solutions/01-add"} {
+		b, err := os.ReadFile(filepath.Join(root, dir, "add.go"))
+		require.NoError(t, err)
+		write(t, root, dir+"/add.go", string(b)+"\nfunc double(x int) int { return 2 * x }\n")
+		write(t, root, dir+"/peek_test.go", "package add\n\nimport \"testing\"\n\nfunc TestPeeksInside(t *testing.T) {\n\tif double(2) != 4 {\n\t\tt.Fatal(\"double\")\n\t}\n\tt.Fatal(\"always red\")\n}\n")
+	}
+	r := verifyFixture(t, root)
+	assert.False(t, r.APIClean)
+	assert.Contains(t, problems(r), "peek_test.go:6: uses unexported double")
+}
+
+func TestVerifyChecksHintsNameRealTests(t *testing.T) {
+	t.Parallel()
+	root := fixture(t)
+	write(t, root, "labs/01-add/HINTS.md", "## 1. Typo\nTests: TestAddAddsTwoNumbrs\n\nbody\n")
+	r := verifyFixture(t, root)
+	assert.Contains(t, problems(r), "names TestAddAddsTwoNumbrs, which is not a test")
+}
+
+func TestVerifyStubsRefUsesPristineStubsFromGit(t *testing.T) {
+	t.Parallel()
+	if _, err := exec.LookPath("git"); err != nil {
+		t.Skip("git not installed")
+	}
+	root := fixture(t)
+	git := func(args ...string) {
+		cmd := exec.Command("git", append([]string{"-c", "user.name=t", "-c", "user.email=t@t", "-c", "commit.gpgsign=false"}, args...)...)
+		cmd.Dir = root
+		out, err := cmd.CombinedOutput()
+		require.NoError(t, err, string(out))
+	}
+	git("init", "-q")
+	git("add", "-A")
+	git("commit", "-qm", "pristine")
+	// The learner solves the lab: the working tree's stub now passes.
+	write(t, root, "labs/01-add/add.go", solvedAdd)
+	reports, err := Verify(t.Context(), VerifyOptions{Root: root, NoRace: true, Fresh: true, SkipMutants: true, StubsRef: "HEAD"})
+	require.NoError(t, err)
+	assert.True(t, reports[0].OK(), "with --stubs-ref a solved fork still verifies: %s", problems(reports[0]))
+	assert.Equal(t, 2, reports[0].StubsRed)
+}
+
+func TestGradeRestoresTestsAndWritesOneEntryPerTest(t *testing.T) {
+	t.Parallel()
+	root := fixture(t)
+	// Half solved: Add works, Sum does not.
+	b, err := os.ReadFile(filepath.Join(root, "labs/01-add/add.go"))
+	require.NoError(t, err)
+	write(t, root, "labs/01-add/add.go", strings.Replace(string(b), "func Add(a, b int) int { return 0 }", "func Add(a, b int) int { return a + b }", 1))
+	// The learner "fixes" the Sum test so it passes, and adds a test of their own.
+	write(t, root, "labs/01-add/add_test.go", "package add\n\nimport \"testing\"\n\nfunc TestAddAddsTwoNumbers(t *testing.T) {}\n\nfunc TestSumAddsEveryNumber(t *testing.T) {}\n")
+	write(t, root, "labs/01-add/mine_test.go", "package add\n\nimport \"testing\"\n\nfunc TestMine(t *testing.T) {}\n")
+	// The instructor holds back one more test.
+	held := t.TempDir()
+	require.NoError(t, os.MkdirAll(filepath.Join(held, "01-add"), 0o755))
+	write(t, held, "01-add/heldback_test.go", "package add\n\nimport \"testing\"\n\nfunc TestAddIsCommutative(t *testing.T) {\n\tif Add(1, 2) != Add(2, 1) {\n\t\tt.Fatal(\"not commutative\")\n\t}\n}\n")
+
+	g, err := RunGrade(t.Context(), GradeOptions{Root: root, TestsDir: held, NoRace: true})
+	require.NoError(t, err)
+	require.Len(t, g.Labs, 1)
+	l := g.Labs[0]
+	assert.True(t, l.Edited, "the edited tests should be reported")
+	names := map[string]GradedTest{}
+	for _, tt := range l.Tests {
+		names[tt.Name] = tt
+	}
+	assert.Len(t, names, 3, "one entry per pristine or held-back test, none for the learner's own: %v", names)
+	assert.Equal(t, Pass, names["TestAddAddsTwoNumbers"].Status)
+	assert.Equal(t, Fail, names["TestSumAddsEveryNumber"].Status, "the pristine test is restored, so the learner's edit earns nothing")
+	assert.Contains(t, names["TestSumAddsEveryNumber"].Message, "want 10")
+	assert.Equal(t, Pass, names["TestAddIsCommutative"].Status)
+	assert.True(t, names["TestAddIsCommutative"].HeldBack)
+	assert.Equal(t, 2, g.Passed)
+	assert.Equal(t, 3, g.Total)
+
+	out := t.TempDir()
+	require.NoError(t, g.WriteReports(out))
+	var js Grade
+	raw, err := os.ReadFile(filepath.Join(out, "grade.json"))
+	require.NoError(t, err)
+	require.NoError(t, json.Unmarshal(raw, &js))
+	assert.Len(t, js.Labs[0].Tests, 3)
+
+	var suites junitSuites
+	raw, err = os.ReadFile(filepath.Join(out, "junit.xml"))
+	require.NoError(t, err)
+	require.NoError(t, xml.Unmarshal(raw, &suites), "junit.xml must be valid XML")
+	require.Len(t, suites.Suites, 1)
+	assert.Equal(t, 3, suites.Tests)
+	assert.Equal(t, 1, suites.Failures)
+	assert.Len(t, suites.Suites[0].Cases, 3)
+
+	md, err := os.ReadFile(filepath.Join(out, "grade.md"))
+	require.NoError(t, err)
+	assert.Contains(t, string(md), "2/3 tests")
+	assert.Contains(t, string(md), "tests were edited")
+
+	// The learner's tree is untouched: grading overlays, it does not copy.
+	mine, err := os.ReadFile(filepath.Join(root, "labs/01-add/mine_test.go"))
+	require.NoError(t, err)
+	assert.Contains(t, string(mine), "TestMine")
+}
+
+func TestGradeScoresALabThatDoesNotCompile(t *testing.T) {
+	t.Parallel()
+	root := fixture(t)
+	write(t, root, "labs/01-add/add.go", "package add\n\nfunc Add(a, b int) int { return a + }\n")
+	g, err := RunGrade(t.Context(), GradeOptions{Root: root, NoRace: true})
+	require.NoError(t, err, "a learner's compile error is a score of zero, not a tool error")
+	assert.NotEmpty(t, g.Labs[0].Build)
+	assert.Equal(t, 0, g.Passed)
+	assert.Equal(t, 2, g.Total)
+}

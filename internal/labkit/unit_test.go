@@ -1,0 +1,115 @@
+package labkit
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestParseHintsSplitsSectionsAndTests(t *testing.T) {
+	hints, err := ParseHints("# Lab hints\n\npreamble\n\n## 1. First\nTests: TestA, TestB\n\nbody one\n\n## 2. Second\n\nbody two\nTests: not a list here\n")
+	require.NoError(t, err)
+	require.Len(t, hints, 2)
+	assert.Equal(t, "1. First", hints[0].Title)
+	assert.Equal(t, []string{"TestA", "TestB"}, hints[0].Tests)
+	assert.Equal(t, "body one", hints[0].Body)
+	assert.Empty(t, hints[1].Tests, "a Tests: line after the body starts is body text")
+	assert.Contains(t, hints[1].Body, "Tests: not a list here")
+	assert.Equal(t, 1, HintFor(hints, "TestB")+1)
+	assert.Equal(t, -1, HintFor(hints, "TestZ"))
+
+	_, err = ParseHints("no sections at all")
+	assert.ErrorIs(t, err, ErrNoHints)
+}
+
+func TestPatchAppliesWithDriftAndRejectsMismatch(t *testing.T) {
+	patch := "# comment line, ignored\n\n--- a/f.go\n+++ b/f.go\n@@ -2,3 +2,3 @@\n b\n-c\n+C\n d\n"
+	files, err := ParsePatch(patch)
+	require.NoError(t, err)
+	require.Len(t, files, 1)
+	assert.Equal(t, "f.go", files[0].Path)
+
+	out, err := files[0].Apply("a\nb\nc\nd\ne\n")
+	require.NoError(t, err)
+	assert.Equal(t, "a\nb\nC\nd\ne\n", out)
+
+	out, err = files[0].Apply("new\nlines\na\nb\nc\nd\n")
+	require.NoError(t, err, "a hunk whose context moved down should still apply")
+	assert.Equal(t, "new\nlines\na\nb\nC\nd\n", out)
+
+	_, err = files[0].Apply("a\nb\nX\nd\n")
+	assert.ErrorIs(t, err, ErrPatch, "context that does not match must be an error, never a silent no-op")
+
+	_, err = ParsePatch("just words")
+	assert.ErrorIs(t, err, ErrPatch)
+}
+
+func TestTestFuncsFindsOnlyTopLevelTests(t *testing.T) {
+	src := []byte(`package p
+import "testing"
+func TestMain(m *testing.M) {}
+func TestOne(t *testing.T) {}
+func Testlower(t *testing.T) {}
+func helper(t *testing.T) {}
+func BenchmarkX(b *testing.B) {}
+func TestTwo(t *testing.T) {}
+`)
+	got, err := TestFuncs(map[string][]byte{"p_test.go": src})
+	require.NoError(t, err)
+	assert.Equal(t, []string{"TestOne", "TestTwo"}, got)
+}
+
+func TestParseEventsCollectsTestsAndBuildFailures(t *testing.T) {
+	stream := strings.Join([]string{
+		`{"Action":"start","Package":"m/a"}`,
+		`{"Action":"run","Package":"m/a","Test":"TestX"}`,
+		`{"Action":"output","Package":"m/a","Test":"TestX","Output":"=== RUN   TestX\n"}`,
+		`{"Action":"output","Package":"m/a","Test":"TestX/sub","Output":"    x_test.go:9: boom\n"}`,
+		`{"Action":"fail","Package":"m/a","Test":"TestX/sub","Elapsed":0}`,
+		`{"Action":"fail","Package":"m/a","Test":"TestX","Elapsed":0.5}`,
+		`{"Action":"pass","Package":"m/a","Test":"TestY","Elapsed":0}`,
+		`{"Action":"fail","Package":"m/a","Elapsed":0.6}`,
+		`{"ImportPath":"m/b","Action":"build-output","Output":"b.go:3: undefined: x\n"}`,
+		`{"ImportPath":"m/b","Action":"build-fail"}`,
+		`{"Action":"fail","Package":"m/b","Elapsed":0,"FailedBuild":"m/b"}`,
+	}, "\n")
+	run, err := parseEvents(strings.NewReader(stream), nil)
+	require.NoError(t, err)
+	a := run.Package("a")
+	require.NotNil(t, a)
+	assert.Equal(t, Fail, a.Test("TestX").Status)
+	assert.Contains(t, a.Test("TestX").Output, "boom", "a subtest's output belongs to its top-level test")
+	assert.Equal(t, Pass, a.Test("TestY").Status)
+	assert.Equal(t, NotRun, a.Test("TestZ").Status)
+	assert.Equal(t, []string{"TestX", "TestY"}, a.Order)
+	assert.Equal(t, "boom", strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(FailureMessage(a.Test("TestX").Output)), "x_test.go:9:")))
+	b := run.Package("b")
+	require.NotNil(t, b)
+	assert.True(t, b.BuildFailed)
+	assert.Contains(t, b.Output, "undefined: x")
+}
+
+func TestFailureMessageDropsGoroutineDumps(t *testing.T) {
+	msg := FailureMessage("=== RUN   TestX\npanic: deadlock: main bubble goroutine has exited but blocked goroutines remain\n\ngoroutine 7 [running]:\nmain.f()\n")
+	assert.Contains(t, msg, "every goroutine needs an owner")
+	assert.NotContains(t, msg, "main.f()")
+}
+
+func TestCatalogFindNamesValidLabs(t *testing.T) {
+	c, err := LoadCatalog("testdata/fixture")
+	require.NoError(t, err)
+	for _, name := range []string{"1", "01", "01-add", "lab-01", "labs/01-add/"} {
+		l, err := c.Find(name)
+		require.NoError(t, err, name)
+		assert.Equal(t, "01", l.Number)
+	}
+	_, err = c.Find("7")
+	require.True(t, errors.Is(err, ErrUnknownLab))
+	assert.Contains(t, err.Error(), "01 (01-add), 02 (02-later)", "the error should list the valid labs")
+	later, _ := c.Find("02")
+	assert.False(t, later.Built())
+	assert.Len(t, c.BuiltLabs(), 1)
+}
