@@ -132,7 +132,7 @@ func TestVerifyReportsProblemsAndExitsNonZero(t *testing.T) {
 		[]byte("--- a/add.go\n+++ b/add.go\n@@ -3,3 +3,3 @@\n \n-// Add returns a+b.\n+// Add returns the sum.\n func Add(a, b int) int { return a + b }\n"), 0o644))
 	code, out, _ := labctl(t, root, "verify", "-no-race")
 	assert.Equal(t, 1, code)
-	assert.Contains(t, out, "harmless                                 SURVIVED")
+	assert.Contains(t, out, "harmless                                     SURVIVED")
 	assert.Contains(t, out, "mutant harmless survived")
 }
 

@@ -76,7 +76,7 @@ func cmdVerify(ctx context.Context, e *env, args []string) error {
 				case !m.Killed:
 					by = "SURVIVED"
 				}
-				fmt.Fprintf(e.stdout, "  %-40s %s\n", m.Name, by)
+				fmt.Fprintf(e.stdout, "  %-44s %s\n", m.Name, by)
 			}
 		}
 	}

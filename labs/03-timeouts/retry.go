@@ -1,0 +1,42 @@
+package timeouts
+
+import (
+	"context"
+	"time"
+)
+
+// Permanent marks err as not worth retrying (a 400, a validation error, a
+// non-idempotent write that may have happened). Do must recognise it through
+// wrapping, and errors.Is/As must still see err. Permanent(nil) is nil.
+//
+// TODO(lab 03): wrap err in a type of your own with an Unwrap method.
+func Permanent(err error) error {
+	return err
+}
+
+// RetryAfterer is implemented by errors that know when the server wants to
+// be asked again (HTTP 429/503 with Retry-After). Do waits at least that
+// long before the next attempt — if the wait fits in the deadline.
+type RetryAfterer interface {
+	RetryAfter() time.Duration
+}
+
+// Do calls op until it succeeds, fails permanently, runs out of attempts, or
+// runs out of time, and returns how many attempts it made.
+//
+// TODO(lab 03): make these true:
+//   - an invalid policy (MaxAttempts < 1, a negative duration, BaseBackoff >
+//     MaxBackoff) → an error wrapping ErrInvalidPolicy, op never called;
+//   - TotalTimeout is ONE deadline around every attempt and every backoff;
+//   - each attempt gets its own AttemptTimeout (derived from the total one);
+//     an attempt that hit it is retried;
+//   - after a failed attempt: Permanent → return; the total deadline or the
+//     caller ended it → return (no retry); MaxAttempts reached → return
+//     wrapping the last error;
+//   - else wait Backoff(attempt) (or the error's RetryAfter if longer), but if
+//     that wait would end past the deadline, return at once; the error wraps
+//     the last attempt's error AND context.DeadlineExceeded;
+//   - the caller's cancellation ends any wait at once, wrapping context.Canceled.
+func Do(ctx context.Context, p Policy, op func(ctx context.Context, attempt int) error) (attempts int, err error) {
+	return 0, ErrNotImplemented
+}
