@@ -1,0 +1,119 @@
+// Package breaker is a circuit breaker: it stops calling a dependency that
+// keeps failing, so callers fail fast instead of queueing behind timeouts,
+// and the dependency gets room to recover.
+//
+// The whole state machine, top to bottom:
+//
+//	Closed   — calls go through. FailureThreshold consecutive failures → Open.
+//	           A success resets the count.
+//	Open     — calls fail at once with ErrOpen. Once RecoveryTimeout has
+//	           passed since opening, the breaker reads HalfOpen.
+//	HalfOpen — exactly one caller is let through as a probe; everyone else
+//	           still gets ErrOpen. The probe's success → Closed; its failure
+//	           → Open with a fresh RecoveryTimeout. A probe that does not
+//	           report within ProbeTimeout is given up, and the next caller
+//	           becomes the probe.
+//
+// Time decides one transition (Open → HalfOpen), and that one is computed
+// when the state is read: there is no timer and no goroutine. Every
+// transition starts a new generation; a done from an older generation (a
+// request admitted before the breaker opened, a probe that was given up)
+// arrives too late to count, and is ignored.
+//
+// Lab 04: State, the errors and Config are given; write the Breaker below.
+// Read README.md, then make `make lab-04` green.
+package breaker
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// State is a breaker's state.
+type State int
+
+// The three states. The zero value is Closed.
+const (
+	Closed State = iota
+	Open
+	HalfOpen
+)
+
+// String names the state: "closed", "open", "half-open".
+//
+// TODO(lab 04): the three names (metrics labels and logs use them).
+func (s State) String() string {
+	return fmt.Sprintf("State(%d)", int(s))
+}
+
+var (
+	// ErrOpen is returned by Allow while the breaker is open, or half-open
+	// with its probe already out.
+	ErrOpen = errors.New("breaker: open")
+	// ErrInvalidConfig is returned by New for settings that cannot work.
+	ErrInvalidConfig = errors.New("breaker: invalid config")
+	// ErrNotImplemented is what the stubs return until you write them.
+	ErrNotImplemented = errors.New("lab 04: not implemented yet")
+)
+
+// Config configures a Breaker.
+type Config struct {
+	// FailureThreshold consecutive failures open the breaker (≥ 1).
+	FailureThreshold int
+	// RecoveryTimeout is how long the breaker stays open before it lets a probe through (> 0).
+	RecoveryTimeout time.Duration
+	// ProbeTimeout is how long a probe may take to report before it is
+	// given up; 0 means RecoveryTimeout.
+	ProbeTimeout time.Duration
+	// IsFailure decides which errors count as failures. nil counts every
+	// error except context.Canceled: a caller that left is not the
+	// dependency's fault. An error it rejects is neutral: it neither counts
+	// as a failure nor resets the count, and a neutral probe frees the probe
+	// slot for the next caller.
+	IsFailure func(error) bool
+	// OnStateChange, if set, is called after every transition, outside the
+	// breaker's lock, so it may call the breaker. Calls from different
+	// goroutines may arrive out of order.
+	OnStateChange func(from, to State)
+}
+
+// Breaker is a circuit breaker. It is safe for concurrent use.
+//
+// TODO(lab 04): add the fields you need: the config, a mutex, the stored
+// state, the consecutive-failure count, when it opened, whether a probe is
+// out and since when, and a generation counter.
+type Breaker struct{}
+
+// New validates cfg and returns a closed Breaker.
+//
+// TODO(lab 04): FailureThreshold < 1, RecoveryTimeout <= 0 or a negative
+// ProbeTimeout → an error wrapping ErrInvalidConfig. ProbeTimeout 0 means
+// RecoveryTimeout; a nil IsFailure counts every error except context.Canceled.
+func New(cfg Config) (*Breaker, error) {
+	return &Breaker{}, nil
+}
+
+// State reports the state now.
+//
+// TODO(lab 04): computed on read — an Open breaker whose RecoveryTimeout has
+// passed (>=) reads HalfOpen. No timer, no goroutine.
+func (b *Breaker) State() State {
+	return Closed
+}
+
+// Allow asks to make one call. If allowed, the caller makes the call and
+// reports its outcome with done(err). If not, err is ErrOpen.
+//
+// TODO(lab 04):
+//   - Closed: admit; done counts consecutive failures (IsFailure), a success
+//     resets the count, FailureThreshold failures → Open;
+//   - Open: ErrOpen;
+//   - HalfOpen: admit exactly ONE probe; its success → Closed, its failure →
+//     Open with a fresh window; a probe silent for ProbeTimeout is given up and
+//     the next caller becomes the probe;
+//   - a done from before the last transition (older generation) changes nothing;
+//   - OnStateChange is called for every transition, after the lock is released.
+func (b *Breaker) Allow() (done func(err error), err error) {
+	return nil, ErrNotImplemented
+}
