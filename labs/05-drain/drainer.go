@@ -1,0 +1,67 @@
+// Package drain shuts an HTTP server down without dropping the requests it
+// already accepted.
+//
+// A Drainer counts requests in flight. Draining is two steps in a fixed
+// order: first stop accepting, then wait for the in-flight count to reach
+// zero — within a budget — and report whether everything finished.
+//
+// Lab 05: read README.md, then make `make lab-05` green.
+package drain
+
+import (
+	"context"
+	"errors"
+)
+
+// ErrDraining is returned by Enter once draining has begun.
+var ErrDraining = errors.New("drain: draining, not accepting new requests")
+
+// ErrNotImplemented is what the stubs return until you write them.
+var ErrNotImplemented = errors.New("lab 05: not implemented yet")
+
+// Drainer tracks in-flight requests and drains them.
+//
+// TODO(lab 05): add the fields you need: a mutex, the active count, the
+// accepting and ready flags, something to wake Drain when the count reaches
+// zero, and the channel Draining returns.
+type Drainer struct{}
+
+// New returns a Drainer that is accepting and ready.
+func New() *Drainer {
+	return &Drainer{}
+}
+
+// Enter registers one request.
+//
+// TODO(lab 05): ErrDraining once draining has begun; otherwise count the
+// request and return a leave func that uncounts it exactly once, however
+// many times it is called.
+func (d *Drainer) Enter() (leave func(), err error) {
+	return nil, ErrNotImplemented
+}
+
+// Active is the number of requests in flight.
+func (d *Drainer) Active() int {
+	return 0
+}
+
+// Accepting reports whether Enter still admits new requests.
+func (d *Drainer) Accepting() bool {
+	return false
+}
+
+// Draining returns a channel closed when draining begins.
+func (d *Drainer) Draining() <-chan struct{} {
+	return nil
+}
+
+// MarkUnready turns /readyz to 503 while still accepting requests.
+func (d *Drainer) MarkUnready() {}
+
+// Drain stops accepting, then waits until nothing is in flight or ctx ends.
+//
+// TODO(lab 05): flip accepting (and ready) FIRST, close the Draining channel,
+// then wait — for Active() to reach zero (true) or for ctx (false).
+func (d *Drainer) Drain(ctx context.Context) bool {
+	return false
+}

@@ -1,0 +1,140 @@
+package drain
+
+import (
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// These two tests run Serve over real loopback TCP, as a deployment would.
+// They use gates (channels), not sleeps: each step waits for the event it
+// needs, and every request and the server stop on their own.
+
+type loopback struct {
+	d      *Drainer
+	url    string
+	stop   context.CancelFunc
+	done   chan serveResult
+	client *http.Client
+}
+
+func startLoopback(t *testing.T, grace time.Duration, handler http.HandlerFunc) *loopback {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = ln.Close() }) // in case Serve never took it over
+	d := newDrainer(t)
+	mux := http.NewServeMux()
+	mux.Handle("/work", d.Middleware(handler))
+	ctx, stop := context.WithCancel(t.Context())
+	l := &loopback{d: d, url: "http://" + ln.Addr().String(), stop: stop, done: make(chan serveResult, 1),
+		client: &http.Client{Timeout: 30 * time.Second, Transport: &http.Transport{}}}
+	go func() {
+		rep, err := Serve(ctx, &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}, ln, d, ServeOptions{Grace: grace})
+		l.done <- serveResult{report: rep, err: err}
+	}()
+	t.Cleanup(l.client.CloseIdleConnections)
+	return l
+}
+
+// send starts n requests; they stop when reqCtx ends if nothing else ends them.
+func (l *loopback) send(ctx context.Context, wg *sync.WaitGroup, n int) []int {
+	codes := make([]int, n)
+	for i := range n {
+		wg.Go(func() {
+			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, l.url+"/work", nil)
+			resp, err := l.client.Do(req)
+			if err != nil {
+				return
+			}
+			defer resp.Body.Close()
+			_, _ = io.Copy(io.Discard, resp.Body)
+			codes[i] = resp.StatusCode
+		})
+	}
+	return codes
+}
+
+// await waits for n handler starts, failing if Serve returns first.
+func (l *loopback) await(t *testing.T, started <-chan struct{}, n int) {
+	t.Helper()
+	for range n {
+		select {
+		case <-started:
+		case res := <-l.done:
+			t.Fatalf("Serve returned before shutdown began: %+v", res)
+		}
+	}
+}
+
+func TestLoopbackDrainLosesNoInFlightRequest(t *testing.T) {
+	const n = 8
+	started := make(chan struct{}, n)
+	gate := make(chan struct{})
+	l := startLoopback(t, 30*time.Second, func(w http.ResponseWriter, _ *http.Request) {
+		started <- struct{}{}
+		<-gate
+		_, _ = io.WriteString(w, "done")
+	})
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	reqCtx, cancelReqs := context.WithCancel(t.Context())
+	defer cancelReqs()
+	defer l.stop()
+	var once sync.Once
+	openGate := func() { once.Do(func() { close(gate) }) }
+	defer openGate()
+
+	codes := l.send(reqCtx, &wg, n)
+	l.await(t, started, n)
+	require.NotNil(t, l.d.Draining(), "Draining should return a channel")
+	l.stop() // SIGTERM with n requests in flight
+	select {
+	case <-l.d.Draining(): // the drain has begun
+	case res := <-l.done:
+		t.Fatalf("Serve returned without draining: %+v", res)
+	}
+
+	req, _ := http.NewRequestWithContext(reqCtx, http.MethodGet, l.url+"/work", nil)
+	if resp, err := l.client.Do(req); err == nil {
+		_ = resp.Body.Close()
+		assert.Equal(t, http.StatusServiceUnavailable, resp.StatusCode, "a new request during the drain is refused")
+	}
+	openGate() // let the in-flight requests finish
+	wg.Wait()
+	res := <-l.done
+	for i, c := range codes {
+		assert.Equal(t, http.StatusOK, c, "in-flight request %d must finish with 200 during the drain", i)
+	}
+	require.NoError(t, res.err)
+	assert.Equal(t, Report{Drained: true}, res.report)
+}
+
+func TestLoopbackDrainReportsWhatItCut(t *testing.T) {
+	const n = 3
+	started := make(chan struct{}, n)
+	l := startLoopback(t, 200*time.Millisecond, func(w http.ResponseWriter, r *http.Request) {
+		started <- struct{}{}
+		<-r.Context().Done() // never finishes on its own: only the cut ends it
+	})
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	reqCtx, cancelReqs := context.WithCancel(t.Context())
+	defer cancelReqs()
+	defer l.stop()
+
+	l.send(reqCtx, &wg, n)
+	l.await(t, started, n)
+	l.stop()
+	res := <-l.done
+	wg.Wait()
+	assert.Equal(t, Report{Drained: false, Cut: n}, res.report, "a budget too short for the in-flight work is reported, with the number cut")
+	assert.Equal(t, 0, l.d.Active(), "cancelling the requests' base context ended them")
+}

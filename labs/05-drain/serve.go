@@ -1,0 +1,51 @@
+package drain
+
+import (
+	"context"
+	"net"
+	"net/http"
+	"time"
+)
+
+// ServeOptions tunes Serve's shutdown sequence.
+type ServeOptions struct {
+	// ReadinessDelay is how long to keep serving normally after /readyz
+	// turns 503, so load balancers notice before anything is refused.
+	ReadinessDelay time.Duration
+	// Grace bounds the drain: requests still running when it ends have
+	// their contexts cancelled and are counted in Report.Cut.
+	Grace time.Duration
+	// ShutdownTimeout bounds http.Server.Shutdown after the drain (closing
+	// idle connections, letting cancelled handlers return); 0 means 5s.
+	// Past it the server is closed hard.
+	ShutdownTimeout time.Duration
+}
+
+// Report says how a shutdown went.
+type Report struct {
+	// Drained is true if every in-flight request finished within Grace.
+	Drained bool
+	// Cut is how many requests were still running when Grace ended.
+	Cut int
+}
+
+// Serve runs srv on ln until ctx ends (wire SIGTERM to it with
+// signal.NotifyContext), then shuts down in order:
+//
+//  1. /readyz turns 503 (MarkUnready); requests are still served;
+//  2. wait ReadinessDelay, so load balancers stop routing here;
+//  3. Drain within Grace: new requests get 503, in-flight ones finish;
+//  4. if Grace ended first, cancel the requests' base context — Shutdown
+//     does not, and a stream would otherwise hold the server open;
+//  5. srv.Shutdown with a fresh context (ctx is already done: passing it
+//     would make Shutdown give up at once).
+//
+// srv.Handler should be wrapped with d.Middleware so the drain sees the
+// requests. Serve sets srv.BaseContext. It returns the report and the first
+// error from serving or shutting down.
+//
+// TODO(lab 05): run srv.Serve(ln) in a goroutine you wait for; set
+// srv.BaseContext to a context you can cancel; when ctx ends do steps 1–5.
+func Serve(ctx context.Context, srv *http.Server, ln net.Listener, d *Drainer, opts ServeOptions) (Report, error) {
+	return Report{}, ErrNotImplemented
+}
