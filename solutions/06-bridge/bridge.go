@@ -76,7 +76,7 @@ type Bridge struct {
 	running     atomic.Int64 // fn calls in progress: Pending
 
 	mu      sync.Mutex
-	workers int           // goroutines not yet finished (fn plus reporting)
+	workers int // goroutines not yet finished (fn plus reporting)
 	closed  bool
 	closing chan struct{} // closed by Close: wakes callers waiting for a permit
 	idle    chan struct{} // closed when closed and workers reaches 0
