@@ -63,6 +63,14 @@ func cmdVerify(ctx context.Context, e *env, args []string) error {
 		}
 	}
 	for _, r := range reports {
+		if len(r.Unchecked) > 0 {
+			fmt.Fprintf(e.stdout, "\nlab %s: not checked on the stub (they need a real Redis; install redis-server or set REDIS_URL): %s\n", r.Lab.Number, strings.Join(r.Unchecked, ", "))
+		}
+		for _, m := range r.Mutants {
+			if len(m.Unchecked) > 0 {
+				fmt.Fprintf(e.stdout, "\nlab %s: mutant %s must be killed by %s, which skipped here (no real Redis): not checked\n", r.Lab.Number, m.Name, strings.Join(m.Unchecked, ", "))
+			}
+		}
 		if len(r.Skipped) > 0 {
 			fmt.Fprintf(e.stdout, "\nlab %s: skipped on the solution (counted green; `labctl integration` runs them for real): %s\n", r.Lab.Number, strings.Join(r.Skipped, ", "))
 		}
@@ -161,6 +169,7 @@ func cmdIntegration(ctx context.Context, e *env, args []string) error {
 	fs := flags(e, "integration")
 	runRe := fs.String("run", "^TestIntegration", "regexp selecting the real-Redis tests")
 	minTests := fs.Int("min", 1, "fail unless at least this many tests ran")
+	require := fs.String("require", "", "comma-separated `tests` that must be among those that ran and passed")
 	pos, err := parse(fs, args)
 	if err != nil {
 		return err
@@ -178,6 +187,7 @@ func cmdIntegration(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	var problems []string
+	passedNames := map[string]bool{}
 	ran := 0
 	paths := make([]string, 0, len(run.Packages))
 	for p := range run.Packages {
@@ -202,10 +212,17 @@ func cmdIntegration(ctx context.Context, e *env, args []string) error {
 				problems = append(problems, name+" "+string(t.Status)+":\n"+indentLines(labkit.FailureMessage(t.Output)))
 			case !real:
 				problems = append(problems, name+" passed without using the real-Redis helper (no "+IntegrationMarker+" line): it proves nothing here")
+			default:
+				passedNames[name] = true
 			}
 		}
 		if p.Status == labkit.Fail && len(p.Order) == 0 && !p.BuildFailed {
 			problems = append(problems, path+" failed outside any test:\n"+indentLines(lastLines(p.Output, 15)))
+		}
+	}
+	for _, name := range strings.Split(*require, ",") {
+		if name = strings.TrimSpace(name); name != "" && !passedNames[name] {
+			problems = append(problems, name+" is required but did not run and pass: was it renamed, or did the filter miss it?")
 		}
 	}
 	if ran < *minTests {
@@ -216,7 +233,7 @@ func cmdIntegration(ctx context.Context, e *env, args []string) error {
 		for _, p := range problems {
 			fmt.Fprintln(e.stdout, "  "+p)
 		}
-		fmt.Fprintf(e.stdout, "integration: %d passed, %d failed\n", ran-len(problems), len(problems))
+		fmt.Fprintf(e.stdout, "integration: %d passed, %d failed\n", len(passedNames), len(problems))
 		return errRed
 	}
 	fmt.Fprintf(e.stdout, "\nall %d selected tests reached a real Redis and passed\nintegration: %d passed, 0 failed, 0 skipped\n", ran, ran)

@@ -33,7 +33,12 @@ type MutantResult struct {
 	Name     string
 	Killed   bool
 	KilledBy []string // failing tests, or "(package)" for a failure outside any test
-	Problem  string   // the patch does not apply or the mutant does not compile
+	Problem  string   // the patch does not apply, the mutant does not compile, or a required killer missed it
+	// Required lists the tests a "# Must be killed by: …" line in the patch
+	// names: the mutant only counts as killed if each of them fails.
+	Required []string
+	// Unchecked lists required tests that skipped (no real Redis here).
+	Unchecked []string
 }
 
 // LabReport is everything Verify found about one lab.
@@ -43,6 +48,7 @@ type LabReport struct {
 	StubsRed  int
 	Green     int
 	Skipped   []string // solution tests that skipped
+	Unchecked []string // stub tests that skipped for want of Redis: neither red nor a problem
 	Mutants   []MutantResult
 	Problems  []string
 	Identical bool
@@ -258,6 +264,12 @@ func checkStubs(ctx context.Context, opts VerifyOptions, reports []LabReport, co
 				r.StubsRed++
 			case NotRun:
 				r.problem("stub: %s never reported (a panic or hang in an earlier test hides the others)\n%s", t, indent(lastLines(p.Output, 8)))
+			case Skip:
+				if strings.Contains(res.Output, redisSkipMarker) {
+					r.Unchecked = append(r.Unchecked, t) // needs a real Redis, and there is none here
+					continue
+				}
+				r.problem("stub: %s is skip on the stub; every exercise test must fail until the learner writes the code", t)
 			default:
 				r.problem("stub: %s is %s on the stub; every exercise test must fail until the learner writes the code", t, res.Status)
 			}
@@ -265,6 +277,9 @@ func checkStubs(ctx context.Context, opts VerifyOptions, reports []LabReport, co
 	}
 	return nil
 }
+
+// redisSkipMarker starts the skip message of the real-Redis test helper.
+const redisSkipMarker = "redistest: skipped"
 
 // overlayFromGit makes the build see dir exactly as it is at ref.
 func overlayFromGit(ctx context.Context, root, ref, dir string, ov *Overlay) error {
@@ -337,6 +352,7 @@ func runMutant(ctx context.Context, opts VerifyOptions, l Lab, patchPath string,
 		res.Problem = err.Error()
 		return
 	}
+	res.Required = requiredKillers(string(text))
 	ov, err := NewOverlay()
 	if err != nil {
 		res.Problem = err.Error()
@@ -395,6 +411,32 @@ func runMutant(ctx context.Context, opts VerifyOptions, l Lab, patchPath string,
 		res.KilledBy = []string{"(package)"}
 	}
 	res.Killed = len(res.KilledBy) > 0
+	for _, want := range res.Required {
+		switch {
+		case slices.Contains(res.KilledBy, want):
+		case p.Test(want).Status == Skip:
+			res.Unchecked = append(res.Unchecked, want)
+		default:
+			res.Problem = fmt.Sprintf("must be killed by %s (the patch says so), but that test %s", want, p.Test(want).Status)
+		}
+	}
+}
+
+// requiredKillers reads "# Must be killed by: TestA, TestB" lines.
+func requiredKillers(patch string) []string {
+	var out []string
+	for line := range strings.Lines(patch) {
+		rest, ok := strings.CutPrefix(strings.TrimSpace(line), "# Must be killed by:")
+		if !ok {
+			continue
+		}
+		for _, name := range strings.Split(rest, ",") {
+			if name = strings.TrimSpace(name); name != "" {
+				out = append(out, name)
+			}
+		}
+	}
+	return out
 }
 
 func indent(s string) string {

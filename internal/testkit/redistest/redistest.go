@@ -28,6 +28,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -94,12 +95,26 @@ func Client(tb testing.TB) *redis.Client {
 	return rdb
 }
 
-// Prefix returns a key prefix unique to this test and run, with a Redis
-// Cluster hash tag so that keys under it may be used in one script.
+// Prefix returns a key prefix unique to this test and run (the same for
+// every call within one test, different for each -count repetition), with a
+// Redis Cluster hash tag so that keys under it may be used in one script.
 func Prefix(tb testing.TB) string {
+	if p, ok := prefixes.Load(tb); ok {
+		return p.(string)
+	}
 	name := strings.NewReplacer("/", "_", " ", "_", "{", "", "}", "").Replace(tb.Name())
-	return fmt.Sprintf("test:{%s-%d}:", name, os.Getpid())
+	p := fmt.Sprintf("test:{%s-%d-%d}:", name, os.Getpid(), prefixSeq.Add(1))
+	if actual, loaded := prefixes.LoadOrStore(tb, p); loaded {
+		return actual.(string)
+	}
+	tb.Cleanup(func() { prefixes.Delete(tb) })
+	return p
 }
+
+var (
+	prefixes  sync.Map // testing.TB → string
+	prefixSeq atomic.Uint64
+)
 
 // StopOnExit is a goleak option that stops a redis-server (or container)
 // this test binary started, after the leak check, then exits.

@@ -1,0 +1,155 @@
+// Package distlimit is a token-bucket rate limiter whose buckets live in
+// Redis, so every replica of a service shares one quota per tenant.
+//
+// With N replicas each holding an in-process bucket, a tenant gets N times
+// its quota. Moving the bucket to Redis fixes that — and adds a network hop,
+// a dependency, and a failure mode. Three properties make it correct:
+//
+//   - Atomic: refill and consume happen in one Lua script. Read-then-write
+//     from the client lets two replicas both see the last token and both
+//     take it.
+//   - One clock: the script reads Redis' own TIME, so replicas with skewed
+//     clocks cannot refill a bucket early.
+//   - One round trip: EVALSHA, falling back to EVAL only when Redis has not
+//     cached the script (NOSCRIPT).
+//
+// Keys are Prefix + "{" + key + "}": the hash tag pins each bucket to one
+// Redis Cluster slot. A bucket expires once it would be full again, so idle
+// tenants cost no memory.
+//
+// When Redis is down or slow (each decision has its own short Timeout) the
+// limiter fails closed by default — refuse, with an error wrapping
+// ErrUnavailable — or fails open when configured: allow, and report the
+// error to OnError. Fail open where the limiter protects availability (an
+// API gateway's fairness limit); fail closed where it protects money (a
+// spending budget).
+package distlimit
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+var (
+	// ErrUnavailable wraps every failure to reach a decision through Redis.
+	ErrUnavailable = errors.New("distlimit: redis unavailable")
+	// ErrInvalidConfig is returned by New for settings that cannot work.
+	ErrInvalidConfig = errors.New("distlimit: invalid config")
+	// ErrInvalidKey is returned by Allow for an empty key.
+	ErrInvalidKey = errors.New("distlimit: invalid key")
+)
+
+// DefaultTimeout bounds one decision when Config.Timeout is 0.
+const DefaultTimeout = 100 * time.Millisecond
+
+// Decision is the limiter's answer for one request.
+type Decision struct {
+	Allowed bool
+	// Remaining is the number of whole tokens left after this request.
+	Remaining int
+	// RetryAfter is 0 when allowed, else the time until one token is back
+	// (computed by the script, rounded up to the microsecond).
+	RetryAfter time.Duration
+}
+
+// Config configures a Limiter.
+type Config struct {
+	Rate     float64 // tokens per second, > 0
+	Burst    int     // bucket size, ≥ 1
+	Prefix   string  // key prefix, e.g. "rl:"; keys are Prefix{key}
+	FailOpen bool    // when Redis fails: allow (true) or refuse (false, the default)
+	// OnError, if set, is called with every Redis failure, whichever way
+	// the limiter fails.
+	OnError func(error)
+	// Timeout bounds one decision; 0 means DefaultTimeout.
+	Timeout time.Duration
+}
+
+//go:embed bucket.lua
+var bucketLua string
+
+var bucketScript = redis.NewScript(bucketLua)
+
+// Limiter is a Redis-backed token bucket per key. It is safe for concurrent use.
+type Limiter struct {
+	rdb redis.Scripter
+	cfg Config
+}
+
+// New validates cfg and returns a Limiter that runs its script through rdb
+// (a *redis.Client, *redis.ClusterClient or *redis.Ring).
+func New(rdb redis.Scripter, cfg Config) (*Limiter, error) {
+	switch {
+	case rdb == nil:
+		return nil, fmt.Errorf("%w: no Redis client", ErrInvalidConfig)
+	case !(cfg.Rate > 0) || math.IsInf(cfg.Rate, 0):
+		return nil, fmt.Errorf("%w: rate %v per second must be a positive finite number", ErrInvalidConfig, cfg.Rate)
+	case cfg.Burst < 1:
+		return nil, fmt.Errorf("%w: burst %d must be at least 1", ErrInvalidConfig, cfg.Burst)
+	case cfg.Timeout < 0:
+		return nil, fmt.Errorf("%w: timeout %s must not be negative", ErrInvalidConfig, cfg.Timeout)
+	}
+	if cfg.Timeout == 0 {
+		cfg.Timeout = DefaultTimeout
+	}
+	return &Limiter{rdb: rdb, cfg: cfg}, nil
+}
+
+// Key is the Redis key holding key's bucket.
+func (l *Limiter) Key(key string) string { return l.cfg.Prefix + "{" + key + "}" }
+
+// Allow takes one token from key's bucket if there is one.
+func (l *Limiter) Allow(ctx context.Context, key string) (Decision, error) {
+	if key == "" {
+		return Decision{}, fmt.Errorf("%w: empty key", ErrInvalidKey)
+	}
+	ctx, cancel := context.WithTimeout(ctx, l.cfg.Timeout)
+	defer cancel()
+	reply, err := bucketScript.Run(ctx, l.rdb, []string{l.Key(key)}, l.cfg.Rate, l.cfg.Burst).Result()
+	if err != nil {
+		return l.failed(fmt.Errorf("%w: %w", ErrUnavailable, err))
+	}
+	d, err := parseReply(reply)
+	if err != nil {
+		return l.failed(fmt.Errorf("%w: %w", ErrUnavailable, err))
+	}
+	return d, nil
+}
+
+func (l *Limiter) failed(err error) (Decision, error) {
+	if l.cfg.OnError != nil {
+		l.cfg.OnError(err)
+	}
+	if l.cfg.FailOpen {
+		return Decision{Allowed: true}, nil
+	}
+	return Decision{}, err
+}
+
+// parseReply reads the script's {allowed, remaining, retry_after_us} reply
+// without trusting its shape.
+func parseReply(reply any) (Decision, error) {
+	vals, ok := reply.([]any)
+	if !ok || len(vals) != 3 {
+		return Decision{}, fmt.Errorf("unexpected reply %T %v: want 3 integers", reply, reply)
+	}
+	var n [3]int64
+	for i, v := range vals {
+		x, ok := v.(int64)
+		if !ok || x < 0 {
+			return Decision{}, fmt.Errorf("unexpected reply element %d: %T %v", i, v, v)
+		}
+		n[i] = x
+	}
+	return Decision{
+		Allowed:    n[0] == 1,
+		Remaining:  int(n[1]),
+		RetryAfter: time.Duration(n[2]) * time.Microsecond,
+	}, nil
+}
