@@ -110,5 +110,6 @@ func (l *Limiter) Key(key string) string {
 //   - any failure: call OnError; FailOpen → Decision{Allowed: true}, nil;
 //     otherwise Decision{}, an error wrapping ErrUnavailable.
 func (l *Limiter) Allow(ctx context.Context, key string) (Decision, error) {
+	_ = bucketScript // TODO(lab 07): run it
 	return Decision{}, ErrNotImplemented
 }
