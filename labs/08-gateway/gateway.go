@@ -1,0 +1,206 @@
+// Package gateway is the capstone: it composes admission (lab 02), layered
+// timeouts and retries (lab 03), a circuit breaker per provider (lab 04),
+// in-flight accounting for shutdown (lab 05) and the blocking-call bridge
+// (lab 06) into one request path, in this order:
+//
+//	closing? → per-tenant rate limit → a slot within MaxQueueWait (queue wait
+//	recorded) → total deadline starts → pick a provider: pinned → that one,
+//	one attempt, no fallback; otherwise the first whose breaker admits, in
+//	priority order, starting after the one that just failed → the attempt,
+//	with its own timeout, through the bridge → success: return | retryable
+//	failure, attempts left, not pinned: full-jitter backoff inside the
+//	deadline, next healthy provider → the slot released, whatever happened.
+//
+// Metrics go through the small Observer interface, so this package does not
+// depend on Prometheus.
+//
+// Lab 08: the types are given. Write the Gateway by composing YOUR labs:
+//
+//	admission "github.com/production-go/gateway-lab/labs/02-admission"
+//	"github.com/production-go/gateway-lab/labs/03-timeouts"
+//	"github.com/production-go/gateway-lab/labs/04-breaker"
+//	drain "github.com/production-go/gateway-lab/labs/05-drain"
+//	"github.com/production-go/gateway-lab/labs/06-bridge"
+//
+// Read README.md, then make `make lab-08` green.
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"time"
+)
+
+// Request is one generation request.
+type Request struct {
+	Tenant   string // who is asking: the rate-limit key
+	Provider string // pinned provider name; "" means any healthy one
+	Prompt   string
+}
+
+// Completion is a provider's answer.
+type Completion struct {
+	Text  string
+	Model string // the upstream model that answered, if the provider knows
+}
+
+// Provider generates completions. Generate should honour ctx; one that does
+// not is still bounded, through the bridge, by AttemptTimeout.
+type Provider interface {
+	Name() string
+	Generate(ctx context.Context, req Request) (Completion, error)
+}
+
+// Response is Generate's result.
+type Response struct {
+	Provider string // the provider that answered
+	Model    string
+	Text     string
+	Attempts int
+	// QueueWait is the time spent waiting for a slot.
+	QueueWait time.Duration
+	// Latency is the time from admission to answer — attempts and backoffs —
+	// and excludes QueueWait, so the two can be told apart.
+	Latency time.Duration
+}
+
+var (
+	// ErrRateLimited: the tenant is over its rate; see RateLimitError.
+	ErrRateLimited = errors.New("gateway: rate limited")
+	// ErrOverloaded: no slot within MaxQueueWait.
+	ErrOverloaded = errors.New("gateway: overloaded")
+	// ErrClosed: the gateway is shutting down.
+	ErrClosed = errors.New("gateway: closed")
+	// ErrNoHealthyProvider: every provider's breaker is open.
+	ErrNoHealthyProvider = errors.New("gateway: no healthy provider")
+	// ErrUnknownProvider: the pinned provider does not exist.
+	ErrUnknownProvider = errors.New("gateway: unknown provider")
+	// ErrInvalidRequest: the request is malformed (no tenant, no prompt).
+	ErrInvalidRequest = errors.New("gateway: invalid request")
+	// ErrInvalidConfig: New was given settings that cannot work.
+	ErrInvalidConfig = errors.New("gateway: invalid config")
+	// ErrNotImplemented is what the stubs return until you write them.
+	ErrNotImplemented = errors.New("lab 08: not implemented yet")
+)
+
+// RateLimitError is returned when the tenant is over its rate. It wraps ErrRateLimited.
+type RateLimitError struct{ RetryAfter time.Duration }
+
+func (e *RateLimitError) Error() string {
+	return fmt.Sprintf("gateway: rate limited, retry after %s", e.RetryAfter)
+}
+
+// Unwrap makes errors.Is(err, ErrRateLimited) true.
+func (e *RateLimitError) Unwrap() error { return ErrRateLimited }
+
+// Permanent marks a provider error as not worth retrying on any provider
+// (a 400: the same prompt fails everywhere). errors.Is/As still see err.
+//
+// TODO(lab 08): return timeouts.Permanent(err) from your lab 03.
+func Permanent(err error) error { return err }
+
+// Observer receives the gateway's measurements. Methods must be quick and
+// safe for concurrent use.
+type Observer interface {
+	// Admitted: a request got a slot after waiting queueWait.
+	Admitted(tenant string, queueWait time.Duration)
+	// Rejected: a request was refused before any provider call. reason is
+	// "rate_limited", "overloaded", "closed" or "cancelled".
+	Rejected(tenant, reason string)
+	// Attempt: one provider call ended (err nil on success).
+	Attempt(provider string, attempt int, took time.Duration, err error)
+	// BreakerChanged: a provider's breaker moved between "closed", "open", "half-open".
+	BreakerChanged(provider, from, to string)
+	// Late: a provider call finished after its attempt had given up on it
+	// (a provider that ignored its context); took is the call's whole duration.
+	Late(took time.Duration, err error)
+}
+
+// NopObserver ignores everything.
+type NopObserver struct{}
+
+func (NopObserver) Admitted(string, time.Duration)            {}
+func (NopObserver) Rejected(string, string)                   {}
+func (NopObserver) Attempt(string, int, time.Duration, error) {}
+func (NopObserver) BreakerChanged(string, string, string)     {}
+func (NopObserver) Late(time.Duration, error)                 {}
+
+// Config configures a Gateway. Zero durations mean "none" where that is
+// safe (no backoff, no per-attempt limit) and are refused where it is not.
+type Config struct {
+	RatePerSecond float64 // per tenant
+	Burst         int
+	MaxConcurrent int           // requests in flight
+	MaxQueueWait  time.Duration // 0: refuse at once when full
+
+	MaxAttempts             int
+	BaseBackoff, MaxBackoff time.Duration
+	AttemptTimeout          time.Duration // > 0
+	TotalTimeout            time.Duration // > 0
+
+	FailureThreshold int           // consecutive failures that open a provider's breaker
+	RecoveryTimeout  time.Duration // how long it stays open before one probe
+
+	// MaxProviderCalls bounds provider calls running at once, abandoned ones
+	// included; 0 means 2 × MaxConcurrent.
+	MaxProviderCalls int
+
+	Observer Observer   // nil: NopObserver
+	Rand     *rand.Rand // jitter source; nil: global. Not shared across goroutines: see Generate.
+}
+
+// Gateway serves Generate. It is safe for concurrent use.
+//
+// TODO(lab 08): hold an admission.Admitter (with a TokenBucket), a
+// breaker.Breaker per provider, a drain.Drainer for in-flight requests and a
+// bridge.Bridge for provider calls.
+type Gateway struct{}
+
+// New validates cfg and returns a Gateway over providers, in priority order.
+//
+// TODO(lab 08): no providers, duplicate or empty names, MaxAttempts < 1,
+// BaseBackoff > MaxBackoff, non-positive AttemptTimeout or TotalTimeout, and
+// anything your labs' constructors refuse → an error wrapping ErrInvalidConfig.
+func New(cfg Config, providers ...Provider) (*Gateway, error) {
+	return &Gateway{}, nil
+}
+
+// Generate runs one request through the whole path (see the package doc).
+//
+// TODO(lab 08): validate; pinned provider must exist; Enter the drainer;
+// Admit (map its errors to ErrRateLimited/*RateLimitError, ErrOverloaded,
+// ErrClosed); defer the ticket's Release; timeouts.Do with one attempt when
+// pinned; each attempt picks a provider whose breaker admits (pinned: only
+// that one), calls it through bridge.Call, reports to the breaker and the
+// Observer; Response.QueueWait from the ticket, Latency from admission on.
+func (g *Gateway) Generate(ctx context.Context, req Request) (Response, error) {
+	return Response{}, ErrNotImplemented
+}
+
+// Providers lists the provider names in priority order.
+func (g *Gateway) Providers() []string {
+	return nil
+}
+
+// BreakerState reports a provider's breaker state ("closed", "open", "half-open").
+func (g *Gateway) BreakerState(provider string) string {
+	return ""
+}
+
+// InFlight is the number of admitted requests now.
+func (g *Gateway) InFlight() int {
+	return -1
+}
+
+// Capacity is MaxConcurrent.
+func (g *Gateway) Capacity() int {
+	return 0
+}
+
+// Close stops admitting requests and waits for those in flight, and for
+// abandoned provider calls, or for ctx.
+func (g *Gateway) Close(ctx context.Context) error {
+	return ErrNotImplemented
+}

@@ -1,0 +1,150 @@
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	admission "github.com/production-go/gateway-lab/solutions/02-admission"
+	"github.com/production-go/gateway-lab/solutions/03-timeouts"
+	"github.com/production-go/gateway-lab/solutions/06-bridge"
+)
+
+// Generate runs one request through the whole path (see the package doc).
+// Errors wrap the sentinels above, the last provider error, and
+// context.DeadlineExceeded when the total deadline ran out.
+func (g *Gateway) Generate(ctx context.Context, req Request) (Response, error) {
+	if req.Tenant == "" || req.Prompt == "" {
+		return Response{}, fmt.Errorf("%w: tenant and prompt are required", ErrInvalidRequest)
+	}
+	var pinned Provider
+	if req.Provider != "" {
+		if pinned = g.provider(req.Provider); pinned == nil {
+			return Response{}, fmt.Errorf("%w: %q (have %v)", ErrUnknownProvider, req.Provider, g.Providers())
+		}
+	}
+	leave, err := g.inflight.Enter()
+	if err != nil {
+		g.obs.Rejected(req.Tenant, "closed")
+		return Response{}, ErrClosed
+	}
+	defer leave()
+
+	ticket, err := g.admit.Admit(ctx, req.Tenant)
+	if err != nil {
+		return Response{}, g.rejected(req.Tenant, err)
+	}
+	defer ticket.Release() // whatever happens below: success, error, panic, cancellation
+	g.obs.Admitted(req.Tenant, ticket.QueueWait)
+	admitted := time.Now()
+
+	policy := timeouts.Policy{
+		MaxAttempts: g.cfg.MaxAttempts, BaseBackoff: g.cfg.BaseBackoff, MaxBackoff: g.cfg.MaxBackoff,
+		AttemptTimeout: g.cfg.AttemptTimeout, TotalTimeout: g.cfg.TotalTimeout, Rand: g.cfg.Rand,
+	}
+	if pinned != nil {
+		policy.MaxAttempts = 1 // an honest fast failure, never a silent fallback
+	}
+	var (
+		answer Completion
+		used   string
+		last   string // the provider that failed last: the next attempt starts after it
+	)
+	attempts, err := timeouts.Do(ctx, policy, func(ctx context.Context, attempt int) error {
+		p, done, err := g.pick(pinned, last)
+		if err != nil {
+			return err
+		}
+		start := time.Now()
+		c, err := g.call(ctx, p, req)
+		g.obs.Attempt(p.Name(), attempt, time.Since(start), err)
+		done(err)
+		if err != nil {
+			last = p.Name()
+			return err
+		}
+		answer, used = c, p.Name()
+		return nil
+	})
+	resp := Response{Provider: used, Model: answer.Model, Text: answer.Text, Attempts: attempts,
+		QueueWait: ticket.QueueWait, Latency: time.Since(admitted)}
+	if err != nil {
+		return resp, err
+	}
+	return resp, nil
+}
+
+// call runs one provider attempt through the bridge: if the provider ignores
+// its context, the attempt still ends at its deadline, and the abandoned call
+// keeps its bridge permit until it returns.
+func (g *Gateway) call(ctx context.Context, p Provider, req Request) (Completion, error) {
+	return bridge.Call(ctx, g.calls, func(ctx context.Context) (Completion, error) {
+		return p.Generate(ctx, req)
+	})
+}
+
+// pick chooses the provider for one attempt and returns its breaker's done.
+func (g *Gateway) pick(pinned Provider, after string) (Provider, func(error), error) {
+	if pinned != nil {
+		done, err := g.breakers[pinned.Name()].Allow()
+		if err != nil {
+			return nil, nil, timeouts.Permanent(fmt.Errorf("%w: pinned provider %s: %w", ErrNoHealthyProvider, pinned.Name(), err))
+		}
+		return pinned, done, nil
+	}
+	start := 0
+	for i, p := range g.providers {
+		if p.Name() == after {
+			start = i + 1
+		}
+	}
+	for i := range g.providers {
+		p := g.providers[(start+i)%len(g.providers)]
+		if done, err := g.breakers[p.Name()].Allow(); err == nil {
+			return p, done, nil
+		}
+	}
+	return nil, nil, fmt.Errorf("%w: all %d providers' breakers are open", ErrNoHealthyProvider, len(g.providers))
+}
+
+func (g *Gateway) provider(name string) Provider {
+	for _, p := range g.providers {
+		if p.Name() == name {
+			return p
+		}
+	}
+	return nil
+}
+
+// rejected maps an admission error to the gateway's own, and counts it.
+func (g *Gateway) rejected(tenant string, err error) error {
+	var rl *admission.RateLimitError
+	switch {
+	case errors.As(err, &rl):
+		g.obs.Rejected(tenant, "rate_limited")
+		return &RateLimitError{RetryAfter: rl.RetryAfter}
+	case errors.Is(err, admission.ErrOverloaded):
+		g.obs.Rejected(tenant, "overloaded")
+		return fmt.Errorf("%w: %w", ErrOverloaded, err)
+	case errors.Is(err, admission.ErrClosed):
+		g.obs.Rejected(tenant, "closed")
+		return ErrClosed
+	}
+	g.obs.Rejected(tenant, "cancelled")
+	return err
+}
+
+// Close stops admitting requests (new and queued ones get ErrClosed) and
+// waits for those in flight, or for ctx. Abandoned provider calls are
+// waited for too, so nothing outlives the gateway.
+func (g *Gateway) Close(ctx context.Context) error {
+	g.admit.Close()
+	if !g.inflight.Drain(ctx) {
+		return fmt.Errorf("gateway: close: %d requests still in flight: %w", g.inflight.Active(), ctx.Err())
+	}
+	if err := g.calls.Close(ctx); err != nil {
+		return fmt.Errorf("gateway: close: %w", err)
+	}
+	return nil
+}
