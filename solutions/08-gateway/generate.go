@@ -15,14 +15,9 @@ import (
 // Errors wrap the sentinels above, the last provider error, and
 // context.DeadlineExceeded when the total deadline ran out.
 func (g *Gateway) Generate(ctx context.Context, req Request) (Response, error) {
-	if req.Tenant == "" || req.Prompt == "" {
-		return Response{}, fmt.Errorf("%w: tenant and prompt are required", ErrInvalidRequest)
-	}
-	var pinned Provider
-	if req.Provider != "" {
-		if pinned = g.provider(req.Provider); pinned == nil {
-			return Response{}, fmt.Errorf("%w: %q (have %v)", ErrUnknownProvider, req.Provider, g.Providers())
-		}
+	pinned, err := g.check(req)
+	if err != nil {
+		return Response{}, err
 	}
 	leave, err := g.inflight.Enter()
 	if err != nil {
@@ -39,19 +34,12 @@ func (g *Gateway) Generate(ctx context.Context, req Request) (Response, error) {
 	g.obs.Admitted(req.Tenant, ticket.QueueWait)
 	admitted := time.Now()
 
-	policy := timeouts.Policy{
-		MaxAttempts: g.cfg.MaxAttempts, BaseBackoff: g.cfg.BaseBackoff, MaxBackoff: g.cfg.MaxBackoff,
-		AttemptTimeout: g.cfg.AttemptTimeout, TotalTimeout: g.cfg.TotalTimeout, Rand: g.cfg.Rand,
-	}
-	if pinned != nil {
-		policy.MaxAttempts = 1 // an honest fast failure, never a silent fallback
-	}
 	var (
 		answer Completion
 		used   string
 		last   string // the provider that failed last: the next attempt starts after it
 	)
-	attempts, err := timeouts.Do(ctx, policy, func(ctx context.Context, attempt int) error {
+	attempts, err := timeouts.Do(ctx, g.policy(pinned != nil, g.cfg.AttemptTimeout), func(ctx context.Context, attempt int) error {
 		p, done, err := g.pick(pinned, last)
 		if err != nil {
 			return err
@@ -73,6 +61,33 @@ func (g *Gateway) Generate(ctx context.Context, req Request) (Response, error) {
 		return resp, err
 	}
 	return resp, nil
+}
+
+// check validates a request and resolves its pinned provider.
+func (g *Gateway) check(req Request) (pinned Provider, err error) {
+	if req.Tenant == "" || req.Prompt == "" {
+		return nil, fmt.Errorf("%w: tenant and prompt are required", ErrInvalidRequest)
+	}
+	if req.Provider == "" {
+		return nil, nil
+	}
+	if pinned = g.provider(req.Provider); pinned == nil {
+		return nil, fmt.Errorf("%w: %q (have %v)", ErrUnknownProvider, req.Provider, g.Providers())
+	}
+	return pinned, nil
+}
+
+// policy is the retry policy for one request: a pinned provider gets one
+// attempt — an honest fast failure, never a silent fallback.
+func (g *Gateway) policy(pinned bool, attemptTimeout time.Duration) timeouts.Policy {
+	p := timeouts.Policy{
+		MaxAttempts: g.cfg.MaxAttempts, BaseBackoff: g.cfg.BaseBackoff, MaxBackoff: g.cfg.MaxBackoff,
+		AttemptTimeout: attemptTimeout, TotalTimeout: g.cfg.TotalTimeout, Rand: g.cfg.Rand,
+	}
+	if pinned {
+		p.MaxAttempts = 1
+	}
+	return p
 }
 
 // call runs one provider attempt through the bridge: if the provider ignores
