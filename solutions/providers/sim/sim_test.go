@@ -1,0 +1,115 @@
+package sim
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	gateway "github.com/production-go/gateway-lab/solutions/08-gateway"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+var req = gateway.Request{Tenant: "t", Prompt: "why is the sky blue"}
+
+func TestStreamsWordsAfterTheLatency(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p, err := New(Config{Name: "alpha", Latency: 100 * time.Millisecond, ChunkDelay: 10 * time.Millisecond})
+		require.NoError(t, err)
+		start := time.Now()
+		var chunks []string
+		var first time.Duration
+		c, err := p.Stream(t.Context(), req, func(s string) error {
+			if len(chunks) == 0 {
+				first = time.Since(start)
+			}
+			chunks = append(chunks, s)
+			return nil
+		})
+		require.NoError(t, err)
+		assert.Equal(t, "alpha-1", c.Model)
+		assert.Equal(t, 100*time.Millisecond, first, "the first chunk arrives after Latency")
+		assert.Greater(t, len(chunks), 5)
+		assert.Equal(t, 100*time.Millisecond+time.Duration(len(chunks)-1)*10*time.Millisecond, time.Since(start))
+	})
+}
+
+func TestSameSeedReplaysTheSameFailures(t *testing.T) {
+	run := func() []bool {
+		p, err := New(Config{Name: "a", ErrorRate: 0.5, Seed: 42})
+		require.NoError(t, err)
+		var out []bool
+		for range 40 {
+			_, err := p.Generate(context.Background(), req)
+			out = append(out, err != nil)
+		}
+		return out
+	}
+	a, b := run(), run()
+	assert.Equal(t, a, b, "a seed replays the same sequence of failures")
+	assert.Contains(t, a, true)
+	assert.Contains(t, a, false)
+}
+
+func TestErrorKinds(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		for kind, check := range map[string]func(error){
+			KindRateLimited: func(err error) {
+				var e *Error
+				require.ErrorAs(t, err, &e)
+				assert.Equal(t, http.StatusTooManyRequests, e.Status)
+				assert.Equal(t, 2*time.Second, e.RetryAfter())
+			},
+			KindBadRequest: func(err error) {
+				var e *Error
+				require.ErrorAs(t, err, &e)
+				assert.Equal(t, http.StatusBadRequest, e.Status)
+			},
+			KindTimeout: func(err error) { assert.ErrorIs(t, err, context.DeadlineExceeded) },
+			KindReset:   func(err error) { assert.ErrorContains(t, err, "reset") },
+		} {
+			p, err := New(Config{Name: "a", ErrorRate: 1, ErrorKinds: []string{kind}, RetryAfter: 2 * time.Second})
+			require.NoError(t, err)
+			ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+			_, err = p.Generate(ctx, req)
+			cancel()
+			check(err)
+		}
+	})
+}
+
+func TestOutageWindow(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p, err := New(Config{Name: "a", Outages: []Window{{Start: time.Second, End: 2 * time.Second}}})
+		require.NoError(t, err)
+		_, err = p.Generate(t.Context(), req)
+		assert.NoError(t, err)
+		time.Sleep(time.Second)
+		_, err = p.Generate(t.Context(), req)
+		var e *Error
+		require.True(t, errors.As(err, &e), "inside the outage every call fails")
+		assert.Equal(t, http.StatusServiceUnavailable, e.Status)
+		time.Sleep(time.Second)
+		_, err = p.Generate(t.Context(), req)
+		assert.NoError(t, err, "after the outage calls succeed again")
+	})
+}
+
+func TestParse(t *testing.T) {
+	cfg, err := Parse("name=alpha,latency=80ms,jitter=20ms,error-rate=0.1,errors=500|429,outage=30s-60s,seed=7")
+	require.NoError(t, err)
+	assert.Equal(t, Config{Name: "alpha", Latency: 80 * time.Millisecond, Jitter: 20 * time.Millisecond, ErrorRate: 0.1,
+		ErrorKinds: []string{"500", "429"}, Outages: []Window{{30 * time.Second, 60 * time.Second}}, Seed: 7}, cfg)
+	for _, bad := range []string{"latency=1s", "name=a,latency=fast", "name=a,colour=blue", "name=a,outage=30s"} {
+		_, err := Parse(bad)
+		assert.ErrorIs(t, err, ErrInvalidConfig, bad)
+	}
+	_, err = New(Config{Name: "a", ErrorKinds: []string{"418"}})
+	assert.ErrorIs(t, err, ErrInvalidConfig)
+}
