@@ -30,9 +30,10 @@ type StreamLimits struct {
 
 var (
 	// ErrFirstTokenTimeout: no chunk arrived within StreamLimits.FirstToken.
-	ErrFirstTokenTimeout = errors.New("gateway: no first token in time")
+	// It wraps context.DeadlineExceeded: a timeout of the attempt, retryable.
+	ErrFirstTokenTimeout = fmt.Errorf("gateway: no first token in time: %w", context.DeadlineExceeded)
 	// ErrStreamIdle: the stream went silent for longer than StreamLimits.Idle.
-	ErrStreamIdle = errors.New("gateway: stream went idle")
+	ErrStreamIdle = fmt.Errorf("gateway: stream went idle: %w", context.DeadlineExceeded)
 	// ErrAfterFirstByte wraps a failure that happened after the client had
 	// received part of the answer: the gateway never switches providers
 	// then, and the caller must end the stream with an error, not a clean end.

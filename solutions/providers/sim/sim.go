@@ -60,6 +60,9 @@ func (e *Error) Error() string {
 	return fmt.Sprintf("%s: HTTP %d (%s)", e.Provider, e.Status, e.Kind)
 }
 
+// StatusCode is the HTTP status the upstream answered (0: no answer).
+func (e *Error) StatusCode() int { return e.Status }
+
 // RetryAfter is the server's Retry-After (429 only); the retry loop honours it.
 func (e *Error) RetryAfter() time.Duration { return e.retryAfter }
 

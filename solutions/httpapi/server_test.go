@@ -1,0 +1,347 @@
+package httpapi
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	gateway "github.com/production-go/gateway-lab/solutions/08-gateway"
+	drain "github.com/production-go/gateway-lab/solutions/05-drain"
+	"github.com/production-go/gateway-lab/solutions/providers/sim"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+)
+
+// The HTTP tests call the handler directly (httptest.NewRecorder) inside a
+// synctest bubble, so provider latencies and deadlines run on a fake clock.
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+type rig struct {
+	srv *Server
+	gw  *gateway.Gateway
+	reg *prometheus.Registry
+}
+
+func baseConfig() gateway.Config {
+	return gateway.Config{
+		RatePerSecond: 100, Burst: 100, MaxConcurrent: 8, MaxQueueWait: time.Second,
+		MaxAttempts: 3, BaseBackoff: 10 * time.Millisecond, MaxBackoff: 100 * time.Millisecond,
+		AttemptTimeout: 2 * time.Second, TotalTimeout: 5 * time.Second,
+		FailureThreshold: 3, RecoveryTimeout: 30 * time.Second,
+	}
+}
+
+func newRig(t *testing.T, cfg gateway.Config, providers ...gateway.Provider) *rig {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	r := &rig{reg: reg}
+	var m *Metrics
+	cfg.Observer = observerFunc(func() gateway.Observer { return m })
+	gw, err := gateway.New(cfg, providers...)
+	require.NoError(t, err)
+	r.gw = gw
+	m = NewMetrics(reg, Gauges{InFlight: gw.InFlight, Capacity: gw.Capacity})
+	m.InitProviders(gw.Providers())
+	r.srv = New(Options{Gateway: gw, Drainer: drain.New(), Metrics: m, MetricsPage: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}),
+		MaxBodyBytes: 4096, Stream: gateway.StreamLimits{FirstToken: time.Second, Idle: time.Second}})
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+		defer cancel()
+		_ = gw.Close(ctx)
+	})
+	return r
+}
+
+// observerFunc defers to an Observer built after the gateway.
+type observerFunc func() gateway.Observer
+
+func (f observerFunc) Admitted(t string, d time.Duration) { f().Admitted(t, d) }
+func (f observerFunc) Rejected(t, r string)               { f().Rejected(t, r) }
+func (f observerFunc) Attempt(p string, a int, d time.Duration, err error) {
+	f().Attempt(p, a, d, err)
+}
+func (f observerFunc) BreakerChanged(p, from, to string) { f().BreakerChanged(p, from, to) }
+func (f observerFunc) Late(d time.Duration, err error)   { f().Late(d, err) }
+
+func simProvider(t *testing.T, cfg sim.Config) *sim.Provider {
+	t.Helper()
+	p, err := sim.New(cfg)
+	require.NoError(t, err)
+	return p
+}
+
+func (r *rig) do(method, path, body string, header ...string) *httptest.ResponseRecorder {
+	req := httptest.NewRequest(method, path, strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	for i := 0; i+1 < len(header); i += 2 {
+		req.Header.Set(header[i], header[i+1])
+	}
+	rec := httptest.NewRecorder()
+	r.srv.ServeHTTP(rec, req)
+	return rec
+}
+
+const chatBody = `{"model":"auto","messages":[{"role":"user","content":"why is the sky blue"}]}`
+
+func decodeError(t *testing.T, rec *httptest.ResponseRecorder) errorDetail {
+	t.Helper()
+	var body errorBody
+	require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &body), "errors are JSON in the OpenAI shape: %s", rec.Body.String())
+	return body.Error
+}
+
+func TestChatCompletionReturnsTheOpenAIShape(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newRig(t, baseConfig(), simProvider(t, sim.Config{Name: "alpha", Latency: 50 * time.Millisecond}))
+		rec := r.do(http.MethodPost, "/v1/chat/completions", chatBody, "X-Tenant-ID", "acme")
+		require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
+		var resp chatResponse
+		require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &resp))
+		assert.Equal(t, "chat.completion", resp.Object)
+		assert.Equal(t, "alpha-1", resp.Model, "model names the upstream model that answered")
+		require.Len(t, resp.Choices, 1)
+		assert.Contains(t, resp.Choices[0].Message.Content, "[alpha]")
+		require.NotNil(t, resp.Usage)
+		assert.Positive(t, resp.Usage.TotalTokens)
+		assert.NotEmpty(t, rec.Header().Get("X-Request-ID"))
+	})
+}
+
+func TestFallbackIsVisibleInTheModelField(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newRig(t, baseConfig(),
+			simProvider(t, sim.Config{Name: "alpha", ErrorRate: 1}),
+			simProvider(t, sim.Config{Name: "beta", Model: "beta-large"}))
+		rec := r.do(http.MethodPost, "/v1/chat/completions", chatBody)
+		require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
+		var resp chatResponse
+		require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &resp))
+		assert.Equal(t, "beta-large", resp.Model, "a caller (and a cost dashboard) can see the fallback served the request")
+	})
+}
+
+// sseEvents splits an SSE body into its data payloads.
+func sseEvents(body string) []string {
+	var out []string
+	sc := bufio.NewScanner(strings.NewReader(body))
+	for sc.Scan() {
+		if d, ok := strings.CutPrefix(sc.Text(), "data: "); ok {
+			out = append(out, d)
+		}
+	}
+	return out
+}
+
+func TestStreamingHappyPathEndsWithDone(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newRig(t, baseConfig(), simProvider(t, sim.Config{Name: "alpha", Latency: 20 * time.Millisecond, ChunkDelay: 5 * time.Millisecond}))
+		rec := r.do(http.MethodPost, "/v1/chat/completions",
+			`{"model":"auto","stream":true,"stream_options":{"include_usage":true},"messages":[{"role":"user","content":"hello there"}]}`)
+		require.Equal(t, http.StatusOK, rec.Code)
+		assert.Equal(t, "text/event-stream", rec.Header().Get("Content-Type"))
+		events := sseEvents(rec.Body.String())
+		require.Greater(t, len(events), 3)
+		assert.Equal(t, "[DONE]", events[len(events)-1], "a complete stream ends with [DONE]")
+		var text strings.Builder
+		for _, e := range events[:len(events)-1] {
+			var c chatResponse
+			require.NoError(t, json.Unmarshal([]byte(e), &c), e)
+			if len(c.Choices) > 0 && c.Choices[0].Delta != nil {
+				text.WriteString(c.Choices[0].Delta.Content)
+			}
+		}
+		assert.Contains(t, text.String(), "[alpha] You asked about: hello there.")
+	})
+}
+
+// brokenStream sends two chunks and then fails.
+type brokenStream struct{ name string }
+
+func (b brokenStream) Name() string { return b.name }
+func (b brokenStream) Generate(context.Context, gateway.Request) (gateway.Completion, error) {
+	return gateway.Completion{}, errors.New("unused")
+}
+func (b brokenStream) Stream(ctx context.Context, _ gateway.Request, emit func(string) error) (gateway.Completion, error) {
+	for _, c := range []string{"Half", " an"} {
+		if err := emit(c); err != nil {
+			return gateway.Completion{}, err
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return gateway.Completion{}, errors.New("upstream connection reset mid-stream")
+}
+
+func TestMidStreamFailureEndsWithAnErrorEventAndNoDone(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		beta := simProvider(t, sim.Config{Name: "beta"})
+		r := newRig(t, baseConfig(), brokenStream{"alpha"}, beta)
+		rec := r.do(http.MethodPost, "/v1/chat/completions", `{"stream":true,"messages":[{"role":"user","content":"hi"}]}`)
+		require.Equal(t, http.StatusOK, rec.Code, "the status was sent with the first chunk")
+		events := sseEvents(rec.Body.String())
+		require.NotEmpty(t, events)
+		assert.NotContains(t, events, "[DONE]", "a cut stream must not end like a complete one")
+		assert.Contains(t, events[len(events)-1], `"error"`, "it ends with an error event")
+		assert.NotContains(t, rec.Body.String(), "[beta]", "after the first byte there is no silent switch to another provider")
+	})
+}
+
+// silent accepts the call and never says anything.
+type silent struct{ name string }
+
+func (s silent) Name() string { return s.name }
+func (s silent) Generate(ctx context.Context, _ gateway.Request) (gateway.Completion, error) {
+	<-ctx.Done()
+	return gateway.Completion{}, ctx.Err()
+}
+
+func TestSilentUpstreamTimesOutInsteadOfHanging(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		cfg := baseConfig()
+		cfg.MaxAttempts = 2
+		r := newRig(t, cfg, silent{"alpha"}, silent{"beta"})
+		start := time.Now()
+		rec := r.do(http.MethodPost, "/v1/chat/completions", `{"stream":true,"messages":[{"role":"user","content":"hi"}]}`)
+		assert.Equal(t, http.StatusGatewayTimeout, rec.Code, "no first token from anyone: a timeout before the first byte is a proper 504")
+		assert.Less(t, time.Since(start), 3*time.Second, "the first-token limit (1 s per attempt) ends it, not the 5 s total")
+		assert.Equal(t, "deadline_exceeded", decodeError(t, rec).Code)
+	})
+}
+
+func TestDeadlineIs504WithinTheBudget(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newRig(t, baseConfig(), silent{"alpha"})
+		start := time.Now()
+		rec := r.do(http.MethodPost, "/v1/chat/completions", chatBody)
+		assert.Equal(t, http.StatusGatewayTimeout, rec.Code)
+		assert.LessOrEqual(t, time.Since(start), 5*time.Second, "the answer comes within TotalTimeout")
+	})
+}
+
+func TestRateLimitedIs429WithRetryAfter(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		cfg := baseConfig()
+		cfg.RatePerSecond, cfg.Burst = 0.5, 1
+		r := newRig(t, cfg, simProvider(t, sim.Config{Name: "alpha"}))
+		require.Equal(t, http.StatusOK, r.do(http.MethodPost, "/v1/chat/completions", chatBody, "X-Tenant-ID", "acme").Code)
+		rec := r.do(http.MethodPost, "/v1/chat/completions", chatBody, "X-Tenant-ID", "acme")
+		assert.Equal(t, http.StatusTooManyRequests, rec.Code)
+		assert.Equal(t, "2", rec.Header().Get("Retry-After"), "one token per 2 s: Retry-After in whole seconds, rounded up")
+		assert.Equal(t, "rate_limited", decodeError(t, rec).Code)
+		assert.Equal(t, http.StatusOK, r.do(http.MethodPost, "/v1/chat/completions", chatBody, "X-Tenant-ID", "other").Code, "other tenants are unaffected")
+	})
+}
+
+func TestSaturatedIs503AndQueueWaitIsMeasured(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		cfg := baseConfig()
+		cfg.MaxConcurrent, cfg.MaxQueueWait = 1, 200*time.Millisecond
+		r := newRig(t, cfg, simProvider(t, sim.Config{Name: "alpha", Latency: 150 * time.Millisecond}))
+		var wg sync.WaitGroup
+		codes := make([]int, 3)
+		for i := range codes {
+			wg.Go(func() { codes[i] = r.do(http.MethodPost, "/v1/generate", `{"prompt":"hi"}`).Code })
+		}
+		wg.Wait()
+		assert.ElementsMatch(t, []int{200, 200, 503}, codes, "one runs, one waits 150 ms and runs, one waits 200 ms and is refused")
+		count, sum := histogram(t, r.reg, "gateway_queue_wait_seconds")
+		assert.Equal(t, uint64(2), count, "both admitted requests are in the queue-wait histogram")
+		assert.InDelta(t, 0.15, sum, 0.001, "and the one that queued waited 150 ms")
+	})
+}
+
+func histogram(t *testing.T, reg *prometheus.Registry, name string) (uint64, float64) {
+	t.Helper()
+	mfs, err := reg.Gather()
+	require.NoError(t, err)
+	for _, mf := range mfs {
+		if mf.GetName() == name {
+			h := mf.GetMetric()[0].GetHistogram()
+			return h.GetSampleCount(), h.GetSampleSum()
+		}
+	}
+	t.Fatalf("metric %s not found", name)
+	return 0, 0
+}
+
+func TestBadInputIsRefusedClearly(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newRig(t, baseConfig(), simProvider(t, sim.Config{Name: "alpha"}))
+		for _, c := range []struct {
+			name, body string
+			status     int
+			code       string
+			mentions   string
+		}{
+			{"too large", `{"messages":[{"role":"user","content":"` + strings.Repeat("x", 5000) + `"}]}`, 413, "request_too_large", "4096"},
+			{"malformed JSON", `{"messages":[`, 400, "invalid_json", ""},
+			{"unknown field", `{"messages":[{"role":"user","content":"hi"}],"temprature":0.2}`, 400, "unknown_field", "temprature"},
+			{"wrong type", `{"messages":"hi"}`, 400, "invalid_type", "messages"},
+			{"no messages", `{"model":"auto","messages":[]}`, 400, "missing_messages", "messages"},
+			{"bad role", `{"messages":[{"role":"robot","content":"hi"}]}`, 400, "invalid_role", "robot"},
+			{"unknown model", `{"model":"gpt-99","messages":[{"role":"user","content":"hi"}]}`, 400, "model_not_found", "gpt-99"},
+			{"empty body", ``, 400, "invalid_json", ""},
+		} {
+			rec := r.do(http.MethodPost, "/v1/chat/completions", c.body)
+			assert.Equal(t, c.status, rec.Code, c.name)
+			e := decodeError(t, rec)
+			assert.Equal(t, c.code, e.Code, c.name)
+			assert.Contains(t, e.Message, c.mentions, "%s: the message names what is wrong", c.name)
+		}
+	})
+}
+
+func TestGenerateEndpointReportsAttemptsAndQueueWait(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newRig(t, baseConfig(), simProvider(t, sim.Config{Name: "alpha", Latency: 40 * time.Millisecond}))
+		rec := r.do(http.MethodPost, "/v1/generate", `{"prompt":"hello","provider":"alpha"}`)
+		require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
+		var resp generateResponse
+		require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &resp))
+		assert.Equal(t, "alpha", resp.Provider)
+		assert.Equal(t, 1, resp.Attempts)
+		assert.Equal(t, 0.0, resp.QueueWaitMS)
+		assert.Equal(t, 40.0, resp.LatencyMS)
+	})
+}
+
+func TestModelsListsPublicNames(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newRig(t, baseConfig(), simProvider(t, sim.Config{Name: "alpha"}), simProvider(t, sim.Config{Name: "beta"}))
+		rec := r.do(http.MethodGet, "/v1/models", "")
+		require.Equal(t, http.StatusOK, rec.Code)
+		var list modelList
+		require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &list))
+		var ids []string
+		for _, m := range list.Data {
+			ids = append(ids, m.ID)
+		}
+		assert.Equal(t, []string{"auto", "alpha", "beta"}, ids)
+	})
+}
+
+func TestMetricNamesPassPromlint(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newRig(t, baseConfig(), simProvider(t, sim.Config{Name: "alpha"}))
+		r.do(http.MethodPost, "/v1/chat/completions", chatBody)
+		problems, err := testutil.GatherAndLint(r.reg)
+		require.NoError(t, err)
+		assert.Empty(t, problems, "metric names and help must pass promlint")
+		page := r.do(http.MethodGet, "/metrics", "")
+		assert.Contains(t, page.Body.String(), `gateway_http_requests_total{code="200",route="POST /v1/chat/completions"} 1`)
+		assert.Contains(t, page.Body.String(), "gateway_requests_in_flight 0")
+		assert.Contains(t, page.Body.String(), `gateway_breaker_state{provider="alpha"} 0`)
+	})
+}
