@@ -13,8 +13,8 @@ import (
 	"testing/synctest"
 	"time"
 
-	gateway "github.com/production-go/gateway-lab/solutions/08-gateway"
 	drain "github.com/production-go/gateway-lab/solutions/05-drain"
+	gateway "github.com/production-go/gateway-lab/solutions/08-gateway"
 	"github.com/production-go/gateway-lab/solutions/providers/sim"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
