@@ -48,12 +48,11 @@ func newRig(t *testing.T, cfg gateway.Config, providers ...gateway.Provider) *ri
 	t.Helper()
 	reg := prometheus.NewRegistry()
 	r := &rig{reg: reg}
-	var m *Metrics
-	cfg.Observer = observerFunc(func() gateway.Observer { return m })
+	m := NewMetrics(reg, Gauges{InFlight: func() int { return r.gw.InFlight() }, Capacity: func() int { return r.gw.Capacity() }})
+	cfg.Observer = m
 	gw, err := gateway.New(cfg, providers...)
 	require.NoError(t, err)
 	r.gw = gw
-	m = NewMetrics(reg, Gauges{InFlight: gw.InFlight, Capacity: gw.Capacity})
 	m.InitProviders(gw.Providers())
 	r.srv = New(Options{Gateway: gw, Drainer: drain.New(), Metrics: m, MetricsPage: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}),
 		MaxBodyBytes: 4096, Stream: gateway.StreamLimits{FirstToken: time.Second, Idle: time.Second}})
@@ -64,17 +63,6 @@ func newRig(t *testing.T, cfg gateway.Config, providers ...gateway.Provider) *ri
 	})
 	return r
 }
-
-// observerFunc defers to an Observer built after the gateway.
-type observerFunc func() gateway.Observer
-
-func (f observerFunc) Admitted(t string, d time.Duration) { f().Admitted(t, d) }
-func (f observerFunc) Rejected(t, r string)               { f().Rejected(t, r) }
-func (f observerFunc) Attempt(p string, a int, d time.Duration, err error) {
-	f().Attempt(p, a, d, err)
-}
-func (f observerFunc) BreakerChanged(p, from, to string) { f().BreakerChanged(p, from, to) }
-func (f observerFunc) Late(d time.Duration, err error)   { f().Late(d, err) }
 
 func simProvider(t *testing.T, cfg sim.Config) *sim.Provider {
 	t.Helper()

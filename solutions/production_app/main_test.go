@@ -1,0 +1,152 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+)
+
+// These tests start the real service on a loopback port with simulated
+// providers, and stop it by cancelling its context (what SIGTERM does).
+// Every request has a client timeout, and run must return on its own.
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// syncBuffer is a bytes.Buffer safe for the logger and the test to share.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+type app struct {
+	url            string
+	stop           context.CancelFunc
+	code           chan int
+	stdout, stderr *syncBuffer
+}
+
+func start(t *testing.T, args ...string) *app {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	ctx, stop := context.WithCancel(t.Context())
+	a := &app{url: "http://" + ln.Addr().String(), stop: stop, code: make(chan int, 1), stdout: &syncBuffer{}, stderr: &syncBuffer{}}
+	go func() { a.code <- run(ctx, args, a.stdout, a.stderr, ln) }()
+	t.Cleanup(func() {
+		stop()
+		select {
+		case <-a.code:
+		case <-time.After(30 * time.Second): // a watchdog, not a timing assertion
+			t.Error("run did not return after its context was cancelled")
+		}
+	})
+	return a
+}
+
+var client = &http.Client{Timeout: 20 * time.Second}
+
+func post(t *testing.T, url, body string) (int, string) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
+	require.NoError(t, err)
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("X-Tenant-ID", "test")
+	resp, err := client.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+func TestServesChatCompletionsWithSimulatedProviders(t *testing.T) {
+	a := start(t, "-readiness-delay=0", "-provider", "name=alpha,latency=5ms", "-provider", "name=beta,latency=5ms")
+	code, body := post(t, a.url+"/v1/chat/completions", `{"model":"auto","messages":[{"role":"user","content":"ping"}]}`)
+	require.Equal(t, http.StatusOK, code, body)
+	var resp struct {
+		Model   string `json:"model"`
+		Choices []struct {
+			Message struct{ Content string } `json:"message"`
+		} `json:"choices"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(body), &resp))
+	assert.Equal(t, "alpha-1", resp.Model)
+	assert.Contains(t, a.stdout.String(), "gateway listening on "+a.url)
+	assert.Contains(t, a.stdout.String(), "try:  curl", "the startup line says what to run next")
+	assert.NotContains(t, a.stderr.String(), "ping", "logs never contain prompts")
+
+	for _, path := range []string{"/healthz", "/readyz", "/metrics", "/v1/models"} {
+		resp, err := client.Get(a.url + path)
+		require.NoError(t, err)
+		_ = resp.Body.Close()
+		assert.Equal(t, http.StatusOK, resp.StatusCode, path)
+	}
+}
+
+func TestSIGTERMDrainsInFlightRequests(t *testing.T) {
+	a := start(t, "-readiness-delay=0", "-drain-grace=10s", "-provider", "name=slow,latency=400ms")
+	const n = 6
+	var wg sync.WaitGroup
+	codes := make([]int, n)
+	for i := range n {
+		wg.Go(func() {
+			codes[i], _ = post(t, a.url+"/v1/generate", `{"prompt":"drain me"}`)
+		})
+	}
+	// Wait until every request is in flight: the gauge says so.
+	require.Eventually(t, func() bool {
+		resp, err := client.Get(a.url + "/metrics")
+		if err != nil {
+			return false
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return strings.Contains(string(b), "gateway_requests_in_flight 6")
+	}, 10*time.Second, 5*time.Millisecond, "the requests never got in flight")
+	a.stop() // SIGTERM
+	wg.Wait()
+	for i, c := range codes {
+		assert.Equal(t, http.StatusOK, c, "in-flight request %d must finish during the drain", i)
+	}
+	assert.Equal(t, 0, <-a.code, "a clean drain exits 0")
+	a.code <- 0 // for the cleanup
+	assert.Contains(t, a.stdout.String(), "stopped: drained=true cut=0")
+}
+
+func TestBadFlagsAreClearErrors(t *testing.T) {
+	var out, errOut syncBuffer
+	assert.Equal(t, 2, run(t.Context(), []string{"-provider", "name=x,latency=soon"}, &out, &errOut, nil))
+	assert.Contains(t, errOut.String(), "latency=soon")
+	errOut = syncBuffer{}
+	assert.Equal(t, 2, run(t.Context(), []string{"-max-concurrent", "0"}, &out, &errOut, nil))
+	assert.Contains(t, errOut.String(), "invalid config")
+	errOut = syncBuffer{}
+	assert.Equal(t, 0, run(t.Context(), []string{"-h"}, &out, &errOut, nil))
+	assert.Contains(t, errOut.String(), "GATEWAY_<FLAG>", "-h explains the environment variables")
+	t.Setenv("GATEWAY_MAX_ATTEMPTS", "lots")
+	errOut = syncBuffer{}
+	assert.Equal(t, 2, run(t.Context(), nil, &out, &errOut, nil))
+	assert.Contains(t, errOut.String(), "GATEWAY_MAX_ATTEMPTS")
+}
