@@ -254,6 +254,10 @@ func (s *Server) route(w http.ResponseWriter, model string, req *gateway.Request
 // an error still gets a proper status and JSON body; after it, only an error
 // event, and never a [DONE] that would make a cut answer look complete.
 func (s *Server) streamChat(w http.ResponseWriter, r *http.Request, req gateway.Request, includeUsage bool) {
+	requested := req.Provider // chunks name the requested model; the last one names the model that answered
+	if requested == "" {
+		requested = AutoModel
+	}
 	id, created := "chatcmpl-"+newID(), time.Now().Unix()
 	rc := http.NewResponseController(w)
 	started := false
@@ -278,7 +282,7 @@ func (s *Server) streamChat(w http.ResponseWriter, r *http.Request, req gateway.
 			w.WriteHeader(http.StatusOK)
 		}
 		text.WriteString(chunk)
-		return send(chatResponse{ID: id, Object: "chat.completion.chunk", Created: created, Model: "",
+		return send(chatResponse{ID: id, Object: "chat.completion.chunk", Created: created, Model: requested,
 			Choices: []chatChoice{{Delta: &chatMessage{Role: "assistant", Content: chunk}}}})
 	})
 	if err != nil {
