@@ -155,7 +155,7 @@ func testLab(ctx context.Context, e *env, l labkit.Lab, race bool, runRe string)
 	}
 	fmt.Fprintf(e.stdout, "\nlab %s: %d/%d passing\n", l.Number, passed, total)
 	if len(failed) == 0 {
-		fmt.Fprintf(e.stdout, "\nthe package failed outside any test (a leaked goroutine or a panic):\n%s\n", lastLines(p.Output, 30))
+		fmt.Fprintf(e.stdout, "\nthe package failed outside any test (a leaked goroutine or a panic):\n%s\n", labkit.LastLines(p.Output, 30))
 		return errRed
 	}
 	first := failed[0]
@@ -292,12 +292,4 @@ func snapshot(dir string) string {
 func indentLines(s string) string {
 	s = strings.TrimRight(s, "\n")
 	return "    " + strings.ReplaceAll(s, "\n", "\n    ")
-}
-
-func lastLines(s string, n int) string {
-	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
 }

@@ -175,12 +175,9 @@ func catalogLab(e *env, args []string, name string) (*labkit.Catalog, labkit.Lab
 	if err != nil {
 		return nil, labkit.Lab{}, err
 	}
-	l, err := c.Find(args[0])
+	labs, err := c.Select(args[:1])
 	if err != nil {
 		return nil, labkit.Lab{}, err
 	}
-	if !l.Built() {
-		return nil, labkit.Lab{}, fmt.Errorf("lab %s (%s) is not built yet: it arrives with issue #%d", l.Number, l.Title, l.Issue)
-	}
-	return c, l, nil
+	return c, labs[0], nil
 }

@@ -26,19 +26,9 @@ func cmdVerify(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	labs := c.BuiltLabs()
-	if len(pos) > 0 {
-		labs = nil
-		for _, name := range pos {
-			l, err := c.Find(name)
-			if err != nil {
-				return err
-			}
-			if !l.Built() {
-				return fmt.Errorf("lab %s is not built yet (issue #%d)", l.Number, l.Issue)
-			}
-			labs = append(labs, l)
-		}
+	labs, err := c.Select(pos)
+	if err != nil {
+		return err
 	}
 	started := time.Now()
 	reports, err := labkit.Verify(ctx, labkit.VerifyOptions{
@@ -122,18 +112,9 @@ func cmdGrade(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	labs := c.BuiltLabs()
-	if len(pos) > 0 {
-		labs = nil
-		for _, name := range pos {
-			l, err := c.Find(name)
-			if err != nil {
-				return err
-			}
-			if l.Built() {
-				labs = append(labs, l)
-			}
-		}
+	labs, err := c.Select(pos)
+	if err != nil {
+		return err
 	}
 	if *tests != "" && !isDir(*tests) {
 		return fmt.Errorf("%w: --tests %s is not a directory", errUsage, *tests)
@@ -217,7 +198,7 @@ func cmdIntegration(ctx context.Context, e *env, args []string) error {
 			}
 		}
 		if p.Status == labkit.Fail && len(p.Order) == 0 && !p.BuildFailed {
-			problems = append(problems, path+" failed outside any test:\n"+indentLines(lastLines(p.Output, 15)))
+			problems = append(problems, path+" failed outside any test:\n"+indentLines(labkit.LastLines(p.Output, 15)))
 		}
 	}
 	for _, name := range strings.Split(*require, ",") {

@@ -99,6 +99,38 @@ func (c *Catalog) BuiltLabs() []Lab {
 	return slices.DeleteFunc(slices.Clone(c.Labs), func(l Lab) bool { return !l.built })
 }
 
+// labsOrBuilt returns labs, or every built lab of the catalogue under root when labs is nil.
+func labsOrBuilt(root string, labs []Lab) ([]Lab, error) {
+	if labs != nil {
+		return labs, nil
+	}
+	c, err := LoadCatalog(root)
+	if err != nil {
+		return nil, err
+	}
+	return c.BuiltLabs(), nil
+}
+
+// Select resolves lab names to catalogue entries; no names means every built
+// lab. A lab that is not built yet is an error naming the issue that brings it.
+func (c *Catalog) Select(names []string) ([]Lab, error) {
+	if len(names) == 0 {
+		return c.BuiltLabs(), nil
+	}
+	var labs []Lab
+	for _, name := range names {
+		l, err := c.Find(name)
+		if err != nil {
+			return nil, err
+		}
+		if !l.Built() {
+			return nil, fmt.Errorf("lab %s (%s) is not built yet: it arrives with issue #%d", l.Number, l.Title, l.Issue)
+		}
+		labs = append(labs, l)
+	}
+	return labs, nil
+}
+
 // FindRoot walks up from dir to the first directory holding the catalogue.
 func FindRoot(dir string) (string, error) {
 	dir, err := filepath.Abs(dir)

@@ -67,13 +67,9 @@ func (g Grade) Score() float64 {
 // RunGrade runs the learner's labs against the pristine tests (and any
 // held-back ones) and scores every test. A failing learner is not an error.
 func RunGrade(ctx context.Context, opts GradeOptions) (*Grade, error) {
-	labs := opts.Labs
-	if labs == nil {
-		c, err := LoadCatalog(opts.Root)
-		if err != nil {
-			return nil, err
-		}
-		labs = c.BuiltLabs()
+	labs, err := labsOrBuilt(opts.Root, opts.Labs)
+	if err != nil {
+		return nil, err
 	}
 	ov, err := NewOverlay()
 	if err != nil {
@@ -166,7 +162,7 @@ func RunGrade(ctx context.Context, opts GradeOptions) (*Grade, error) {
 			case res.Status == Pass:
 				gl.Passed++
 			case res.Status == NotRun:
-				gt.Message = "no result: an earlier panic or timeout ended the run\n" + lastLines(p.Output, 10)
+				gt.Message = "no result: an earlier panic or timeout ended the run\n" + LastLines(p.Output, 10)
 			default:
 				gt.Message = FailureMessage(res.Output)
 			}

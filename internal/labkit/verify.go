@@ -80,13 +80,9 @@ func (r *LabReport) problem(format string, args ...any) {
 // patch killed by at least one test. Problems go into the reports; an error
 // means the checks could not run.
 func Verify(ctx context.Context, opts VerifyOptions) ([]LabReport, error) {
-	labs := opts.Labs
-	if labs == nil {
-		c, err := LoadCatalog(opts.Root)
-		if err != nil {
-			return nil, err
-		}
-		labs = c.BuiltLabs()
+	labs, err := labsOrBuilt(opts.Root, opts.Labs)
+	if err != nil {
+		return nil, err
 	}
 	logf := func(format string, args ...any) {
 		if opts.Log != nil {
@@ -263,7 +259,7 @@ func checkStubs(ctx context.Context, opts VerifyOptions, reports []LabReport, co
 			case Fail:
 				r.StubsRed++
 			case NotRun:
-				r.problem("stub: %s never reported (a panic or hang in an earlier test hides the others)\n%s", t, indent(lastLines(p.Output, 8)))
+				r.problem("stub: %s never reported (a panic or hang in an earlier test hides the others)\n%s", t, indent(LastLines(p.Output, 8)))
 			case Skip:
 				if strings.Contains(res.Output, redisSkipMarker) {
 					r.Unchecked = append(r.Unchecked, t) // needs a real Redis, and there is none here
@@ -447,7 +443,8 @@ func indent(s string) string {
 	return "      " + strings.ReplaceAll(s, "\n", "\n      ")
 }
 
-func lastLines(s string, n int) string {
+// LastLines returns the last n lines of s.
+func LastLines(s string, n int) string {
 	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
 	if len(lines) > n {
 		lines = lines[len(lines)-n:]

@@ -15,24 +15,12 @@ import (
 // Errors wrap the sentinels above, the last provider error, and
 // context.DeadlineExceeded when the total deadline ran out.
 func (g *Gateway) Generate(ctx context.Context, req Request) (Response, error) {
-	pinned, err := g.check(req)
+	a, err := g.enter(ctx, req)
 	if err != nil {
 		return Response{}, err
 	}
-	leave, err := g.inflight.Enter()
-	if err != nil {
-		g.obs.Rejected(req.Tenant, "closed")
-		return Response{}, ErrClosed
-	}
-	defer leave()
-
-	ticket, err := g.admit.Admit(ctx, req.Tenant)
-	if err != nil {
-		return Response{}, g.rejected(req.Tenant, err)
-	}
-	defer ticket.Release() // whatever happens below: success, error, panic, cancellation
-	g.obs.Admitted(req.Tenant, ticket.QueueWait)
-	admitted := time.Now()
+	defer a.release() // whatever happens below: success, error, panic, cancellation
+	pinned := a.pinned
 
 	var (
 		answer Completion
@@ -56,11 +44,47 @@ func (g *Gateway) Generate(ctx context.Context, req Request) (Response, error) {
 		return nil
 	})
 	resp := Response{Provider: used, Model: answer.Model, Text: answer.Text, Attempts: attempts,
-		QueueWait: ticket.QueueWait, Latency: time.Since(admitted)}
+		QueueWait: a.ticket.QueueWait, Latency: time.Since(a.at)}
 	if err != nil {
 		return resp, err
 	}
 	return resp, nil
+}
+
+// admitted is a request past the checks and admission: it holds a slot and
+// counts as in flight until release.
+type admitted struct {
+	pinned Provider // nil: any healthy provider
+	ticket *admission.Ticket
+	leave  func()
+	at     time.Time // when the slot was granted: Latency starts here
+}
+
+func (a *admitted) release() {
+	a.ticket.Release()
+	a.leave()
+}
+
+// enter runs everything before the first provider call: request checks,
+// in-flight accounting (refused once closing), the tenant's rate limit, and
+// a slot within MaxQueueWait. The caller must defer release.
+func (g *Gateway) enter(ctx context.Context, req Request) (*admitted, error) {
+	pinned, err := g.check(req)
+	if err != nil {
+		return nil, err
+	}
+	leave, err := g.inflight.Enter()
+	if err != nil {
+		g.obs.Rejected(req.Tenant, "closed")
+		return nil, ErrClosed
+	}
+	ticket, err := g.admit.Admit(ctx, req.Tenant)
+	if err != nil {
+		leave()
+		return nil, g.rejected(req.Tenant, err)
+	}
+	g.obs.Admitted(req.Tenant, ticket.QueueWait)
+	return &admitted{pinned: pinned, ticket: ticket, leave: leave, at: time.Now()}, nil
 }
 
 // check validates a request and resolves its pinned provider.

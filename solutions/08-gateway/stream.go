@@ -49,23 +49,12 @@ func (g *Gateway) Stream(ctx context.Context, req Request, limits StreamLimits, 
 	if limits.FirstToken <= 0 || limits.Idle <= 0 {
 		return Response{}, fmt.Errorf("%w: stream limits must be positive", ErrInvalidConfig)
 	}
-	pinned, err := g.check(req)
+	a, err := g.enter(ctx, req)
 	if err != nil {
 		return Response{}, err
 	}
-	leave, err := g.inflight.Enter()
-	if err != nil {
-		g.obs.Rejected(req.Tenant, "closed")
-		return Response{}, ErrClosed
-	}
-	defer leave()
-	ticket, err := g.admit.Admit(ctx, req.Tenant)
-	if err != nil {
-		return Response{}, g.rejected(req.Tenant, err)
-	}
-	defer ticket.Release()
-	g.obs.Admitted(req.Tenant, ticket.QueueWait)
-	admitted := time.Now()
+	defer a.release()
+	pinned := a.pinned
 
 	var (
 		answer    Completion
@@ -96,7 +85,7 @@ func (g *Gateway) Stream(ctx context.Context, req Request, limits StreamLimits, 
 		return nil
 	})
 	return Response{Provider: used, Model: answer.Model, Text: answer.Text, Attempts: attempts,
-		QueueWait: ticket.QueueWait, Latency: time.Since(admitted)}, err
+		QueueWait: a.ticket.QueueWait, Latency: time.Since(a.at)}, err
 }
 
 // errClientGone marks an attempt ended because the client stopped reading.
