@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -147,4 +148,20 @@ func TestGradeWritesReportsAndExitsZeroOnALowScore(t *testing.T) {
 	code, _, errOut = labctl(t, root, "grade", "-tests", "/does/not/exist")
 	assert.Equal(t, 2, code)
 	assert.Contains(t, errOut, "is not a directory")
+}
+
+// TestMakeTargetsReachLabctl guards the Makefile's learner targets: a pattern
+// rule on .PHONY targets is silently skipped by make ("Nothing to be done").
+func TestMakeTargetsReachLabctl(t *testing.T) {
+	if _, err := exec.LookPath("make"); err != nil {
+		t.Skip("make is not installed")
+	}
+	for _, target := range []string{"lab-01", "lab-08"} {
+		out, err := exec.Command("make", "-C", "../..", "-n", target).CombinedOutput()
+		require.NoError(t, err, string(out))
+		assert.Contains(t, string(out), "labctl test "+strings.TrimPrefix(target, "lab-"), "make %s must run labctl", target)
+	}
+	out, err := exec.Command("make", "-C", "../..", "-n", "run").CombinedOutput()
+	require.NoError(t, err, string(out))
+	assert.Contains(t, string(out), "./solutions/production_app")
 }
