@@ -27,6 +27,7 @@ import (
 	drain "github.com/production-go/gateway-lab/solutions/05-drain"
 	gateway "github.com/production-go/gateway-lab/solutions/08-gateway"
 	"github.com/production-go/gateway-lab/solutions/httpapi"
+	"github.com/production-go/gateway-lab/solutions/providers/openaicompat"
 	"github.com/production-go/gateway-lab/solutions/providers/sim"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -55,6 +56,7 @@ type config struct {
 	maxBody                               int64
 	logLevel                              string
 	providers                             []string
+	upstreams                             []string
 }
 
 // parseConfig reads flags, each of which may also come from the environment
@@ -86,6 +88,8 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 	fs.StringVar(&c.logLevel, "log-level", "info", "debug, info, warn or error")
 	fs.Func("provider", "a simulated provider, repeatable, in priority order: name=alpha,latency=80ms,jitter=40ms,chunk-delay=15ms,error-rate=0.05,errors=500|429|reset|timeout|400,outage=30s-60s (default: alpha and beta)",
 		func(v string) error { c.providers = append(c.providers, v); return nil })
+	fs.Func("upstream", "an OpenAI-compatible upstream, repeatable, tried before simulated providers: name=up,url=https://host/v1,model=small-1,key-env=UP_API_KEY (the key is read from that environment variable, never from a flag)",
+		func(v string) error { c.upstreams = append(c.upstreams, v); return nil })
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "usage: production_app [flags]\n\nThe reference AI gateway. Every flag can also be set as GATEWAY_<FLAG> in the environment\n(upper case, dashes as underscores, e.g. GATEWAY_MAX_CONCURRENT=64); a command-line flag wins.\n\nflags:\n")
 		fs.PrintDefaults()
@@ -110,7 +114,7 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 	if envErr != nil {
 		return c, envErr
 	}
-	if len(c.providers) == 0 {
+	if len(c.providers) == 0 && len(c.upstreams) == 0 {
 		c.providers = defaultProviders
 	}
 	if c.seed == 0 {
@@ -136,6 +140,20 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, ln net.Li
 	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level}))
 
 	var providers []gateway.Provider
+	for _, spec := range c.upstreams {
+		uc, err := openaicompat.ParseSpec(spec, os.Getenv)
+		if err == nil {
+			var p *openaicompat.Provider
+			if p, err = openaicompat.New(uc); err == nil {
+				defer p.Close()
+				providers = append(providers, p)
+			}
+		}
+		if err != nil {
+			fmt.Fprintln(stderr, "production_app: -upstream:", err)
+			return 2
+		}
+	}
 	for i, spec := range c.providers {
 		pc, err := sim.Parse(spec)
 		if err != nil {

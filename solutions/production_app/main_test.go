@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -135,6 +136,21 @@ func TestSIGTERMDrainsInFlightRequests(t *testing.T) {
 	assert.Contains(t, a.stdout.String(), "stopped: drained=true cut=0")
 }
 
+func TestProxiesToAnOpenAICompatibleUpstream(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		assert.Equal(t, "Bearer sk-upstream", r.Header.Get("Authorization"), "the key comes from the environment")
+		_, _ = io.WriteString(w, `{"model":"up-model-7","choices":[{"message":{"role":"assistant","content":"from upstream"}}]}`)
+	}))
+	defer up.Close()
+	t.Setenv("TEST_UP_KEY", "sk-upstream")
+	a := start(t, "-readiness-delay=0", "-upstream", "name=up,url="+up.URL+"/v1,model=up-model,key-env=TEST_UP_KEY")
+	code, body := post(t, a.url+"/v1/chat/completions", `{"model":"up","messages":[{"role":"user","content":"hi"}]}`)
+	require.Equal(t, http.StatusOK, code, body)
+	assert.Contains(t, body, "from upstream")
+	assert.Contains(t, body, `"model":"up-model-7"`)
+	assert.NotContains(t, a.stderr.String()+a.stdout.String(), "sk-upstream", "secrets are never logged")
+}
+
 func TestBadFlagsAreClearErrors(t *testing.T) {
 	var out, errOut syncBuffer
 	assert.Equal(t, 2, run(t.Context(), []string{"-provider", "name=x,latency=soon"}, &out, &errOut, nil))
@@ -145,6 +161,9 @@ func TestBadFlagsAreClearErrors(t *testing.T) {
 	errOut = syncBuffer{}
 	assert.Equal(t, 0, run(t.Context(), []string{"-h"}, &out, &errOut, nil))
 	assert.Contains(t, errOut.String(), "GATEWAY_<FLAG>", "-h explains the environment variables")
+	errOut = syncBuffer{}
+	assert.Equal(t, 2, run(t.Context(), []string{"-upstream", "name=u,url=http://x/v1,model=m,key-env=NOPE_NOT_SET"}, &out, &errOut, nil))
+	assert.Contains(t, errOut.String(), "NOPE_NOT_SET")
 	t.Setenv("GATEWAY_MAX_ATTEMPTS", "lots")
 	errOut = syncBuffer{}
 	assert.Equal(t, 2, run(t.Context(), nil, &out, &errOut, nil))

@@ -1,0 +1,193 @@
+package openaicompat
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/production-go/gateway-lab/solutions/03-timeouts"
+	gateway "github.com/production-go/gateway-lab/solutions/08-gateway"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+)
+
+// Each test runs a scripted upstream on loopback (httptest) and checks how
+// the provider classifies what it gets back. No test waits on a clock.
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+var req = gateway.Request{Tenant: "t", Prompt: "hello"}
+
+func upstream(t *testing.T, h http.HandlerFunc) *Provider {
+	t.Helper()
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	p, err := New(Config{Name: "up", BaseURL: srv.URL + "/v1", Model: "small-1", APIKey: "sk-secret-123"})
+	require.NoError(t, err)
+	t.Cleanup(p.Close)
+	return p
+}
+
+func TestGenerateSendsTheRequestAndReadsTheAnswer(t *testing.T) {
+	p := upstream(t, func(w http.ResponseWriter, r *http.Request) {
+		assert.Equal(t, "/v1/chat/completions", r.URL.Path)
+		assert.Equal(t, "Bearer sk-secret-123", r.Header.Get("Authorization"))
+		b, _ := io.ReadAll(r.Body)
+		assert.JSONEq(t, `{"model":"small-1","messages":[{"role":"user","content":"hello"}]}`, string(b))
+		_, _ = io.WriteString(w, `{"model":"small-1-2026","choices":[{"message":{"role":"assistant","content":"hi there"}}]}`)
+	})
+	c, err := p.Generate(t.Context(), req)
+	require.NoError(t, err)
+	assert.Equal(t, "hi there", c.Text)
+	assert.Equal(t, "small-1-2026", c.Model, "the model that actually answered is passed on")
+}
+
+func TestRateLimitCarriesRetryAfter(t *testing.T) {
+	p := upstream(t, func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Retry-After", "2")
+		w.WriteHeader(http.StatusTooManyRequests)
+		_, _ = io.WriteString(w, `{"error":{"message":"slow down","type":"rate_limit","code":"rate_limited"}}`)
+	})
+	_, err := p.Generate(t.Context(), req)
+	var se *StatusError
+	require.ErrorAs(t, err, &se)
+	assert.Equal(t, http.StatusTooManyRequests, se.Status)
+	assert.Equal(t, 2*time.Second, se.RetryAfter())
+	var ra timeouts.RetryAfterer
+	assert.True(t, errors.As(err, &ra), "the retry loop must see the Retry-After")
+	assertRetryable(t, err)
+}
+
+func TestParseRetryAfterSecondsAndHTTPDate(t *testing.T) {
+	now := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
+	assert.Equal(t, 7*time.Second, parseRetryAfter("7", now))
+	assert.Equal(t, 90*time.Second, parseRetryAfter(now.Add(90*time.Second).Format(http.TimeFormat), now))
+	assert.Zero(t, parseRetryAfter(now.Add(-time.Minute).Format(http.TimeFormat), now), "a date in the past means now")
+	assert.Zero(t, parseRetryAfter("soon", now))
+	assert.Zero(t, parseRetryAfter("-3", now))
+}
+
+// assertRetryable checks the retry loop would try err again: with a tiny
+// budget, a retryable error either gets its second attempt or runs out of
+// budget waiting for its Retry-After; a permanent one stops after one.
+func assertRetryable(t *testing.T, err error) {
+	t.Helper()
+	n, res := timeouts.Do(context.Background(), timeouts.Policy{MaxAttempts: 2, TotalTimeout: 50 * time.Millisecond},
+		func(context.Context, int) error { return err })
+	assert.True(t, n == 2 || errors.Is(res, context.DeadlineExceeded), "%v should be retryable (attempts %d, %v)", err, n, res)
+}
+
+func TestServerErrorsAreRetryable(t *testing.T) {
+	p := upstream(t, func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusBadGateway) })
+	_, err := p.Generate(t.Context(), req)
+	var se *StatusError
+	require.ErrorAs(t, err, &se)
+	assert.Equal(t, http.StatusBadGateway, se.Status)
+	assertRetryable(t, err)
+}
+
+func TestBadRequestIsPermanentWithTheUpstreamsReason(t *testing.T) {
+	p := upstream(t, func(w http.ResponseWriter, _ *http.Request) {
+		w.WriteHeader(http.StatusBadRequest)
+		_, _ = io.WriteString(w, `{"error":{"message":"This model's maximum context length is 8192 tokens","type":"invalid_request_error","code":"context_length_exceeded"}}`)
+	})
+	_, err := p.Generate(t.Context(), req)
+	var se *StatusError
+	require.ErrorAs(t, err, &se)
+	assert.Equal(t, "context_length_exceeded", se.Code)
+	assert.Contains(t, err.Error(), "maximum context length", "the provider's reason is propagated")
+	n, res := timeouts.Do(context.Background(), timeouts.Policy{MaxAttempts: 3, TotalTimeout: time.Second}, func(context.Context, int) error { return err })
+	assert.Equal(t, 1, n, "a 400 is not retried on the same model")
+	assert.NotErrorIs(t, res, context.DeadlineExceeded)
+	assert.NotContains(t, err.Error(), "sk-secret-123", "the API key never appears in an error")
+}
+
+func sse(w http.ResponseWriter, lines ...string) {
+	w.Header().Set("Content-Type", "text/event-stream")
+	for _, l := range lines {
+		_, _ = fmt.Fprintf(w, "%s\n\n", l)
+		w.(http.Flusher).Flush()
+	}
+}
+
+func collect(t *testing.T, p *Provider) ([]string, gateway.Completion, error) {
+	t.Helper()
+	var chunks []string
+	c, err := p.Stream(t.Context(), req, func(s string) error { chunks = append(chunks, s); return nil })
+	return chunks, c, err
+}
+
+func TestStreamRelaysDeltasUntilDone(t *testing.T) {
+	p := upstream(t, func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		assert.Contains(t, string(b), `"stream":true`)
+		sse(w, `data: {"model":"small-1-2026","choices":[{"delta":{"role":"assistant"}}]}`,
+			`data: {"choices":[{"delta":{"content":"Hel"}}]}`, `: keep-alive comment`,
+			`data: {"choices":[{"delta":{"content":"lo"}}]}`, `data: [DONE]`)
+	})
+	chunks, c, err := collect(t, p)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"Hel", "lo"}, chunks)
+	assert.Equal(t, "small-1-2026", c.Model)
+}
+
+func TestStreamWithoutDoneIsTruncatedNotWaitedOn(t *testing.T) {
+	p := upstream(t, func(w http.ResponseWriter, _ *http.Request) {
+		sse(w, `data: {"choices":[{"delta":{"content":"partial"}}]}`) // then the handler returns: a clean HTTP end
+	})
+	chunks, _, err := collect(t, p)
+	assert.ErrorIs(t, err, ErrTruncated, "a clean HTTP end without [DONE] is a cut stream, reported at once")
+	assert.Equal(t, []string{"partial"}, chunks)
+}
+
+func TestMalformedChunkIsACleanErrorNotGarbage(t *testing.T) {
+	p := upstream(t, func(w http.ResponseWriter, _ *http.Request) {
+		sse(w, `data: {"choices":[{"delta":{"content":"ok"}}]}`, `data: {"choices":[{"delta":{"content":`, `data: [DONE]`)
+	})
+	chunks, _, err := collect(t, p)
+	assert.ErrorIs(t, err, ErrMalformed)
+	assert.Equal(t, []string{"ok"}, chunks, "nothing of the malformed chunk is passed on")
+}
+
+func TestRedirectOffHostIsRefused(t *testing.T) {
+	elsewhere := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		t.Error("the redirect was followed to another host")
+	}))
+	t.Cleanup(elsewhere.Close)
+	target := strings.Replace(elsewhere.URL, "127.0.0.1", "localhost", 1) + "/steal"
+	p := upstream(t, func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, target, http.StatusTemporaryRedirect)
+	})
+	_, err := p.Generate(t.Context(), req)
+	assert.ErrorContains(t, err, "refusing redirect")
+}
+
+func TestNewRejectsBadConfig(t *testing.T) {
+	for _, c := range []Config{
+		{Name: "", BaseURL: "https://x/v1", Model: "m"},
+		{Name: "a", BaseURL: "ftp://x/v1", Model: "m"},
+		{Name: "a", BaseURL: "https://user:pw@x/v1", Model: "m"},
+		{Name: "a", BaseURL: "https://x/v1"},
+	} {
+		_, err := New(c)
+		assert.ErrorIs(t, err, ErrInvalidConfig, "%+v", c)
+	}
+}
+
+func TestParseSpecReadsTheKeyFromTheEnvironment(t *testing.T) {
+	env := map[string]string{"UP_KEY": "sk-from-env"}
+	cfg, err := ParseSpec("name=up,url=https://up.example/v1,model=m1,key-env=UP_KEY,header-timeout=5s", func(k string) string { return env[k] })
+	require.NoError(t, err)
+	assert.Equal(t, Config{Name: "up", BaseURL: "https://up.example/v1", Model: "m1", APIKey: "sk-from-env", ResponseHeaderTimeout: 5 * time.Second}, cfg)
+	_, err = ParseSpec("name=up,url=https://up.example/v1,model=m1,key-env=MISSING", func(string) string { return "" })
+	assert.ErrorIs(t, err, ErrInvalidConfig, "a named but empty key variable is an error at start, not a 401 later")
+	_, err = ParseSpec("name=up,key=sk-literal", func(string) string { return "" })
+	assert.ErrorIs(t, err, ErrInvalidConfig, "keys are never accepted on the command line")
+}
