@@ -10,7 +10,7 @@ LAB          ?=
 K            ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help run test ci lint vet fmt-check tidy-check stress stress-short bench integration checklist \
+.PHONY: help run test ci lint vet fmt-check tidy-check stress stress-short bench bench-http integration checklist \
         progress hint watch verify grade tools clean \
         lab-01 lab-02 lab-03 lab-04 lab-05 lab-06 lab-07 lab-08
 
@@ -93,6 +93,9 @@ integration: $(LABCTL) ## real-Redis tests with REDIS_INTEGRATION_REQUIRED=1; a 
 checklist: ## run every test checklist/PRODUCTION_READINESS.md names
 	@tests=$$(grep -o 'Test[A-Za-z0-9]*' checklist/PRODUCTION_READINESS.md | sort -u | paste -sd'|' -); \
 	$(GO) test -race -count=1 -run "^($$tests)$$" ./solutions/... ./internal/...
+
+bench-http: ## production_app vs a bare reverse proxy, wrk, interleaved (about 2 minutes)
+	scripts/bench-http.sh
 
 bench: ## every benchmark, with allocations
 	$(GO) test -run '^$$' -bench . -benchmem ./solutions/...
