@@ -92,7 +92,7 @@ func proxy(ctx context.Context, args []string) error {
 	}
 	rp := httputil.NewSingleHostReverseProxy(u)
 	rp.Transport = &http.Transport{MaxIdleConns: 256, MaxIdleConnsPerHost: 64, IdleConnTimeout: 90 * time.Second}
-	rp.FlushInterval = -1 // flush streams at once, as the gateway does
+	rp.FlushInterval = -1                    // flush streams at once, as the gateway does
 	rp.ErrorLog = log.New(io.Discard, "", 0) // wrk hanging up at the end of a run is not news
 	return serve(ctx, *addr, rp)
 }
