@@ -34,6 +34,21 @@ type Request struct {
 	Tenant   string // who is asking: the rate-limit key
 	Provider string // pinned provider name; "" means any healthy one
 	Prompt   string
+	// Route, if set (and Provider is not), replaces the provider priority
+	// order for this request: the targets are tried in order, each asking
+	// its provider for its own upstream model. The HTTP layer's route table
+	// fills it from the public model name.
+	Route []Target
+	// Model is the upstream model the provider should ask for; the gateway
+	// sets it from the route's target for each attempt. "" means the
+	// provider's own default.
+	Model string
+}
+
+// Target is one step of a route: a provider and the upstream model to ask it for.
+type Target struct {
+	Provider string
+	Model    string
 }
 
 // Completion is a provider's answer.
@@ -152,6 +167,8 @@ type Gateway struct {
 	inflight  *drain.Drainer
 	calls     *bridge.Bridge
 	obs       Observer
+	// defaultRoute is every provider in priority order, each with its own model.
+	defaultRoute []Target
 }
 
 // New validates cfg and returns a Gateway over providers, in priority order.
@@ -202,6 +219,7 @@ func New(cfg Config, providers ...Provider) (*Gateway, error) {
 			return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 		}
 		g.breakers[name] = b
+		g.defaultRoute = append(g.defaultRoute, Target{Provider: name})
 	}
 	return g, nil
 }

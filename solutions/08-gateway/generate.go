@@ -28,11 +28,13 @@ func (g *Gateway) Generate(ctx context.Context, req Request) (Response, error) {
 		last   string // the provider that failed last: the next attempt starts after it
 	)
 	attempts, err := timeouts.Do(ctx, g.policy(pinned != nil, g.cfg.AttemptTimeout), func(ctx context.Context, attempt int) error {
-		p, done, err := g.pick(pinned, last)
+		p, model, done, err := g.pick(pinned, req.Route, last)
 		if err != nil {
 			return err
 		}
 		start := time.Now()
+		req := req
+		req.Model = model
 		c, err := g.call(ctx, p, req)
 		g.obs.Attempt(p.Name(), attempt, time.Since(start), err)
 		done(err)
@@ -92,6 +94,11 @@ func (g *Gateway) check(req Request) (pinned Provider, err error) {
 	if req.Tenant == "" || req.Prompt == "" {
 		return nil, fmt.Errorf("%w: tenant and prompt are required", ErrInvalidRequest)
 	}
+	for _, t := range req.Route {
+		if g.provider(t.Provider) == nil {
+			return nil, fmt.Errorf("%w: route target %q (have %v)", ErrUnknownProvider, t.Provider, g.Providers())
+		}
+	}
 	if req.Provider == "" {
 		return nil, nil
 	}
@@ -123,28 +130,34 @@ func (g *Gateway) call(ctx context.Context, p Provider, req Request) (Completion
 	})
 }
 
-// pick chooses the provider for one attempt and returns its breaker's done.
-func (g *Gateway) pick(pinned Provider, after string) (Provider, func(error), error) {
+// pick chooses the provider (and upstream model) for one attempt and
+// returns its breaker's done. Pinned: that provider or nothing. Otherwise the
+// route's targets, or every provider in priority order, starting after the
+// one that failed last, skipping any whose breaker refuses.
+func (g *Gateway) pick(pinned Provider, route []Target, after string) (Provider, string, func(error), error) {
 	if pinned != nil {
 		done, err := g.breakers[pinned.Name()].Allow()
 		if err != nil {
-			return nil, nil, timeouts.Permanent(fmt.Errorf("%w: pinned provider %s: %w", ErrNoHealthyProvider, pinned.Name(), err))
+			return nil, "", nil, timeouts.Permanent(fmt.Errorf("%w: pinned provider %s: %w", ErrNoHealthyProvider, pinned.Name(), err))
 		}
-		return pinned, done, nil
+		return pinned, "", done, nil
+	}
+	if len(route) == 0 {
+		route = g.defaultRoute
 	}
 	start := 0
-	for i, p := range g.providers {
-		if p.Name() == after {
+	for i, t := range route {
+		if t.Provider == after {
 			start = i + 1
 		}
 	}
-	for i := range g.providers {
-		p := g.providers[(start+i)%len(g.providers)]
-		if done, err := g.breakers[p.Name()].Allow(); err == nil {
-			return p, done, nil
+	for i := range route {
+		t := route[(start+i)%len(route)]
+		if done, err := g.breakers[t.Provider].Allow(); err == nil {
+			return g.provider(t.Provider), t.Model, done, nil
 		}
 	}
-	return nil, nil, fmt.Errorf("%w: all %d providers' breakers are open", ErrNoHealthyProvider, len(g.providers))
+	return nil, "", nil, fmt.Errorf("%w: all %d providers' breakers are open", ErrNoHealthyProvider, len(route))
 }
 
 func (g *Gateway) provider(name string) Provider {

@@ -65,11 +65,13 @@ func (g *Gateway) Stream(ctx context.Context, req Request, limits StreamLimits, 
 	// No per-attempt timeout: a healthy stream may run long. The watchdog
 	// below bounds the silence instead, and TotalTimeout bounds the whole.
 	attempts, err := timeouts.Do(ctx, g.policy(pinned != nil, 0), func(ctx context.Context, attempt int) error {
-		p, done, err := g.pick(pinned, last)
+		p, model, done, err := g.pick(pinned, req.Route, last)
 		if err != nil {
 			return err
 		}
 		start := time.Now()
+		req := req
+		req.Model = model
 		c, sent, err := g.streamOnce(ctx, p, req, limits, emit)
 		firstByte = firstByte || sent
 		g.obs.Attempt(p.Name(), attempt, time.Since(start), err)

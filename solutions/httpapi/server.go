@@ -42,6 +42,17 @@ type Options struct {
 	MaxBodyBytes int64 // request bodies larger than this get 413
 	Stream       gateway.StreamLimits
 	TenantHeader string // default "X-Tenant-ID"
+	// Routes are public model names, each an ordered list of (provider,
+	// upstream model) targets: the primary first, then fallbacks. "auto"
+	// (every provider in priority order) and each provider's own name
+	// (pinned, no fallback) are always there too.
+	Routes []Route
+}
+
+// Route is one public model name and the targets behind it.
+type Route struct {
+	Name    string
+	Targets []gateway.Target
 }
 
 // Server serves the gateway over HTTP.
@@ -234,10 +245,17 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
 }
 
 // route maps a public model name to the request: "auto" (or none) means any
-// healthy provider; a provider's name pins it.
+// healthy provider; a route's name means its targets, in order; a
+// provider's name pins it.
 func (s *Server) route(w http.ResponseWriter, model string, req *gateway.Request) bool {
 	if model == "" || model == AutoModel {
 		return true
+	}
+	for _, r := range s.opts.Routes {
+		if r.Name == model {
+			req.Route = r.Targets
+			return true
+		}
 	}
 	for _, p := range s.opts.Gateway.Providers() {
 		if p == model {
@@ -328,6 +346,9 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) models(w http.ResponseWriter, _ *http.Request) {
 	list := modelList{Object: "list", Data: []modelEntry{{ID: AutoModel, Object: "model", OwnedBy: "gateway"}}}
+	for _, r := range s.opts.Routes {
+		list.Data = append(list.Data, modelEntry{ID: r.Name, Object: "model", OwnedBy: "gateway"})
+	}
 	for _, p := range s.opts.Gateway.Providers() {
 		list.Data = append(list.Data, modelEntry{ID: p, Object: "model", OwnedBy: p})
 	}

@@ -305,6 +305,22 @@ func TestGenerateEndpointReportsAttemptsAndQueueWait(t *testing.T) {
 	})
 }
 
+func TestRouteTableMapsAPublicNameToTargetsInOrder(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		alpha := simProvider(t, sim.Config{Name: "alpha", ErrorRate: 1}) // the primary is down
+		beta := simProvider(t, sim.Config{Name: "beta"})
+		r := newRig(t, baseConfig(), alpha, beta)
+		r.srv.opts.Routes = []Route{{Name: "chat", Targets: []gateway.Target{{Provider: "alpha", Model: "alpha-large"}, {Provider: "beta", Model: "beta-small"}}}}
+		rec := r.do(http.MethodPost, "/v1/chat/completions", `{"model":"chat","messages":[{"role":"user","content":"hi"}]}`)
+		require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
+		var resp chatResponse
+		require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &resp))
+		assert.Equal(t, "beta-small", resp.Model, "the fallback target answered, and the response says which upstream model it was")
+		models := r.do(http.MethodGet, "/v1/models", "")
+		assert.Contains(t, models.Body.String(), `"id":"chat"`, "/v1/models lists the route's public name")
+	})
+}
+
 func TestModelsListsPublicNames(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		r := newRig(t, baseConfig(), simProvider(t, sim.Config{Name: "alpha"}), simProvider(t, sim.Config{Name: "beta"}))

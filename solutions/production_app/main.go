@@ -57,6 +57,8 @@ type config struct {
 	logLevel                              string
 	providers                             []string
 	upstreams                             []string
+	routes                                []string
+	routesFile                            string
 }
 
 // parseConfig reads flags, each of which may also come from the environment
@@ -90,6 +92,9 @@ func parseConfig(args []string, stderr io.Writer) (config, error) {
 		func(v string) error { c.providers = append(c.providers, v); return nil })
 	fs.Func("upstream", "an OpenAI-compatible upstream, repeatable, tried before simulated providers: name=up,url=https://host/v1,model=small-1,key-env=UP_API_KEY (the key is read from that environment variable, never from a flag)",
 		func(v string) error { c.upstreams = append(c.upstreams, v); return nil })
+	fs.Func("route", "a public model name and its targets in order, repeatable: chat=alpha:alpha-large,beta:beta-small (\"auto\" and each provider's name always exist)",
+		func(v string) error { c.routes = append(c.routes, v); return nil })
+	fs.StringVar(&c.routesFile, "routes", "", "JSON route table `file`: {\"routes\":[{\"model\":\"chat\",\"targets\":[{\"provider\":\"alpha\",\"model\":\"alpha-large\"}]}]}")
 	fs.Usage = func() {
 		fmt.Fprintf(fs.Output(), "usage: production_app [flags]\n\nThe reference AI gateway. Every flag can also be set as GATEWAY_<FLAG> in the environment\n(upper case, dashes as underscores, e.g. GATEWAY_MAX_CONCURRENT=64); a command-line flag wins.\n\nflags:\n")
 		fs.PrintDefaults()
@@ -183,12 +188,18 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, ln net.Li
 		return 2
 	}
 	metrics.InitProviders(gw.Providers())
+	routes, err := loadRoutes(c.routesFile, c.routes, gw.Providers())
+	if err != nil {
+		fmt.Fprintln(stderr, "production_app:", err)
+		return 2
+	}
 
 	d := drain.New()
 	api := httpapi.New(httpapi.Options{
 		Gateway: gw, Drainer: d, Metrics: metrics, Logger: log, MaxBodyBytes: c.maxBody,
 		MetricsPage: promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}),
 		Stream:      gateway.StreamLimits{FirstToken: c.firstToken, Idle: c.idle},
+		Routes:      routes,
 	})
 	if ln == nil {
 		if ln, err = net.Listen("tcp", c.addr); err != nil {

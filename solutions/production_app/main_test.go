@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -149,6 +150,23 @@ func TestProxiesToAnOpenAICompatibleUpstream(t *testing.T) {
 	assert.Contains(t, body, "from upstream")
 	assert.Contains(t, body, `"model":"up-model-7"`)
 	assert.NotContains(t, a.stderr.String()+a.stdout.String(), "sk-upstream", "secrets are never logged")
+}
+
+func TestRouteTableFromFlagsAndFile(t *testing.T) {
+	file := t.TempDir() + "/routes.json"
+	require.NoError(t, os.WriteFile(file, []byte(`{"routes":[{"model":"cheap","targets":[{"provider":"beta","model":"beta-mini"}]}]}`), 0o644))
+	a := start(t, "-readiness-delay=0", "-provider", "name=alpha,latency=1ms,error-rate=1", "-provider", "name=beta,latency=1ms",
+		"-route", "chat=alpha:alpha-large,beta:beta-small", "-routes", file)
+	code, body := post(t, a.url+"/v1/chat/completions", `{"model":"chat","messages":[{"role":"user","content":"hi"}]}`)
+	require.Equal(t, http.StatusOK, code, body)
+	assert.Contains(t, body, `"model":"beta-small"`, "alpha is down: the route's fallback answered with its upstream model")
+	code, body = post(t, a.url+"/v1/chat/completions", `{"model":"cheap","messages":[{"role":"user","content":"hi"}]}`)
+	require.Equal(t, http.StatusOK, code, body)
+	assert.Contains(t, body, `"model":"beta-mini"`)
+
+	var out, errOut syncBuffer
+	assert.Equal(t, 2, run(t.Context(), []string{"-route", "chat=gamma"}, &out, &errOut, nil))
+	assert.Contains(t, errOut.String(), `unknown provider "gamma"`)
 }
 
 func TestBadFlagsAreClearErrors(t *testing.T) {

@@ -179,7 +179,7 @@ func (p *Provider) Generate(ctx context.Context, req gateway.Request) (gateway.C
 	if len(r.Choices) == 0 {
 		return gateway.Completion{}, fmt.Errorf("%w: %s: no choices", ErrMalformed, p.cfg.Name)
 	}
-	return gateway.Completion{Text: r.Choices[0].Message.Content, Model: modelOr(r.Model, p.cfg.Model)}, nil
+	return gateway.Completion{Text: r.Choices[0].Message.Content, Model: modelOr(r.Model, modelOr(req.Model, p.cfg.Model))}, nil
 }
 
 // Stream asks for a streamed answer and relays each content delta to emit.
@@ -191,7 +191,7 @@ func (p *Provider) Stream(ctx context.Context, req gateway.Request, emit func(st
 		return gateway.Completion{}, err
 	}
 	defer resp.Body.Close()
-	model := p.cfg.Model
+	model := modelOr(req.Model, p.cfg.Model)
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
@@ -232,7 +232,7 @@ func (p *Provider) Stream(ctx context.Context, req gateway.Request, emit func(st
 // post sends the request and turns every non-2xx answer into an error of
 // the right kind; on success the caller owns resp.Body.
 func (p *Provider) post(ctx context.Context, req gateway.Request, stream bool) (*http.Response, error) {
-	body, err := json.Marshal(request{Model: p.cfg.Model, Messages: []message{{Role: "user", Content: req.Prompt}}, Stream: stream})
+	body, err := json.Marshal(request{Model: modelOr(req.Model, p.cfg.Model), Messages: []message{{Role: "user", Content: req.Prompt}}, Stream: stream})
 	if err != nil {
 		return nil, err
 	}

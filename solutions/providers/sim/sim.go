@@ -162,7 +162,11 @@ func (p *Provider) Stream(ctx context.Context, req gateway.Request, emit func(st
 			return gateway.Completion{}, err
 		}
 	}
-	return gateway.Completion{Model: p.cfg.Model}, nil
+	model := p.cfg.Model
+	if req.Model != "" {
+		model = req.Model // a route asked for a specific upstream model
+	}
+	return gateway.Completion{Model: model}, nil
 }
 
 // draw picks this call's latency and failure (if any) from the seeded source.
