@@ -3,6 +3,8 @@ package httpapi
 import (
 	"context"
 	"errors"
+	"net"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -18,6 +20,7 @@ type Metrics struct {
 	attempts        *prometheus.CounterVec
 	attemptDuration *prometheus.HistogramVec
 	retries         *prometheus.CounterVec
+	failures        *prometheus.CounterVec
 	breakerState    *prometheus.GaugeVec
 	transitions     *prometheus.CounterVec
 	timeouts        *prometheus.CounterVec
@@ -58,6 +61,9 @@ func NewMetrics(reg prometheus.Registerer, g Gauges) *Metrics {
 		retries: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "gateway_provider_retries_total", Help: "Attempts after the first, by the provider they went to.",
 		}, []string{"provider"}),
+		failures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "gateway_provider_failures_total", Help: "Failed provider calls by provider and reason: timeout, rate_limited, server_error, client_error, connection, cancelled, other.",
+		}, []string{"provider", "reason"}),
 		breakerState: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "gateway_breaker_state", Help: "Circuit breaker state by provider: 0 closed, 1 open, 2 half-open.",
 		}, []string{"provider"}),
@@ -75,7 +81,7 @@ func NewMetrics(reg prometheus.Registerer, g Gauges) *Metrics {
 		}, []string{"outcome"}),
 	}
 	reg.MustRegister(m.requests, m.duration, m.queueWait, m.rejections, m.attempts, m.attemptDuration,
-		m.retries, m.breakerState, m.transitions, m.timeouts, m.cancellations, m.late)
+		m.retries, m.failures, m.breakerState, m.transitions, m.timeouts, m.cancellations, m.late)
 	if g.InFlight != nil {
 		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "gateway_requests_in_flight", Help: "Admitted requests holding a concurrency slot.",
@@ -109,9 +115,34 @@ func (m *Metrics) Attempt(provider string, attempt int, took time.Duration, err 
 	if attempt > 1 {
 		m.retries.WithLabelValues(provider).Inc()
 	}
+	if err != nil {
+		m.failures.WithLabelValues(provider, failureReason(err)).Inc()
+	}
 	if errors.Is(err, context.DeadlineExceeded) {
 		m.timeouts.WithLabelValues("attempt").Inc()
 	}
+}
+
+// failureReason buckets a provider error for the failures metric; the next
+// attempt (a retry, or a fail-over to the next provider) happened because of it.
+func failureReason(err error) string {
+	var sc statusCoder
+	var netErr net.Error
+	switch {
+	case errors.Is(err, context.DeadlineExceeded):
+		return "timeout"
+	case errors.Is(err, context.Canceled):
+		return "cancelled"
+	case errors.As(err, &sc) && sc.StatusCode() == 429:
+		return "rate_limited"
+	case errors.As(err, &sc) && sc.StatusCode() >= 500:
+		return "server_error"
+	case errors.As(err, &sc) && sc.StatusCode() >= 400:
+		return "client_error"
+	case errors.As(err, &netErr), strings.Contains(err.Error(), "connection reset"):
+		return "connection"
+	}
+	return "other"
 }
 
 // BreakerChanged implements gateway.Observer.

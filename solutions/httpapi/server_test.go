@@ -118,6 +118,9 @@ func TestFallbackIsVisibleInTheModelField(t *testing.T) {
 		var resp chatResponse
 		require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &resp))
 		assert.Equal(t, "beta-large", resp.Model, "a caller (and a cost dashboard) can see the fallback served the request")
+		page := r.do(http.MethodGet, "/metrics", "").Body.String()
+		assert.Contains(t, page, `gateway_provider_failures_total{provider="alpha",reason="server_error"} 1`, "the failure that caused the fail-over is counted by reason")
+		assert.Contains(t, page, `gateway_provider_retries_total{provider="beta"} 1`, "and the retry by the provider it went to")
 	})
 }
 
