@@ -29,6 +29,14 @@ type RetryAfterer interface {
 	RetryAfter() time.Duration
 }
 
+// Immediate is implemented by errors after which the next attempt should
+// start at once, without a backoff — a fail-over to a different route,
+// where waiting would only add latency. An extension used by the gateway;
+// the exercise does not require it.
+type Immediate interface {
+	RetryImmediately() bool
+}
+
 // Do calls op until it succeeds, fails permanently, runs out of attempts, or
 // runs out of time, and returns how many attempts it made. attempt is 1-based.
 //
@@ -75,6 +83,9 @@ func Do(ctx context.Context, p Policy, op func(ctx context.Context, attempt int)
 		var ra RetryAfterer
 		if errors.As(last, &ra) {
 			wait = max(wait, ra.RetryAfter())
+		}
+		if im := Immediate(nil); errors.As(last, &im) && im.RetryImmediately() {
+			wait = 0
 		}
 		if deadline, ok := ctx.Deadline(); ok && time.Until(deadline) < wait {
 			// Sleeping would end past the deadline; the attempt after it

@@ -27,6 +27,7 @@ func (g *Gateway) Generate(ctx context.Context, req Request) (Response, error) {
 		used   string
 		last   string // the provider that failed last: the next attempt starts after it
 	)
+	callerCtx := ctx
 	attempts, err := timeouts.Do(ctx, g.policy(pinned != nil, g.cfg.AttemptTimeout), func(ctx context.Context, attempt int) error {
 		p, model, done, err := g.pick(pinned, req.Route, last)
 		if err != nil {
@@ -40,7 +41,7 @@ func (g *Gateway) Generate(ctx context.Context, req Request) (Response, error) {
 		done(err)
 		if err != nil {
 			last = p.Name()
-			return err
+			return failOverNow(callerCtx, err)
 		}
 		answer, used = c, p.Name()
 		return nil
@@ -119,6 +120,25 @@ func (g *Gateway) policy(pinned bool, attemptTimeout time.Duration) timeouts.Pol
 		p.MaxAttempts = 1
 	}
 	return p
+}
+
+// silentRoute wraps an attempt that ran out of its own time with no answer:
+// the next attempt fails over to the next provider at once, because waiting
+// before retrying a silent route only multiplies the wait.
+type silentRoute struct{ err error }
+
+func (s silentRoute) Error() string          { return s.err.Error() }
+func (s silentRoute) Unwrap() error          { return s.err }
+func (s silentRoute) RetryImmediately() bool { return true }
+
+// failOverNow marks err as a silent route when a deadline ended the attempt
+// but the caller is still waiting. (If the request's total deadline ended
+// it, the retry loop stops anyway.)
+func failOverNow(callerCtx context.Context, err error) error {
+	if errors.Is(err, context.DeadlineExceeded) && callerCtx.Err() == nil {
+		return silentRoute{err}
+	}
+	return err
 }
 
 // call runs one provider attempt through the bridge: if the provider ignores

@@ -211,6 +211,20 @@ func TestSilentUpstreamTimesOutInsteadOfHanging(t *testing.T) {
 	})
 }
 
+func TestSilentProviderIsFailedOverAtOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		cfg := baseConfig()
+		cfg.BaseBackoff, cfg.MaxBackoff = time.Second, time.Second
+		r := newRig(t, cfg, silent{"alpha"}, simProvider(t, sim.Config{Name: "beta"}))
+		start := time.Now()
+		rec := r.do(http.MethodPost, "/v1/generate", `{"prompt":"hi"}`)
+		require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
+		assert.Contains(t, rec.Body.String(), `"provider":"beta"`)
+		assert.Equal(t, 2*time.Second, time.Since(start),
+			"alpha said nothing for its whole 2 s attempt: the fail-over to beta starts at once, with no backoff on top")
+	})
+}
+
 func TestDeadlineIs504WithinTheBudget(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		r := newRig(t, baseConfig(), silent{"alpha"})
