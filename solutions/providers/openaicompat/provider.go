@@ -25,6 +25,7 @@ import (
 	"time"
 
 	gateway "github.com/production-go/gateway-lab/solutions/08-gateway"
+	"github.com/production-go/gateway-lab/solutions/providers/spec"
 )
 
 var (
@@ -307,13 +308,9 @@ func modelOr(got, fallback string) string {
 //
 // The API key is never on the command line: key-env names the environment
 // variable that holds it, read through getenv.
-func ParseSpec(spec string, getenv func(string) string) (Config, error) {
+func ParseSpec(s string, getenv func(string) string) (Config, error) {
 	var cfg Config
-	for _, field := range strings.Split(spec, ",") {
-		k, v, ok := strings.Cut(strings.TrimSpace(field), "=")
-		if !ok {
-			return Config{}, fmt.Errorf("%w: %q: want key=value", ErrInvalidConfig, field)
-		}
+	err := spec.Each(s, func(k, v string) error {
 		var err error
 		switch k {
 		case "name":
@@ -324,18 +321,19 @@ func ParseSpec(spec string, getenv func(string) string) (Config, error) {
 			cfg.Model = v
 		case "key-env":
 			if cfg.APIKey = getenv(v); cfg.APIKey == "" {
-				return Config{}, fmt.Errorf("%w: key-env=%s: that environment variable is empty or unset", ErrInvalidConfig, v)
+				return errors.New("that environment variable is empty or unset")
 			}
 		case "dial-timeout":
 			cfg.DialTimeout, err = time.ParseDuration(v)
 		case "header-timeout":
 			cfg.ResponseHeaderTimeout, err = time.ParseDuration(v)
 		default:
-			return Config{}, fmt.Errorf("%w: unknown field %q (want name, url, model, key-env, dial-timeout, header-timeout)", ErrInvalidConfig, k)
+			return errors.New("unknown field (want name, url, model, key-env, dial-timeout, header-timeout)")
 		}
-		if err != nil {
-			return Config{}, fmt.Errorf("%w: %s=%s: %v", ErrInvalidConfig, k, v, err)
-		}
+		return err
+	})
+	if err != nil {
+		return Config{}, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
 	return cfg, nil
 }

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	gateway "github.com/production-go/gateway-lab/solutions/08-gateway"
+	"github.com/production-go/gateway-lab/solutions/providers/spec"
 )
 
 // Failure kinds a simulated call can produce.
@@ -222,13 +223,9 @@ func sleep(ctx context.Context, d time.Duration) error {
 //	name=alpha,latency=80ms,jitter=40ms,chunk-delay=15ms,error-rate=0.05,errors=500|429,outage=30s-60s,seed=7
 //
 // Every field but name is optional; outage may repeat.
-func Parse(spec string) (Config, error) {
+func Parse(s string) (Config, error) {
 	var cfg Config
-	for _, field := range strings.Split(spec, ",") {
-		k, v, ok := strings.Cut(strings.TrimSpace(field), "=")
-		if !ok {
-			return Config{}, fmt.Errorf("%w: %q: want key=value", ErrInvalidConfig, field)
-		}
+	err := spec.Each(s, func(k, v string) error {
 		var err error
 		switch k {
 		case "name":
@@ -252,7 +249,7 @@ func Parse(spec string) (Config, error) {
 		case "outage":
 			from, to, ok := strings.Cut(v, "-")
 			if !ok {
-				return Config{}, fmt.Errorf("%w: outage %q: want start-end, e.g. 30s-60s", ErrInvalidConfig, v)
+				return errors.New("want start-end, e.g. 30s-60s")
 			}
 			var w Window
 			if w.Start, err = time.ParseDuration(from); err == nil {
@@ -260,14 +257,15 @@ func Parse(spec string) (Config, error) {
 			}
 			cfg.Outages = append(cfg.Outages, w)
 		default:
-			return Config{}, fmt.Errorf("%w: unknown field %q (want name, model, latency, jitter, chunk-delay, error-rate, errors, retry-after, outage, seed)", ErrInvalidConfig, k)
+			return errors.New("unknown field (want name, model, latency, jitter, chunk-delay, error-rate, errors, retry-after, outage, seed)")
 		}
-		if err != nil {
-			return Config{}, fmt.Errorf("%w: %s=%s: %v", ErrInvalidConfig, k, v, err)
-		}
+		return err
+	})
+	if err != nil {
+		return Config{}, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
 	if cfg.Name == "" {
-		return Config{}, fmt.Errorf("%w: %q has no name=", ErrInvalidConfig, spec)
+		return Config{}, fmt.Errorf("%w: %q has no name=", ErrInvalidConfig, s)
 	}
 	return cfg, nil
 }
