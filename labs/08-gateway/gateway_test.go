@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
+	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -394,10 +396,17 @@ func TestProviderIgnoringItsContextDoesNotHoldTheRequest(t *testing.T) {
 	})
 }
 
+// topOfRange is a jitter source pinned to the top of its range, so a
+// backoff takes (almost exactly) its cap.
+type topOfRange struct{}
+
+func (topOfRange) Uint64() uint64 { return math.MaxUint64 }
+
 func TestCallerCancellationStopsRetries(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		cfg := config(nil)
 		cfg.BaseBackoff, cfg.MaxBackoff = 5*time.Second, 5*time.Second
+		cfg.Rand = rand.New(topOfRange{}) // the backoff is ~5 s: the cancel at 100 ms lands inside it
 		alpha := failing("alpha")
 		g := newGateway(t, cfg, alpha)
 		defer closeGateway(t, g)
