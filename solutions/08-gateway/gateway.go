@@ -55,6 +55,13 @@ type Target struct {
 type Completion struct {
 	Text  string
 	Model string // the upstream model that answered, if the provider knows
+	Usage *Usage // token counts as the upstream reported them; nil if it did not
+}
+
+// Usage is an upstream's token accounting, passed through so a cost
+// dashboard sees what was actually billed (and by which model).
+type Usage struct {
+	PromptTokens, CompletionTokens, TotalTokens int
 }
 
 // Provider generates completions. Generate should honour ctx; one that does
@@ -69,6 +76,7 @@ type Response struct {
 	Provider string // the provider that answered
 	Model    string
 	Text     string
+	Usage    *Usage // as the answering upstream reported it; nil if it did not
 	Attempts int
 	// QueueWait is the time spent waiting for a slot.
 	QueueWait time.Duration

@@ -46,7 +46,7 @@ func (g *Gateway) Generate(ctx context.Context, req Request) (Response, error) {
 		answer, used = c, p.Name()
 		return nil
 	})
-	resp := Response{Provider: used, Model: answer.Model, Text: answer.Text, Attempts: attempts,
+	resp := Response{Provider: used, Model: answer.Model, Text: answer.Text, Usage: answer.Usage, Attempts: attempts,
 		QueueWait: a.ticket.QueueWait, Latency: time.Since(a.at)}
 	if err != nil {
 		return resp, err

@@ -86,7 +86,7 @@ func (g *Gateway) Stream(ctx context.Context, req Request, limits StreamLimits, 
 		answer, used = c, p.Name()
 		return nil
 	})
-	return Response{Provider: used, Model: answer.Model, Text: answer.Text, Attempts: attempts,
+	return Response{Provider: used, Model: answer.Model, Text: answer.Text, Usage: answer.Usage, Attempts: attempts,
 		QueueWait: a.ticket.QueueWait, Latency: time.Since(a.at)}, err
 }
 

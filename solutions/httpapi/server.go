@@ -240,7 +240,7 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, chatResponse{
 		ID: "chatcmpl-" + newID(), Object: "chat.completion", Created: time.Now().Unix(), Model: resp.Model,
 		Choices: []chatChoice{{Message: &chatMessage{Role: "assistant", Content: resp.Text}, FinishReason: &stop}},
-		Usage:   countUsage(greq.Prompt, resp.Text),
+		Usage:   usageOf(resp.Usage, greq.Prompt, resp.Text),
 	})
 }
 
@@ -318,7 +318,7 @@ func (s *Server) streamChat(w http.ResponseWriter, r *http.Request, req gateway.
 	final := chatResponse{ID: id, Object: "chat.completion.chunk", Created: created, Model: resp.Model,
 		Choices: []chatChoice{{Delta: &chatMessage{}, FinishReason: &stop}}}
 	if includeUsage {
-		final.Usage = countUsage(req.Prompt, text.String())
+		final.Usage = usageOf(resp.Usage, req.Prompt, text.String())
 	}
 	if send(final) == nil {
 		_, _ = io.WriteString(w, "data: [DONE]\n\n")
@@ -417,9 +417,13 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	_ = json.NewEncoder(w).Encode(v)
 }
 
-// countUsage approximates tokens by words: the simulated providers have no
-// tokenizer. Real upstreams' usage is passed through by their provider.
-func countUsage(prompt, answer string) *usage {
+// usageOf passes the upstream's own token counts through when it reported
+// them, and otherwise approximates tokens by words (the simulated providers
+// have no tokenizer).
+func usageOf(u *gateway.Usage, prompt, answer string) *usage {
+	if u != nil {
+		return &usage{PromptTokens: u.PromptTokens, CompletionTokens: u.CompletionTokens, TotalTokens: u.TotalTokens}
+	}
 	p, c := len(strings.Fields(prompt)), len(strings.Fields(answer))
 	return &usage{PromptTokens: p, CompletionTokens: c, TotalTokens: p + c}
 }

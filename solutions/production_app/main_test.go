@@ -140,7 +140,7 @@ func TestSIGTERMDrainsInFlightRequests(t *testing.T) {
 func TestProxiesToAnOpenAICompatibleUpstream(t *testing.T) {
 	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		assert.Equal(t, "Bearer sk-upstream", r.Header.Get("Authorization"), "the key comes from the environment")
-		_, _ = io.WriteString(w, `{"model":"up-model-7","choices":[{"message":{"role":"assistant","content":"from upstream"}}]}`)
+		_, _ = io.WriteString(w, `{"model":"up-model-7","choices":[{"message":{"role":"assistant","content":"from upstream"}}],"usage":{"prompt_tokens":40,"completion_tokens":2,"total_tokens":42}}`)
 	}))
 	defer up.Close()
 	t.Setenv("TEST_UP_KEY", "sk-upstream")
@@ -149,6 +149,7 @@ func TestProxiesToAnOpenAICompatibleUpstream(t *testing.T) {
 	require.Equal(t, http.StatusOK, code, body)
 	assert.Contains(t, body, "from upstream")
 	assert.Contains(t, body, `"model":"up-model-7"`)
+	assert.Contains(t, body, `"total_tokens":42`, "the upstream's usage is passed through, not re-estimated")
 	assert.NotContains(t, a.stderr.String()+a.stdout.String(), "sk-upstream", "secrets are never logged")
 }
 

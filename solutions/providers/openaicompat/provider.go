@@ -120,9 +120,27 @@ type message struct {
 }
 
 type request struct {
-	Model    string    `json:"model"`
-	Messages []message `json:"messages"`
-	Stream   bool      `json:"stream,omitempty"`
+	Model         string         `json:"model"`
+	Messages      []message      `json:"messages"`
+	Stream        bool           `json:"stream,omitempty"`
+	StreamOptions *streamOptions `json:"stream_options,omitempty"`
+}
+
+type streamOptions struct {
+	IncludeUsage bool `json:"include_usage"`
+}
+
+type usage struct {
+	PromptTokens     int `json:"prompt_tokens"`
+	CompletionTokens int `json:"completion_tokens"`
+	TotalTokens      int `json:"total_tokens"`
+}
+
+func (u *usage) gateway() *gateway.Usage {
+	if u == nil {
+		return nil
+	}
+	return &gateway.Usage{PromptTokens: u.PromptTokens, CompletionTokens: u.CompletionTokens, TotalTokens: u.TotalTokens}
 }
 
 type response struct {
@@ -131,6 +149,7 @@ type response struct {
 		Message message `json:"message"`
 		Delta   message `json:"delta"`
 	} `json:"choices"`
+	Usage *usage    `json:"usage"`
 	Error *apiError `json:"error"`
 }
 
@@ -180,7 +199,7 @@ func (p *Provider) Generate(ctx context.Context, req gateway.Request) (gateway.C
 	if len(r.Choices) == 0 {
 		return gateway.Completion{}, fmt.Errorf("%w: %s: no choices", ErrMalformed, p.cfg.Name)
 	}
-	return gateway.Completion{Text: r.Choices[0].Message.Content, Model: modelOr(r.Model, modelOr(req.Model, p.cfg.Model))}, nil
+	return gateway.Completion{Text: r.Choices[0].Message.Content, Model: modelOr(r.Model, modelOr(req.Model, p.cfg.Model)), Usage: r.Usage.gateway()}, nil
 }
 
 // Stream asks for a streamed answer and relays each content delta to emit.
@@ -193,6 +212,7 @@ func (p *Provider) Stream(ctx context.Context, req gateway.Request, emit func(st
 	}
 	defer resp.Body.Close()
 	model := modelOr(req.Model, p.cfg.Model)
+	var used *gateway.Usage
 	sc := bufio.NewScanner(resp.Body)
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
@@ -202,7 +222,7 @@ func (p *Provider) Stream(ctx context.Context, req gateway.Request, emit func(st
 		}
 		data = strings.TrimSpace(data)
 		if data == "[DONE]" {
-			return gateway.Completion{Model: model}, nil
+			return gateway.Completion{Model: model, Usage: used}, nil
 		}
 		var chunk response
 		if err := json.Unmarshal([]byte(data), &chunk); err != nil {
@@ -212,6 +232,9 @@ func (p *Provider) Stream(ctx context.Context, req gateway.Request, emit func(st
 			return gateway.Completion{Model: model}, &StatusError{Provider: p.cfg.Name, Status: http.StatusBadGateway, Code: codeString(chunk.Error.Code), Message: chunk.Error.Message}
 		}
 		model = modelOr(chunk.Model, model)
+		if chunk.Usage != nil {
+			used = chunk.Usage.gateway() // sent with the last chunk when include_usage is asked for
+		}
 		for _, c := range chunk.Choices {
 			if c.Delta.Content == "" {
 				continue
@@ -233,7 +256,11 @@ func (p *Provider) Stream(ctx context.Context, req gateway.Request, emit func(st
 // post sends the request and turns every non-2xx answer into an error of
 // the right kind; on success the caller owns resp.Body.
 func (p *Provider) post(ctx context.Context, req gateway.Request, stream bool) (*http.Response, error) {
-	body, err := json.Marshal(request{Model: modelOr(req.Model, p.cfg.Model), Messages: []message{{Role: "user", Content: req.Prompt}}, Stream: stream})
+	out := request{Model: modelOr(req.Model, p.cfg.Model), Messages: []message{{Role: "user", Content: req.Prompt}}, Stream: stream}
+	if stream {
+		out.StreamOptions = &streamOptions{IncludeUsage: true} // so usage can be passed through
+	}
+	body, err := json.Marshal(out)
 	if err != nil {
 		return nil, err
 	}

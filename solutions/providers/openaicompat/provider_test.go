@@ -41,12 +41,13 @@ func TestGenerateSendsTheRequestAndReadsTheAnswer(t *testing.T) {
 		assert.Equal(t, "Bearer sk-secret-123", r.Header.Get("Authorization"))
 		b, _ := io.ReadAll(r.Body)
 		assert.JSONEq(t, `{"model":"small-1","messages":[{"role":"user","content":"hello"}]}`, string(b))
-		_, _ = io.WriteString(w, `{"model":"small-1-2026","choices":[{"message":{"role":"assistant","content":"hi there"}}]}`)
+		_, _ = io.WriteString(w, `{"model":"small-1-2026","choices":[{"message":{"role":"assistant","content":"hi there"}}],"usage":{"prompt_tokens":9,"completion_tokens":2,"total_tokens":11}}`)
 	})
 	c, err := p.Generate(t.Context(), req)
 	require.NoError(t, err)
 	assert.Equal(t, "hi there", c.Text)
 	assert.Equal(t, "small-1-2026", c.Model, "the model that actually answered is passed on")
+	assert.Equal(t, &gateway.Usage{PromptTokens: 9, CompletionTokens: 2, TotalTokens: 11}, c.Usage, "and so is the usage it billed")
 }
 
 func TestRateLimitCarriesRetryAfter(t *testing.T) {
@@ -128,14 +129,17 @@ func TestStreamRelaysDeltasUntilDone(t *testing.T) {
 	p := upstream(t, func(w http.ResponseWriter, r *http.Request) {
 		b, _ := io.ReadAll(r.Body)
 		assert.Contains(t, string(b), `"stream":true`)
+		assert.Contains(t, string(b), `"include_usage":true`, "usage is asked for, so it can be passed through")
 		sse(w, `data: {"model":"small-1-2026","choices":[{"delta":{"role":"assistant"}}]}`,
 			`data: {"choices":[{"delta":{"content":"Hel"}}]}`, `: keep-alive comment`,
-			`data: {"choices":[{"delta":{"content":"lo"}}]}`, `data: [DONE]`)
+			`data: {"choices":[{"delta":{"content":"lo"}}]}`,
+			`data: {"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":2,"total_tokens":5}}`, `data: [DONE]`)
 	})
 	chunks, c, err := collect(t, p)
 	require.NoError(t, err)
 	assert.Equal(t, []string{"Hel", "lo"}, chunks)
 	assert.Equal(t, "small-1-2026", c.Model)
+	assert.Equal(t, 5, c.Usage.TotalTokens)
 }
 
 func TestStreamWithoutDoneIsTruncatedNotWaitedOn(t *testing.T) {
