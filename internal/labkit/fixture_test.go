@@ -17,22 +17,6 @@ import (
 // (testdata/fixture, its own module with no dependencies), copied into a
 // temporary directory so each test can break it in its own way.
 
-const solvedAdd = `// Package add is a tiny lab for testing labctl itself.
-package add
-
-// Add returns a+b.
-func Add(a, b int) int { return a + b }
-
-// Sum returns the sum of xs.
-func Sum(xs ...int) int {
-	total := 0
-	for _, x := range xs {
-		total = Add(total, x)
-	}
-	return total
-}
-`
-
 func fixture(t *testing.T) string {
 	t.Helper()
 	dst := t.TempDir()
@@ -145,7 +129,9 @@ func TestVerifyStubsRefUsesPristineStubsFromGit(t *testing.T) {
 	git("add", "-A")
 	git("commit", "-qm", "pristine")
 	// The learner solves the lab: the working tree's stub now passes.
-	write(t, root, "labs/01-add/add.go", solvedAdd)
+	solved, err := os.ReadFile(filepath.Join(root, "solutions/01-add/add.go"))
+	require.NoError(t, err)
+	write(t, root, "labs/01-add/add.go", string(solved))
 	reports, err := Verify(t.Context(), VerifyOptions{Root: root, NoRace: true, Fresh: true, SkipMutants: true, StubsRef: "HEAD"})
 	require.NoError(t, err)
 	assert.True(t, reports[0].OK(), "with --stubs-ref a solved fork still verifies: %s", problems(reports[0]))

@@ -29,18 +29,10 @@ func (g *Gateway) Generate(ctx context.Context, req Request) (Response, error) {
 	)
 	callerCtx := ctx
 	attempts, err := timeouts.Do(ctx, g.policy(pinned != nil, g.cfg.AttemptTimeout), func(ctx context.Context, attempt int) error {
-		p, model, done, err := g.pick(pinned, req.Route, last)
+		c, p, err := g.try(pinned, req, &last, attempt, func(p Provider, req Request) (Completion, error) {
+			return g.call(ctx, p, req)
+		})
 		if err != nil {
-			return err
-		}
-		start := time.Now()
-		req := req
-		req.Model = model
-		c, err := g.call(ctx, p, req)
-		g.obs.Attempt(p.Name(), attempt, time.Since(start), err)
-		done(err)
-		if err != nil {
-			last = p.Name()
 			return failOverNow(callerCtx, err)
 		}
 		answer, used = c, p.Name()
@@ -120,6 +112,28 @@ func (g *Gateway) policy(pinned bool, attemptTimeout time.Duration) timeouts.Pol
 		p.MaxAttempts = 1
 	}
 	return p
+}
+
+// try runs one attempt on the provider pick chooses, with the route
+// target's upstream model set on the request, and reports the outcome to the
+// Observer and to that provider's breaker. On failure it records the
+// provider in *last, so the next attempt starts after it. Generate and
+// Stream share it, so their attempt bookkeeping cannot drift apart.
+func (g *Gateway) try(pinned Provider, req Request, last *string, attempt int,
+	call func(Provider, Request) (Completion, error)) (Completion, Provider, error) {
+	p, model, done, err := g.pick(pinned, req.Route, *last)
+	if err != nil {
+		return Completion{}, nil, err
+	}
+	req.Model = model
+	start := time.Now()
+	c, err := call(p, req)
+	g.obs.Attempt(p.Name(), attempt, time.Since(start), err)
+	done(err)
+	if err != nil {
+		*last = p.Name()
+	}
+	return c, p, err
 }
 
 // silentRoute wraps an attempt that ran out of its own time with no answer:

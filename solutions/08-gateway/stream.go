@@ -57,30 +57,23 @@ func (g *Gateway) Stream(ctx context.Context, req Request, limits StreamLimits, 
 	pinned := a.pinned
 
 	var (
-		answer    Completion
-		used      string
-		last      string
-		firstByte bool
+		answer Completion
+		used   string
+		last   string
 	)
 	// No per-attempt timeout: a healthy stream may run long. The watchdog
 	// below bounds the silence instead, and TotalTimeout bounds the whole.
 	attempts, err := timeouts.Do(ctx, g.policy(pinned != nil, 0), func(ctx context.Context, attempt int) error {
-		p, model, done, err := g.pick(pinned, req.Route, last)
-		if err != nil {
-			return err
+		var sent bool
+		c, p, err := g.try(pinned, req, &last, attempt, func(p Provider, req Request) (Completion, error) {
+			c, s, err := g.streamOnce(ctx, p, req, limits, emit)
+			sent = s
+			return c, err
+		})
+		if err != nil && sent {
+			return timeouts.Permanent(fmt.Errorf("%w: %s: %w", ErrAfterFirstByte, p.Name(), err))
 		}
-		start := time.Now()
-		req := req
-		req.Model = model
-		c, sent, err := g.streamOnce(ctx, p, req, limits, emit)
-		firstByte = firstByte || sent
-		g.obs.Attempt(p.Name(), attempt, time.Since(start), err)
-		done(err)
 		if err != nil {
-			last = p.Name()
-			if sent {
-				return timeouts.Permanent(fmt.Errorf("%w: %s: %w", ErrAfterFirstByte, p.Name(), err))
-			}
 			return err
 		}
 		answer, used = c, p.Name()
