@@ -10,11 +10,25 @@ import (
 	"github.com/production-go/gateway-lab/solutions/03-timeouts"
 )
 
+// Chunk is one piece of a streamed answer.
+type Chunk struct {
+	// Text is the content delta: "" in a chunk that carries only a role, a
+	// tool call, a finish reason or usage.
+	Text string
+	// Model is the model answering, if the provider knows it; the gateway
+	// fills in the target's model otherwise.
+	Model string
+	// Raw is the upstream's own event data (an OpenAI chat.completion.chunk),
+	// for the HTTP layer to pass on untouched; nil from a provider that
+	// streams text.
+	Raw []byte
+}
+
 // StreamingProvider is a Provider that can stream its answer. emit sends one
 // chunk to the client; an error from emit means the client is gone.
 type StreamingProvider interface {
 	Provider
-	Stream(ctx context.Context, req Request, emit func(chunk string) error) (Completion, error)
+	Stream(ctx context.Context, req Request, emit func(Chunk) error) (Completion, error)
 }
 
 // StreamLimits bound a stream where a whole-request timeout cannot: an
@@ -42,86 +56,60 @@ var (
 
 // Stream is Generate for streamed answers: the same admission and retries,
 // with one rule more. Until the first chunk reaches emit, a failed attempt
-// may fall back to the next provider; after it, a failure ends the stream
+// may fall back to the next target; after it, a failure ends the stream
 // with an error wrapping ErrAfterFirstByte — never a silent switch to
 // another provider mid-answer. Providers that cannot stream answer in one chunk.
-func (g *Gateway) Stream(ctx context.Context, req Request, limits StreamLimits, emit func(chunk string) error) (Response, error) {
+func (g *Gateway) Stream(ctx context.Context, req Request, limits StreamLimits, emit func(Chunk) error) (Response, error) {
 	if limits.FirstToken <= 0 || limits.Idle <= 0 {
 		return Response{}, fmt.Errorf("%w: stream limits must be positive", ErrInvalidConfig)
 	}
-	a, err := g.enter(ctx, req)
-	if err != nil {
-		return Response{}, err
-	}
-	defer a.release()
-	pinned := a.pinned
-
-	var (
-		answer Completion
-		used   string
-		last   string
-	)
+	st := &streamer{limits: limits, emit: emit}
 	// No per-attempt timeout: a healthy stream may run long. The watchdog
-	// below bounds the silence instead, and TotalTimeout bounds the whole.
-	attempts, err := timeouts.Do(ctx, g.policy(pinned != nil, 0), func(ctx context.Context, attempt int) error {
-		var sent bool
-		c, p, err := g.try(pinned, req, &last, attempt, func(p Provider, req Request) (Completion, error) {
-			c, s, err := g.streamOnce(ctx, p, req, limits, emit)
-			sent = s
-			return c, err
-		})
-		if err != nil && sent {
-			return timeouts.Permanent(fmt.Errorf("%w: %s: %w", ErrAfterFirstByte, p.Name(), err))
-		}
-		if err != nil {
-			return err
-		}
-		answer, used = c, p.Name()
-		return nil
-	})
-	return Response{Provider: used, Model: answer.Model, Text: answer.Text, Usage: answer.Usage, Attempts: attempts,
-		QueueWait: a.ticket.QueueWait, Latency: time.Since(a.at)}, err
+	// bounds the silence instead, and TotalTimeout bounds the whole.
+	return g.serve(ctx, req, 0, st.attempt)
+}
+
+type streamer struct {
+	limits StreamLimits
+	emit   func(Chunk) error
+}
+
+func (st *streamer) attempt(ctx context.Context, s step, req Request) (Completion, error) {
+	c, sent, err := st.once(ctx, s.provider, req)
+	if err != nil && sent {
+		// The client has part of an answer: no other target may add to it.
+		return c, timeouts.Permanent(fmt.Errorf("%w: %s: %w", ErrAfterFirstByte, s.target, err))
+	}
+	return c, err
 }
 
 // errClientGone marks an attempt ended because the client stopped reading.
 // It wraps context.Canceled, so the provider's breaker does not count it.
 var errClientGone = fmt.Errorf("gateway: client stopped reading: %w", context.Canceled)
 
-// streamOnce runs one streaming attempt under the first-token and idle
-// watchdog, and reports whether any chunk reached the client.
-func (g *Gateway) streamOnce(ctx context.Context, p Provider, req Request, limits StreamLimits, emit func(string) error) (Completion, bool, error) {
+// once runs one streaming attempt under the watchdog and reports whether
+// any chunk reached the client.
+func (st *streamer) once(ctx context.Context, p Provider, req Request) (Completion, bool, error) {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	var (
-		mu   sync.Mutex
-		sent bool
-	)
-	watchdog := time.AfterFunc(limits.FirstToken, func() {
-		mu.Lock()
-		defer mu.Unlock()
-		if sent {
-			cancel(ErrStreamIdle)
-		} else {
-			cancel(ErrFirstTokenTimeout)
-		}
-	})
-	defer watchdog.Stop()
-	relay := func(chunk string) error {
-		if chunk == "" {
+	w := newWatchdog(st.limits, cancel)
+	defer w.stop()
+	relay := func(c Chunk) error {
+		if c.Text == "" && c.Raw == nil {
 			return nil
 		}
-		mu.Lock()
-		defer mu.Unlock()
-		if err := context.Cause(ctx); err != nil {
-			return err // the watchdog already ended this attempt
+		if c.Model == "" {
+			c.Model = req.Model
 		}
-		watchdog.Stop()
-		sent = true
-		if err := emit(chunk); err != nil {
+		if err := w.chunk(ctx); err != nil {
+			return err // the watchdog ended this attempt first
+		}
+		err := st.emit(c)
+		w.rearm()
+		if err != nil {
 			cancel(errClientGone)
 			return errClientGone
 		}
-		watchdog.Reset(limits.Idle)
 		return nil
 	}
 	var (
@@ -133,16 +121,81 @@ func (g *Gateway) streamOnce(ctx context.Context, p Provider, req Request, limit
 	} else {
 		c, err = p.Generate(ctx, req)
 		if err == nil {
-			err = relay(c.Text)
+			err = relay(Chunk{Text: c.Text, Model: c.Model, Raw: nil})
 		}
 	}
-	mu.Lock()
-	defer mu.Unlock()
 	if cause := context.Cause(ctx); cause != nil && errors.Is(err, context.Canceled) {
 		// The provider saw only "canceled"; the cause says why. A watchdog
 		// timeout is the provider's failure (its breaker counts it); a
 		// client that left is not (errClientGone wraps Canceled).
 		err = cause
 	}
-	return c, sent, err
+	return c, w.sent(), err
 }
+
+// watchdog ends a streaming attempt that goes silent: no first chunk within
+// FirstToken, or no next chunk within Idle of the last. Each chunk and the
+// timer race for one lock, and whichever takes it first decides: a chunk
+// that wins moves the deadline (the timer, if it fired meanwhile, finds the
+// deadline not reached and does nothing); a timer that wins cancels the
+// attempt, and the chunk is never sent. So a chunk is never sent and then
+// cut for being late.
+type watchdog struct {
+	limits StreamLimits
+	cancel context.CancelCauseFunc
+
+	mu       sync.Mutex
+	deadline time.Time // zero while a chunk is being sent: the client's pace is not the upstream's silence
+	anySent  bool
+	timer    *time.Timer
+}
+
+func newWatchdog(limits StreamLimits, cancel context.CancelCauseFunc) *watchdog {
+	w := &watchdog{limits: limits, cancel: cancel, deadline: time.Now().Add(limits.FirstToken)}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.timer = time.AfterFunc(limits.FirstToken, w.fire)
+	return w
+}
+
+func (w *watchdog) fire() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.deadline.IsZero() || time.Now().Before(w.deadline) {
+		return // a chunk got the lock first and moved the deadline
+	}
+	if w.anySent {
+		w.cancel(ErrStreamIdle)
+	} else {
+		w.cancel(ErrFirstTokenTimeout)
+	}
+}
+
+// chunk claims the right to send one chunk, unless the timer already cut
+// the attempt.
+func (w *watchdog) chunk(ctx context.Context) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if err := context.Cause(ctx); err != nil {
+		return err
+	}
+	w.anySent = true
+	w.deadline = time.Time{}
+	return nil
+}
+
+// rearm starts the idle limit after a chunk went out.
+func (w *watchdog) rearm() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.deadline = time.Now().Add(w.limits.Idle)
+	w.timer.Reset(w.limits.Idle)
+}
+
+func (w *watchdog) sent() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.anySent
+}
+
+func (w *watchdog) stop() { w.timer.Stop() }

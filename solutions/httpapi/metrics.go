@@ -1,51 +1,55 @@
 package httpapi
 
 import (
-	"context"
-	"errors"
-	"net"
-	"strings"
+	"strconv"
 	"time"
 
+	gateway "github.com/production-go/gateway-lab/solutions/08-gateway"
 	"github.com/prometheus/client_golang/prometheus"
 )
 
 // Metrics is the gateway's RED and saturation telemetry. It implements
-// gateway.Observer, so the gateway package never imports Prometheus.
+// gateway.TargetObserver, so the gateway package never imports Prometheus,
+// and every provider series carries the upstream model too.
 type Metrics struct {
+	reg             prometheus.Registerer
 	requests        *prometheus.CounterVec
 	duration        *prometheus.HistogramVec
+	overhead        prometheus.Histogram
 	queueWait       prometheus.Histogram
 	rejections      *prometheus.CounterVec
 	attempts        *prometheus.CounterVec
 	attemptDuration *prometheus.HistogramVec
 	retries         *prometheus.CounterVec
 	failures        *prometheus.CounterVec
-	breakerState    *prometheus.GaugeVec
 	transitions     *prometheus.CounterVec
 	timeouts        *prometheus.CounterVec
 	cancellations   prometheus.Counter
+	streamCuts      *prometheus.CounterVec
 	late            *prometheus.CounterVec
-}
-
-// Gauges reads saturation on scrape.
-type Gauges struct {
-	InFlight func() int
-	Capacity func() int
 }
 
 // latencyBuckets span a cached answer (1 ms) to a long generation (60 s).
 var latencyBuckets = []float64{.001, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60}
 
-// NewMetrics registers the gateway's metrics with reg.
-func NewMetrics(reg prometheus.Registerer, g Gauges) *Metrics {
+// overheadBuckets resolve the gateway's own time, from 25 µs to 100 ms.
+var overheadBuckets = []float64{.000025, .00005, .0001, .00025, .0005, .001, .0025, .005, .01, .025, .1}
+
+// NewMetrics registers the gateway's metrics with reg. Gauges that read the
+// gateway itself are added by WatchGateway, once the gateway exists.
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	target := []string{"provider", "model"}
 	m := &Metrics{
+		reg: reg,
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "gateway_http_requests_total", Help: "HTTP requests by route and status code.",
+			Name: "gateway_http_requests_total", Help: "HTTP requests by route and status code (499: the client left; a stream cut after its 200 counts as its outcome).",
 		}, []string{"route", "code"}),
 		duration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name: "gateway_http_request_duration_seconds", Help: "HTTP request duration by route, queue wait included.", Buckets: latencyBuckets,
 		}, []string{"route"}),
+		overhead: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "gateway_overhead_seconds", Help: "The gateway's own time per answered request: total minus queue wait, upstream calls and backoffs.", Buckets: overheadBuckets,
+		}),
 		queueWait: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "gateway_queue_wait_seconds", Help: "Time admitted requests waited for a concurrency slot.", Buckets: latencyBuckets,
 		}),
@@ -53,46 +57,67 @@ func NewMetrics(reg prometheus.Registerer, g Gauges) *Metrics {
 			Name: "gateway_admission_rejections_total", Help: "Requests refused before any provider call, by reason.",
 		}, []string{"reason"}),
 		attempts: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "gateway_provider_attempts_total", Help: "Provider calls by provider and outcome.",
-		}, []string{"provider", "outcome"}),
+			Name: "gateway_provider_attempts_total", Help: "Provider calls by provider, upstream model and outcome.",
+		}, append(target, "outcome")),
 		attemptDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name: "gateway_provider_attempt_duration_seconds", Help: "Provider call duration by provider.", Buckets: latencyBuckets,
-		}, []string{"provider"}),
+			Name: "gateway_provider_attempt_duration_seconds", Help: "Provider call duration by provider and upstream model.", Buckets: latencyBuckets,
+		}, target),
 		retries: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "gateway_provider_retries_total", Help: "Attempts after the first, by the provider they went to.",
-		}, []string{"provider"}),
+			Name: "gateway_provider_retries_total", Help: "Attempts after the first, by the provider and model they went to.",
+		}, target),
 		failures: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "gateway_provider_failures_total", Help: "Failed provider calls by provider and reason: timeout, rate_limited, server_error, client_error, connection, cancelled, other.",
-		}, []string{"provider", "reason"}),
-		breakerState: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "gateway_breaker_state", Help: "Circuit breaker state by provider: 0 closed, 1 open, 2 half-open.",
-		}, []string{"provider"}),
+			Name: "gateway_provider_failures_total", Help: "Failed provider calls by provider, model and reason: timeout, rate_limited, server_error, client_error, connection, cancelled, other.",
+		}, append(target, "reason")),
 		transitions: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "gateway_breaker_transitions_total", Help: "Circuit breaker state changes by provider.",
-		}, []string{"provider", "from", "to"}),
+			Name: "gateway_breaker_transitions_total", Help: "Circuit breaker state changes by provider and model.",
+		}, append(target, "from", "to")),
 		timeouts: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "gateway_timeouts_total", Help: "Timeouts by layer: queue, attempt, total.",
 		}, []string{"layer"}),
 		cancellations: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "gateway_cancellations_total", Help: "Requests whose client went away before the answer.",
 		}),
+		streamCuts: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "gateway_stream_cuts_total", Help: "Streams ended by an error after their first chunk, by reason: client_closed, shutdown, upstream.",
+		}, []string{"reason"}),
 		late: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "gateway_late_outcomes_total", Help: "Provider calls that finished after their attempt gave up on them, by outcome.",
 		}, []string{"outcome"}),
 	}
-	reg.MustRegister(m.requests, m.duration, m.queueWait, m.rejections, m.attempts, m.attemptDuration,
-		m.retries, m.failures, m.breakerState, m.transitions, m.timeouts, m.cancellations, m.late)
-	if g.InFlight != nil {
-		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "gateway_requests_in_flight", Help: "Admitted requests holding a concurrency slot.",
-		}, func() float64 { return float64(g.InFlight()) }))
-	}
-	if g.Capacity != nil {
-		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-			Name: "gateway_concurrency_capacity", Help: "Concurrency slots (MaxConcurrent).",
-		}, func() float64 { return float64(g.Capacity()) }))
-	}
+	reg.MustRegister(m.requests, m.duration, m.overhead, m.queueWait, m.rejections, m.attempts, m.attemptDuration,
+		m.retries, m.failures, m.transitions, m.timeouts, m.cancellations, m.streamCuts, m.late)
 	return m
+}
+
+// WatchGateway adds the metrics read from the gateway on each scrape:
+// in-flight requests, capacity, and every target's breaker state —
+// computed when read, as the breaker computes it, so an open breaker whose
+// recovery time has passed shows half-open without waiting for a request.
+func (m *Metrics) WatchGateway(g *gateway.Gateway) {
+	m.reg.MustRegister(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "gateway_requests_in_flight", Help: "Admitted requests holding a concurrency slot.",
+		}, func() float64 { return float64(g.InFlight()) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "gateway_concurrency_capacity", Help: "Concurrency slots (MaxConcurrent).",
+		}, func() float64 { return float64(g.Capacity()) }),
+		breakerCollector{g: g, desc: prometheus.NewDesc("gateway_breaker_state",
+			"Circuit breaker state by provider and upstream model: 0 closed, 1 open, 2 half-open.", []string{"provider", "model"}, nil)},
+	)
+}
+
+type breakerCollector struct {
+	g    *gateway.Gateway
+	desc *prometheus.Desc
+}
+
+func (c breakerCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+
+func (c breakerCollector) Collect(ch chan<- prometheus.Metric) {
+	for _, t := range c.g.Targets() {
+		v := map[string]float64{"closed": 0, "open": 1, "half-open": 2}[c.g.TargetState(t)]
+		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, v, t.Provider, t.Model)
+	}
 }
 
 // Admitted implements gateway.Observer.
@@ -103,67 +128,49 @@ func (m *Metrics) Admitted(_ string, queueWait time.Duration) {
 // Rejected implements gateway.Observer.
 func (m *Metrics) Rejected(_, reason string) {
 	m.rejections.WithLabelValues(reason).Inc()
-	if reason == "overloaded" {
+	if reason == gateway.RejectOverloaded {
 		m.timeouts.WithLabelValues("queue").Inc()
 	}
 }
 
-// Attempt implements gateway.Observer.
+// Attempt implements gateway.Observer (TargetAttempt is what the gateway calls).
 func (m *Metrics) Attempt(provider string, attempt int, took time.Duration, err error) {
-	m.attempts.WithLabelValues(provider, outcome(err)).Inc()
-	m.attemptDuration.WithLabelValues(provider).Observe(took.Seconds())
+	m.TargetAttempt(gateway.Target{Provider: provider}, attempt, took, err)
+}
+
+// TargetAttempt implements gateway.TargetObserver.
+func (m *Metrics) TargetAttempt(t gateway.Target, attempt int, took time.Duration, err error) {
+	m.attempts.WithLabelValues(t.Provider, t.Model, gateway.Outcome(err)).Inc()
+	m.attemptDuration.WithLabelValues(t.Provider, t.Model).Observe(took.Seconds())
 	if attempt > 1 {
-		m.retries.WithLabelValues(provider).Inc()
+		m.retries.WithLabelValues(t.Provider, t.Model).Inc()
 	}
-	if err != nil {
-		m.failures.WithLabelValues(provider, failureReason(err)).Inc()
+	reason := gateway.ReasonOf(err)
+	if reason != gateway.ReasonNone {
+		m.failures.WithLabelValues(t.Provider, t.Model, string(reason)).Inc()
 	}
-	if errors.Is(err, context.DeadlineExceeded) {
+	if reason == gateway.ReasonTimeout {
 		m.timeouts.WithLabelValues("attempt").Inc()
 	}
 }
 
-// failureReason buckets a provider error for the failures metric; the next
-// attempt (a retry, or a fail-over to the next provider) happened because of it.
-func failureReason(err error) string {
-	var sc statusCoder
-	var netErr net.Error
-	switch {
-	case errors.Is(err, context.DeadlineExceeded):
-		return "timeout"
-	case errors.Is(err, context.Canceled):
-		return "cancelled"
-	case errors.As(err, &sc) && sc.StatusCode() == 429:
-		return "rate_limited"
-	case errors.As(err, &sc) && sc.StatusCode() >= 500:
-		return "server_error"
-	case errors.As(err, &sc) && sc.StatusCode() >= 400:
-		return "client_error"
-	case errors.As(err, &netErr), strings.Contains(err.Error(), "connection reset"):
-		return "connection"
-	}
-	return "other"
+// BreakerChanged implements gateway.Observer (TargetBreakerChanged is what the gateway calls).
+func (m *Metrics) BreakerChanged(provider, from, to string) {
+	m.TargetBreakerChanged(gateway.Target{Provider: provider}, from, to)
 }
 
-// BreakerChanged implements gateway.Observer.
-func (m *Metrics) BreakerChanged(provider, from, to string) {
-	m.transitions.WithLabelValues(provider, from, to).Inc()
-	m.breakerState.WithLabelValues(provider).Set(map[string]float64{"closed": 0, "open": 1, "half-open": 2}[to])
+// TargetBreakerChanged implements gateway.TargetObserver.
+func (m *Metrics) TargetBreakerChanged(t gateway.Target, from, to string) {
+	m.transitions.WithLabelValues(t.Provider, t.Model, from, to).Inc()
 }
 
 // Late implements gateway.Observer.
-func (m *Metrics) Late(_ time.Duration, err error) { m.late.WithLabelValues(outcome(err)).Inc() }
-
-// InitProviders sets each provider's breaker gauge to closed, so dashboards
-// see every provider before its first transition.
-func (m *Metrics) InitProviders(names []string) {
-	for _, n := range names {
-		m.breakerState.WithLabelValues(n).Set(0)
-	}
+func (m *Metrics) Late(_ time.Duration, err error) {
+	m.late.WithLabelValues(gateway.Outcome(err)).Inc()
 }
 
 func (m *Metrics) observeRequest(route string, code int, took time.Duration) {
-	m.requests.WithLabelValues(route, codeLabel(code)).Inc()
+	m.requests.WithLabelValues(route, strconv.Itoa(code)).Inc()
 	m.duration.WithLabelValues(route).Observe(took.Seconds())
 	switch code {
 	case statusClientClosed:
@@ -173,14 +180,4 @@ func (m *Metrics) observeRequest(route string, code int, took time.Duration) {
 	}
 }
 
-func outcome(err error) string {
-	switch {
-	case err == nil:
-		return "ok"
-	case errors.Is(err, context.DeadlineExceeded):
-		return "timeout"
-	case errors.Is(err, context.Canceled):
-		return "cancelled"
-	}
-	return "error"
-}
+func (m *Metrics) streamCut(reason string) { m.streamCuts.WithLabelValues(reason).Inc() }

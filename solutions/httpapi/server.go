@@ -2,63 +2,91 @@
 // /v1/chat/completions (streaming and not), /v1/models, the lesson's own
 // /v1/generate, health and readiness, and Prometheus metrics.
 //
-// It only wires HTTP to the gateway: bodies are size-limited and strictly
-// decoded, errors are JSON in the OpenAI error shape with the status the
-// failure deserves, and logs carry no prompts.
+// It only wires HTTP to the gateway. A chat request is forwarded as its
+// caller sent it (see package chatapi) and an upstream's answer comes back
+// as it came; bodies are size- and time-limited; errors are JSON in the
+// OpenAI error shape with the status the failure deserves; logs carry no
+// prompts and no upstream error text.
 package httpapi
 
 import (
-	"context"
-	"crypto/rand"
-	"encoding/hex"
-	"encoding/json"
+	"bytes"
 	"errors"
-	"fmt"
 	"io"
 	"log/slog"
-	"math"
 	"net/http"
+	"os"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	drain "github.com/production-go/gateway-lab/solutions/05-drain"
 	gateway "github.com/production-go/gateway-lab/solutions/08-gateway"
+	"github.com/production-go/gateway-lab/solutions/internal/chatapi"
 )
 
 // AutoModel is the public model name that means "any healthy provider".
 const AutoModel = "auto"
 
-// statusClientClosed is logged (never sent) when the client went away.
-const statusClientClosed = 499
+// MaxTenantBytes is the longest tenant id accepted; a longer one is refused
+// rather than cut, since two cut ids could collide into one quota.
+const MaxTenantBytes = 64
 
 // Options configures a Server.
 type Options struct {
 	Gateway      *gateway.Gateway
 	Drainer      *drain.Drainer
 	Metrics      *Metrics
-	MetricsPage  http.Handler // serves /metrics
+	MetricsPage  http.Handler // serves /metrics; nil: not served here (e.g. on an admin listener)
 	Logger       *slog.Logger
-	MaxBodyBytes int64 // request bodies larger than this get 413
+	MaxBodyBytes int64 // request bodies larger than this get 413; default 1 MiB
+	// BodyTimeout bounds reading a request body, so a client that sends it
+	// a byte at a time cannot hold a connection and a drain slot; default 10 s.
+	BodyTimeout time.Duration
+	// WriteTimeout bounds each write of a streamed answer, so a client that
+	// stops reading cannot hold a slot forever; default 30 s.
+	WriteTimeout time.Duration
 	Stream       gateway.StreamLimits
 	TenantHeader string // default "X-Tenant-ID"
+	// Identify, if set, replaces the tenant header: it returns who is asking,
+	// or an error to send (secure_app verifies a token here).
+	Identify func(r *http.Request) (Identity, *chatapi.Error)
 	// Routes are public model names, each an ordered list of (provider,
 	// upstream model) targets: the primary first, then fallbacks. "auto"
 	// (every provider in priority order) and each provider's own name
 	// (pinned, no fallback) are always there too.
 	Routes []Route
+	// OverheadHeader adds X-Gateway-Overhead-Ms to non-streamed answers: the
+	// time the gateway itself took (total minus queue wait, upstream calls
+	// and backoffs). Off by default; for debugging.
+	OverheadHeader bool
+}
+
+// Identity is who is asking.
+type Identity struct {
+	// Key is the tenant's rate-limit and quota key; never empty.
+	Key string
+	// Tenant is the tenant as it was named, for logs; "" when anonymous.
+	Tenant string
 }
 
 // Route is one public model name and the targets behind it.
 type Route struct {
 	Name    string
 	Targets []gateway.Target
+	// FallbackOn lists upstream error codes or HTTP statuses after which
+	// the next target is tried although the error is the request's own
+	// (another model may take a prompt this one found too long).
+	FallbackOn []string
 }
 
 // Server serves the gateway over HTTP.
 type Server struct {
-	opts Options
-	mux  *http.ServeMux
+	opts   Options
+	mux    *http.ServeMux
+	routes map[string]Route
+	bodies sync.Pool // *bytes.Buffer for request bodies
 }
 
 // New builds the routes.
@@ -69,12 +97,22 @@ func New(opts Options) *Server {
 	if opts.MaxBodyBytes <= 0 {
 		opts.MaxBodyBytes = 1 << 20
 	}
+	if opts.BodyTimeout <= 0 {
+		opts.BodyTimeout = 10 * time.Second
+	}
+	if opts.WriteTimeout <= 0 {
+		opts.WriteTimeout = 30 * time.Second
+	}
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{opts: opts, mux: http.NewServeMux()}
+	s := &Server{opts: opts, mux: http.NewServeMux(), routes: map[string]Route{}}
+	s.bodies.New = func() any { return new(bytes.Buffer) }
+	for _, r := range opts.Routes {
+		s.routes[r.Name] = r
+	}
 	api := func(route string, h http.HandlerFunc) {
-		s.mux.Handle(route, s.observe(route, opts.Drainer.Middleware(h)))
+		s.mux.Handle(route, s.observe(route, s.admitting(h)))
 	}
 	api("POST /v1/chat/completions", s.chatCompletions)
 	api("POST /v1/generate", s.generate)
@@ -90,10 +128,14 @@ func New(opts Options) *Server {
 // ServeHTTP implements http.Handler.
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.ServeHTTP(w, r) }
 
-// recorder remembers the status a handler wrote, for metrics and logs.
+// recorder remembers the status a handler wrote, and the outcome it
+// reports for metrics and logs when that differs (a stream that failed
+// after its 200 went out).
 type recorder struct {
 	http.ResponseWriter
-	status int
+	status  int
+	outcome int    // the status metrics and logs record; 0: status
+	tenant  string // who asked, once known
 }
 
 func (r *recorder) WriteHeader(code int) {
@@ -110,27 +152,33 @@ func (r *recorder) Write(b []byte) (int, error) {
 	return r.ResponseWriter.Write(b)
 }
 
-// Unwrap lets http.ResponseController reach the real writer (Flush).
+// Unwrap lets http.ResponseController reach the real writer (Flush,
+// deadlines).
 func (r *recorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }
 
-// observe measures and logs each request: route, status, duration. Never
-// the prompt or the answer.
+// Outcome statuses that are logged and counted, never sent.
+const (
+	statusClientClosed = 499 // the client went away
+)
+
+// observe measures and logs each request: route, status, duration, tenant.
+// Never the prompt, the answer or an upstream's error text.
 func (s *Server) observe(route string, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		id := r.Header.Get("X-Request-ID")
-		if id == "" || len(id) > 128 {
-			id = newID()
+		if id == "" || len(id) > 128 || !printable(id) {
+			id = chatapi.NewID()
 		}
 		w.Header().Set("X-Request-ID", id)
 		rec := &recorder{ResponseWriter: w}
 		next.ServeHTTP(rec, r)
-		status := rec.status
+		status := rec.outcome
+		if status == 0 {
+			status = rec.status
+		}
 		if status == 0 {
 			status = http.StatusOK
-		}
-		if r.Context().Err() != nil && status < 400 {
-			status = statusClientClosed
 		}
 		took := time.Since(start)
 		if s.opts.Metrics != nil {
@@ -138,302 +186,115 @@ func (s *Server) observe(route string, next http.Handler) http.Handler {
 		}
 		s.opts.Logger.LogAttrs(r.Context(), slog.LevelInfo, "request",
 			slog.String("route", route), slog.Int("status", status),
-			slog.Float64("duration_ms", ms(took)), slog.String("tenant", s.tenant(r)),
+			slog.Float64("duration_ms", ms(took)), slog.String("tenant", rec.tenant),
 			slog.String("request_id", id))
 	})
 }
 
-func (s *Server) tenant(r *http.Request) string {
-	t := strings.TrimSpace(r.Header.Get(s.opts.TenantHeader))
-	if t == "" {
-		return "anonymous"
-	}
-	if len(t) > 64 {
-		t = t[:64]
-	}
-	return t
+// admitting counts the request as in flight for the drain, and refuses it
+// with the OpenAI error shape once the server is draining.
+func (s *Server) admitting(next http.HandlerFunc) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		leave, err := s.opts.Drainer.Enter()
+		if err != nil {
+			w.Header().Set("Connection", "close")
+			s.writeError(w, errDraining)
+			return
+		}
+		defer leave()
+		next(w, r)
+	})
 }
 
-// decode reads a size-limited, strictly typed JSON body into v. It writes
-// the error response itself and reports whether decoding succeeded.
-func (s *Server) decode(w http.ResponseWriter, r *http.Request, v any) bool {
-	body := http.MaxBytesReader(w, r.Body, s.opts.MaxBodyBytes)
-	dec := json.NewDecoder(body)
-	dec.DisallowUnknownFields()
-	err := dec.Decode(v)
-	if err == nil {
-		if dec.More() {
-			err = errors.New("unexpected data after the JSON object")
-		} else if _, extra := dec.Token(); extra != io.EOF {
-			err = errors.New("unexpected data after the JSON object")
+// identify names the tenant, from Options.Identify or the tenant header.
+// A request without the header is anonymous, under a key no header value
+// can produce; a header that is too long or not printable is refused.
+func (s *Server) identify(w http.ResponseWriter, r *http.Request) (Identity, bool) {
+	var (
+		id  Identity
+		err *chatapi.Error
+	)
+	if s.opts.Identify != nil {
+		id, err = s.opts.Identify(r)
+	} else {
+		id, err = s.headerTenant(r)
+	}
+	if err != nil {
+		s.writeError(w, err)
+		return Identity{}, false
+	}
+	if rec, ok := w.(*recorder); ok {
+		rec.tenant = id.Tenant
+	}
+	return id, true
+}
+
+func (s *Server) headerTenant(r *http.Request) (Identity, *chatapi.Error) {
+	t := strings.TrimSpace(r.Header.Get(s.opts.TenantHeader))
+	switch {
+	case t == "":
+		return Identity{Key: "anonymous"}, nil
+	case len(t) > MaxTenantBytes || !printable(t):
+		return Identity{}, &chatapi.Error{Status: http.StatusBadRequest, Type: "invalid_request_error", Code: "invalid_tenant",
+			Message: s.opts.TenantHeader + " must be at most " + strconv.Itoa(MaxTenantBytes) + " printable ASCII characters"}
+	}
+	return Identity{Key: "tenant:" + t, Tenant: t}, nil
+}
+
+// printable reports whether s is visible ASCII: no spaces, controls or
+// bytes a log line or a Redis key would trip over.
+func printable(s string) bool {
+	for i := range len(s) {
+		if s[i] <= ' ' || s[i] > '~' {
+			return false
 		}
 	}
+	return true
+}
+
+// readBody reads a size- and time-limited body into a pooled buffer. It
+// writes the error response itself (413, 408, 400) and reports whether it
+// succeeded; the caller gives the buffer back with s.done.
+func (s *Server) readBody(w http.ResponseWriter, r *http.Request) (*bytes.Buffer, bool) {
+	rc := http.NewResponseController(w)
+	_ = rc.SetReadDeadline(time.Now().Add(s.opts.BodyTimeout))
+	// Clear the deadline after: net/http reads the connection in the
+	// background to notice a client that leaves, and an expired deadline
+	// would look like one.
+	defer rc.SetReadDeadline(time.Time{}) //nolint:errcheck // unsupported writers have no deadline to clear
+	buf := s.bodies.Get().(*bytes.Buffer)
+	buf.Reset()
+	_, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, s.opts.MaxBodyBytes))
 	if err == nil {
-		return true
+		return buf, true
 	}
+	s.done(buf)
 	var tooBig *http.MaxBytesError
-	var syntax *json.SyntaxError
-	var typeErr *json.UnmarshalTypeError
 	switch {
 	case errors.As(err, &tooBig):
-		writeError(w, http.StatusRequestEntityTooLarge, "invalid_request_error", "request_too_large", "",
-			fmt.Sprintf("request body is larger than %d bytes", tooBig.Limit))
-	case errors.As(err, &syntax):
-		writeError(w, http.StatusBadRequest, "invalid_request_error", "invalid_json", "",
-			fmt.Sprintf("malformed JSON at byte %d: %v", syntax.Offset, err))
-	case errors.As(err, &typeErr):
-		writeError(w, http.StatusBadRequest, "invalid_request_error", "invalid_type", typeErr.Field,
-			fmt.Sprintf("field %q must be %s, not %s", typeErr.Field, typeErr.Type, typeErr.Value))
-	case strings.HasPrefix(err.Error(), "json: unknown field "):
-		field := strings.Trim(strings.TrimPrefix(err.Error(), "json: unknown field "), `"`)
-		writeError(w, http.StatusBadRequest, "invalid_request_error", "unknown_field", field,
-			fmt.Sprintf("unknown field %q", field))
-	case errors.Is(err, io.EOF):
-		writeError(w, http.StatusBadRequest, "invalid_request_error", "invalid_json", "", "request body is empty")
+		s.writeError(w, &chatapi.Error{Status: http.StatusRequestEntityTooLarge, Type: "invalid_request_error", Code: "request_too_large",
+			Message: "the request body is larger than " + strconv.FormatInt(tooBig.Limit, 10) + " bytes"})
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		w.Header().Set("Connection", "close")
+		s.writeError(w, &chatapi.Error{Status: http.StatusRequestTimeout, Type: "invalid_request_error", Code: "request_timeout",
+			Message: "the request body did not arrive within " + s.opts.BodyTimeout.String()})
 	default:
-		writeError(w, http.StatusBadRequest, "invalid_request_error", "invalid_json", "", err.Error())
+		s.writeError(w, &chatapi.Error{Status: http.StatusBadRequest, Type: "invalid_request_error", Code: "invalid_body",
+			Message: "the request body could not be read"})
 	}
-	return false
+	return nil, false
 }
 
-func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
-	var req chatRequest
-	if !s.decode(w, r, &req) {
-		return
-	}
-	if len(req.Messages) == 0 {
-		writeError(w, http.StatusBadRequest, "invalid_request_error", "missing_messages", "messages", "messages must contain at least one message")
-		return
-	}
-	var prompt strings.Builder
-	for i, m := range req.Messages {
-		switch m.Role {
-		case "system", "user", "assistant", "developer", "tool":
-		default:
-			writeError(w, http.StatusBadRequest, "invalid_request_error", "invalid_role", fmt.Sprintf("messages[%d].role", i),
-				fmt.Sprintf("messages[%d].role %q is not one of system, developer, user, assistant, tool", i, m.Role))
-			return
-		}
-		if i > 0 {
-			prompt.WriteByte('\n')
-		}
-		prompt.WriteString(m.Content)
-	}
-	if strings.TrimSpace(prompt.String()) == "" {
-		writeError(w, http.StatusBadRequest, "invalid_request_error", "empty_prompt", "messages", "messages have no content")
-		return
-	}
-	greq := gateway.Request{Tenant: s.tenant(r), Prompt: prompt.String()}
-	if !s.route(w, req.Model, &greq) {
-		return
-	}
-	if req.Stream {
-		s.streamChat(w, r, greq, req.StreamOptions != nil && req.StreamOptions.IncludeUsage)
-		return
-	}
-	resp, err := s.opts.Gateway.Generate(r.Context(), greq)
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	stop := "stop"
-	writeJSON(w, http.StatusOK, chatResponse{
-		ID: "chatcmpl-" + newID(), Object: "chat.completion", Created: time.Now().Unix(), Model: resp.Model,
-		Choices: []chatChoice{{Message: &chatMessage{Role: "assistant", Content: resp.Text}, FinishReason: &stop}},
-		Usage:   usageOf(resp.Usage, greq.Prompt, resp.Text),
-	})
-}
-
-// route maps a public model name to the request: "auto" (or none) means any
-// healthy provider; a route's name means its targets, in order; a
-// provider's name pins it.
-func (s *Server) route(w http.ResponseWriter, model string, req *gateway.Request) bool {
-	if model == "" || model == AutoModel {
-		return true
-	}
-	for _, r := range s.opts.Routes {
-		if r.Name == model {
-			req.Route = r.Targets
-			return true
-		}
-	}
-	for _, p := range s.opts.Gateway.Providers() {
-		if p == model {
-			req.Provider = p
-			return true
-		}
-	}
-	writeError(w, http.StatusBadRequest, "invalid_request_error", "model_not_found", "model",
-		fmt.Sprintf("model %q does not exist; GET /v1/models lists them", model))
-	return false
-}
-
-// streamChat sends the answer as server-sent events. Until the first chunk
-// an error still gets a proper status and JSON body; after it, only an error
-// event, and never a [DONE] that would make a cut answer look complete.
-func (s *Server) streamChat(w http.ResponseWriter, r *http.Request, req gateway.Request, includeUsage bool) {
-	requested := req.Provider // chunks name the requested model; the last one names the model that answered
-	if requested == "" {
-		requested = AutoModel
-	}
-	id, created := "chatcmpl-"+newID(), time.Now().Unix()
-	rc := http.NewResponseController(w)
-	started := false
-	var text strings.Builder
-	send := func(v any) error {
-		b, err := json.Marshal(v)
-		if err != nil {
-			return err
-		}
-		if _, err := fmt.Fprintf(w, "data: %s\n\n", b); err != nil {
-			return err
-		}
-		return rc.Flush()
-	}
-	resp, err := s.opts.Gateway.Stream(r.Context(), req, s.opts.Stream, func(chunk string) error {
-		if !started {
-			started = true
-			h := w.Header()
-			h.Set("Content-Type", "text/event-stream")
-			h.Set("Cache-Control", "no-cache")
-			h.Set("X-Accel-Buffering", "no")
-			w.WriteHeader(http.StatusOK)
-		}
-		text.WriteString(chunk)
-		return send(chatResponse{ID: id, Object: "chat.completion.chunk", Created: created, Model: requested,
-			Choices: []chatChoice{{Delta: &chatMessage{Role: "assistant", Content: chunk}}}})
-	})
-	if err != nil {
-		if !started {
-			s.fail(w, r, err)
-			return
-		}
-		status, typ, code, msg := classify(err)
-		s.opts.Logger.LogAttrs(r.Context(), slog.LevelWarn, "stream failed after the first byte",
-			slog.Int("would_be_status", status), slog.String("code", code), slog.String("error", err.Error()))
-		_ = send(errorBody{Error: errorDetail{Message: msg, Type: typ, Code: code}})
-		return
-	}
-	stop := "stop"
-	final := chatResponse{ID: id, Object: "chat.completion.chunk", Created: created, Model: resp.Model,
-		Choices: []chatChoice{{Delta: &chatMessage{}, FinishReason: &stop}}}
-	if includeUsage {
-		final.Usage = usageOf(resp.Usage, req.Prompt, text.String())
-	}
-	if send(final) == nil {
-		_, _ = io.WriteString(w, "data: [DONE]\n\n")
-		_ = rc.Flush()
+// done gives a body buffer back to the pool, unless it grew past the body
+// limit's worth (a pool of huge buffers is a leak by another name).
+func (s *Server) done(buf *bytes.Buffer) {
+	if int64(buf.Cap()) <= s.opts.MaxBodyBytes+bytes.MinRead {
+		s.bodies.Put(buf)
 	}
 }
 
-func (s *Server) generate(w http.ResponseWriter, r *http.Request) {
-	var req generateRequest
-	if !s.decode(w, r, &req) {
-		return
-	}
-	if strings.TrimSpace(req.Prompt) == "" {
-		writeError(w, http.StatusBadRequest, "invalid_request_error", "missing_prompt", "prompt", "prompt is required")
-		return
-	}
-	resp, err := s.opts.Gateway.Generate(r.Context(), gateway.Request{Tenant: s.tenant(r), Prompt: req.Prompt, Provider: req.Provider})
-	if err != nil {
-		s.fail(w, r, err)
-		return
-	}
-	writeJSON(w, http.StatusOK, generateResponse{Provider: resp.Provider, Model: resp.Model, Text: resp.Text, Attempts: resp.Attempts,
-		QueueWaitMS: ms(resp.QueueWait), LatencyMS: ms(resp.Latency)})
-}
-
-func (s *Server) models(w http.ResponseWriter, _ *http.Request) {
-	list := modelList{Object: "list", Data: []modelEntry{{ID: AutoModel, Object: "model", OwnedBy: "gateway"}}}
-	for _, r := range s.opts.Routes {
-		list.Data = append(list.Data, modelEntry{ID: r.Name, Object: "model", OwnedBy: "gateway"})
-	}
-	for _, p := range s.opts.Gateway.Providers() {
-		list.Data = append(list.Data, modelEntry{ID: p, Object: "model", OwnedBy: p})
-	}
-	writeJSON(w, http.StatusOK, list)
-}
-
-// fail writes the error response a gateway error deserves.
-func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
-	status, typ, code, msg := classify(err)
-	var rl *gateway.RateLimitError
-	if errors.As(err, &rl) {
-		w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(rl.RetryAfter.Seconds()))))
-	}
-	if status == http.StatusServiceUnavailable {
-		w.Header().Set("Retry-After", "1")
-	}
-	if status == statusClientClosed {
-		return // nobody is listening
-	}
-	level := slog.LevelInfo
-	if status >= 500 {
-		level = slog.LevelWarn
-	}
-	s.opts.Logger.LogAttrs(r.Context(), level, "request failed", slog.Int("status", status), slog.String("code", code), slog.String("error", err.Error()))
-	writeError(w, status, typ, code, "", msg)
-}
-
-// statusCoder is implemented by upstream errors that carry an HTTP status.
-type statusCoder interface{ StatusCode() int }
-
-// classify maps an error to status, OpenAI error type, code and message.
-func classify(err error) (status int, typ, code, msg string) {
-	var sc statusCoder
-	switch {
-	case errors.Is(err, gateway.ErrInvalidRequest), errors.Is(err, gateway.ErrUnknownProvider):
-		return http.StatusBadRequest, "invalid_request_error", "invalid_request", err.Error()
-	case errors.Is(err, gateway.ErrRateLimited):
-		return http.StatusTooManyRequests, "rate_limit_error", "rate_limited", "rate limit exceeded for this tenant; see Retry-After"
-	case errors.Is(err, gateway.ErrOverloaded):
-		return http.StatusServiceUnavailable, "server_error", "overloaded", "the gateway is at capacity; retry shortly"
-	case errors.Is(err, gateway.ErrClosed):
-		return http.StatusServiceUnavailable, "server_error", "draining", "the gateway is shutting down; retry on another instance"
-	case errors.Is(err, gateway.ErrNoHealthyProvider):
-		return http.StatusServiceUnavailable, "server_error", "no_healthy_provider", "no healthy provider is available"
-	case errors.As(err, &sc) && sc.StatusCode() >= 400 && sc.StatusCode() < 500 && sc.StatusCode() != http.StatusTooManyRequests:
-		return sc.StatusCode(), "invalid_request_error", "upstream_rejected", err.Error()
-	case errors.Is(err, context.DeadlineExceeded):
-		return http.StatusGatewayTimeout, "server_error", "deadline_exceeded", "no provider answered within the deadline"
-	case errors.Is(err, context.Canceled):
-		return statusClientClosed, "server_error", "client_closed", "the client closed the request"
-	}
-	return http.StatusBadGateway, "server_error", "upstream_error", "the upstream provider failed"
-}
-
-func writeError(w http.ResponseWriter, status int, typ, code, param, msg string) {
-	var p *string
-	if param != "" {
-		p = &param
-	}
-	writeJSON(w, status, errorBody{Error: errorDetail{Message: msg, Type: typ, Param: p, Code: code}})
-}
-
-func writeJSON(w http.ResponseWriter, status int, v any) {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	_ = json.NewEncoder(w).Encode(v)
-}
-
-// usageOf passes the upstream's own token counts through when it reported
-// them, and otherwise approximates tokens by words (the simulated providers
-// have no tokenizer).
-func usageOf(u *gateway.Usage, prompt, answer string) *usage {
-	if u != nil {
-		return &usage{PromptTokens: u.PromptTokens, CompletionTokens: u.CompletionTokens, TotalTokens: u.TotalTokens}
-	}
-	p, c := len(strings.Fields(prompt)), len(strings.Fields(answer))
-	return &usage{PromptTokens: p, CompletionTokens: c, TotalTokens: p + c}
-}
-
-func newID() string {
-	var b [12]byte
-	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
-}
+// drainBody discards what is left of a body the handler did not read, so
+// the connection can be reused.
+func drainBody(r *http.Request) { _, _ = io.Copy(io.Discard, io.LimitReader(r.Body, 4096)) }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
-
-func codeLabel(code int) string { return strconv.Itoa(code) }

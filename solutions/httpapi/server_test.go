@@ -46,16 +46,26 @@ func baseConfig() gateway.Config {
 
 func newRig(t *testing.T, cfg gateway.Config, providers ...gateway.Provider) *rig {
 	t.Helper()
+	return newRigWith(t, cfg, nil, providers...)
+}
+
+// newRigWith builds the server with options adjusted by opts.
+func newRigWith(t *testing.T, cfg gateway.Config, opts func(*Options), providers ...gateway.Provider) *rig {
+	t.Helper()
 	reg := prometheus.NewRegistry()
 	r := &rig{reg: reg}
-	m := NewMetrics(reg, Gauges{InFlight: func() int { return r.gw.InFlight() }, Capacity: func() int { return r.gw.Capacity() }})
+	m := NewMetrics(reg)
 	cfg.Observer = m
 	gw, err := gateway.New(cfg, providers...)
 	require.NoError(t, err)
 	r.gw = gw
-	m.InitProviders(gw.Providers())
-	r.srv = New(Options{Gateway: gw, Drainer: drain.New(), Metrics: m, MetricsPage: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}),
-		MaxBodyBytes: 4096, Stream: gateway.StreamLimits{FirstToken: time.Second, Idle: time.Second}})
+	m.WatchGateway(gw)
+	o := Options{Gateway: gw, Drainer: drain.New(), Metrics: m, MetricsPage: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}),
+		MaxBodyBytes: 4096, Stream: gateway.StreamLimits{FirstToken: time.Second, Idle: time.Second}}
+	if opts != nil {
+		opts(&o)
+	}
+	r.srv = New(o)
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
 		defer cancel()
@@ -84,11 +94,47 @@ func (r *rig) do(method, path, body string, header ...string) *httptest.Response
 
 const chatBody = `{"model":"auto","messages":[{"role":"user","content":"why is the sky blue"}]}`
 
+// The OpenAI shapes as a client reads them.
+type (
+	errorDetail struct {
+		Message string  `json:"message"`
+		Type    string  `json:"type"`
+		Param   *string `json:"param"`
+		Code    *string `json:"code"`
+	}
+	chatMessage struct {
+		Role    string `json:"role"`
+		Content string `json:"content"`
+	}
+	chatChoice struct {
+		Message      *chatMessage `json:"message"`
+		Delta        *chatMessage `json:"delta"`
+		FinishReason *string      `json:"finish_reason"`
+	}
+	chatResponse struct {
+		ID      string       `json:"id"`
+		Object  string       `json:"object"`
+		Model   string       `json:"model"`
+		Choices []chatChoice `json:"choices"`
+		Usage   *struct {
+			TotalTokens int `json:"total_tokens"`
+		} `json:"usage"`
+	}
+)
+
 func decodeError(t *testing.T, rec *httptest.ResponseRecorder) errorDetail {
 	t.Helper()
-	var body errorBody
+	var body struct{ Error errorDetail }
 	require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &body), "errors are JSON in the OpenAI shape: %s", rec.Body.String())
 	return body.Error
+}
+
+// code is an error's code, "" for null.
+func (e errorDetail) code() string {
+	if e.Code == nil {
+		return ""
+	}
+	return *e.Code
 }
 
 func TestChatCompletionReturnsTheOpenAIShape(t *testing.T) {
@@ -119,8 +165,8 @@ func TestFallbackIsVisibleInTheModelField(t *testing.T) {
 		require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &resp))
 		assert.Equal(t, "beta-large", resp.Model, "a caller (and a cost dashboard) can see the fallback served the request")
 		page := r.do(http.MethodGet, "/metrics", "").Body.String()
-		assert.Contains(t, page, `gateway_provider_failures_total{provider="alpha",reason="server_error"} 1`, "the failure that caused the fail-over is counted by reason")
-		assert.Contains(t, page, `gateway_provider_retries_total{provider="beta"} 1`, "and the retry by the provider it went to")
+		assert.Contains(t, page, `gateway_provider_failures_total{model="alpha-1",provider="alpha",reason="server_error"} 1`, "the failure that caused the fail-over is counted by reason")
+		assert.Contains(t, page, `gateway_provider_retries_total{model="beta-large",provider="beta"} 1`, "and the retry by the target it went to")
 	})
 }
 
@@ -165,9 +211,9 @@ func (b brokenStream) Name() string { return b.name }
 func (b brokenStream) Generate(context.Context, gateway.Request) (gateway.Completion, error) {
 	return gateway.Completion{}, errors.New("unused")
 }
-func (b brokenStream) Stream(ctx context.Context, _ gateway.Request, emit func(string) error) (gateway.Completion, error) {
+func (b brokenStream) Stream(ctx context.Context, _ gateway.Request, emit func(gateway.Chunk) error) (gateway.Completion, error) {
 	for _, c := range []string{"Half", " an"} {
-		if err := emit(c); err != nil {
+		if err := emit(gateway.Chunk{Text: c}); err != nil {
 			return gateway.Completion{}, err
 		}
 		time.Sleep(10 * time.Millisecond)
@@ -207,7 +253,7 @@ func TestSilentUpstreamTimesOutInsteadOfHanging(t *testing.T) {
 		rec := r.do(http.MethodPost, "/v1/chat/completions", `{"stream":true,"messages":[{"role":"user","content":"hi"}]}`)
 		assert.Equal(t, http.StatusGatewayTimeout, rec.Code, "no first token from anyone: a timeout before the first byte is a proper 504")
 		assert.Less(t, time.Since(start), 3*time.Second, "the first-token limit (1 s per attempt) ends it, not the 5 s total")
-		assert.Equal(t, "deadline_exceeded", decodeError(t, rec).Code)
+		assert.Equal(t, "deadline_exceeded", decodeError(t, rec).code())
 	})
 }
 
@@ -244,7 +290,7 @@ func TestRateLimitedIs429WithRetryAfter(t *testing.T) {
 		rec := r.do(http.MethodPost, "/v1/chat/completions", chatBody, "X-Tenant-ID", "acme")
 		assert.Equal(t, http.StatusTooManyRequests, rec.Code)
 		assert.Equal(t, "2", rec.Header().Get("Retry-After"), "one token per 2 s: Retry-After in whole seconds, rounded up")
-		assert.Equal(t, "rate_limited", decodeError(t, rec).Code)
+		assert.Equal(t, "rate_limited", decodeError(t, rec).code())
 		assert.Equal(t, http.StatusOK, r.do(http.MethodPost, "/v1/chat/completions", chatBody, "X-Tenant-ID", "other").Code, "other tenants are unaffected")
 	})
 }
@@ -288,22 +334,56 @@ func TestBadInputIsRefusedClearly(t *testing.T) {
 			name, body string
 			status     int
 			code       string
+			param      string
 			mentions   string
 		}{
-			{"too large", `{"messages":[{"role":"user","content":"` + strings.Repeat("x", 5000) + `"}]}`, 413, "request_too_large", "4096"},
-			{"malformed JSON", `{"messages":[`, 400, "invalid_json", ""},
-			{"unknown field", `{"messages":[{"role":"user","content":"hi"}],"temprature":0.2}`, 400, "unknown_field", "temprature"},
-			{"wrong type", `{"messages":"hi"}`, 400, "invalid_type", "messages"},
-			{"no messages", `{"model":"auto","messages":[]}`, 400, "missing_messages", "messages"},
-			{"bad role", `{"messages":[{"role":"robot","content":"hi"}]}`, 400, "invalid_role", "robot"},
-			{"unknown model", `{"model":"gpt-99","messages":[{"role":"user","content":"hi"}]}`, 400, "model_not_found", "gpt-99"},
-			{"empty body", ``, 400, "invalid_json", ""},
+			{"too large", `{"messages":[{"role":"user","content":"` + strings.Repeat("x", 5000) + `"}]}`, 413, "request_too_large", "", "4096"},
+			{"malformed JSON", `{"messages":[`, 400, "invalid_json", "", "byte"},
+			{"not an object", `[1,2]`, 400, "invalid_type", "", "JSON object"},
+			{"messages not an array", `{"messages":"hi"}`, 400, "invalid_type", "messages", "messages must be an array"},
+			{"no messages", `{"model":"auto","messages":[]}`, 400, "invalid_value", "messages", "at least one"},
+			{"messages missing", `{"model":"auto"}`, 400, "missing_required_parameter", "messages", "messages is required"},
+			{"message not an object", `{"messages":["hi"]}`, 400, "invalid_type", "messages[0]", "messages[0] must be an object"},
+			{"bad role", `{"messages":[{"role":"user","content":"a"},{"role":"robot","content":"hi"}]}`, 400, "invalid_value", "messages[1].role", "robot"},
+			{"no role", `{"messages":[{"content":"hi"}]}`, 400, "missing_required_parameter", "messages[0].role", "required"},
+			{"content a number", `{"messages":[{"role":"user","content":42}]}`, 400, "invalid_type", "messages[0].content", "string, an array of content parts, or null"},
+			{"model a number", `{"model":4,"messages":[{"role":"user","content":"hi"}]}`, 400, "invalid_type", "model", "model must be a string"},
+			{"stream a string", `{"stream":"yes","messages":[{"role":"user","content":"hi"}]}`, 400, "invalid_type", "stream", "true or false"},
+			{"max_tokens zero", `{"max_tokens":0,"messages":[{"role":"user","content":"hi"}]}`, 400, "invalid_value", "max_tokens", "at least 1"},
+			{"max_tokens fractional", `{"max_tokens":1.5,"messages":[{"role":"user","content":"hi"}]}`, 400, "invalid_value", "max_tokens", "whole number"},
+			{"model twice", `{"model":"alpha","model":"gpt-4o","messages":[{"role":"user","content":"hi"}]}`, 400, "duplicate_field", "model", "more than once"},
+			{"unknown model", `{"model":"gpt-99","messages":[{"role":"user","content":"hi"}]}`, 404, "model_not_found", "model", "gpt-99"},
+			{"empty body", ``, 400, "invalid_json", "", "empty"},
 		} {
 			rec := r.do(http.MethodPost, "/v1/chat/completions", c.body)
 			assert.Equal(t, c.status, rec.Code, c.name)
 			e := decodeError(t, rec)
-			assert.Equal(t, c.code, e.Code, c.name)
+			assert.Equal(t, c.code, e.code(), c.name)
+			if c.param != "" && assert.NotNil(t, e.Param, "%s: param names the field", c.name) {
+				assert.Equal(t, c.param, *e.Param, c.name)
+			}
 			assert.Contains(t, e.Message, c.mentions, "%s: the message names what is wrong", c.name)
+			assert.NotContains(t, e.Message, "httpapi", "%s: no Go identifiers in messages", c.name)
+			assert.NotContains(t, e.Message, "[]", "%s: no Go types in messages", c.name)
+		}
+	})
+}
+
+// What a real OpenAI client sends must never be refused: fields the gateway
+// does not know, content parts, null content with tool calls.
+func TestRealShapedRequestsAreAccepted(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newRig(t, baseConfig(), simProvider(t, sim.Config{Name: "alpha"}))
+		for name, body := range map[string]string{
+			"unknown and future fields": `{"messages":[{"role":"user","content":"hi"}],"temperature":0.2,"seed":7,"logprobs":true,"top_logprobs":2,"metadata":{"k":"v"},"reasoning_effort":"low","parallel_tool_calls":false,"x_future":{"a":[1,2]}}`,
+			"content parts":             `{"messages":[{"role":"user","content":[{"type":"text","text":"what is this"},{"type":"image_url","image_url":{"url":"data:image/png;base64,AAAA","detail":"low"}}]}]}`,
+			"image only":                `{"messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"https://example.com/a.png"}}]}]}`,
+			"tool round trip":           `{"messages":[{"role":"user","content":"weather?"},{"role":"assistant","content":null,"tool_calls":[{"id":"call_1","type":"function","function":{"name":"get_weather","arguments":"{}"}}]},{"role":"tool","tool_call_id":"call_1","content":"sunny"}],"tools":[{"type":"function","function":{"name":"get_weather","parameters":{"type":"object","properties":{}}}}]}`,
+			"developer and names":       `{"messages":[{"role":"developer","content":"be brief"},{"role":"user","name":"ann","content":"hi"},{"role":"assistant","content":"hello"},{"role":"user","content":""}]}`,
+			"nulls":                     `{"model":"auto","stream":null,"stream_options":null,"max_tokens":null,"messages":[{"role":"user","content":"hi"}]}`,
+		} {
+			rec := r.do(http.MethodPost, "/v1/chat/completions", body)
+			assert.Equal(t, http.StatusOK, rec.Code, "%s: %s", name, rec.Body.String())
 		}
 	})
 }
@@ -326,8 +406,9 @@ func TestRouteTableMapsAPublicNameToTargetsInOrder(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		alpha := simProvider(t, sim.Config{Name: "alpha", ErrorRate: 1}) // the primary is down
 		beta := simProvider(t, sim.Config{Name: "beta"})
-		r := newRig(t, baseConfig(), alpha, beta)
-		r.srv.opts.Routes = []Route{{Name: "chat", Targets: []gateway.Target{{Provider: "alpha", Model: "alpha-large"}, {Provider: "beta", Model: "beta-small"}}}}
+		r := newRigWith(t, baseConfig(), func(o *Options) {
+			o.Routes = []Route{{Name: "chat", Targets: []gateway.Target{{Provider: "alpha", Model: "alpha-large"}, {Provider: "beta", Model: "beta-small"}}}}
+		}, alpha, beta)
 		rec := r.do(http.MethodPost, "/v1/chat/completions", `{"model":"chat","messages":[{"role":"user","content":"hi"}]}`)
 		require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
 		var resp chatResponse
@@ -363,6 +444,6 @@ func TestMetricNamesPassPromlint(t *testing.T) {
 		page := r.do(http.MethodGet, "/metrics", "")
 		assert.Contains(t, page.Body.String(), `gateway_http_requests_total{code="200",route="POST /v1/chat/completions"} 1`)
 		assert.Contains(t, page.Body.String(), "gateway_requests_in_flight 0")
-		assert.Contains(t, page.Body.String(), `gateway_breaker_state{provider="alpha"} 0`)
+		assert.Contains(t, page.Body.String(), `gateway_breaker_state{model="alpha-1",provider="alpha"} 0`)
 	})
 }

@@ -43,19 +43,19 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
-type app struct {
+type instance struct {
 	url            string
 	stop           context.CancelFunc
 	code           chan int
 	stdout, stderr *syncBuffer
 }
 
-func start(t *testing.T, args ...string) *app {
+func start(t *testing.T, args ...string) *instance {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	ctx, stop := context.WithCancel(t.Context())
-	a := &app{url: "http://" + ln.Addr().String(), stop: stop, code: make(chan int, 1), stdout: &syncBuffer{}, stderr: &syncBuffer{}}
+	a := &instance{url: "http://" + ln.Addr().String(), stop: stop, code: make(chan int, 1), stdout: &syncBuffer{}, stderr: &syncBuffer{}}
 	go func() { a.code <- run(ctx, args, a.stdout, a.stderr, ln) }()
 	t.Cleanup(func() {
 		stop()

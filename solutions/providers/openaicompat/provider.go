@@ -1,41 +1,50 @@
 // Package openaicompat is a provider for any OpenAI-compatible upstream
 // (/v1/chat/completions), streaming and not.
 //
+// It forwards the caller's request as sent — every message, part and
+// parameter, known or not — with only "model" set to the target's upstream
+// model, and hands the upstream's answer back as it came: the whole body,
+// or each stream event's data. It reads just enough of the answer to count
+// it (model, usage, finish_reason, the first choice's text).
+//
 // Each upstream gets one shared http.Client with its own dial, TLS and
 // response-header timeouts and a connection pool sized for a gateway; the
-// request's context bounds the whole call. Failures are classified the way
-// the retry loop needs them: 429 and 5xx and connection errors are
-// retryable (429 with the server's Retry-After), other 4xx are permanent and
-// carry the upstream's reason. Redirects off the upstream's host are refused.
+// request's context bounds the whole call. Every non-2xx answer is a
+// *chatapi.UpstreamError carrying the status, Retry-After and the
+// upstream's own error type and code; the gateway decides from those what
+// to retry. Redirects off the upstream's host are refused.
 package openaicompat
 
 import (
 	"bufio"
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/url"
-	"strconv"
 	"strings"
 	"time"
 
 	gateway "github.com/production-go/gateway-lab/solutions/08-gateway"
+	"github.com/production-go/gateway-lab/solutions/internal/chatapi"
 	"github.com/production-go/gateway-lab/solutions/providers/spec"
 )
 
 var (
 	// ErrInvalidConfig is returned by New for settings that cannot work.
 	ErrInvalidConfig = errors.New("openaicompat: invalid config")
-	// ErrTruncated: the stream ended cleanly at the HTTP level without [DONE].
-	ErrTruncated = errors.New("openaicompat: stream ended without [DONE]")
+	// ErrTruncated: the stream ended before the answer did — no
+	// finish_reason and no [DONE].
+	ErrTruncated = errors.New("openaicompat: stream ended before the answer did")
 	// ErrMalformed: the upstream sent something that is not the expected JSON.
 	ErrMalformed = errors.New("openaicompat: malformed upstream response")
 )
+
+// MaxAnswerBytes bounds a whole (non-streamed) answer read from an upstream.
+const MaxAnswerBytes = 16 << 20
 
 // Config describes one upstream.
 type Config struct {
@@ -114,157 +123,159 @@ func (p *Provider) Name() string { return p.cfg.Name }
 // Close releases idle connections.
 func (p *Provider) Close() { p.client.CloseIdleConnections() }
 
-type message struct {
-	Role    string `json:"role"`
-	Content string `json:"content"`
-}
+// DefaultModel is the upstream model asked for when a request names none.
+func (p *Provider) DefaultModel() string { return p.cfg.Model }
 
-type request struct {
-	Model         string         `json:"model"`
-	Messages      []message      `json:"messages"`
-	Stream        bool           `json:"stream,omitempty"`
-	StreamOptions *streamOptions `json:"stream_options,omitempty"`
-}
-
-type streamOptions struct {
-	IncludeUsage bool `json:"include_usage"`
-}
-
-type usage struct {
-	PromptTokens     int `json:"prompt_tokens"`
-	CompletionTokens int `json:"completion_tokens"`
-	TotalTokens      int `json:"total_tokens"`
-}
-
-func (u *usage) gateway() *gateway.Usage {
-	if u == nil {
-		return nil
-	}
-	return &gateway.Usage{PromptTokens: u.PromptTokens, CompletionTokens: u.CompletionTokens, TotalTokens: u.TotalTokens}
-}
-
-type response struct {
-	Model   string `json:"model"`
-	Choices []struct {
-		Message message `json:"message"`
-		Delta   message `json:"delta"`
-	} `json:"choices"`
-	Usage *usage    `json:"usage"`
-	Error *apiError `json:"error"`
-}
-
-type apiError struct {
-	Message string `json:"message"`
-	Type    string `json:"type"`
-	Code    any    `json:"code"`
-}
-
-// StatusError is an upstream HTTP error.
-type StatusError struct {
-	Provider   string
-	Status     int
-	Code       string // the upstream's error code, e.g. context_length_exceeded
-	Message    string // the upstream's reason
-	retryAfter time.Duration
-}
-
-func (e *StatusError) Error() string {
-	msg := fmt.Sprintf("%s: HTTP %d", e.Provider, e.Status)
-	if e.Code != "" {
-		msg += " " + e.Code
-	}
-	if e.Message != "" {
-		msg += ": " + e.Message
-	}
-	return msg
-}
-
-// StatusCode is the upstream's HTTP status.
-func (e *StatusError) StatusCode() int { return e.Status }
-
-// RetryAfter is the upstream's Retry-After on a 429 or 503 (0 if none).
-func (e *StatusError) RetryAfter() time.Duration { return e.retryAfter }
-
-// Generate asks for a complete answer.
+// Generate asks for a complete answer and returns the upstream's body as
+// Completion.Raw.
 func (p *Provider) Generate(ctx context.Context, req gateway.Request) (gateway.Completion, error) {
 	resp, err := p.post(ctx, req, false)
 	if err != nil {
 		return gateway.Completion{}, err
 	}
 	defer resp.Body.Close()
-	var r response
-	if err := json.NewDecoder(io.LimitReader(resp.Body, 16<<20)).Decode(&r); err != nil {
-		return gateway.Completion{}, fmt.Errorf("%w: %s: %v", ErrMalformed, p.cfg.Name, err)
+	body, err := io.ReadAll(io.LimitReader(resp.Body, MaxAnswerBytes+1))
+	if err != nil {
+		return gateway.Completion{}, fmt.Errorf("openaicompat: %s: reading the answer: %w", p.cfg.Name, err)
 	}
-	if len(r.Choices) == 0 {
-		return gateway.Completion{}, fmt.Errorf("%w: %s: no choices", ErrMalformed, p.cfg.Name)
+	if len(body) > MaxAnswerBytes {
+		return gateway.Completion{}, fmt.Errorf("%w: %s: the answer is larger than %d bytes", ErrMalformed, p.cfg.Name, MaxAnswerBytes)
 	}
-	return gateway.Completion{Text: r.Choices[0].Message.Content, Model: modelOr(r.Model, modelOr(req.Model, p.cfg.Model)), Usage: r.Usage.gateway()}, nil
+	a, ok, err := chatapi.ReadAnswer(p.cfg.Name, body)
+	switch {
+	case err != nil:
+		return gateway.Completion{}, inBody(err)
+	case !ok:
+		return gateway.Completion{}, fmt.Errorf("%w: %s: the answer is not a JSON object", ErrMalformed, p.cfg.Name)
+	}
+	return gateway.Completion{Text: a.Text, Model: modelOr(a.Model, modelOr(req.Model, p.cfg.Model)), Usage: usage(a.Usage), Raw: body}, nil
 }
 
-// Stream asks for a streamed answer and relays each content delta to emit.
-// A malformed chunk ends the stream with ErrMalformed (nothing of it is
-// passed on); a stream that ends without [DONE] ends with ErrTruncated.
-func (p *Provider) Stream(ctx context.Context, req gateway.Request, emit func(string) error) (gateway.Completion, error) {
+// inBody marks an error object an upstream sent in a 200 answer or a
+// stream event: a failure of the upstream's, like a 502.
+func inBody(err error) error {
+	var ue *chatapi.UpstreamError
+	if errors.As(err, &ue) && ue.Status == 0 {
+		ue.Status = http.StatusBadGateway
+	}
+	return err
+}
+
+func usage(u *chatapi.Usage) *gateway.Usage {
+	if u == nil {
+		return nil
+	}
+	return &gateway.Usage{PromptTokens: u.PromptTokens, CompletionTokens: u.CompletionTokens, TotalTokens: u.TotalTokens}
+}
+
+// Stream asks for a streamed answer and relays each event's data to emit,
+// as it came. The answer is complete at [DONE], or when the stream closes
+// after a finish_reason (some upstreams never send [DONE]); a stream that
+// closes before either ends with ErrTruncated, a malformed event with
+// ErrMalformed (nothing of it is passed on), an error event with an
+// *chatapi.UpstreamError.
+func (p *Provider) Stream(ctx context.Context, req gateway.Request, emit func(gateway.Chunk) error) (gateway.Completion, error) {
 	resp, err := p.post(ctx, req, true)
 	if err != nil {
 		return gateway.Completion{}, err
 	}
 	defer resp.Body.Close()
-	model := modelOr(req.Model, p.cfg.Model)
-	var used *gateway.Usage
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 64<<10), 1<<20)
-	for sc.Scan() {
-		data, ok := strings.CutPrefix(sc.Text(), "data:")
-		if !ok {
-			continue // comments, event names, blank separators
-		}
-		data = strings.TrimSpace(data)
-		if data == "[DONE]" {
-			return gateway.Completion{Model: model, Usage: used}, nil
-		}
-		var chunk response
-		if err := json.Unmarshal([]byte(data), &chunk); err != nil {
-			return gateway.Completion{Model: model}, fmt.Errorf("%w: %s: bad chunk: %v", ErrMalformed, p.cfg.Name, err)
-		}
-		if chunk.Error != nil {
-			return gateway.Completion{Model: model}, &StatusError{Provider: p.cfg.Name, Status: http.StatusBadGateway, Code: codeString(chunk.Error.Code), Message: chunk.Error.Message}
-		}
-		model = modelOr(chunk.Model, model)
-		if chunk.Usage != nil {
-			used = chunk.Usage.gateway() // sent with the last chunk when include_usage is asked for
-		}
-		for _, c := range chunk.Choices {
-			if c.Delta.Content == "" {
-				continue
-			}
-			if err := emit(c.Delta.Content); err != nil {
-				return gateway.Completion{Model: model}, err
-			}
-		}
+	r := &streamReader{name: p.cfg.Name, model: modelOr(req.Model, p.cfg.Model), emit: emit}
+	err = eachEvent(resp.Body, r.event)
+	c := gateway.Completion{Model: r.model, Usage: usage(r.usage)}
+	switch {
+	case errors.Is(err, errDone):
+		return c, nil
+	case err != nil:
+		return c, err
+	case ctx.Err() != nil:
+		return c, ctx.Err()
+	case r.finished:
+		return c, nil // closed after the last choice finished: the answer is whole
 	}
-	if err := sc.Err(); err != nil {
-		return gateway.Completion{Model: model}, fmt.Errorf("openaicompat: %s: reading stream: %w", p.cfg.Name, err)
-	}
-	if err := ctx.Err(); err != nil {
-		return gateway.Completion{Model: model}, err
-	}
-	return gateway.Completion{Model: model}, fmt.Errorf("%w: %s", ErrTruncated, p.cfg.Name)
+	return c, fmt.Errorf("%w: %s", ErrTruncated, p.cfg.Name)
 }
 
-// post sends the request and turns every non-2xx answer into an error of
-// the right kind; on success the caller owns resp.Body.
+// errDone ends eachEvent at [DONE].
+var errDone = errors.New("[DONE]")
+
+// streamReader handles one stream's events.
+type streamReader struct {
+	name     string
+	model    string
+	emit     func(gateway.Chunk) error
+	usage    *chatapi.Usage
+	finished bool
+}
+
+func (r *streamReader) event(data []byte) error {
+	if string(data) == "[DONE]" {
+		return errDone
+	}
+	a, ok, err := chatapi.ReadAnswer(r.name, data)
+	switch {
+	case err != nil:
+		return inBody(err)
+	case !ok:
+		return fmt.Errorf("%w: %s: an event that is not a JSON object", ErrMalformed, r.name)
+	}
+	r.model = modelOr(a.Model, r.model)
+	if a.Usage != nil {
+		r.usage = a.Usage // sent with the last chunk when include_usage is asked for
+	}
+	r.finished = r.finished || a.FinishReason != ""
+	return r.emit(gateway.Chunk{Text: a.Text, Model: r.model, Raw: bytes.Clone(data)})
+}
+
+// eachEvent reads server-sent events and calls fn with each event's data
+// (its data lines joined by newlines). Comments, event names and ids are
+// skipped. It returns fn's first error, or the read error, or nil at EOF.
+func eachEvent(body io.Reader, fn func(data []byte) error) error {
+	sc := bufio.NewScanner(body)
+	sc.Buffer(make([]byte, 0, 64<<10), 4<<20)
+	var data []byte
+	have := false
+	dispatch := func() error {
+		if !have {
+			return nil
+		}
+		err := fn(data)
+		data, have = data[:0], false
+		return err
+	}
+	for sc.Scan() {
+		line := sc.Bytes()
+		if len(line) == 0 {
+			if err := dispatch(); err != nil {
+				return err
+			}
+			continue
+		}
+		v, ok := bytes.CutPrefix(line, []byte("data:"))
+		if !ok {
+			continue // a comment, an event name, an id
+		}
+		v, _ = bytes.CutPrefix(v, []byte(" "))
+		if have {
+			data = append(data, '\n')
+		}
+		data, have = append(data, v...), true
+	}
+	if err := sc.Err(); err != nil {
+		return fmt.Errorf("openaicompat: reading the stream: %w", err)
+	}
+	return dispatch()
+}
+
+// post sends the caller's request with the target's model and turns every
+// non-2xx answer into an *chatapi.UpstreamError; on success the caller
+// owns resp.Body.
 func (p *Provider) post(ctx context.Context, req gateway.Request, stream bool) (*http.Response, error) {
-	out := request{Model: modelOr(req.Model, p.cfg.Model), Messages: []message{{Role: "user", Content: req.Prompt}}, Stream: stream}
-	if stream {
-		out.StreamOptions = &streamOptions{IncludeUsage: true} // so usage can be passed through
+	chat := req.Chat
+	if chat == nil {
+		chat = chatapi.NewRequest(req.Prompt, stream) // the lesson's /v1/generate: a prompt only
 	}
-	body, err := json.Marshal(out)
-	if err != nil {
-		return nil, err
-	}
-	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, p.endpoint, bytes.NewReader(body))
+	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, p.endpoint, bytes.NewReader(chat.WithModel(modelOr(req.Model, p.cfg.Model))))
 	if err != nil {
 		return nil, err
 	}
@@ -283,43 +294,12 @@ func (p *Provider) post(ctx context.Context, req gateway.Request, stream bool) (
 		return resp, nil
 	}
 	defer resp.Body.Close()
-	se := &StatusError{Provider: p.cfg.Name, Status: resp.StatusCode}
-	var r response
-	if b, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10)); json.Unmarshal(b, &r) == nil && r.Error != nil {
-		se.Message, se.Code = r.Error.Message, codeString(r.Error.Code)
-	}
+	body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	var retryAfter time.Duration
 	if resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusServiceUnavailable {
-		se.retryAfter = parseRetryAfter(resp.Header.Get("Retry-After"), time.Now())
+		retryAfter = chatapi.ParseRetryAfter(resp.Header.Get("Retry-After"), time.Now())
 	}
-	if resp.StatusCode >= 400 && resp.StatusCode < 500 && resp.StatusCode != http.StatusTooManyRequests && resp.StatusCode != http.StatusRequestTimeout {
-		return nil, gateway.Permanent(se) // the same request fails the same way: no retry
-	}
-	return nil, se
-}
-
-// parseRetryAfter reads delay-seconds or an HTTP date (RFC 9110 §10.2.3).
-func parseRetryAfter(v string, now time.Time) time.Duration {
-	v = strings.TrimSpace(v)
-	if v == "" {
-		return 0
-	}
-	if secs, err := strconv.Atoi(v); err == nil && secs >= 0 {
-		return time.Duration(secs) * time.Second
-	}
-	if t, err := http.ParseTime(v); err == nil && t.After(now) {
-		return t.Sub(now)
-	}
-	return 0
-}
-
-func codeString(c any) string {
-	switch v := c.(type) {
-	case string:
-		return v
-	case float64:
-		return strconv.FormatFloat(v, 'f', -1, 64)
-	}
-	return ""
+	return nil, chatapi.NewUpstreamError(p.cfg.Name, resp.StatusCode, body, retryAfter)
 }
 
 func modelOr(got, fallback string) string {

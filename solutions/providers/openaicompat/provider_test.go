@@ -10,9 +10,11 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/production-go/gateway-lab/solutions/03-timeouts"
 	gateway "github.com/production-go/gateway-lab/solutions/08-gateway"
+	"github.com/production-go/gateway-lab/solutions/internal/chatapi"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
@@ -57,10 +59,11 @@ func TestRateLimitCarriesRetryAfter(t *testing.T) {
 		_, _ = io.WriteString(w, `{"error":{"message":"slow down","type":"rate_limit","code":"rate_limited"}}`)
 	})
 	_, err := p.Generate(t.Context(), req)
-	var se *StatusError
+	var se *chatapi.UpstreamError
 	require.ErrorAs(t, err, &se)
 	assert.Equal(t, http.StatusTooManyRequests, se.Status)
 	assert.Equal(t, 2*time.Second, se.RetryAfter())
+	assert.Equal(t, gateway.ReasonRateLimited, gateway.ReasonOf(err))
 	var ra timeouts.RetryAfterer
 	assert.True(t, errors.As(err, &ra), "the retry loop must see the Retry-After")
 	assertRetryable(t, err)
@@ -68,11 +71,11 @@ func TestRateLimitCarriesRetryAfter(t *testing.T) {
 
 func TestParseRetryAfterSecondsAndHTTPDate(t *testing.T) {
 	now := time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC)
-	assert.Equal(t, 7*time.Second, parseRetryAfter("7", now))
-	assert.Equal(t, 90*time.Second, parseRetryAfter(now.Add(90*time.Second).Format(http.TimeFormat), now))
-	assert.Zero(t, parseRetryAfter(now.Add(-time.Minute).Format(http.TimeFormat), now), "a date in the past means now")
-	assert.Zero(t, parseRetryAfter("soon", now))
-	assert.Zero(t, parseRetryAfter("-3", now))
+	assert.Equal(t, 7*time.Second, chatapi.ParseRetryAfter("7", now))
+	assert.Equal(t, 90*time.Second, chatapi.ParseRetryAfter(now.Add(90*time.Second).Format(http.TimeFormat), now))
+	assert.Zero(t, chatapi.ParseRetryAfter(now.Add(-time.Minute).Format(http.TimeFormat), now), "a date in the past means now")
+	assert.Zero(t, chatapi.ParseRetryAfter("soon", now))
+	assert.Zero(t, chatapi.ParseRetryAfter("-3", now))
 }
 
 // assertRetryable checks the retry loop would try err again: with a tiny
@@ -88,26 +91,41 @@ func assertRetryable(t *testing.T, err error) {
 func TestServerErrorsAreRetryable(t *testing.T) {
 	p := upstream(t, func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusBadGateway) })
 	_, err := p.Generate(t.Context(), req)
-	var se *StatusError
+	var se *chatapi.UpstreamError
 	require.ErrorAs(t, err, &se)
 	assert.Equal(t, http.StatusBadGateway, se.Status)
 	assertRetryable(t, err)
+	assert.Equal(t, gateway.ReasonServer, gateway.ReasonOf(err))
 }
 
-func TestBadRequestIsPermanentWithTheUpstreamsReason(t *testing.T) {
+func TestBadRequestCarriesTheUpstreamsTypeCodeAndMessage(t *testing.T) {
 	p := upstream(t, func(w http.ResponseWriter, _ *http.Request) {
 		w.WriteHeader(http.StatusBadRequest)
-		_, _ = io.WriteString(w, `{"error":{"message":"This model's maximum context length is 8192 tokens","type":"invalid_request_error","code":"context_length_exceeded"}}`)
+		_, _ = io.WriteString(w, `{"error":{"message":"This model's maximum context length is 8192 tokens","type":"invalid_request_error","param":"messages","code":"context_length_exceeded"}}`)
 	})
 	_, err := p.Generate(t.Context(), req)
-	var se *StatusError
+	var se *chatapi.UpstreamError
 	require.ErrorAs(t, err, &se)
+	assert.Equal(t, http.StatusBadRequest, se.Status)
 	assert.Equal(t, "context_length_exceeded", se.Code)
-	assert.Contains(t, err.Error(), "maximum context length", "the provider's reason is propagated")
-	n, res := timeouts.Do(context.Background(), timeouts.Policy{MaxAttempts: 3, TotalTimeout: time.Second}, func(context.Context, int) error { return err })
-	assert.Equal(t, 1, n, "a 400 is not retried on the same model")
-	assert.NotErrorIs(t, res, context.DeadlineExceeded)
+	assert.Equal(t, "invalid_request_error", se.Type)
+	assert.Equal(t, "messages", se.Param)
+	assert.Equal(t, "This model's maximum context length is 8192 tokens", se.Message, "the reason is kept for the caller")
+	assert.NotContains(t, err.Error(), "maximum context length", "but not in Error(), which is what gets logged: it may quote the prompt")
+	assert.Equal(t, gateway.ReasonClient, gateway.ReasonOf(err), "the gateway, not the provider, decides a 4xx is not retried")
 	assert.NotContains(t, err.Error(), "sk-secret-123", "the API key never appears in an error")
+}
+
+func TestUpstreamErrorTextIsBounded(t *testing.T) {
+	p := upstream(t, func(w http.ResponseWriter, _ *http.Request) {
+		w.WriteHeader(http.StatusBadRequest)
+		_, _ = io.WriteString(w, `{"error":{"message":"`+strings.Repeat("é", 4000)+`","code":"x"}}`)
+	})
+	_, err := p.Generate(t.Context(), req)
+	var se *chatapi.UpstreamError
+	require.ErrorAs(t, err, &se)
+	assert.LessOrEqual(t, len(se.Message), chatapi.MaxMessageBytes+len("…"))
+	assert.True(t, utf8.ValidString(se.Message), "cut at a character boundary")
 }
 
 func sse(w http.ResponseWriter, lines ...string) {
@@ -121,7 +139,12 @@ func sse(w http.ResponseWriter, lines ...string) {
 func collect(t *testing.T, p *Provider) ([]string, gateway.Completion, error) {
 	t.Helper()
 	var chunks []string
-	c, err := p.Stream(t.Context(), req, func(s string) error { chunks = append(chunks, s); return nil })
+	c, err := p.Stream(t.Context(), req, func(c gateway.Chunk) error {
+		if c.Text != "" {
+			chunks = append(chunks, c.Text)
+		}
+		return nil
+	})
 	return chunks, c, err
 }
 
@@ -129,7 +152,6 @@ func TestStreamRelaysDeltasUntilDone(t *testing.T) {
 	p := upstream(t, func(w http.ResponseWriter, r *http.Request) {
 		b, _ := io.ReadAll(r.Body)
 		assert.Contains(t, string(b), `"stream":true`)
-		assert.Contains(t, string(b), `"include_usage":true`, "usage is asked for, so it can be passed through")
 		sse(w, `data: {"model":"small-1-2026","choices":[{"delta":{"role":"assistant"}}]}`,
 			`data: {"choices":[{"delta":{"content":"Hel"}}]}`, `: keep-alive comment`,
 			`data: {"choices":[{"delta":{"content":"lo"}}]}`,
@@ -147,7 +169,7 @@ func TestStreamWithoutDoneIsTruncatedNotWaitedOn(t *testing.T) {
 		sse(w, `data: {"choices":[{"delta":{"content":"partial"}}]}`) // then the handler returns: a clean HTTP end
 	})
 	chunks, _, err := collect(t, p)
-	assert.ErrorIs(t, err, ErrTruncated, "a clean HTTP end without [DONE] is a cut stream, reported at once")
+	assert.ErrorIs(t, err, ErrTruncated, "a clean HTTP end before any finish_reason is a cut stream, reported at once")
 	assert.Equal(t, []string{"partial"}, chunks)
 }
 

@@ -2,6 +2,12 @@
 // errors of the kinds real upstreams produce, outage windows and streamed
 // chunks. It is the gateway's default upstream, so `make run` needs nothing
 // else, and the way to rehearse failures on purpose.
+//
+// Given a chat request it answers the way an OpenAI-compatible upstream
+// would, in the same wire format: a tool call when the request offers tools
+// (and the conversation does not end with a tool result), JSON when
+// response_format asks for it, text otherwise — so an SDK's tool loop or
+// structured-output call runs end to end against `make run`.
 package sim
 
 import (
@@ -13,9 +19,11 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	gateway "github.com/production-go/gateway-lab/solutions/08-gateway"
+	"github.com/production-go/gateway-lab/solutions/internal/chatapi"
 	"github.com/production-go/gateway-lab/solutions/providers/spec"
 )
 
@@ -45,27 +53,6 @@ type Config struct {
 	Outages    []Window
 	Seed       uint64 // the same seed replays the same sequence
 }
-
-// Error is a simulated upstream failure, shaped like an HTTP error.
-type Error struct {
-	Provider   string
-	Status     int // 0 for a connection-level failure
-	Kind       string
-	retryAfter time.Duration
-}
-
-func (e *Error) Error() string {
-	if e.Status == 0 {
-		return fmt.Sprintf("%s: %s", e.Provider, e.Kind)
-	}
-	return fmt.Sprintf("%s: HTTP %d (%s)", e.Provider, e.Status, e.Kind)
-}
-
-// StatusCode is the HTTP status the upstream answered (0: no answer).
-func (e *Error) StatusCode() int { return e.Status }
-
-// RetryAfter is the server's Retry-After (429 only); the retry loop honours it.
-func (e *Error) RetryAfter() time.Duration { return e.retryAfter }
 
 // Provider is a simulated upstream. Safe for concurrent use.
 type Provider struct {
@@ -114,60 +101,119 @@ func (p *Provider) Name() string { return p.cfg.Name }
 // Model is the upstream model it reports.
 func (p *Provider) Model() string { return p.cfg.Model }
 
-// Generate answers in one piece.
-func (p *Provider) Generate(ctx context.Context, req gateway.Request) (gateway.Completion, error) {
-	var b strings.Builder
-	c, err := p.Stream(ctx, req, func(chunk string) error {
-		b.WriteString(chunk)
-		return nil
-	})
-	c.Text = b.String()
-	return c, err
-}
+// DefaultModel is the model it reports when a request names none.
+func (p *Provider) DefaultModel() string { return p.cfg.Model }
 
-// Stream answers word by word, ChunkDelay apart.
-func (p *Provider) Stream(ctx context.Context, req gateway.Request, emit func(string) error) (gateway.Completion, error) {
-	latency, failure := p.draw()
-	if p.inOutage() {
-		failure = "outage"
-	}
-	if failure == KindTimeout {
-		<-ctx.Done()
-		return gateway.Completion{}, ctx.Err()
-	}
-	if err := sleep(ctx, latency); err != nil {
+// Generate answers in one piece, after the latency and every chunk delay a
+// stream of the same answer would take.
+func (p *Provider) Generate(ctx context.Context, req gateway.Request) (gateway.Completion, error) {
+	a, err := p.begin(ctx, req)
+	if err != nil {
 		return gateway.Completion{}, err
 	}
-	switch failure {
-	case "":
-	case "outage":
-		return gateway.Completion{}, &Error{Provider: p.cfg.Name, Status: http.StatusServiceUnavailable, Kind: "outage"}
-	case KindReset:
-		return gateway.Completion{}, &Error{Provider: p.cfg.Name, Kind: "connection reset by peer"}
-	case KindRateLimited:
-		return gateway.Completion{}, &Error{Provider: p.cfg.Name, Status: http.StatusTooManyRequests, Kind: "rate limited", retryAfter: p.cfg.RetryAfter}
-	case KindBadRequest:
-		return gateway.Completion{}, gateway.Permanent(&Error{Provider: p.cfg.Name, Status: http.StatusBadRequest, Kind: "context_length_exceeded"})
-	default:
-		return gateway.Completion{}, &Error{Provider: p.cfg.Name, Status: http.StatusInternalServerError, Kind: "server error"}
+	if err := sleep(ctx, time.Duration(max(len(a.words)-1, 0))*p.cfg.ChunkDelay); err != nil {
+		return gateway.Completion{}, err
 	}
-	words := strings.Fields(answer(p.cfg.Name, req.Prompt))
-	for i, w := range words {
+	c := gateway.Completion{Text: a.text(), Model: a.model, Usage: a.usage()}
+	if req.Chat != nil {
+		u := a.wireUsage()
+		c.Raw = chatapi.NewFrame(a.model).Completion(a.text(), a.calls, a.finish(), &u)
+	}
+	return c, nil
+}
+
+// Stream answers word by word, ChunkDelay apart; a chat request gets
+// OpenAI chunks, each naming the same model.
+func (p *Provider) Stream(ctx context.Context, req gateway.Request, emit func(gateway.Chunk) error) (gateway.Completion, error) {
+	a, err := p.begin(ctx, req)
+	if err != nil {
+		return gateway.Completion{}, err
+	}
+	var frame *chatapi.Frame
+	if req.Chat != nil {
+		f := chatapi.NewFrame(a.model)
+		frame = &f
+		empty := ""
+		if err := emit(gateway.Chunk{Model: a.model, Raw: f.Chunk(chatapi.Delta{Role: "assistant", Content: &empty, ToolCalls: a.calls}, "")}); err != nil {
+			return gateway.Completion{}, err
+		}
+	}
+	for i, w := range a.words {
 		if i > 0 {
 			if err := sleep(ctx, p.cfg.ChunkDelay); err != nil {
 				return gateway.Completion{}, err
 			}
 			w = " " + w
 		}
-		if err := emit(w); err != nil {
+		c := gateway.Chunk{Text: w, Model: a.model}
+		if frame != nil {
+			c.Raw = frame.Chunk(chatapi.Delta{Content: &w}, "")
+		}
+		if err := emit(c); err != nil {
 			return gateway.Completion{}, err
 		}
+	}
+	if frame != nil {
+		if err := emit(gateway.Chunk{Model: a.model, Raw: frame.Chunk(chatapi.Delta{}, a.finish())}); err != nil {
+			return gateway.Completion{}, err
+		}
+		if req.Chat.IncludeUsage {
+			if err := emit(gateway.Chunk{Model: a.model, Raw: frame.UsageChunk(a.wireUsage())}); err != nil {
+				return gateway.Completion{}, err
+			}
+		}
+	}
+	return gateway.Completion{Model: a.model, Usage: a.usage()}, nil
+}
+
+// begin waits out the call's latency and fails it if the draw or an outage
+// says so; otherwise it composes the answer.
+func (p *Provider) begin(ctx context.Context, req gateway.Request) (simAnswer, error) {
+	latency, failure := p.draw()
+	if p.inOutage() {
+		failure = "outage"
+	}
+	if failure == KindTimeout {
+		<-ctx.Done()
+		return simAnswer{}, ctx.Err()
+	}
+	if err := sleep(ctx, latency); err != nil {
+		return simAnswer{}, err
+	}
+	if err := p.failure(failure); err != nil {
+		return simAnswer{}, err
 	}
 	model := p.cfg.Model
 	if req.Model != "" {
 		model = req.Model // a route asked for a specific upstream model
 	}
-	return gateway.Completion{Model: model}, nil
+	return compose(p.cfg.Name, model, req), nil
+}
+
+// ErrReset is the simulated connection reset; it wraps syscall.ECONNRESET
+// as a real one would.
+var ErrReset = fmt.Errorf("sim: connection reset by peer: %w", syscall.ECONNRESET)
+
+// failure is the error a drawn failure kind stands for, shaped like a real
+// upstream's: status, OpenAI error type and code.
+func (p *Provider) failure(kind string) error {
+	up := func(status int, typ, code, msg string, retryAfter time.Duration) error {
+		body := fmt.Sprintf(`{"error":{"message":%q,"type":%q,"code":%q}}`, msg, typ, code)
+		return chatapi.NewUpstreamError(p.cfg.Name, status, []byte(body), retryAfter)
+	}
+	switch kind {
+	case "":
+		return nil
+	case "outage":
+		return up(http.StatusServiceUnavailable, "server_error", "service_unavailable", "the simulated upstream is in an outage window", 0)
+	case KindReset:
+		return fmt.Errorf("%s: %w", p.cfg.Name, ErrReset)
+	case KindRateLimited:
+		return up(http.StatusTooManyRequests, "rate_limit_error", "rate_limit_exceeded", "simulated rate limit", p.cfg.RetryAfter)
+	case KindBadRequest:
+		return up(http.StatusBadRequest, "invalid_request_error", "context_length_exceeded", "simulated: the prompt is longer than the model's context", 0)
+	}
+	return up(http.StatusInternalServerError, "server_error", "internal_error", "simulated server error", 0)
 }
 
 // draw picks this call's latency and failure (if any) from the seeded source.
@@ -193,15 +239,6 @@ func (p *Provider) inOutage() bool {
 		}
 	}
 	return false
-}
-
-// answer is a deterministic reply, so tests and demos can check it.
-func answer(name, prompt string) string {
-	words := strings.Fields(prompt)
-	if len(words) > 12 {
-		words = words[:12]
-	}
-	return fmt.Sprintf("[%s] You asked about: %s. Here is a simulated answer of %d words.", name, strings.Join(words, " "), len(words)+9)
 }
 
 func sleep(ctx context.Context, d time.Duration) error {

@@ -4,11 +4,13 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"syscall"
 	"testing"
 	"testing/synctest"
 	"time"
 
 	gateway "github.com/production-go/gateway-lab/solutions/08-gateway"
+	"github.com/production-go/gateway-lab/solutions/internal/chatapi"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
@@ -25,11 +27,12 @@ func TestStreamsWordsAfterTheLatency(t *testing.T) {
 		start := time.Now()
 		var chunks []string
 		var first time.Duration
-		c, err := p.Stream(t.Context(), req, func(s string) error {
+		c, err := p.Stream(t.Context(), req, func(ch gateway.Chunk) error {
 			if len(chunks) == 0 {
 				first = time.Since(start)
 			}
-			chunks = append(chunks, s)
+			chunks = append(chunks, ch.Text)
+			assert.Equal(t, "alpha-1", ch.Model, "every chunk names the model")
 			return nil
 		})
 		require.NoError(t, err)
@@ -61,18 +64,28 @@ func TestErrorKinds(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		for kind, check := range map[string]func(error){
 			KindRateLimited: func(err error) {
-				var e *Error
+				var e *chatapi.UpstreamError
 				require.ErrorAs(t, err, &e)
 				assert.Equal(t, http.StatusTooManyRequests, e.Status)
 				assert.Equal(t, 2*time.Second, e.RetryAfter())
+				assert.Equal(t, gateway.ReasonRateLimited, gateway.ReasonOf(err))
 			},
 			KindBadRequest: func(err error) {
-				var e *Error
+				var e *chatapi.UpstreamError
 				require.ErrorAs(t, err, &e)
 				assert.Equal(t, http.StatusBadRequest, e.Status)
+				assert.Equal(t, "context_length_exceeded", e.Code, "shaped like the real refusal, code included")
+				assert.Equal(t, gateway.ReasonClient, gateway.ReasonOf(err))
 			},
-			KindTimeout: func(err error) { assert.ErrorIs(t, err, context.DeadlineExceeded) },
-			KindReset:   func(err error) { assert.ErrorContains(t, err, "reset") },
+			KindServer: func(err error) { assert.Equal(t, gateway.ReasonServer, gateway.ReasonOf(err)) },
+			KindTimeout: func(err error) {
+				assert.ErrorIs(t, err, context.DeadlineExceeded)
+				assert.Equal(t, gateway.ReasonTimeout, gateway.ReasonOf(err))
+			},
+			KindReset: func(err error) {
+				assert.ErrorIs(t, err, syscall.ECONNRESET, "a reset is a connection error, as a real one is")
+				assert.Equal(t, gateway.ReasonConnection, gateway.ReasonOf(err))
+			},
 		} {
 			p, err := New(Config{Name: "a", ErrorRate: 1, ErrorKinds: []string{kind}, RetryAfter: 2 * time.Second})
 			require.NoError(t, err)
@@ -92,7 +105,7 @@ func TestOutageWindow(t *testing.T) {
 		assert.NoError(t, err)
 		time.Sleep(time.Second)
 		_, err = p.Generate(t.Context(), req)
-		var e *Error
+		var e *chatapi.UpstreamError
 		require.True(t, errors.As(err, &e), "inside the outage every call fails")
 		assert.Equal(t, http.StatusServiceUnavailable, e.Status)
 		time.Sleep(time.Second)

@@ -1,0 +1,118 @@
+package app
+
+import (
+	"fmt"
+	"log/slog"
+	"os"
+
+	drain "github.com/production-go/gateway-lab/solutions/05-drain"
+	gateway "github.com/production-go/gateway-lab/solutions/08-gateway"
+	"github.com/production-go/gateway-lab/solutions/httpapi"
+	"github.com/production-go/gateway-lab/solutions/providers/openaicompat"
+	"github.com/production-go/gateway-lab/solutions/providers/sim"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// Service is a built gateway, ready to serve.
+type Service struct {
+	Config   Config
+	Gateway  *gateway.Gateway
+	API      *httpapi.Server
+	Drainer  *drain.Drainer
+	Metrics  *httpapi.Metrics
+	Registry *prometheus.Registry
+	Log      *slog.Logger
+	closers  []func()
+}
+
+// Hooks let a service add to the assembly without copying it.
+type Hooks struct {
+	// Identify, if set, names the tenant of each request (see httpapi.Options).
+	Identify func(opts *httpapi.Options)
+	// Gateway, if set, adjusts the gateway's config before it is built.
+	Gateway func(cfg *gateway.Config)
+}
+
+// Build makes the providers, the gateway, its routes and metrics, and the
+// HTTP API. Errors are configuration errors, worded for the person who
+// typed the flags.
+func Build(c Config, log *slog.Logger, hooks Hooks) (*Service, error) {
+	s := &Service{Config: c, Log: log, Registry: prometheus.NewRegistry(), Drainer: drain.New()}
+	providers, err := s.providers()
+	if err != nil {
+		s.Close()
+		return nil, err
+	}
+	s.Registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	s.Metrics = httpapi.NewMetrics(s.Registry)
+	gc := c.Gateway
+	gc.Observer = s.Metrics
+	if hooks.Gateway != nil {
+		hooks.Gateway(&gc)
+	}
+	if s.Gateway, err = gateway.New(gc, providers...); err != nil {
+		s.Close()
+		return nil, err
+	}
+	s.Metrics.WatchGateway(s.Gateway)
+	routes, err := LoadRoutes(c.RoutesFile, c.Routes, s.Gateway.Providers())
+	for i := 0; err == nil && i < len(routes); i++ {
+		err = s.Gateway.AddTargets(routes[i].Targets...)
+	}
+	if err != nil {
+		s.Close()
+		return nil, err
+	}
+	opts := httpapi.Options{
+		Gateway: s.Gateway, Drainer: s.Drainer, Metrics: s.Metrics, Logger: log, MaxBodyBytes: c.MaxBody,
+		MetricsPage: promhttp.HandlerFor(s.Registry, promhttp.HandlerOpts{Registry: s.Registry}),
+		BodyTimeout: c.BodyTimeout, WriteTimeout: c.WriteTimeout, OverheadHeader: c.OverheadHeader,
+		Stream: gateway.StreamLimits{FirstToken: c.FirstToken, Idle: c.Idle}, Routes: routes,
+	}
+	if hooks.Identify != nil {
+		hooks.Identify(&opts)
+	}
+	s.API = httpapi.New(opts)
+	return s, nil
+}
+
+// providers makes the upstreams (first, in order) and the simulated providers.
+func (s *Service) providers() ([]gateway.Provider, error) {
+	var out []gateway.Provider
+	for _, spec := range s.Config.Upstreams {
+		uc, err := openaicompat.ParseSpec(spec, os.Getenv)
+		if err != nil {
+			return nil, fmt.Errorf("-upstream: %w", err)
+		}
+		p, err := openaicompat.New(uc)
+		if err != nil {
+			return nil, fmt.Errorf("-upstream: %w", err)
+		}
+		s.closers = append(s.closers, p.Close)
+		out = append(out, p)
+	}
+	for i, spec := range s.Config.Providers {
+		pc, err := sim.Parse(spec)
+		if err != nil {
+			return nil, fmt.Errorf("-provider: %w", err)
+		}
+		if pc.Seed == 0 {
+			pc.Seed = s.Config.Seed + uint64(i) + 1
+		}
+		p, err := sim.New(pc)
+		if err != nil {
+			return nil, fmt.Errorf("-provider: %w", err)
+		}
+		out = append(out, p)
+	}
+	return out, nil
+}
+
+// Close releases the upstreams' idle connections.
+func (s *Service) Close() {
+	for _, c := range s.closers {
+		c()
+	}
+}

@@ -1,0 +1,145 @@
+// Package app is the assembly the reference services share: configuration
+// from flags and GATEWAY_* variables, providers, routes, metrics, the HTTP
+// server and its drain on shutdown. production_app is this package with
+// its defaults; secure_app adds identity, tier policy and shared limits on
+// top — middleware and wiring, not a copy.
+package app
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"strings"
+	"time"
+
+	gateway "github.com/production-go/gateway-lab/solutions/08-gateway"
+)
+
+// Config is everything a service is started with.
+type Config struct {
+	Addr    string
+	Gateway gateway.Config
+	// Seed drives the retry jitter and the simulated providers; 0 picks one
+	// at random (printed at start, so a run can be replayed).
+	Seed             uint64
+	FirstToken, Idle time.Duration
+	ReadinessDelay   time.Duration
+	Grace            time.Duration
+	ShutdownTimeout  time.Duration
+	BodyTimeout      time.Duration
+	WriteTimeout     time.Duration
+	MaxBody          int64
+	LogLevel         string
+	OverheadHeader   bool
+	Providers        []string // simulated provider specs
+	Upstreams        []string // OpenAI-compatible upstream specs
+	Routes           []string // -route specs
+	RoutesFile       string
+}
+
+// DefaultProviders are used when no -provider or -upstream flag is given.
+var DefaultProviders = []string{
+	"name=alpha,latency=80ms,jitter=40ms,chunk-delay=15ms,error-rate=0.02,errors=500|reset",
+	"name=beta,latency=150ms,jitter=60ms,chunk-delay=20ms,error-rate=0.01,errors=500",
+}
+
+// Flags registers every flag on fs, with its default.
+func (c *Config) Flags(fs *flag.FlagSet) {
+	fs.StringVar(&c.Addr, "addr", "127.0.0.1:8080", "listen address")
+	c.gatewayFlags(fs)
+	fs.DurationVar(&c.FirstToken, "first-token-timeout", 10*time.Second, "streams: limit on the wait for the first chunk")
+	fs.DurationVar(&c.Idle, "stream-idle-timeout", 10*time.Second, "streams: limit on the gap between chunks")
+	fs.DurationVar(&c.ReadinessDelay, "readiness-delay", 2*time.Second, "on SIGTERM, keep serving this long after /readyz turns 503")
+	fs.DurationVar(&c.Grace, "drain-grace", 20*time.Second, "on SIGTERM, how long in-flight requests may finish")
+	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", 5*time.Second, "after the drain, limit on closing connections")
+	fs.DurationVar(&c.BodyTimeout, "body-timeout", 10*time.Second, "limit on reading a request body (408 after)")
+	fs.DurationVar(&c.WriteTimeout, "write-timeout", 30*time.Second, "streams: limit on each write to a client that stopped reading")
+	fs.Int64Var(&c.MaxBody, "max-body-bytes", 1<<20, "largest request body accepted (413 above)")
+	fs.Uint64Var(&c.Seed, "seed", 0, "seed for jitter and simulated providers (0: random; printed at start to replay)")
+	fs.StringVar(&c.LogLevel, "log-level", "info", "debug, info, warn or error")
+	fs.BoolVar(&c.OverheadHeader, "overhead-header", false, "add X-Gateway-Overhead-Ms (the gateway's own time) to answers, for debugging")
+	fs.Func("provider", "a simulated provider, repeatable, in priority order: name=alpha,latency=80ms,jitter=40ms,chunk-delay=15ms,error-rate=0.05,errors=500|429|reset|timeout|400,outage=30s-60s (default: alpha and beta)",
+		func(v string) error { c.Providers = append(c.Providers, v); return nil })
+	fs.Func("upstream", "an OpenAI-compatible upstream, repeatable, tried before simulated providers: name=up,url=https://host/v1,model=small-1,key-env=UP_API_KEY (the key is read from that environment variable, never from a flag)",
+		func(v string) error { c.Upstreams = append(c.Upstreams, v); return nil })
+	fs.Func("route", "a public model name and its targets in order, repeatable: chat=alpha:alpha-large,beta:beta-small (\"auto\" and each provider's name always exist)",
+		func(v string) error { c.Routes = append(c.Routes, v); return nil })
+	fs.StringVar(&c.RoutesFile, "routes", "", "JSON route table `file`: {\"routes\":[{\"model\":\"chat\",\"targets\":[{\"provider\":\"alpha\",\"model\":\"alpha-large\"}],\"fallback_on\":[\"context_length_exceeded\"]}]}")
+}
+
+func (c *Config) gatewayFlags(fs *flag.FlagSet) {
+	g := &c.Gateway
+	fs.Float64Var(&g.RatePerSecond, "rate", 10, "requests per second per tenant (token refill rate)")
+	fs.IntVar(&g.Burst, "burst", 20, "burst per tenant (token bucket size)")
+	fs.IntVar(&g.MaxConcurrent, "max-concurrent", 32, "requests in flight at once")
+	fs.IntVar(&g.MaxPerTenant, "max-per-tenant", -1, "requests one tenant may have in flight (-1: half of -max-concurrent; 0: no cap)")
+	fs.DurationVar(&g.MaxQueueWait, "max-queue-wait", 2*time.Second, "how long a request may wait for a slot (0: don't wait)")
+	fs.IntVar(&g.MaxAttempts, "max-attempts", 3, "attempts per request, the first included")
+	fs.DurationVar(&g.BaseBackoff, "base-backoff", 100*time.Millisecond, "cap on the first retry's jittered backoff")
+	fs.DurationVar(&g.MaxBackoff, "max-backoff", 2*time.Second, "cap on any backoff")
+	fs.DurationVar(&g.AttemptTimeout, "attempt-timeout", 10*time.Second, "limit on one provider call")
+	fs.DurationVar(&g.TotalTimeout, "total-timeout", 30*time.Second, "limit on a whole request, attempts and backoffs included")
+	fs.IntVar(&g.FailureThreshold, "failure-threshold", 5, "consecutive failures that open a target's breaker")
+	fs.DurationVar(&g.RecoveryTimeout, "recovery-timeout", 30*time.Second, "how long a breaker stays open before one probe")
+}
+
+// Parse reads args, then GATEWAY_<FLAG> variables for every flag not on the
+// command line (a flag wins), then fills the defaults that depend on other
+// settings. extra, if set, registers a service's own flags. -h prints the
+// usage and returns flag.ErrHelp.
+func Parse(name string, args []string, stderr io.Writer, extra func(*flag.FlagSet)) (Config, error) {
+	var c Config
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	c.Flags(fs)
+	if extra != nil {
+		extra(fs)
+	}
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "usage: %s [flags]\n\nEvery flag can also be set as GATEWAY_<FLAG> in the environment\n(upper case, dashes as underscores, e.g. GATEWAY_MAX_CONCURRENT=64); a command-line flag wins.\n\nflags:\n", name)
+		fs.PrintDefaults()
+	}
+	if err := fs.Parse(args); err != nil {
+		return c, err
+	}
+	if fs.NArg() > 0 {
+		return c, fmt.Errorf("unexpected argument %q (flags start with -)", fs.Arg(0))
+	}
+	if err := fromEnv(fs, os.LookupEnv); err != nil {
+		return c, err
+	}
+	c.defaults()
+	return c, nil
+}
+
+// fromEnv sets each flag not given on the command line from GATEWAY_<FLAG>.
+func fromEnv(fs *flag.FlagSet, lookup func(string) (string, bool)) error {
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	var errs []error
+	fs.VisitAll(func(f *flag.Flag) {
+		env := "GATEWAY_" + strings.ToUpper(strings.ReplaceAll(f.Name, "-", "_"))
+		if v, ok := lookup(env); ok && !set[f.Name] {
+			if err := fs.Set(f.Name, v); err != nil {
+				errs = append(errs, fmt.Errorf("%s=%q: %w", env, v, err))
+			}
+		}
+	})
+	return errors.Join(errs...)
+}
+
+func (c *Config) defaults() {
+	if len(c.Providers) == 0 && len(c.Upstreams) == 0 {
+		c.Providers = DefaultProviders
+	}
+	if c.Seed == 0 {
+		c.Seed = rand.Uint64()
+	}
+	if c.Gateway.MaxPerTenant < 0 {
+		c.Gateway.MaxPerTenant = max(1, c.Gateway.MaxConcurrent/2)
+	}
+	c.Gateway.Rand = rand.New(rand.NewPCG(c.Seed, c.Seed^0x6a177e4))
+}

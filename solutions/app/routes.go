@@ -1,0 +1,112 @@
+package app
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+
+	gateway "github.com/production-go/gateway-lab/solutions/08-gateway"
+	"github.com/production-go/gateway-lab/solutions/httpapi"
+)
+
+// routesFile is the -routes file's shape:
+//
+//	{"routes": [{"model": "chat",
+//	             "targets": [{"provider": "alpha", "model": "alpha-large"},
+//	                         {"provider": "beta",  "model": "beta-small"}],
+//	             "fallback_on": ["context_length_exceeded"]}]}
+//
+// fallback_on lists the upstream error codes (or HTTP statuses, as strings)
+// after which the next target is tried although the error is the request's
+// own; left out, it is DefaultFallbackOn for a route with two or more
+// targets; [] turns it off.
+type routesFile struct {
+	Routes []struct {
+		Model   string `json:"model"`
+		Targets []struct {
+			Provider string `json:"provider"`
+			Model    string `json:"model"`
+		} `json:"targets"`
+		FallbackOn []string `json:"fallback_on"`
+	} `json:"routes"`
+}
+
+// DefaultFallbackOn is what a route with a fallback falls back on besides
+// failures: a prompt too long for one model may fit the next.
+var DefaultFallbackOn = []string{"context_length_exceeded"}
+
+// LoadRoutes reads the -routes file (if any) and the -route flags, and
+// checks them against the providers.
+func LoadRoutes(file string, flags []string, providers []string) ([]httpapi.Route, error) {
+	routes, err := readRoutesFile(file)
+	if err != nil {
+		return nil, err
+	}
+	for _, spec := range flags {
+		name, list, ok := strings.Cut(spec, "=")
+		if !ok {
+			return nil, fmt.Errorf("-route %q: want name=provider[:model],provider[:model]", spec)
+		}
+		route := httpapi.Route{Name: name}
+		for _, t := range strings.Split(list, ",") {
+			p, m, _ := strings.Cut(strings.TrimSpace(t), ":")
+			route.Targets = append(route.Targets, gateway.Target{Provider: p, Model: m})
+		}
+		routes = append(routes, route)
+	}
+	for i := range routes {
+		if routes[i].FallbackOn == nil && len(routes[i].Targets) > 1 {
+			routes[i].FallbackOn = DefaultFallbackOn
+		}
+	}
+	return routes, checkRoutes(routes, providers)
+}
+
+func readRoutesFile(file string) ([]httpapi.Route, error) {
+	if file == "" {
+		return nil, nil
+	}
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return nil, fmt.Errorf("-routes: %w", err)
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	var f routesFile
+	if err := dec.Decode(&f); err != nil {
+		return nil, fmt.Errorf("-routes %s: %w", file, err)
+	}
+	var routes []httpapi.Route
+	for _, r := range f.Routes {
+		route := httpapi.Route{Name: r.Model, FallbackOn: r.FallbackOn}
+		for _, t := range r.Targets {
+			route.Targets = append(route.Targets, gateway.Target{Provider: t.Provider, Model: t.Model})
+		}
+		routes = append(routes, route)
+	}
+	return routes, nil
+}
+
+func checkRoutes(routes []httpapi.Route, providers []string) error {
+	seen := map[string]bool{}
+	for _, r := range routes {
+		switch {
+		case r.Name == "" || r.Name == httpapi.AutoModel || slices.Contains(providers, r.Name):
+			return fmt.Errorf("route %q: a route needs a name that is not %q and not a provider's name", r.Name, httpapi.AutoModel)
+		case seen[r.Name]:
+			return fmt.Errorf("route %q is defined twice", r.Name)
+		case len(r.Targets) == 0:
+			return fmt.Errorf("route %q has no targets", r.Name)
+		}
+		seen[r.Name] = true
+		for _, t := range r.Targets {
+			if !slices.Contains(providers, t.Provider) {
+				return fmt.Errorf("route %q: unknown provider %q (have %s)", r.Name, t.Provider, strings.Join(providers, ", "))
+			}
+		}
+	}
+	return nil
+}

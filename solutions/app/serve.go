@@ -1,0 +1,65 @@
+package app
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+
+	drain "github.com/production-go/gateway-lab/solutions/05-drain"
+)
+
+// Serve listens on ln (or Config.Addr when ln is nil), serves until ctx
+// ends, then drains: readiness off, the readiness delay, in-flight
+// requests finish within the grace, the rest are cut and counted. It
+// prints where it listens and what to try to stdout, and returns the
+// drain's report.
+func (s *Service) Serve(ctx context.Context, ln net.Listener, stdout io.Writer, try string) (drain.Report, error) {
+	if ln == nil {
+		var err error
+		if ln, err = net.Listen("tcp", s.Config.Addr); err != nil {
+			return drain.Report{}, fmt.Errorf("listen: %w", err)
+		}
+	}
+	srv := &http.Server{Handler: s.API, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute,
+		ErrorLog: slog.NewLogLogger(s.Log.Handler(), slog.LevelWarn)}
+	addr := ln.Addr().String()
+	g := s.Config.Gateway
+	s.Log.Info("listening", "addr", addr, "providers", s.Gateway.Providers(), "seed", s.Config.Seed,
+		"max_concurrent", g.MaxConcurrent, "max_per_tenant", g.MaxPerTenant, "rate", g.RatePerSecond, "burst", g.Burst)
+	fmt.Fprintf(stdout, "gateway listening on http://%s  providers: %s  seed: %d\n", addr, strings.Join(s.Gateway.Providers(), ", "), s.Config.Seed)
+	if try != "" {
+		fmt.Fprint(stdout, strings.ReplaceAll(try, "{addr}", addr))
+	}
+
+	c := s.Config
+	report, err := drain.Serve(ctx, srv, ln, s.Drainer, drain.ServeOptions{ReadinessDelay: c.ReadinessDelay, Grace: c.Grace, ShutdownTimeout: c.ShutdownTimeout})
+	closeCtx, cancel := context.WithTimeout(context.Background(), c.ShutdownTimeout)
+	defer cancel()
+	if cerr := s.Gateway.Close(closeCtx); cerr != nil {
+		s.Log.Warn("abandoned provider calls still running at exit", "error", cerr)
+	}
+	s.Close()
+	switch {
+	case err != nil:
+		s.Log.Error("shutdown", "error", err, "drained", report.Drained, "cut", report.Cut)
+	case report.Drained:
+		s.Log.Info("drained", "drained", true, "cut", 0)
+	default:
+		s.Log.Warn("drain budget ended with requests in flight", "drained", false, "cut", report.Cut)
+	}
+	return report, err
+}
+
+// NewLogger is the services' JSON logger at level ("debug", "info", "warn", "error").
+func NewLogger(w io.Writer, level string) (*slog.Logger, error) {
+	var l slog.Level
+	if err := l.UnmarshalText([]byte(level)); err != nil {
+		return nil, fmt.Errorf("-log-level %q: want debug, info, warn or error", level)
+	}
+	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: l})), nil
+}

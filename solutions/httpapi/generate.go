@@ -1,0 +1,91 @@
+package httpapi
+
+import (
+	"encoding/json"
+	"net/http"
+	"strings"
+
+	gateway "github.com/production-go/gateway-lab/solutions/08-gateway"
+	"github.com/production-go/gateway-lab/solutions/internal/chatapi"
+)
+
+// generateRequest is the lesson's own request shape: a prompt, and
+// optionally a provider to pin.
+type generateRequest struct {
+	Prompt   string `json:"prompt"`
+	Provider string `json:"provider,omitempty"`
+}
+
+// generateResponse shows what the lesson measures: attempts, queue wait
+// and latency as separate numbers.
+type generateResponse struct {
+	Provider    string  `json:"provider"`
+	Model       string  `json:"model"`
+	Text        string  `json:"text"`
+	Attempts    int     `json:"attempts"`
+	QueueWaitMS float64 `json:"queue_wait_ms"`
+	LatencyMS   float64 `json:"latency_ms"`
+}
+
+// generate is POST /v1/generate.
+func (s *Server) generate(w http.ResponseWriter, r *http.Request) {
+	id, ok := s.identify(w, r)
+	if !ok {
+		return
+	}
+	buf, ok := s.readBody(w, r)
+	if !ok {
+		return
+	}
+	defer s.done(buf)
+	var req generateRequest
+	dec := json.NewDecoder(buf)
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil || dec.More() {
+		s.writeError(w, &chatapi.Error{Status: http.StatusBadRequest, Type: "invalid_request_error", Code: "invalid_json",
+			Message: `the body must be {"prompt": "...", "provider": "optional provider name"}`})
+		return
+	}
+	if strings.TrimSpace(req.Prompt) == "" {
+		s.writeError(w, &chatapi.Error{Status: http.StatusBadRequest, Type: "invalid_request_error", Code: "missing_prompt",
+			Param: "prompt", Message: "prompt is required"})
+		return
+	}
+	resp, err := s.opts.Gateway.Generate(r.Context(), gateway.Request{Tenant: id.Key, Prompt: req.Prompt, Provider: req.Provider})
+	if err != nil {
+		s.fail(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, generateResponse{Provider: resp.Provider, Model: resp.Model, Text: resp.Text, Attempts: resp.Attempts,
+		QueueWaitMS: ms(resp.QueueWait), LatencyMS: ms(resp.Latency)})
+}
+
+type modelEntry struct {
+	ID      string `json:"id"`
+	Object  string `json:"object"`
+	Created int64  `json:"created"`
+	OwnedBy string `json:"owned_by"`
+}
+
+type modelList struct {
+	Object string       `json:"object"`
+	Data   []modelEntry `json:"data"`
+}
+
+// models is GET /v1/models: "auto", every route's public name, every provider.
+func (s *Server) models(w http.ResponseWriter, _ *http.Request) {
+	list := modelList{Object: "list", Data: []modelEntry{{ID: AutoModel, Object: "model", OwnedBy: "gateway"}}}
+	for _, r := range s.opts.Routes {
+		list.Data = append(list.Data, modelEntry{ID: r.Name, Object: "model", OwnedBy: "gateway"})
+	}
+	for _, p := range s.opts.Gateway.Providers() {
+		list.Data = append(list.Data, modelEntry{ID: p, Object: "model", OwnedBy: p})
+	}
+	writeJSON(w, http.StatusOK, list)
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}

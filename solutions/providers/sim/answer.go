@@ -1,0 +1,156 @@
+package sim
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	gateway "github.com/production-go/gateway-lab/solutions/08-gateway"
+	"github.com/production-go/gateway-lab/solutions/internal/chatapi"
+	"github.com/tidwall/gjson"
+)
+
+// simAnswer is what a simulated call answers: words of text, or tool calls.
+type simAnswer struct {
+	model        string
+	words        []string
+	calls        []chatapi.ToolCall
+	promptTokens int
+}
+
+func (a simAnswer) text() string { return strings.Join(a.words, " ") }
+
+func (a simAnswer) finish() string {
+	if len(a.calls) > 0 {
+		return "tool_calls"
+	}
+	return "stop"
+}
+
+// wireUsage counts words as tokens: the simulation has no tokenizer.
+func (a simAnswer) wireUsage() chatapi.Usage {
+	completion := len(a.words)
+	for _, c := range a.calls {
+		completion += len(strings.Fields(c.Function.Arguments)) + 1
+	}
+	return chatapi.Usage{PromptTokens: a.promptTokens, CompletionTokens: completion, TotalTokens: a.promptTokens + completion}
+}
+
+func (a simAnswer) usage() *gateway.Usage {
+	u := a.wireUsage()
+	return &gateway.Usage{PromptTokens: u.PromptTokens, CompletionTokens: u.CompletionTokens, TotalTokens: u.TotalTokens}
+}
+
+// compose is the deterministic answer to a request, so tests and demos can
+// check it: a tool call if the request offers tools and the conversation
+// does not end with a tool's result; JSON if response_format asks for it;
+// otherwise a sentence that quotes the prompt.
+func compose(name, model string, req gateway.Request) simAnswer {
+	prompt := req.Prompt
+	if req.Chat != nil {
+		prompt = req.Chat.Text()
+	}
+	a := simAnswer{model: model, promptTokens: len(strings.Fields(prompt))}
+	if req.Chat != nil {
+		if call, ok := toolCall(req.Chat); ok {
+			a.calls = []chatapi.ToolCall{call}
+			return a
+		}
+		if text, ok := structured(req.Chat, name, prompt); ok {
+			a.words = strings.Fields(text)
+			return a
+		}
+	}
+	a.words = strings.Fields(sentence(name, prompt))
+	return a
+}
+
+func sentence(name, prompt string) string {
+	words := strings.Fields(prompt)
+	if len(words) > 12 {
+		words = words[:12]
+	}
+	return fmt.Sprintf("[%s] You asked about: %s. Here is a simulated answer of %d words.", name, strings.Join(words, " "), len(words)+9)
+}
+
+// toolCall calls the tool tool_choice names, else the first one, with
+// arguments that satisfy its parameters' required fields — unless
+// tool_choice is "none" or the last message is a tool's result (then the
+// model answers in text, as a real one would after using a tool).
+func toolCall(chat *chatapi.Request) (chatapi.ToolCall, bool) {
+	tools := chat.Get("tools")
+	if !tools.IsArray() || len(tools.Array()) == 0 || chat.Get("tool_choice").Str == "none" {
+		return chatapi.ToolCall{}, false
+	}
+	msgs := chat.Get("messages").Array()
+	if last := msgs[len(msgs)-1].Get("role").Str; last == "tool" || last == "function" {
+		return chatapi.ToolCall{}, false
+	}
+	fn := tools.Array()[0].Get("function")
+	if want := chat.Get("tool_choice.function.name"); want.Exists() {
+		for _, t := range tools.Array() {
+			if t.Get("function.name").Str == want.Str {
+				fn = t.Get("function")
+			}
+		}
+	}
+	args, _ := json.Marshal(instance(fn.Get("parameters"), 0))
+	return chatapi.ToolCall{Index: new(int), ID: "call_" + chatapi.NewID(), Type: "function",
+		Function: chatapi.FunctionCall{Name: fn.Get("name").Str, Arguments: string(args)}}, true
+}
+
+// structured answers JSON when response_format is json_object or
+// json_schema: an instance of the schema, or {"answer": …}.
+func structured(chat *chatapi.Request, name, prompt string) (string, bool) {
+	rf := chat.Get("response_format")
+	var v any
+	switch rf.Get("type").Str {
+	case "json_schema":
+		v = instance(rf.Get("json_schema.schema"), 0)
+	case "json_object":
+		v = map[string]string{"answer": sentence(name, prompt)}
+	default:
+		return "", false
+	}
+	b, _ := json.Marshal(v)
+	return string(b), true
+}
+
+// instance builds the smallest value that satisfies a JSON schema's type,
+// enum and required properties — enough for a client that parses it.
+func instance(schema gjson.Result, depth int) any {
+	if depth > 8 {
+		return nil
+	}
+	if e := schema.Get("enum"); e.IsArray() && len(e.Array()) > 0 {
+		return e.Array()[0].Value()
+	}
+	for _, alt := range []string{"anyOf", "oneOf"} {
+		if a := schema.Get(alt); a.IsArray() && len(a.Array()) > 0 && !schema.Get("type").Exists() {
+			return instance(a.Array()[0], depth+1)
+		}
+	}
+	typ := schema.Get("type")
+	if typ.IsArray() {
+		typ = typ.Array()[0]
+	}
+	switch typ.Str {
+	case "string":
+		return "simulated"
+	case "integer", "number":
+		return schema.Get("minimum").Num
+	case "boolean":
+		return false
+	case "array":
+		return []any{}
+	case "null":
+		return nil
+	}
+	obj := map[string]any{}
+	props := schema.Get("properties")
+	schema.Get("required").ForEach(func(_, name gjson.Result) bool {
+		obj[name.Str] = instance(props.Get(gjson.Escape(name.Str)), depth+1)
+		return true
+	})
+	return obj
+}
