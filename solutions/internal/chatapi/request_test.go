@@ -36,11 +36,11 @@ func sameExceptModel(t *testing.T, in, out []byte, oldModel, model string) {
 
 func TestWithModelChangesOnlyTheModelsValue(t *testing.T) {
 	for name, body := range map[string]string{
-		"model first":          `{"model":"gpt-4o","messages":[{"role":"user","content":"hi"}]}`,
-		"model last":           `{"messages":[{"role":"user","content":"hi"}],"model":"gpt-4o"}`,
-		"spaces and newlines":  "{\n  \"messages\" : [ {\"role\":\"user\",\"content\":\"hi\"} ],\n  \"model\"\t:  \"gpt-4o\" ,\n  \"seed\": 12345678901234567890\n}",
+		"model first":                `{"model":"gpt-4o","messages":[{"role":"user","content":"hi"}]}`,
+		"model last":                 `{"messages":[{"role":"user","content":"hi"}],"model":"gpt-4o"}`,
+		"spaces and newlines":        "{\n  \"messages\" : [ {\"role\":\"user\",\"content\":\"hi\"} ],\n  \"model\"\t:  \"gpt-4o\" ,\n  \"seed\": 12345678901234567890\n}",
 		"a field named model inside": `{"model":"gpt-4o","metadata":{"model":"keep me"},"messages":[{"role":"user","content":"model"}]}`,
-		"escapes and unicode":  `{"model":"gpt-4o","messages":[{"role":"user","content":"caf\u00e9 \ud83d\ude00 \"quoted\" \\ back"}],"x":1e-7}`,
+		"escapes and unicode":        `{"model":"gpt-4o","messages":[{"role":"user","content":"caf\u00e9 \ud83d\ude00 \"quoted\" \\ back"}],"x":1e-7}`,
 	} {
 		t.Run(name, func(t *testing.T) {
 			r, err := Parse([]byte(body))
@@ -80,10 +80,10 @@ func TestParseReadsTheFieldsTheGatewayActsOn(t *testing.T) {
 
 func TestParseErrorsNameTheField(t *testing.T) {
 	for body, param := range map[string]string{
-		`{"messages":[{"role":"user","content":"a"},{"role":"user","content":{}}]}`: "messages[1].content",
+		`{"messages":[{"role":"user","content":"a"},{"role":"user","content":{}}]}`:             "messages[1].content",
 		`{"messages":[{"role":"user","content":"a"}],"stream_options":{"include_usage":"yes"}}`: "stream_options.include_usage",
-		`{"messages":[{"role":"user","content":"a"}],"max_completion_tokens":-3}`:            "max_completion_tokens",
-		`{"messages":[{"role":"user","content":"a"}],"messages":[]}`:                         "messages",
+		`{"messages":[{"role":"user","content":"a"}],"max_completion_tokens":-3}`:               "max_completion_tokens",
+		`{"messages":[{"role":"user","content":"a"}],"messages":[]}`:                            "messages",
 	} {
 		_, err := Parse([]byte(body))
 		var e *Error
