@@ -447,3 +447,87 @@ func TestMetricNamesPassPromlint(t *testing.T) {
 		assert.Contains(t, page.Body.String(), `gateway_breaker_state{model="alpha-1",provider="alpha"} 0`)
 	})
 }
+
+func TestTenantIDsAreKeptApartAndBounded(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		cfg := baseConfig()
+		cfg.RatePerSecond, cfg.Burst = 0.001, 1
+		r := newRig(t, cfg, simProvider(t, sim.Config{Name: "alpha"}))
+		assert.Equal(t, http.StatusOK, r.do(http.MethodPost, "/v1/generate", `{"prompt":"hi"}`).Code, "no header: the anonymous tenant")
+		assert.Equal(t, http.StatusOK, r.do(http.MethodPost, "/v1/generate", `{"prompt":"hi"}`, "X-Tenant-ID", "anonymous").Code,
+			"a client calling itself \"anonymous\" does not share the header-less callers' quota")
+		assert.Equal(t, http.StatusTooManyRequests, r.do(http.MethodPost, "/v1/generate", `{"prompt":"hi"}`).Code, "the anonymous quota is spent")
+
+		long := strings.Repeat("t", MaxTenantBytes+1)
+		rec := r.do(http.MethodPost, "/v1/generate", `{"prompt":"hi"}`, "X-Tenant-ID", long)
+		assert.Equal(t, http.StatusBadRequest, rec.Code, "a tenant id one byte too long is refused, not cut into a collision")
+		assert.Equal(t, "invalid_tenant", decodeError(t, rec).code())
+		assert.Equal(t, http.StatusOK, r.do(http.MethodPost, "/v1/generate", `{"prompt":"hi"}`, "X-Tenant-ID", long[:MaxTenantBytes]).Code,
+			"exactly MaxTenantBytes is fine")
+		rec = r.do(http.MethodPost, "/v1/generate", `{"prompt":"hi"}`, "X-Tenant-ID", "acme\x7f")
+		assert.Equal(t, http.StatusBadRequest, rec.Code, "control characters are refused")
+	})
+}
+
+func TestOneTenantOverItsInFlightCapGets429(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		cfg := baseConfig()
+		cfg.MaxConcurrent, cfg.MaxPerTenant = 4, 1
+		r := newRig(t, cfg, simProvider(t, sim.Config{Name: "alpha", Latency: time.Second}))
+		done := make(chan int, 1)
+		go func() { done <- r.do(http.MethodPost, "/v1/generate", `{"prompt":"hi"}`, "X-Tenant-ID", "greedy").Code }()
+		synctest.Wait()
+		rec := r.do(http.MethodPost, "/v1/generate", `{"prompt":"hi"}`, "X-Tenant-ID", "greedy")
+		assert.Equal(t, http.StatusTooManyRequests, rec.Code)
+		assert.Equal(t, "too_many_concurrent_requests", decodeError(t, rec).code())
+		assert.Equal(t, "1", rec.Header().Get("Retry-After"))
+		assert.Equal(t, http.StatusOK, r.do(http.MethodPost, "/v1/generate", `{"prompt":"hi"}`, "X-Tenant-ID", "patient").Code)
+		assert.Equal(t, http.StatusOK, <-done)
+	})
+}
+
+func TestEveryChunkOfASimulatedStreamNamesTheSameModel(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newRig(t, baseConfig(), simProvider(t, sim.Config{Name: "alpha", Model: "alpha-large", ChunkDelay: time.Millisecond}))
+		rec := r.do(http.MethodPost, "/v1/chat/completions", `{"stream":true,"messages":[{"role":"user","content":"hello there"}]}`)
+		require.Equal(t, http.StatusOK, rec.Code)
+		events := sseEvents(rec.Body.String())
+		require.Greater(t, len(events), 3)
+		ids := map[string]bool{}
+		for _, e := range events[:len(events)-1] {
+			var c chatResponse
+			require.NoError(t, json.Unmarshal([]byte(e), &c), e)
+			assert.Equal(t, "alpha-large", c.Model, "every chunk names the model that answers, from the first: %s", e)
+			ids[c.ID] = true
+		}
+		assert.Len(t, ids, 1, "one id for the whole answer")
+		assert.NotContains(t, rec.Body.String(), `"usage"`, "no usage chunk unless stream_options.include_usage asks for one")
+	})
+}
+
+func TestDrainRefusalIsAnOpenAIError(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d := drain.New()
+		r := newRigWith(t, baseConfig(), func(o *Options) { o.Drainer = d }, simProvider(t, sim.Config{Name: "alpha"}))
+		ctx, cancel := context.WithCancel(t.Context())
+		cancel()
+		d.Drain(ctx)
+		rec := r.do(http.MethodPost, "/v1/chat/completions", chatBody)
+		assert.Equal(t, http.StatusServiceUnavailable, rec.Code)
+		assert.Equal(t, "application/json", rec.Header().Get("Content-Type"), "every error on /v1/chat/completions is JSON, the drain's too")
+		assert.Equal(t, "draining", decodeError(t, rec).code())
+		assert.Equal(t, "close", rec.Header().Get("Connection"))
+	})
+}
+
+func TestOverheadIsMeasuredAndCanBeShown(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newRigWith(t, baseConfig(), func(o *Options) { o.OverheadHeader = true }, simProvider(t, sim.Config{Name: "alpha", Latency: 300 * time.Millisecond}))
+		rec := r.do(http.MethodPost, "/v1/chat/completions", chatBody)
+		require.Equal(t, http.StatusOK, rec.Code)
+		assert.Equal(t, "0.000", rec.Header().Get("X-Gateway-Overhead-Ms"),
+			"in fake time the gateway's own work takes no time: the 300 ms upstream call is not overhead")
+		count, _ := histogram(t, r.reg, "gateway_overhead_seconds")
+		assert.Equal(t, uint64(1), count)
+	})
+}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -187,4 +188,92 @@ func TestBadFlagsAreClearErrors(t *testing.T) {
 	errOut = syncBuffer{}
 	assert.Equal(t, 2, run(t.Context(), nil, &out, &errOut, nil))
 	assert.Contains(t, errOut.String(), "GATEWAY_MAX_ATTEMPTS")
+}
+
+func TestDrainCutsAreHonestErrors(t *testing.T) {
+	a := start(t, "-readiness-delay=0", "-drain-grace=300ms", "-provider", "name=slow,latency=1h")
+	type result struct {
+		code int
+		body string
+	}
+	plain := make(chan result, 1)
+	go func() {
+		c, b := post(t, a.url+"/v1/chat/completions", `{"messages":[{"role":"user","content":"never answered"}]}`)
+		plain <- result{c, b}
+	}()
+	require.Eventually(t, func() bool { return strings.Contains(metrics(t, a.url), "gateway_requests_in_flight 1") },
+		10*time.Second, 5*time.Millisecond)
+	a.stop() // SIGTERM; the grace ends with the request still waiting
+	r := <-plain
+	assert.Equal(t, http.StatusServiceUnavailable, r.code, "a request cut by the drain is told so, never a 200 with an empty body")
+	assert.Contains(t, r.body, `"code":"draining"`, "in the OpenAI error shape")
+	assert.Equal(t, 0, <-a.code)
+	a.code <- 0
+	assert.Contains(t, a.stdout.String(), "stopped: drained=false cut=1")
+	assert.Contains(t, a.stderr.String(), `"status":503`, "and the request log says 503, not 499")
+}
+
+func TestStreamCutByTheDrainSaysShutdown(t *testing.T) {
+	a := start(t, "-readiness-delay=0", "-drain-grace=300ms", "-provider", "name=slow,latency=1ms,chunk-delay=1h")
+	req, err := http.NewRequest(http.MethodPost, a.url+"/v1/chat/completions",
+		strings.NewReader(`{"stream":true,"messages":[{"role":"user","content":"two words"}]}`))
+	require.NoError(t, err)
+	resp, err := client.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	sc := bufio.NewScanner(resp.Body)
+	require.True(t, sc.Scan(), "the first chunk arrives")
+	a.stop()
+	var rest []string
+	for sc.Scan() {
+		if d, ok := strings.CutPrefix(sc.Text(), "data: "); ok {
+			rest = append(rest, d)
+		}
+	}
+	require.NotEmpty(t, rest)
+	assert.Contains(t, rest[len(rest)-1], `"code":"draining"`, "the cut stream ends with an error event that says why")
+	assert.NotContains(t, rest, "[DONE]")
+	assert.Equal(t, 0, <-a.code)
+	a.code <- 0
+	assert.Contains(t, a.stderr.String(), `"msg":"stream cut after the first byte","outcome":503,"code":"draining"`,
+		"logged as a shutdown cut, not as a client that left")
+}
+
+func TestSlowBodiesAreCutAtTheBodyTimeout(t *testing.T) {
+	a := start(t, "-readiness-delay=0", "-body-timeout=300ms", "-provider", "name=alpha,latency=1ms")
+	host := strings.TrimPrefix(a.url, "http://")
+	const n = 20
+	var wg sync.WaitGroup
+	statuses := make([]string, n)
+	for i := range n {
+		wg.Go(func() {
+			conn, err := net.Dial("tcp", host)
+			if !assert.NoError(t, err) {
+				return
+			}
+			defer conn.Close()
+			_ = conn.SetDeadline(time.Now().Add(20 * time.Second)) // a watchdog, not a timing assertion
+			_, _ = io.WriteString(conn, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{")
+			line, err := bufio.NewReader(conn).ReadString('\n')
+			if assert.NoError(t, err, "the server answers instead of holding the connection") {
+				statuses[i] = strings.TrimSpace(line)
+			}
+		})
+	}
+	wg.Wait()
+	for i, s := range statuses {
+		assert.Equal(t, "HTTP/1.1 408 Request Timeout", s, "connection %d", i)
+	}
+}
+
+func metrics(t *testing.T, url string) string {
+	t.Helper()
+	resp, err := client.Get(url + "/metrics")
+	if err != nil {
+		return ""
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return string(b)
 }
