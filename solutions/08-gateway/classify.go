@@ -96,6 +96,9 @@ const (
 // callersFault reports whether err is a refusal of the request itself: an
 // explicit Permanent, or a 4xx other than 408 (timeout) and 429 (rate).
 func callersFault(err error) bool {
+	if err == nil {
+		return false
+	}
 	var p *permanentError
 	if errors.As(err, &p) {
 		return true

@@ -18,15 +18,36 @@ func (g *Gateway) Generate(ctx context.Context, req Request) (Response, error) {
 	return g.serve(ctx, req, g.cfg.AttemptTimeout, g.generateOnce)
 }
 
-// generateOnce is one attempt of Generate, through the bridge: a provider
-// that ignores its context still loses the caller at the attempt's
-// deadline, and keeps its bridge permit until it really returns. It is
-// given the attempt's own context, so when the attempt ends — its
-// timeout, or the caller gone — the work is told to stop too.
+// ContextHonourer is a Provider that returns promptly once its context
+// ends (an HTTP client does). The gateway calls it on the request's own
+// goroutine; any other provider is called through the bridge, so that one
+// that ignores its context cannot hold the request past its deadline.
+type ContextHonourer interface{ HonoursContext() bool }
+
+// generateOnce is one attempt of Generate. A provider that ignores its
+// context goes through the bridge: the caller is let go at the attempt's
+// deadline, and the abandoned call keeps its bridge permit until it really
+// returns. Either way the provider gets the attempt's own context, so when
+// the attempt ends — its timeout, or the caller gone — the work is told to
+// stop too.
 func (g *Gateway) generateOnce(ctx context.Context, s step, req Request) (Completion, error) {
+	if s.direct {
+		return direct(ctx, s.provider, req)
+	}
 	return bridge.Call(ctx, g.calls, func(context.Context) (Completion, error) {
 		return s.provider.Generate(ctx, req)
 	})
+}
+
+// direct calls a provider that honours its context, turning a panic into
+// an error as the bridge would.
+func direct(ctx context.Context, p Provider, req Request) (c Completion, err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = fmt.Errorf("gateway: provider %s panicked: %v", p.Name(), v)
+		}
+	}()
+	return p.Generate(ctx, req)
 }
 
 // attemptFunc makes one provider call for a request; Generate and Stream
@@ -37,15 +58,14 @@ type attemptFunc func(ctx context.Context, s step, req Request) (Completion, err
 // cannot drift apart: admission, the retry loop over the plan's targets,
 // the Response, and the slot given back whatever happens.
 func (g *Gateway) serve(ctx context.Context, req Request, attemptTimeout time.Duration, call attemptFunc) (Response, error) {
-	a, err := g.enter(ctx, req)
-	if err != nil {
+	r := &run{g: g, req: req, call: call, caller: ctx}
+	if err := g.enter(ctx, r); err != nil {
 		return Response{}, err
 	}
-	defer a.release() // whatever happens below: success, error, panic, cancellation
-	r := run{g: g, plan: a.plan, req: req, call: call, caller: ctx}
-	attempts, err := timeouts.Do(ctx, g.policy(a.plan.pinned, attemptTimeout), r.attempt)
+	defer r.release() // whatever happens below: success, error, panic, cancellation
+	attempts, err := timeouts.Do(ctx, g.policy(r.plan.pinned, attemptTimeout), r.attempt)
 	resp := Response{Provider: r.used.target.Provider, Model: r.answer.Model, Text: r.answer.Text, Usage: r.answer.Usage,
-		Raw: r.answer.Raw, Attempts: attempts, QueueWait: a.ticket.QueueWait, Latency: time.Since(a.at),
+		Raw: r.answer.Raw, Attempts: attempts, QueueWait: r.ticket.QueueWait, Latency: time.Since(r.at),
 		Upstream: r.upstream, Backoff: r.backoff}
 	if err == nil && resp.Model == "" {
 		resp.Model = r.used.target.Model
@@ -53,18 +73,31 @@ func (g *Gateway) serve(ctx context.Context, req Request, attemptTimeout time.Du
 	return resp, err
 }
 
-// run is one request's attempts in progress.
+// run is one request in flight: what admission gave it, its plan over the
+// targets, and its attempts so far. One allocation per request holds it all.
 type run struct {
 	g      *Gateway
-	plan   *plan
 	req    Request
 	call   attemptFunc
 	caller context.Context // the caller's own context, to tell its end from an attempt's
+
+	ticket *admission.Ticket
+	leave  func()
+	at     time.Time // when the slot was granted: Latency starts here
+	plan   plan
+	inline [4]step // the plan's steps, for routes of up to four targets
+	tried  [4]bool
 
 	answer            Completion
 	used              step
 	upstream, backoff time.Duration
 	lastEnd           time.Time
+}
+
+func (r *run) release() {
+	r.ticket.Release()
+	r.g.tenants.leave(r.req.Tenant)
+	r.leave()
 }
 
 // attempt is the retry loop's op: pick a target, call it, report the
@@ -89,14 +122,15 @@ func (r *run) attempt(ctx context.Context, n int) error {
 	took := r.lastEnd.Sub(start)
 	r.upstream += took
 	r.g.observeAttempt(s.target, n, took, err)
+	if err == nil {
+		done(nil)
+		r.answer, r.used = c, s
+		return nil
+	}
 	if callersFault(err) {
 		done(nil) // the upstream answered, and refused the request: it is up
 	} else {
 		done(err)
-	}
-	if err == nil {
-		r.answer, r.used = c, s
-		return nil
 	}
 	r.plan.last = k
 	return r.plan.decide(r.caller, k, err)
@@ -143,54 +177,38 @@ func (g *Gateway) observeAttempt(t Target, n int, took time.Duration, err error)
 	g.obs.Attempt(t.Provider, n, took, err)
 }
 
-// admitted is a request past the checks and admission: it holds a slot and
-// counts as in flight until release.
-type admitted struct {
-	g      *Gateway
-	tenant string
-	plan   *plan
-	ticket *admission.Ticket
-	leave  func()
-	at     time.Time // when the slot was granted: Latency starts here
-}
-
-func (a *admitted) release() {
-	a.ticket.Release()
-	a.g.tenants.leave(a.tenant)
-	a.leave()
-}
-
 // enter runs everything before the first provider call: request checks,
-// in-flight accounting (refused once closing), the tenant's in-flight cap,
-// its rate limit, and a slot within MaxQueueWait. The caller must defer
-// release.
-func (g *Gateway) enter(ctx context.Context, req Request) (*admitted, error) {
+// the plan, in-flight accounting (refused once closing), the tenant's
+// in-flight cap, its rate limit, and a slot within MaxQueueWait. On success
+// the caller must defer r.release.
+func (g *Gateway) enter(ctx context.Context, r *run) error {
+	req := r.req
 	pinned, err := g.check(req)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	p, err := g.plan(req, pinned)
-	if err != nil {
-		return nil, err
+	if err := g.plan(r, pinned); err != nil {
+		return err
 	}
 	leave, err := g.inflight.Enter()
 	if err != nil {
 		g.obs.Rejected(req.Tenant, RejectClosed)
-		return nil, ErrClosed
+		return ErrClosed
 	}
 	if !g.tenants.enter(req.Tenant) {
 		leave()
 		g.obs.Rejected(req.Tenant, RejectTenantBusy)
-		return nil, &RateLimitError{RetryAfter: time.Second, busy: true}
+		return &RateLimitError{RetryAfter: time.Second, busy: true}
 	}
 	ticket, err := g.admit.Admit(ctx, req.Tenant)
 	if err != nil {
 		g.tenants.leave(req.Tenant)
 		leave()
-		return nil, g.rejected(req.Tenant, err)
+		return g.rejected(req.Tenant, err)
 	}
 	g.obs.Admitted(req.Tenant, ticket.QueueWait)
-	return &admitted{g: g, tenant: req.Tenant, plan: p, ticket: ticket, leave: leave, at: time.Now()}, nil
+	r.ticket, r.leave, r.at = ticket, leave, time.Now()
+	return nil
 }
 
 // check validates a request and resolves its pinned provider.

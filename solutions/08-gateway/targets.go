@@ -89,6 +89,7 @@ type step struct {
 	target   Target
 	provider Provider
 	health   *breaker.Breaker
+	direct   bool // the provider honours its context: no bridge needed
 }
 
 // plan is one request's way through its targets: which one failed last,
@@ -101,29 +102,32 @@ type plan struct {
 	fallbackOn []string
 }
 
-// plan resolves a request's targets: the pinned provider alone, the
-// route's targets, or every provider in priority order.
-func (g *Gateway) plan(req Request, pinned Provider) (*plan, error) {
+// plan resolves a request's targets into r.plan: the pinned provider
+// alone, the route's targets, or every provider in priority order.
+func (g *Gateway) plan(r *run, pinned Provider) error {
 	var targets []Target
 	switch {
 	case pinned != nil:
-		targets = []Target{{Provider: pinned.Name(), Model: req.Model}}
-	case len(req.Route) > 0:
-		targets = req.Route
+		targets = []Target{{Provider: pinned.Name(), Model: r.req.Model}}
+	case len(r.req.Route) > 0:
+		targets = r.req.Route
 	default:
 		targets = g.byOrder
 	}
-	p := &plan{steps: make([]step, len(targets)), tried: make([]bool, len(targets)), last: -1,
-		pinned: pinned != nil, fallbackOn: req.FallbackOn}
-	for i, t := range targets {
+	p := &r.plan
+	*p = plan{steps: r.inline[:0], tried: r.tried[:0], last: -1, pinned: pinned != nil, fallbackOn: r.req.FallbackOn}
+	for _, t := range targets {
 		t = g.normal(t)
 		b, err := g.breaker(t)
 		if err != nil {
-			return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+			return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 		}
-		p.steps[i] = step{target: t, provider: g.byName[t.Provider], health: b}
+		prov := g.byName[t.Provider]
+		h, ok := prov.(ContextHonourer)
+		p.steps = append(p.steps, step{target: t, provider: prov, health: b, direct: ok && h.HonoursContext()})
+		p.tried = append(p.tried, false)
 	}
-	return p, nil
+	return nil
 }
 
 // pick chooses the step for the next attempt — the first, in route order
