@@ -507,21 +507,27 @@ func TestOutcomeIDsAreUnique(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var lateOutcomes late
 		b := newBridge(t, 4, WithOnLate(lateOutcomes.record))
-		ctx, cancel := context.WithTimeout(t.Context(), time.Second)
-		defer cancel()
-		var wg sync.WaitGroup
-		for range 4 {
-			wg.Go(func() {
-				_, _ = Call(ctx, b, func(context.Context) (int, error) { time.Sleep(2 * time.Second); return 0, nil })
-			})
+		// Two waves of four abandoned calls; the second starts after the
+		// first has finished, so IDs must stay unique over time, not only
+		// among calls that run together.
+		for range 2 {
+			ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+			var wg sync.WaitGroup
+			for range 4 {
+				wg.Go(func() {
+					_, _ = Call(ctx, b, func(context.Context) (int, error) { time.Sleep(2 * time.Second); return 0, nil })
+				})
+			}
+			wg.Wait()
+			cancel()
+			time.Sleep(2 * time.Second) // the wave's calls finish
 		}
-		wg.Wait()
 		closeBridge(t, b)
 		ids := map[uint64]bool{}
 		for _, o := range lateOutcomes.outcomes() {
 			ids[o.ID] = true
 		}
-		assert.Len(t, ids, 4, "every late outcome carries its own operation ID")
+		assert.Len(t, ids, 8, "every late outcome carries its own operation ID, for the life of the Bridge")
 	})
 }
 
