@@ -33,9 +33,11 @@ type Result[R any] struct {
 // TODO(lab 01): make these true, one test at a time:
 //   - limit < 1 is refused with an error wrapping ErrInvalidLimit, fn never called;
 //   - never more than limit calls at once, and a slot is reused as soon as a call returns;
-//   - the first error cancels the ctx every other call received and no new call starts;
+//   - the first error to happen (any error, a context error from fn's own timeout
+//     too) cancels the ctx every other call received and no new call starts;
 //   - FanOut returns that first error, and only after every started call has returned;
-//   - if the caller's ctx ends, no new call starts and FanOut returns ctx.Err().
+//   - if the caller's ctx ends, no new call starts, the started ones are still
+//     waited for, and FanOut returns ctx.Err(); a ctx already done starts nothing.
 func FanOut[T any](ctx context.Context, items []T, limit int, fn func(context.Context, T) error) error {
 	return ErrNotImplemented
 }
@@ -46,8 +48,10 @@ func FanOut[T any](ctx context.Context, items []T, limit int, fn func(context.Co
 // TODO(lab 01): make these true:
 //   - one Result per item, results[i] belongs to items[i] whatever order calls finish in;
 //   - a failing call cancels nothing: the others run to their own end;
+//   - every call gets ctx itself: the caller's cancellation or deadline reaches it;
 //   - never more than limit calls at once;
-//   - items not started when ctx ends carry ctx.Err(); started calls are waited for;
+//   - items not started when ctx ends carry ctx.Err() (whichever it is); started
+//     calls are waited for; a ctx already done starts nothing;
 //   - limit < 1: every Result carries an error wrapping ErrInvalidLimit, fn never called.
 func CollectAll[T, R any](ctx context.Context, items []T, limit int, fn func(context.Context, T) (R, error)) []Result[R] {
 	return nil

@@ -42,7 +42,7 @@ var (
 type Outcome struct {
 	ID       uint64        // unique per Bridge
 	Err      error         // nil if the call succeeded (nobody used the result)
-	Duration time.Duration // from when fn started to when it returned
+	Duration time.Duration // from when fn started to when it returned (the wait for a permit not included)
 }
 
 // Option configures a Bridge.
@@ -93,12 +93,17 @@ func New(capacity int, opts ...Option) (*Bridge, error) {
 // result or for ctx to end.
 //
 // TODO(lab 06):
-//   - after Close → ErrClosed; ctx ends while waiting for a permit → ctx.Err(), fn never starts;
+//   - after Close → ErrClosed; ctx already ended, or ends while waiting for a
+//     permit → ctx.Err(), fn never starts (a select with a free permit and a
+//     done ctx picks at random: look at ctx first);
 //   - hand the permit to the goroutine that runs fn, with NOTHING in between
 //     that can fail or wait; only that goroutine returns it, after fn returns;
-//   - fn gets context.WithoutCancel(ctx), plus WithWorkTimeout measured from when fn starts;
+//   - fn gets context.WithoutCancel(ctx) (values; neither the caller's
+//     cancellation nor its deadline), plus WithWorkTimeout measured from when fn starts;
 //   - the caller returns ctx.Err() as soon as ctx ends; fn keeps running;
-//   - an outcome that finishes after its caller left goes to onLate (ID, Err, Duration);
+//   - an outcome that finishes after its caller left goes to onLate (ID, Err,
+//     Duration of fn alone); each outcome reaches exactly one of the caller
+//     and onLate, even when fn returns as the caller's ctx ends;
 //   - a panic in fn becomes an error wrapping ErrPanic, and the permit still comes back.
 func Call[T any](ctx context.Context, b *Bridge, fn func(context.Context) (T, error)) (T, error) {
 	var zero T
@@ -112,7 +117,12 @@ func (b *Bridge) Pending() int {
 }
 
 // Close rejects new calls (and callers still waiting for a permit) with
-// ErrClosed, then waits for running calls to return, or for ctx.
+// ErrClosed, then waits for running calls to return and their late outcomes
+// to be reported, or for ctx.
+//
+// TODO(lab 06): close even when ctx has already ended; fail (wrapping
+// ctx.Err()) only if calls are still running when ctx ends: with nothing
+// running, return nil whatever ctx's state. Calling Close again is safe.
 func (b *Bridge) Close(ctx context.Context) error {
 	return ErrNotImplemented
 }

@@ -34,10 +34,11 @@ type Result[R any] struct {
 }
 
 // FanOut calls fn for every item with at most limit calls in flight. The first
-// error cancels the context the other calls received, stops new calls from
+// error to happen (any error, a context error from fn's own timeout too)
+// cancels the context the other calls received, stops new calls from
 // starting, and is returned once every started call has returned. If the
 // caller's ctx ends first, FanOut stops starting calls, waits for the started
-// ones and returns ctx.Err().
+// ones and returns ctx.Err(); a ctx that has already ended starts nothing.
 func FanOut[T any](ctx context.Context, items []T, limit int, fn func(context.Context, T) error) error {
 	if limit < 1 {
 		return fmt.Errorf("FanOut: limit %d: %w", limit, ErrInvalidLimit)
@@ -76,8 +77,10 @@ func FanOut[T any](ctx context.Context, items []T, limit int, fn func(context.Co
 }
 
 // CollectAll calls fn for every item with at most limit calls in flight and
-// returns one Result per item, in input order. A failing call cancels nothing.
-// Items not started when ctx ends get ctx.Err(); started calls are waited for.
+// returns one Result per item, in input order. A failing call cancels nothing,
+// but every call gets ctx itself, so the caller's cancellation or deadline
+// reaches the running calls. Items not started when ctx ends get ctx.Err();
+// started calls are waited for.
 func CollectAll[T, R any](ctx context.Context, items []T, limit int, fn func(context.Context, T) (R, error)) []Result[R] {
 	results := make([]Result[R], len(items))
 	if limit < 1 {

@@ -39,7 +39,7 @@ var (
 type Outcome struct {
 	ID       uint64        // unique per Bridge
 	Err      error         // nil if the call succeeded (nobody used the result)
-	Duration time.Duration // from when fn started to when it returned
+	Duration time.Duration // from when fn started to when it returned (the wait for a permit not included)
 }
 
 // Option configures a Bridge.
@@ -110,13 +110,22 @@ type result[T any] struct {
 }
 
 // Call runs fn on its own goroutine once a permit is free, and waits for its
-// result or for ctx to end. If ctx ends while waiting for a permit, fn never
-// starts. If ctx ends while fn runs, Call returns ctx.Err() at once and fn
-// keeps running — and keeps its permit — until it returns; its outcome then
-// goes to WithOnLate. A panic in fn becomes an error wrapping ErrPanic.
+// result or for ctx to end. If ctx has already ended, or ends while waiting
+// for a permit, fn never starts. If ctx ends while fn runs, Call returns
+// ctx.Err() at once and fn keeps running — and keeps its permit — until it
+// returns; its outcome then goes to WithOnLate, and reaches exactly one of the
+// caller and WithOnLate even when both happen in the same instant. fn's
+// context has the caller's values but neither its cancellation nor its
+// deadline. A panic in fn becomes an error wrapping ErrPanic.
 func Call[T any](ctx context.Context, b *Bridge, fn func(context.Context) (T, error)) (T, error) {
 	var zero T
 	if err := b.enter(); err != nil {
+		return zero, err
+	}
+	// A caller that has already left starts nothing. The select below cannot
+	// promise that: with a free permit and a done ctx it picks at random.
+	if err := ctx.Err(); err != nil {
+		b.exit()
 		return zero, err
 	}
 	select {
@@ -215,8 +224,10 @@ func (b *Bridge) exit() {
 func (b *Bridge) Pending() int { return int(b.running.Load()) }
 
 // Close rejects new calls (and calls still waiting for a permit) with
-// ErrClosed, then waits for running calls to return, or for ctx. Calling it
-// again waits again.
+// ErrClosed, then waits for running calls to return and their late outcomes
+// to be reported, or for ctx. It closes even when ctx has already ended, and
+// fails only if calls are still running when ctx ends: with nothing running
+// it returns nil whatever ctx's state. Calling it again waits again.
 func (b *Bridge) Close(ctx context.Context) error {
 	b.mu.Lock()
 	if !b.closed {
@@ -227,6 +238,11 @@ func (b *Bridge) Close(ctx context.Context) error {
 		}
 	}
 	b.mu.Unlock()
+	select {
+	case <-b.idle: // nothing running: done, whatever state ctx is in
+		return nil
+	default:
+	}
 	select {
 	case <-b.idle:
 		return nil
