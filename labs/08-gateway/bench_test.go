@@ -10,6 +10,11 @@ import (
 // breaker, bridge — around a provider that answers at once:
 //
 //	go test -run '^$' -bench Generate -benchmem ./solutions/08-gateway/
+//
+// "serial" and "parallel" call a provider through the bridge; "direct" one
+// that declares it honours its context (as the HTTP providers do), which the
+// reference gateway calls without the bridge's goroutine. A stub that does
+// not know the difference runs both the same way.
 func BenchmarkGenerate(b *testing.B) {
 	cfg := Config{
 		RatePerSecond: 1e9, Burst: 1 << 30, MaxConcurrent: 64, MaxQueueWait: time.Second,
@@ -32,6 +37,19 @@ func BenchmarkGenerate(b *testing.B) {
 			}
 		}
 	})
+	b.Run("direct", func(b *testing.B) {
+		g, err := New(cfg, honouring{})
+		if err != nil || g == nil {
+			b.Skip("gateway not implemented")
+		}
+		defer func() { _ = g.Close(context.Background()) }()
+		b.ReportAllocs()
+		for b.Loop() {
+			if _, err := g.Generate(ctx, req); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
 	b.Run("parallel", func(b *testing.B) {
 		b.ReportAllocs()
 		b.RunParallel(func(pb *testing.PB) {
@@ -43,4 +61,14 @@ func BenchmarkGenerate(b *testing.B) {
 			}
 		})
 	})
+}
+
+// honouring answers at once and says it returns promptly when its context
+// ends (the reference gateway's ContextHonourer).
+type honouring struct{}
+
+func (honouring) Name() string         { return "direct" }
+func (honouring) HonoursContext() bool { return true }
+func (honouring) Generate(context.Context, Request) (Completion, error) {
+	return Completion{Text: "hi", Model: "direct-1"}, nil
 }

@@ -123,6 +123,10 @@ func (p *Provider) Name() string { return p.cfg.Name }
 // Close releases idle connections.
 func (p *Provider) Close() { p.client.CloseIdleConnections() }
 
+// HonoursContext says every call returns promptly once its context ends,
+// so the gateway need not run it on a goroutine of its own.
+func (p *Provider) HonoursContext() bool { return true }
+
 // DefaultModel is the upstream model asked for when a request names none.
 func (p *Provider) DefaultModel() string { return p.cfg.Model }
 

@@ -101,6 +101,10 @@ func (p *Provider) Name() string { return p.cfg.Name }
 // Model is the upstream model it reports.
 func (p *Provider) Model() string { return p.cfg.Model }
 
+// HonoursContext says every call returns promptly once its context ends,
+// so the gateway need not run it on a goroutine of its own.
+func (p *Provider) HonoursContext() bool { return true }
+
 // DefaultModel is the model it reports when a request names none.
 func (p *Provider) DefaultModel() string { return p.cfg.Model }
 
