@@ -2,6 +2,7 @@ package app
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -38,6 +39,13 @@ func (s *Service) Serve(ctx context.Context, ln net.Listener, stdout io.Writer, 
 
 	c := s.Config
 	report, err := drain.Serve(ctx, srv, ln, s.Drainer, drain.ServeOptions{ReadinessDelay: c.ReadinessDelay, Grace: c.Grace, ShutdownTimeout: c.ShutdownTimeout})
+	if err != nil && report.Drained && errors.Is(err, context.DeadlineExceeded) {
+		// Every request finished; what outlived the shutdown budget were
+		// connections that never sent one (net/http waits up to 5 s for a
+		// new connection's first request). Closing them cuts nothing.
+		s.Log.Info("closed connections that never sent a request", "error", err)
+		err = nil
+	}
 	closeCtx, cancel := context.WithTimeout(context.Background(), c.ShutdownTimeout)
 	defer cancel()
 	if cerr := s.Gateway.Close(closeCtx); cerr != nil {
