@@ -12,7 +12,7 @@ import (
 )
 
 // Generate runs one request through the whole path (see the package doc).
-// Errors wrap the sentinels above, the last provider error, and
+// Errors wrap the sentinels in gateway.go, the last provider error, and
 // context.DeadlineExceeded when the total deadline ran out.
 func (g *Gateway) Generate(ctx context.Context, req Request) (Response, error) {
 	return g.serve(ctx, req, g.cfg.AttemptTimeout, g.generateOnce)
