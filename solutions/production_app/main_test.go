@@ -277,3 +277,33 @@ func metrics(t *testing.T, url string) string {
 	b, _ := io.ReadAll(resp.Body)
 	return string(b)
 }
+
+func TestRouteOverTwoModelsOfOneUpstreamFailsOver(t *testing.T) {
+	var bigCalls, smallCalls sync.Map
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		b, _ := io.ReadAll(r.Body)
+		var req struct{ Model string }
+		_ = json.Unmarshal(b, &req)
+		if req.Model == "big" {
+			bigCalls.Store(len(b), true)
+			w.WriteHeader(http.StatusServiceUnavailable)
+			_, _ = io.WriteString(w, `{"error":{"message":"big is overloaded","type":"server_error","code":"overloaded"}}`)
+			return
+		}
+		smallCalls.Store(len(b), true)
+		_, _ = io.WriteString(w, `{"id":"x","object":"chat.completion","model":"`+req.Model+`","choices":[{"index":0,"message":{"role":"assistant","content":"from small"},"finish_reason":"stop"}]}`)
+	}))
+	defer up.Close()
+	a := start(t, "-readiness-delay=0", "-failure-threshold=2", "-upstream", "name=up,url="+up.URL+"/v1,model=small",
+		"-route", "chat=up:big,up:small")
+	for i := range 4 {
+		code, body := post(t, a.url+"/v1/chat/completions", `{"model":"chat","messages":[{"role":"user","content":"hi"}]}`)
+		require.Equal(t, http.StatusOK, code, body)
+		assert.Contains(t, body, `"model":"small"`, "request %d: big is down, the route's next target on the same upstream answers", i)
+	}
+	page := metrics(t, a.url)
+	assert.Contains(t, page, `gateway_breaker_state{model="big",provider="up"} 1`, "big's breaker is open")
+	assert.Contains(t, page, `gateway_breaker_state{model="small",provider="up"} 0`, "small's is not: health is per model")
+	code, body := post(t, a.url+"/v1/chat/completions", `{"model":"up","messages":[{"role":"user","content":"hi"}]}`)
+	assert.Equal(t, http.StatusOK, code, "the provider pinned by name (its default model, small) still answers: %s", body)
+}
