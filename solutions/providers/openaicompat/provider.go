@@ -25,7 +25,9 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	gateway "github.com/production-go/gateway-lab/solutions/08-gateway"
@@ -57,6 +59,14 @@ type Config struct {
 	TLSHandshakeTimeout   time.Duration // default 3s
 	ResponseHeaderTimeout time.Duration // time to the response headers (first token for streams); default 30s
 	MaxIdleConnsPerHost   int           // default 64
+
+	// Local marks an upstream on this machine or a private network, for
+	// development: a service that guards its egress (secure_app) lets it
+	// through. Set from the spec's local=true.
+	Local bool
+	// DialControl, if set, vets every address dialled, after DNS (see
+	// package egress); an error refuses the connection.
+	DialControl func(network, address string, c syscall.RawConn) error
 }
 
 // Provider calls one OpenAI-compatible upstream.
@@ -87,7 +97,7 @@ func New(cfg Config) (*Provider, error) {
 	}
 	transport := &http.Transport{
 		Proxy:                 nil, // an upstream is dialled directly: no environment proxy in the path
-		DialContext:           (&net.Dialer{Timeout: cfg.DialTimeout, KeepAlive: 30 * time.Second}).DialContext,
+		DialContext:           (&net.Dialer{Timeout: cfg.DialTimeout, KeepAlive: 30 * time.Second, Control: cfg.DialControl}).DialContext,
 		TLSHandshakeTimeout:   cfg.TLSHandshakeTimeout,
 		ResponseHeaderTimeout: cfg.ResponseHeaderTimeout,
 		MaxIdleConns:          cfg.MaxIdleConnsPerHost * 2,
@@ -95,17 +105,13 @@ func New(cfg Config) (*Provider, error) {
 		IdleConnTimeout:       90 * time.Second,
 		ForceAttemptHTTP2:     true,
 	}
-	host := u.Host
 	client := &http.Client{
 		Transport: transport,
-		CheckRedirect: func(req *http.Request, via []*http.Request) error {
-			if req.URL.Host != host {
-				return fmt.Errorf("openaicompat: refusing redirect from %s to another host (%s)", host, req.URL.Host)
-			}
-			if len(via) >= 3 {
-				return errors.New("openaicompat: too many redirects")
-			}
-			return nil
+		// An API endpoint has no business redirecting a POST; following
+		// one would send the caller's prompt (and our key) where the
+		// operator never pointed it.
+		CheckRedirect: func(req *http.Request, _ []*http.Request) error {
+			return fmt.Errorf("openaicompat: refusing redirect to %s: upstream redirects are not followed", req.URL.Redacted())
 		},
 	}
 	return &Provider{cfg: cfg, endpoint: strings.TrimRight(cfg.BaseURL, "/") + "/chat/completions", client: client}, nil
@@ -338,8 +344,10 @@ func ParseSpec(s string, getenv func(string) string) (Config, error) {
 			cfg.DialTimeout, err = time.ParseDuration(v)
 		case "header-timeout":
 			cfg.ResponseHeaderTimeout, err = time.ParseDuration(v)
+		case "local":
+			cfg.Local, err = strconv.ParseBool(v)
 		default:
-			return errors.New("unknown field (want name, url, model, key-env, dial-timeout, header-timeout)")
+			return errors.New("unknown field (want name, url, model, key-env, dial-timeout, header-timeout, local)")
 		}
 		return err
 	})

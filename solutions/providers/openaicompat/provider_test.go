@@ -15,6 +15,7 @@ import (
 	"github.com/production-go/gateway-lab/solutions/03-timeouts"
 	gateway "github.com/production-go/gateway-lab/solutions/08-gateway"
 	"github.com/production-go/gateway-lab/solutions/internal/chatapi"
+	"github.com/production-go/gateway-lab/solutions/internal/egress"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
@@ -182,17 +183,44 @@ func TestMalformedChunkIsACleanErrorNotGarbage(t *testing.T) {
 	assert.Equal(t, []string{"ok"}, chunks, "nothing of the malformed chunk is passed on")
 }
 
-func TestRedirectOffHostIsRefused(t *testing.T) {
+func TestRedirectsAreNotFollowed(t *testing.T) {
 	elsewhere := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		t.Error("the redirect was followed to another host")
 	}))
 	t.Cleanup(elsewhere.Close)
 	target := strings.Replace(elsewhere.URL, "127.0.0.1", "localhost", 1) + "/steal"
 	p := upstream(t, func(w http.ResponseWriter, r *http.Request) {
-		http.Redirect(w, r, target, http.StatusTemporaryRedirect)
+		if r.URL.Path == "/v1/chat/completions" {
+			http.Redirect(w, r, target, http.StatusTemporaryRedirect)
+			return
+		}
+		t.Error("the redirect was followed on the same host")
 	})
 	_, err := p.Generate(t.Context(), req)
 	assert.ErrorContains(t, err, "refusing redirect")
+	same := upstream(t, func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/v1/chat/completions" {
+			http.Redirect(w, r, "/v1/other", http.StatusTemporaryRedirect)
+			return
+		}
+		t.Error("the redirect was followed on the same host")
+	})
+	_, err = same.Generate(t.Context(), req)
+	assert.ErrorContains(t, err, "refusing redirect", "an API endpoint has no business redirecting a POST, even on its own host")
+}
+
+func TestDialControlRefusesAnUpstreamThatResolvesToLoopback(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {
+		t.Error("the guarded provider reached a loopback upstream")
+	}))
+	t.Cleanup(srv.Close)
+	url := strings.Replace(srv.URL, "127.0.0.1", "localhost", 1) + "/v1"
+	p, err := New(Config{Name: "up", BaseURL: url, Model: "m", DialControl: egress.Control})
+	require.NoError(t, err)
+	t.Cleanup(p.Close)
+	_, err = p.Generate(t.Context(), req)
+	assert.ErrorIs(t, err, egress.ErrForbidden, "checked after DNS: an allowed name that resolves to 127.0.0.1 is refused")
+	assert.Equal(t, gateway.ReasonConnection, gateway.ReasonOf(err))
 }
 
 func TestNewRejectsBadConfig(t *testing.T) {
