@@ -482,3 +482,237 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		})
 	}
 }
+
+func TestCallersDeadlineEndsTheRequestAtThatDeadline(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		stuck := &fake{name: "stuck", answer: func(ctx context.Context, _ int) (Completion, error) {
+			<-ctx.Done()
+			return Completion{}, ctx.Err()
+		}}
+		g := newGateway(t, config(nil), stuck)
+		defer closeGateway(t, g)
+		ctx, cancel := context.WithTimeout(t.Context(), 700*time.Millisecond)
+		defer cancel()
+		start := time.Now()
+		_, err := g.Generate(ctx, ask("acme"))
+		assert.ErrorIs(t, err, context.DeadlineExceeded, "the caller's own deadline ran out")
+		assert.NotErrorIs(t, err, context.Canceled, "a deadline is not a cancellation: the caller did not leave")
+		assert.Equal(t, 700*time.Millisecond, time.Since(start), "the caller's deadline bounds the request, before AttemptTimeout and TotalTimeout")
+	})
+}
+
+func TestQueuedRequestsAreRefusedWhenTheGatewayCloses(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		cfg := config(nil)
+		cfg.MaxConcurrent, cfg.MaxQueueWait = 1, time.Minute
+		gate := make(chan struct{})
+		g := newGateway(t, cfg, &fake{name: "slow", answer: func(context.Context, int) (Completion, error) {
+			<-gate
+			return Completion{Text: "done"}, nil
+		}})
+		running := make(chan error, 1)
+		go func() { _, err := g.Generate(t.Context(), ask("a")); running <- err }()
+		synctest.Wait()
+		queued := make(chan error, 1)
+		go func() { _, err := g.Generate(t.Context(), ask("b")); queued <- err }()
+		synctest.Wait() // b waits for the only slot
+		closed := make(chan error, 1)
+		go func() { closed <- g.Close(t.Context()) }()
+		start := time.Now()
+		err := <-queued
+		assert.ErrorIs(t, err, ErrClosed, "a request still queued when Close starts is refused, not admitted later")
+		assert.Zero(t, time.Since(start), "at once, not after the minute of MaxQueueWait")
+		close(gate)
+		assert.NoError(t, <-running, "the request already running finishes")
+		assert.NoError(t, <-closed)
+	})
+}
+
+func TestCloseWaitsForAbandonedProviderCalls(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rec := &recorder{}
+		cfg := config(rec)
+		cfg.AttemptTimeout = time.Second
+		gate := make(chan struct{})
+		defer time.AfterFunc(5*time.Second, func() { close(gate) }).Stop()
+		g := newGateway(t, cfg, hanging("deaf", gate), healthy("beta"))
+		_, err := g.Generate(t.Context(), ask("acme"))
+		require.NoError(t, err, "beta answers after deaf's attempt times out")
+		start := time.Now()
+		require.NoError(t, g.Close(t.Context()))
+		assert.Equal(t, 4*time.Second, time.Since(start), "Close returns only when the abandoned call does (at 5 s), so nothing outlives the gateway")
+		rec.mu.Lock()
+		defer rec.mu.Unlock()
+		assert.Equal(t, 1, rec.late, "and its late outcome was observed before Close returned")
+	})
+}
+
+func TestCloseTwiceIsSafe(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g := newGateway(t, config(nil), healthy("alpha"))
+		require.NoError(t, g.Close(t.Context()))
+		var err error
+		require.NotPanics(t, func() { err = g.Close(t.Context()) }, "Close is safe to call twice (deferred and explicit both run in real code)")
+		assert.NoError(t, err, "a second Close has nothing left to wait for")
+		_, err = g.Generate(t.Context(), ask("acme"))
+		assert.ErrorIs(t, err, ErrClosed)
+	})
+}
+
+func TestRetryAfterIsTheTimeUntilTheNextToken(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		cfg := config(nil)
+		cfg.RatePerSecond, cfg.Burst = 2, 3 // a token every 500 ms
+		g := newGateway(t, cfg, healthy("alpha"))
+		defer closeGateway(t, g)
+		for range 3 {
+			_, err := g.Generate(t.Context(), ask("acme"))
+			require.NoError(t, err)
+		}
+		time.Sleep(200 * time.Millisecond)
+		_, err := g.Generate(t.Context(), ask("acme"))
+		var rl *RateLimitError
+		require.ErrorAs(t, err, &rl)
+		assert.Equal(t, 300*time.Millisecond, rl.RetryAfter, "0.4 of a token is back after 200 ms: the next whole one in 300 ms")
+	})
+}
+
+func TestRejectionsAreObservedByReason(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rec := &recorder{}
+		cfg := config(rec)
+		cfg.RatePerSecond, cfg.Burst, cfg.MaxConcurrent, cfg.MaxQueueWait = 0.001, 1, 1, time.Second
+		gate := make(chan struct{})
+		g := newGateway(t, cfg, &fake{name: "slow", answer: func(context.Context, int) (Completion, error) { <-gate; return Completion{}, nil }})
+		go func() { _, _ = g.Generate(t.Context(), ask("a")) }()
+		synctest.Wait()
+		_, _ = g.Generate(t.Context(), ask("a")) // a's one token is spent
+		_, _ = g.Generate(t.Context(), ask("b")) // the only slot is taken for a second
+		ctx, cancel := context.WithCancel(t.Context())
+		defer time.AfterFunc(100*time.Millisecond, cancel).Stop()
+		_, _ = g.Generate(ctx, ask("c")) // c leaves while queued
+		close(gate)
+		closeGateway(t, g)
+		_, _ = g.Generate(t.Context(), ask("d"))
+		rec.mu.Lock()
+		defer rec.mu.Unlock()
+		assert.Equal(t, []string{"rate_limited", "overloaded", "cancelled", "closed"}, rec.rejected,
+			"each refusal is observed once, with its own reason")
+	})
+}
+
+func TestEveryAttemptIsObservedInOrder(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rec := &recorder{}
+		g := newGateway(t, config(rec), failing("alpha"), failing("beta"), healthy("gamma"))
+		defer closeGateway(t, g)
+		resp, err := g.Generate(t.Context(), ask("acme"))
+		require.NoError(t, err)
+		assert.Equal(t, "gamma", resp.Provider)
+		rec.mu.Lock()
+		defer rec.mu.Unlock()
+		assert.Equal(t, []string{"alpha#1:false", "beta#2:false", "gamma#3:true"}, rec.attempts,
+			"every attempt is observed, in order, numbered from 1, with its provider and outcome")
+	})
+}
+
+func TestBreakerRoundTripIsObserved(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		rec := &recorder{}
+		var down atomic.Bool
+		down.Store(true)
+		alpha := &fake{name: "alpha", answer: func(context.Context, int) (Completion, error) {
+			if down.Load() {
+				return Completion{}, errUpstream
+			}
+			return Completion{Text: "back"}, nil
+		}}
+		g := newGateway(t, config(rec), alpha, healthy("beta"))
+		defer closeGateway(t, g)
+		for range 3 {
+			_, _ = g.Generate(t.Context(), ask("acme"))
+		}
+		down.Store(false)
+		time.Sleep(30 * time.Second)
+		_, err := g.Generate(t.Context(), ask("acme"))
+		require.NoError(t, err)
+		rec.mu.Lock()
+		defer rec.mu.Unlock()
+		assert.Equal(t, []string{"alpha:closed→open", "alpha:open→half-open", "alpha:half-open→closed"}, rec.breakers,
+			"the dashboard sees the whole round trip, once each")
+	})
+}
+
+func TestPermanentIsRecognisedThroughWrapping(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		bad := errors.New("400 invalid_value")
+		alpha := &fake{name: "alpha", answer: func(context.Context, int) (Completion, error) {
+			return Completion{}, fmt.Errorf("alpha: %w", Permanent(bad))
+		}}
+		beta := healthy("beta")
+		g := newGateway(t, config(nil), alpha, beta)
+		defer closeGateway(t, g)
+		resp, err := g.Generate(t.Context(), ask("acme"))
+		assert.ErrorIs(t, err, bad)
+		assert.Equal(t, 1, resp.Attempts, "a provider may wrap a Permanent error; it is still permanent")
+		assert.Zero(t, beta.calls.Load())
+	})
+}
+
+func TestAttemptsStopAtMaxAttempts(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		cfg := config(nil)
+		cfg.MaxAttempts = 2
+		alpha, beta, gamma := failing("alpha"), failing("beta"), healthy("gamma")
+		g := newGateway(t, cfg, alpha, beta, gamma)
+		defer closeGateway(t, g)
+		resp, err := g.Generate(t.Context(), ask("acme"))
+		assert.ErrorIs(t, err, errUpstream, "the last attempt's error comes back")
+		assert.Equal(t, 2, resp.Attempts)
+		assert.Zero(t, gamma.calls.Load(), "MaxAttempts counts every attempt, the first included: gamma's turn never comes")
+	})
+}
+
+func TestLatencyCoversEveryAttemptAndBackoff(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		alpha := &fake{name: "alpha", answer: func(_ context.Context, call int) (Completion, error) {
+			if call == 1 {
+				time.Sleep(100 * time.Millisecond)
+				return Completion{}, errUpstream
+			}
+			time.Sleep(200 * time.Millisecond)
+			return Completion{Text: "second time lucky"}, nil
+		}}
+		cfg := config(nil)
+		cfg.BaseBackoff, cfg.MaxBackoff = time.Second, time.Second
+		cfg.Rand = rand.New(topOfRange{})
+		g := newGateway(t, cfg, alpha)
+		defer closeGateway(t, g)
+		start := time.Now()
+		resp, err := g.Generate(t.Context(), ask("acme"))
+		require.NoError(t, err)
+		assert.Zero(t, resp.QueueWait)
+		assert.Equal(t, time.Since(start), resp.Latency, "Latency is admission to answer: both attempts and the backoff between them")
+		assert.Greater(t, resp.Latency, 1200*time.Millisecond, "the backoff of about 1 s is in it")
+	})
+}
+
+func TestNoHealthyProviderCallsNobody(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		cfg := config(nil)
+		cfg.FailureThreshold = 1
+		alpha, beta := failing("alpha"), failing("beta")
+		g := newGateway(t, cfg, alpha, beta)
+		defer closeGateway(t, g)
+		_, _ = g.Generate(t.Context(), ask("acme")) // each fails once: both open
+		require.Equal(t, "open", g.BreakerState("alpha"))
+		require.Equal(t, "open", g.BreakerState("beta"))
+		before := alpha.calls.Load() + beta.calls.Load()
+		_, err := g.Generate(t.Context(), ask("acme"))
+		assert.ErrorIs(t, err, ErrNoHealthyProvider)
+		assert.Equal(t, before, alpha.calls.Load()+beta.calls.Load(), "no provider is called while every breaker is open")
+		_, err = g.Generate(t.Context(), Request{Tenant: "acme", Prompt: "hi", Provider: "alpha"})
+		assert.ErrorIs(t, err, ErrNoHealthyProvider, "a pinned provider whose breaker is open fails fast too")
+		assert.Equal(t, before, alpha.calls.Load()+beta.calls.Load())
+	})
+}
