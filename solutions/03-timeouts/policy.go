@@ -66,10 +66,13 @@ func (p Policy) Backoff(attempt int) time.Duration {
 	if ceiling <= 0 {
 		return 0
 	}
+	// Uint64N, not Int64N: the ceiling may be math.MaxInt64 (MaxBackoff has
+	// no upper limit), and int64(ceiling)+1 would wrap to a negative n.
+	n := uint64(ceiling) + 1
 	if p.Rand != nil {
-		return time.Duration(p.Rand.Int64N(int64(ceiling) + 1))
+		return time.Duration(p.Rand.Uint64N(n))
 	}
-	return time.Duration(rand.Int64N(int64(ceiling) + 1))
+	return time.Duration(rand.Uint64N(n))
 }
 
 // ceiling is min(MaxBackoff, BaseBackoff·2^(attempt−1)), computed by

@@ -61,7 +61,7 @@ func Do(ctx context.Context, p Policy, op func(ctx context.Context, attempt int)
 	}
 	var last error
 	for attempt := 1; ; attempt++ {
-		if err := ctx.Err(); err != nil {
+		if err := budgetSpent(ctx); err != nil {
 			return attempt - 1, stopped(attempt-1, last, err)
 		}
 		last = runAttempt(ctx, p.AttemptTimeout, attempt, op)
@@ -71,7 +71,7 @@ func Do(ctx context.Context, p Policy, op func(ctx context.Context, attempt int)
 		if pe := (*permanentError)(nil); errors.As(last, &pe) {
 			return attempt, fmt.Errorf("timeouts: attempt %d failed permanently: %w", attempt, last)
 		}
-		if err := ctx.Err(); err != nil {
+		if err := budgetSpent(ctx); err != nil {
 			// The total deadline or the caller ended this attempt: whatever
 			// op returned, there is no budget left to try again with.
 			return attempt, stopped(attempt, last, err)
@@ -96,6 +96,22 @@ func Do(ctx context.Context, p Policy, op func(ctx context.Context, attempt int)
 			return attempt, stopped(attempt, last, err)
 		}
 	}
+}
+
+// budgetSpent reports why ctx leaves no time for another attempt: it was
+// cancelled, or its deadline has come. The clock is checked as well as
+// ctx.Err() because a context's deadline timer runs on its own goroutine:
+// when an attempt's timeout and the total deadline fall on the same instant,
+// the attempt can return before the outer context has noticed its own
+// deadline, and a retry would start with no budget at all.
+func budgetSpent(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if deadline, ok := ctx.Deadline(); ok && !time.Now().Before(deadline) {
+		return context.DeadlineExceeded
+	}
+	return nil
 }
 
 func runAttempt(ctx context.Context, timeout time.Duration, attempt int, op func(context.Context, int) error) error {
