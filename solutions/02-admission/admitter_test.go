@@ -298,7 +298,7 @@ func TestTicketReleaseIsIdempotent(t *testing.T) {
 		t2 := admit(t, a, "k")
 		t1.Release()
 		t1.Release() // a defer and an explicit release, say
-		assert.Equal(t, 1, a.InFlight(), "releasing one ticket twice must give back one slot, not two")
+		require.Equal(t, 1, a.InFlight(), "releasing one ticket twice must give back one slot, not two")
 		t3 := admit(t, a, "k")
 		ctx, cancel := context.WithTimeout(t.Context(), time.Minute) // bounds a wait that MaxQueueWait 0 forbids
 		defer cancel()
