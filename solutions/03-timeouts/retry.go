@@ -47,9 +47,12 @@ type Immediate interface {
 //     it: the error wraps the last attempt's error and context.DeadlineExceeded.
 //   - The caller cancelled: Do returns at once, wrapping context.Canceled.
 //   - A Permanent error: returned after that attempt, never retried.
+//   - ctx already done before the first attempt: (0, ctx.Err() wrapped), op
+//     never called.
 //
 // An attempt that hit its own AttemptTimeout is retried; the total deadline
-// and the caller's cancellation are not.
+// and the caller's cancellation are not, even when the attempt's timeout
+// falls on the same instant as the deadline.
 func Do(ctx context.Context, p Policy, op func(ctx context.Context, attempt int) error) (attempts int, err error) {
 	if err := p.validate(); err != nil {
 		return 0, err
