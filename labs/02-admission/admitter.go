@@ -34,12 +34,16 @@ func New(cfg Config) (*Admitter, error) {
 //
 // TODO(lab 02): in this order:
 //  1. closed → ErrClosed;
-//  2. ask the Limiter FIRST: an error → wrap it (%w) and return, no slot taken;
-//     refused → &RateLimitError{RetryAfter: …}, no slot taken;
-//  3. take a free slot, or wait for one up to MaxQueueWait (0 = don't wait):
-//     the wait ran out → an error wrapping ErrOverloaded; the caller's ctx ended
-//     → ctx.Err(); Close was called meanwhile → ErrClosed;
-//  4. return a Ticket whose QueueWait is the time spent in step 3.
+//  2. the caller's ctx already ended → ctx.Err(), before the Limiter is asked;
+//  3. ask the Limiter FIRST: an error → wrap it (%w) and return, no slot taken;
+//     refused → &RateLimitError{RetryAfter: …}, no slot taken; a nil Limiter
+//     means no rate limit;
+//  4. take a free slot, or wait for one up to MaxQueueWait (0 = don't wait):
+//     the wait ran out → an error wrapping ErrOverloaded (and not
+//     context.DeadlineExceeded); the caller's ctx ended (cancelled OR its
+//     deadline passed) → ctx.Err(); Close was called meanwhile → ErrClosed;
+//  5. return a Ticket whose QueueWait is the time spent in step 4 and whose
+//     RateLimit is the Limiter's Decision.
 func (a *Admitter) Admit(ctx context.Context, key string) (*Ticket, error) {
 	return nil, ErrNotImplemented
 }

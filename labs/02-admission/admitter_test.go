@@ -3,6 +3,7 @@ package admission
 import (
 	"context"
 	"errors"
+	"runtime"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -114,6 +115,37 @@ func TestSemaphoreReleaseNeverAddsCapacity(t *testing.T) {
 	})
 }
 
+func TestSemaphoreCancelledWaiterNeverStrandsASlot(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		s := NewSemaphore(1)
+		require.NotNil(t, s)
+		// The waiter's context ends and the slot is handed to it in the same
+		// instant. Whichever wins, the waiter either holds the slot (nil) or
+		// holds nothing (ctx.Err()): the slot must never belong to nobody.
+		// With one P the woken waiter cannot run between cancel and Release,
+		// so the two really do land together.
+		defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+		for round := range 20 {
+			require.NoError(t, s.Acquire(t.Context()), "round %d: Acquire on a free semaphore of 1", round)
+			ctx, cancel := context.WithCancel(t.Context())
+			got := make(chan error, 1)
+			go func() { got <- s.Acquire(ctx) }()
+			synctest.Wait() // queued
+			cancel()
+			s.Release()
+			if err := <-got; err == nil {
+				require.Equal(t, 1, s.InFlight(), "round %d: Acquire succeeded, so the waiter holds the slot", round)
+				s.Release()
+			} else {
+				require.ErrorIs(t, err, context.Canceled, "round %d", round)
+				require.NotErrorIs(t, err, context.DeadlineExceeded, "round %d: the caller cancelled; no deadline passed", round)
+			}
+			require.Zero(t, s.InFlight(),
+				"round %d: a waiter that left as the slot was handed to it stranded the slot: nobody holds it and nobody can take it", round)
+		}
+	})
+}
+
 func TestAdmitRateLimitsBeforeTakingASlot(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var a *Admitter
@@ -180,19 +212,105 @@ func TestAdmitLimiterErrorFailsWithoutTakingASlot(t *testing.T) {
 	assert.Zero(t, a.InFlight(), "repeated failures must not leak slots either")
 }
 
+func TestAdmitWithContextAlreadyDoneTakesNothing(t *testing.T) {
+	for _, c := range []struct {
+		name        string
+		ctx         func(t *testing.T) context.Context
+		want, other error
+	}{
+		{"cancelled", func(t *testing.T) context.Context {
+			ctx, cancel := context.WithCancel(t.Context())
+			cancel()
+			return ctx
+		}, context.Canceled, context.DeadlineExceeded},
+		{"deadline passed", func(t *testing.T) context.Context {
+			ctx, cancel := context.WithDeadline(t.Context(), time.Now().Add(-time.Second))
+			t.Cleanup(cancel)
+			return ctx
+		}, context.DeadlineExceeded, context.Canceled},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			asked := 0
+			a := newAdmitter(t, Config{
+				Limiter: limiterFunc(func(context.Context, string) (Decision, error) {
+					asked++
+					return Decision{Allowed: true}, nil
+				}),
+				MaxConcurrent: 1, MaxQueueWait: time.Minute,
+			})
+			tk, err := a.Admit(c.ctx(t), "k")
+			if tk != nil {
+				tk.Release()
+			}
+			require.ErrorIs(t, err, c.want, "a caller whose context has already ended gets its ctx.Err(), even with a slot free")
+			assert.NotErrorIs(t, err, c.other)
+			assert.NotErrorIs(t, err, ErrOverloaded, "a slot was free: nothing was overloaded")
+			assert.Zero(t, asked, "the limiter must not be asked for a caller that has left: it would spend the tenant's token")
+			assert.Zero(t, a.InFlight())
+		})
+	}
+}
+
+func TestTicketCarriesTheRateLimitDecision(t *testing.T) {
+	want := Decision{Allowed: true, Remaining: 7}
+	a := newAdmitter(t, Config{
+		Limiter:       limiterFunc(func(context.Context, string) (Decision, error) { return want, nil }),
+		MaxConcurrent: 1,
+	})
+	tk := admit(t, a, "k")
+	defer tk.Release()
+	assert.Equal(t, want, tk.RateLimit, "Ticket.RateLimit is the limiter's decision: the HTTP layer sets X-RateLimit-Remaining from it")
+}
+
+func TestAdmitWithoutALimiterOnlyBoundsConcurrency(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		a, err := New(Config{MaxConcurrent: 2, MaxQueueWait: time.Second})
+		require.NoError(t, err, "Config.Limiter nil means no rate limit, not a bad config")
+		require.NotNil(t, a)
+		var tickets []*Ticket
+		defer func() {
+			for _, tk := range tickets {
+				tk.Release()
+			}
+		}()
+		for i := range 2 {
+			var tk *Ticket
+			require.NotPanics(t, func() { tk, err = a.Admit(t.Context(), "k") }, "Admit with a nil Limiter must not call it")
+			require.NoError(t, err, "request %d of 2 slots, no limiter", i+1)
+			require.NotNil(t, tk)
+			tickets = append(tickets, tk)
+		}
+		assert.Zero(t, tickets[0].RateLimit, "no limiter, no decision")
+		ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+		defer cancel()
+		tk, err := a.Admit(ctx, "k")
+		if tk != nil {
+			tk.Release()
+		}
+		assert.ErrorIs(t, err, ErrOverloaded, "the slots still bound concurrency")
+	})
+}
+
 func TestTicketReleaseIsIdempotent(t *testing.T) {
-	a := newAdmitter(t, Config{Limiter: allowAll, MaxConcurrent: 2})
-	t1 := admit(t, a, "k")
-	t2 := admit(t, a, "k")
-	t1.Release()
-	t1.Release() // a defer and an explicit release, say
-	assert.Equal(t, 1, a.InFlight(), "releasing one ticket twice must give back one slot, not two")
-	t3 := admit(t, a, "k")
-	_, err := a.Admit(t.Context(), "k")
-	assert.ErrorIs(t, err, ErrOverloaded, "capacity is still 2: two tickets are out")
-	t2.Release()
-	t3.Release()
-	assert.Zero(t, a.InFlight())
+	synctest.Test(t, func(t *testing.T) {
+		a := newAdmitter(t, Config{Limiter: allowAll, MaxConcurrent: 2})
+		t1 := admit(t, a, "k")
+		t2 := admit(t, a, "k")
+		t1.Release()
+		t1.Release() // a defer and an explicit release, say
+		require.Equal(t, 1, a.InFlight(), "releasing one ticket twice must give back one slot, not two")
+		t3 := admit(t, a, "k")
+		ctx, cancel := context.WithTimeout(t.Context(), time.Minute) // bounds a wait that MaxQueueWait 0 forbids
+		defer cancel()
+		tk, err := a.Admit(ctx, "k")
+		if tk != nil {
+			tk.Release()
+		}
+		assert.ErrorIs(t, err, ErrOverloaded, "capacity is still 2: two tickets are out")
+		t2.Release()
+		t3.Release()
+		assert.Zero(t, a.InFlight())
+	})
 }
 
 func TestAdmitWaitsUpToMaxQueueWaitAndMeasuresIt(t *testing.T) {
@@ -227,6 +345,8 @@ func TestAdmitGivesUpAfterMaxQueueWait(t *testing.T) {
 			r.ticket.Release()
 		}
 		assert.ErrorIs(t, r.err, ErrOverloaded, "no slot within MaxQueueWait means ErrOverloaded")
+		assert.NotErrorIs(t, r.err, context.DeadlineExceeded,
+			"the caller's deadline did not pass: an overload that also reads as a deadline is answered 504 instead of 503")
 		assert.Equal(t, 2*time.Second, r.at, "the wait for a slot must be bounded by MaxQueueWait")
 		assert.Zero(t, a.InFlight())
 	})
@@ -238,9 +358,14 @@ func TestAdmitZeroQueueWaitRefusesAtOnce(t *testing.T) {
 		held := admit(t, a, "k")
 		defer held.Release()
 		start := time.Now()
-		_, err := a.Admit(t.Context(), "k")
-		assert.ErrorIs(t, err, ErrOverloaded)
+		ctx, cancel := context.WithTimeout(t.Context(), time.Minute) // bounds the wait if it happens
+		defer cancel()
+		tk, err := a.Admit(ctx, "k")
+		if tk != nil {
+			tk.Release()
+		}
 		assert.Zero(t, time.Since(start), "MaxQueueWait 0 means don't wait")
+		assert.ErrorIs(t, err, ErrOverloaded)
 	})
 }
 
@@ -264,6 +389,26 @@ func TestAdmitReturnsCallerCancellationNotOverloaded(t *testing.T) {
 	})
 }
 
+func TestAdmitReturnsCallerDeadlineNotOverloaded(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		a := newAdmitter(t, Config{Limiter: allowAll, MaxConcurrent: 1, MaxQueueWait: 2 * time.Second})
+		start := time.Now()
+		held := admit(t, a, "k")
+		defer held.Release()
+		ctx, cancel := context.WithTimeout(t.Context(), 500*time.Millisecond) // the client's own deadline
+		defer cancel()
+		r := <-admitAsync(ctx, a, "k", start)
+		if r.ticket != nil {
+			r.ticket.Release()
+		}
+		assert.ErrorIs(t, r.err, context.DeadlineExceeded, "a caller whose deadline passed while queued gets its own ctx.Err()")
+		assert.NotErrorIs(t, r.err, ErrOverloaded, "its deadline, not MaxQueueWait, ended the wait: that is not overload")
+		assert.NotErrorIs(t, r.err, context.Canceled)
+		assert.Equal(t, 500*time.Millisecond, r.at, "the queued Admit returns at the caller's deadline")
+		assert.Equal(t, 1, a.InFlight(), "and holds nothing: only the first ticket is out")
+	})
+}
+
 func TestCloseRejectsNewAndQueuedAdmits(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		a := newAdmitter(t, Config{Limiter: allowAll, MaxConcurrent: 1, MaxQueueWait: time.Minute})
@@ -284,7 +429,9 @@ func TestCloseRejectsNewAndQueuedAdmits(t *testing.T) {
 		assert.Equal(t, 1, a.InFlight(), "a ticket out before Close stays valid")
 		held.Release()
 		assert.Zero(t, a.InFlight())
-		a.Close() // twice is fine
+		assert.NotPanics(t, a.Close, "Close is idempotent: a second Close (a signal handler and a defer, say) must be safe")
+		_, err = a.Admit(t.Context(), "k")
+		assert.ErrorIs(t, err, ErrClosed, "and the Admitter stays closed")
 	})
 }
 
@@ -301,6 +448,12 @@ func TestAdmitChecksClosedFirst(t *testing.T) {
 	_, err := a.Admit(t.Context(), "k")
 	assert.ErrorIs(t, err, ErrClosed, "a closed Admitter says it is closed, whatever the tenant's quota")
 	assert.False(t, asked, "after Close the limiter should not even be asked (it may spend a token)")
+
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	_, err = a.Admit(ctx, "k")
+	assert.ErrorIs(t, err, ErrClosed, "closed is checked first, before the caller's context")
+	assert.NotErrorIs(t, err, context.Canceled)
 }
 
 func TestNewRejectsBadConfig(t *testing.T) {

@@ -6,16 +6,19 @@ import (
 
 // TokenBucket is an in-process Limiter with one bucket per key. Buckets are
 // created full on first use and refilled lazily when asked: no timer, no
-// goroutine.
+// goroutine. A bucket that is full again is the same as a new one, so
+// TokenBucket forgets it: its state is bounded by recent activity.
 //
-// TODO(lab 02): add the fields you need: the rate, the burst, and a
-// mutex-guarded map from key to that key's tokens and last refill time.
+// TODO(lab 02): add the fields you need: the rate, the burst, a
+// mutex-guarded map from key to that key's tokens and last refill time, and
+// when the map was last swept.
 type TokenBucket struct{}
 
 // NewTokenBucket returns a Limiter that refills each key at ratePerSecond
 // tokens per second, holding at most burst.
 //
-// TODO(lab 02): refuse rate <= 0 and burst < 1 with an error wrapping ErrInvalidConfig.
+// TODO(lab 02): refuse a rate that is not a positive finite number (NaN too:
+// NaN <= 0 is false) and burst < 1 with an error wrapping ErrInvalidConfig.
 func NewTokenBucket(ratePerSecond float64, burst int) (*TokenBucket, error) {
 	return &TokenBucket{}, nil
 }
@@ -28,7 +31,17 @@ func NewTokenBucket(ratePerSecond float64, burst int) (*TokenBucket, error) {
 //     and never move the refill time backwards;
 //   - one whole token → Allowed, take it, Remaining = whole tokens left;
 //   - otherwise refused: take nothing, RetryAfter = time until one whole token
-//     is back, rounded UP (a client waiting exactly RetryAfter must succeed).
+//     is back, rounded UP (a client waiting exactly RetryAfter must succeed);
+//   - once a refill time (burst/rate) has passed since the last sweep (the
+//     first one counts from NewTokenBucket), delete every bucket that is full
+//     at that instant, and keep every other one.
 func (tb *TokenBucket) Allow(ctx context.Context, key string) (Decision, error) {
 	return Decision{}, ErrNotImplemented
+}
+
+// Len is the number of keys holding state now: buckets not yet forgotten.
+//
+// TODO(lab 02): count the buckets in the map.
+func (tb *TokenBucket) Len() int {
+	return 0
 }

@@ -3,6 +3,7 @@ package timeouts
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"sync/atomic"
@@ -23,7 +24,10 @@ func (s fixedSource) Uint64() uint64 { return uint64(s) }
 func top() *rand.Rand    { return rand.New(fixedSource(math.MaxUint64)) }
 func bottom() *rand.Rand { return rand.New(fixedSource(1)) }
 
-var errFlaky = errors.New("flaky upstream")
+var (
+	errFlaky = errors.New("flaky upstream")
+	errReset = errors.New("connection reset") // what an op returns when its context ends, instead of ctx.Err()
+)
 
 // hang is an op that waits for its context to end and returns its error.
 func hang(ctx context.Context, _ int) error {
@@ -31,9 +35,17 @@ func hang(ctx context.Context, _ int) error {
 	return ctx.Err()
 }
 
+// hangThenReset waits for its context to end and returns its own error, so
+// that a test can tell what Do adds (the cause) from what op returned.
+func hangThenReset(ctx context.Context, _ int) error {
+	<-ctx.Done()
+	return errReset
+}
+
 func TestDoReturnsOnFirstSuccess(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var seen []int
+		start := time.Now()
 		n, err := Do(t.Context(), Policy{MaxAttempts: 5}, func(_ context.Context, attempt int) error {
 			seen = append(seen, attempt)
 			if attempt < 3 {
@@ -44,6 +56,7 @@ func TestDoReturnsOnFirstSuccess(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, 3, n, "Do should report how many attempts it made")
 		assert.Equal(t, []int{1, 2, 3}, seen, "attempts are numbered from 1, one call each")
+		assert.Zero(t, time.Since(start), "BaseBackoff 0 means retry without waiting")
 	})
 }
 
@@ -125,12 +138,12 @@ func TestDoNeverSleepsPastTheDeadline(t *testing.T) {
 
 func TestDoWaitsAJitteredBackoffBetweenAttempts(t *testing.T) {
 	for _, c := range []struct {
-		name   string
-		rnd    func() *rand.Rand
-		lo, hi time.Duration
+		name string
+		rnd  func() *rand.Rand
+		want time.Duration
 	}{
-		{"top of the range", top, 3*time.Second - time.Millisecond, 3 * time.Second},
-		{"bottom of the range", bottom, 0, time.Millisecond},
+		{"top of the range", top, 3 * time.Second},
+		{"bottom of the range", bottom, 0},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
@@ -144,10 +157,177 @@ func TestDoWaitsAJitteredBackoffBetweenAttempts(t *testing.T) {
 					})
 				require.NoError(t, err)
 				assert.Equal(t, 4, n)
-				took := time.Since(start)
-				assert.True(t, took >= c.lo && took <= c.hi,
-					"three backoffs drawn from [0, 1s] at the %s should take between %s and %s, took %s (full jitter reaches both ends)", c.name, c.lo, c.hi, took)
+				assert.Equal(t, c.want, time.Since(start),
+					"three backoffs drawn from [0, 1s] at the %s (full jitter reaches both ends)", c.name)
 			})
+		})
+	}
+}
+
+func TestDoWaitsTheBackoffOfTheAttemptThatFailed(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		start := time.Now()
+		var at []time.Duration
+		n, err := Do(t.Context(), Policy{MaxAttempts: 4, BaseBackoff: time.Second, MaxBackoff: 10 * time.Second, Rand: top()},
+			func(_ context.Context, attempt int) error {
+				at = append(at, time.Since(start))
+				if attempt < 4 {
+					return errFlaky
+				}
+				return nil
+			})
+		require.NoError(t, err)
+		assert.Equal(t, 4, n)
+		assert.Equal(t, []time.Duration{0, time.Second, 3 * time.Second, 7 * time.Second}, at,
+			"with the jitter at the top, the waits after attempts 1, 2, 3 are their caps 1s, 2s, 4s: Backoff(k) after attempt k")
+	})
+}
+
+func TestDoLastAttemptEndsWithoutABackoff(t *testing.T) {
+	t.Run("the last of three", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			start := time.Now()
+			// Attempts at 0, 10s and 20s; after the third, a 10 s backoff
+			// would not fit in the 5 s left — but there is no fourth attempt.
+			n, err := Do(t.Context(), Policy{MaxAttempts: 3, BaseBackoff: 10 * time.Second, MaxBackoff: 10 * time.Second, TotalTimeout: 25 * time.Second, Rand: top()},
+				func(context.Context, int) error { return errFlaky })
+			assert.Equal(t, 3, n)
+			assert.ErrorIs(t, err, errFlaky)
+			assert.NotErrorIs(t, err, context.DeadlineExceeded,
+				"the attempts ran out with 5s of budget left: that is not a deadline, whatever the next backoff would have been")
+			assert.Equal(t, 20*time.Second, time.Since(start), "Do returns when the last attempt fails, without a backoff after it")
+		})
+	})
+	t.Run("MaxAttempts 1", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			start := time.Now()
+			n, err := Do(t.Context(), Policy{MaxAttempts: 1, BaseBackoff: 10 * time.Second, MaxBackoff: 10 * time.Second, Rand: top()},
+				func(context.Context, int) error { return errFlaky })
+			assert.Equal(t, 1, n)
+			assert.ErrorIs(t, err, errFlaky)
+			assert.NotErrorIs(t, err, context.DeadlineExceeded)
+			assert.Zero(t, time.Since(start), "one attempt, no retry, so no backoff")
+		})
+	})
+}
+
+func TestDoTotalDeadlineWrapsBothErrors(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		start := time.Now()
+		n, err := Do(t.Context(), Policy{MaxAttempts: 5, TotalTimeout: 5 * time.Second}, hangThenReset)
+		assert.Equal(t, 1, n, "the total deadline ended attempt 1: no retry")
+		assert.Equal(t, 5*time.Second, time.Since(start), "at the total deadline")
+		assert.ErrorIs(t, err, context.DeadlineExceeded,
+			"the total deadline ended the attempt: Do's error says so, even though op returned its own error")
+		assert.ErrorIs(t, err, errReset, "and it wraps what the last attempt returned")
+		assert.NotErrorIs(t, err, context.Canceled)
+	})
+}
+
+func TestDoCallersDeadlineIsTheBudgetToo(t *testing.T) {
+	t.Run("a backoff that would pass it", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(t.Context(), 3*time.Second) // the caller's deadline; no TotalTimeout
+			defer cancel()
+			start := time.Now()
+			n, err := Do(ctx, Policy{MaxAttempts: 5, BaseBackoff: 10 * time.Second, MaxBackoff: 10 * time.Second, Rand: top()},
+				func(context.Context, int) error { return errFlaky })
+			assert.Zero(t, time.Since(start), "a 10s backoff cannot fit before the caller's deadline in 3s: return at once")
+			assert.Equal(t, 1, n)
+			assert.ErrorIs(t, err, context.DeadlineExceeded, "the caller's deadline is the budget: it ran out")
+			assert.ErrorIs(t, err, errFlaky, "and the error says what the last attempt saw")
+			assert.NotErrorIs(t, err, context.Canceled, "nobody cancelled")
+		})
+	})
+	t.Run("during an attempt", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(t.Context(), 3*time.Second)
+			defer cancel()
+			start := time.Now()
+			n, err := Do(ctx, Policy{MaxAttempts: 5, AttemptTimeout: time.Minute}, hangThenReset)
+			assert.Equal(t, 3*time.Second, time.Since(start), "the caller's deadline ends the attempt")
+			assert.Equal(t, 1, n, "the caller's deadline is not an attempt timeout: no retry")
+			assert.ErrorIs(t, err, context.DeadlineExceeded, "Do's error says the budget ran out, whatever op returned")
+			assert.ErrorIs(t, err, errReset, "and wraps what op returned")
+			assert.NotErrorIs(t, err, context.Canceled, "nobody cancelled")
+		})
+	})
+}
+
+func TestDoAttemptTimeoutEqualToTheDeadlineIsNotRetried(t *testing.T) {
+	// The attempt's timeout and the deadline above it fall on the same
+	// instant, so two timers race to end the attempt. Whichever wins, the
+	// budget is spent: no second attempt. The race is decided differently
+	// from run to run, hence the rounds.
+	for _, c := range []struct {
+		name         string
+		callerBudget time.Duration // 0: the caller's ctx has no deadline
+		p            Policy
+	}{
+		{"equal to TotalTimeout", 0, Policy{MaxAttempts: 5, AttemptTimeout: 5 * time.Second, TotalTimeout: 5 * time.Second}},
+		{"equal to the caller's deadline", 5 * time.Second, Policy{MaxAttempts: 5, AttemptTimeout: 5 * time.Second}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				for round := range 100 {
+					ctx, cancel := t.Context(), context.CancelFunc(func() {})
+					if c.callerBudget > 0 {
+						ctx, cancel = context.WithTimeout(ctx, c.callerBudget)
+					}
+					start := time.Now()
+					n, err := Do(ctx, c.p, hang)
+					cancel()
+					require.Equal(t, 1, n, "round %d: the attempt ended with the whole budget; a second attempt has no time left", round)
+					require.ErrorIs(t, err, context.DeadlineExceeded, "round %d: the budget ran out", round)
+					require.Equal(t, 5*time.Second, time.Since(start), "round %d: at the deadline", round)
+				}
+			})
+		})
+	}
+}
+
+func TestDoZeroAttemptTimeoutMeansNoPerAttemptLimit(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		start := time.Now()
+		var deadline time.Time
+		n, err := Do(t.Context(), Policy{MaxAttempts: 5, TotalTimeout: 5 * time.Second}, func(ctx context.Context, attempt int) error {
+			deadline, _ = ctx.Deadline()
+			return hang(ctx, attempt)
+		})
+		assert.Equal(t, 1, n, "AttemptTimeout 0 means no per-attempt limit: one attempt runs until the total deadline")
+		assert.Equal(t, start.Add(5*time.Second), deadline, "the attempt's only deadline is the total one")
+		assert.Equal(t, 5*time.Second, time.Since(start), "at the total deadline")
+		assert.ErrorIs(t, err, context.DeadlineExceeded, "the total deadline ended it")
+	})
+}
+
+func TestDoWithContextAlreadyDoneNeverCallsOp(t *testing.T) {
+	for _, c := range []struct {
+		name        string
+		ctx         func(t *testing.T) context.Context
+		want, other error
+	}{
+		{"cancelled", func(t *testing.T) context.Context {
+			ctx, cancel := context.WithCancel(t.Context())
+			cancel()
+			return ctx
+		}, context.Canceled, context.DeadlineExceeded},
+		{"deadline passed", func(t *testing.T) context.Context {
+			ctx, cancel := context.WithDeadline(t.Context(), time.Now().Add(-time.Second))
+			t.Cleanup(cancel)
+			return ctx
+		}, context.DeadlineExceeded, context.Canceled},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			called := 0
+			n, err := Do(c.ctx(t), Policy{MaxAttempts: 3}, func(context.Context, int) error {
+				called++
+				return errFlaky
+			})
+			assert.Zero(t, called, "a caller whose context has already ended gets no attempt: it would be sent upstream for nobody")
+			assert.Zero(t, n, "no attempts were made")
+			assert.ErrorIs(t, err, c.want, "the error says why: the caller's own ctx.Err()")
+			assert.NotErrorIs(t, err, c.other, "and only that")
 		})
 	}
 }
@@ -164,6 +344,15 @@ func TestDoNeverRetriesPermanentErrors(t *testing.T) {
 		assert.Equal(t, 1, n)
 		assert.ErrorIs(t, err, bad, "the permanent error stays visible to errors.Is")
 		assert.NoError(t, Permanent(nil), "Permanent(nil) is nil")
+
+		calls.Store(0)
+		n, err = Do(t.Context(), Policy{MaxAttempts: 5}, func(context.Context, int) error {
+			calls.Add(1)
+			return fmt.Errorf("calling provider: %w", fmt.Errorf("status 400: %w", Permanent(bad)))
+		})
+		assert.Equal(t, int32(1), calls.Load(), "Permanent is recognised through any depth of fmt.Errorf wrapping")
+		assert.Equal(t, 1, n)
+		assert.ErrorIs(t, err, bad)
 	})
 }
 
@@ -175,7 +364,7 @@ func TestDoStopsAtOnceWhenTheCallerCancels(t *testing.T) {
 			defer time.AfterFunc(time.Second, cancel).Stop() // the caller gives up after 1 s
 			var calls atomic.Int32
 			start := time.Now()
-			n, err := Do(ctx, Policy{MaxAttempts: 5, BaseBackoff: 10 * time.Second, MaxBackoff: 10 * time.Second, Rand: top()},
+			n, err := Do(ctx, Policy{MaxAttempts: 5, BaseBackoff: 10 * time.Second, MaxBackoff: 10 * time.Second, TotalTimeout: time.Hour, Rand: top()},
 				func(context.Context, int) error {
 					calls.Add(1)
 					return errFlaky
@@ -184,6 +373,7 @@ func TestDoStopsAtOnceWhenTheCallerCancels(t *testing.T) {
 			assert.Equal(t, int32(1), calls.Load(), "no attempt may start after the caller cancelled")
 			assert.Equal(t, 1, n)
 			assert.ErrorIs(t, err, context.Canceled)
+			assert.NotErrorIs(t, err, context.DeadlineExceeded, "the caller cancelled; the hour of budget was not spent")
 			assert.ErrorIs(t, err, errFlaky)
 		})
 	})
@@ -193,13 +383,17 @@ func TestDoStopsAtOnceWhenTheCallerCancels(t *testing.T) {
 			defer cancel()
 			defer time.AfterFunc(time.Second, cancel).Stop() // the caller gives up after 1 s
 			var calls atomic.Int32
-			n, err := Do(ctx, Policy{MaxAttempts: 5, AttemptTimeout: time.Minute}, func(ctx context.Context, attempt int) error {
+			start := time.Now()
+			n, err := Do(ctx, Policy{MaxAttempts: 5, AttemptTimeout: time.Minute, TotalTimeout: time.Hour}, func(ctx context.Context, attempt int) error {
 				calls.Add(1)
-				return hang(ctx, attempt)
+				return hangThenReset(ctx, attempt)
 			})
+			assert.Equal(t, time.Second, time.Since(start))
 			assert.Equal(t, int32(1), calls.Load(), "a cancelled caller is not an attempt timeout: no retry")
 			assert.Equal(t, 1, n)
-			assert.ErrorIs(t, err, context.Canceled)
+			assert.ErrorIs(t, err, context.Canceled, "Do's error says the caller cancelled, whatever op returned")
+			assert.NotErrorIs(t, err, context.DeadlineExceeded, "the caller cancelled; the hour of budget was not spent")
+			assert.ErrorIs(t, err, errReset)
 		})
 	})
 }
@@ -225,6 +419,22 @@ func TestDoHonoursRetryAfterWithinTheBudget(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, 2, n)
 		assert.Equal(t, []time.Duration{0, 2 * time.Second}, at, "the server asked for 2 s: the next attempt waits that long, not the 1 ms backoff")
+	})
+	synctest.Test(t, func(t *testing.T) {
+		start := time.Now()
+		var at []time.Duration
+		n, err := Do(t.Context(), Policy{MaxAttempts: 3, BaseBackoff: 2 * time.Second, MaxBackoff: 2 * time.Second, TotalTimeout: time.Minute, Rand: top()},
+			func(_ context.Context, attempt int) error {
+				at = append(at, time.Since(start))
+				if attempt == 1 {
+					return retryLater{500 * time.Millisecond}
+				}
+				return nil
+			})
+		require.NoError(t, err)
+		assert.Equal(t, 2, n)
+		assert.Equal(t, []time.Duration{0, 2 * time.Second}, at,
+			"Retry-After is a floor: the backoff (2 s, jitter at the top) is longer than the 500 ms asked, so it is waited")
 	})
 	synctest.Test(t, func(t *testing.T) {
 		start := time.Now()

@@ -8,8 +8,9 @@
 //     all attempts and all waits between them included? When it runs out we
 //     stop: there is no budget left to retry with.
 //
-// Conflating them is how a 20 s timeout becomes 90 s: a deadline per attempt
-// instead of around the loop lets three attempts take three deadlines.
+// Conflating them is how a 20 s timeout becomes 93 s: a deadline per attempt
+// instead of around the loop lets three attempts take three deadlines (plus
+// the queue wait and the backoffs between them).
 //
 // Between attempts Do waits a capped exponential backoff with full jitter:
 // a uniformly random wait in [0, min(MaxBackoff, BaseBackoff·2^(attempt−1))].
@@ -52,9 +53,12 @@ type Policy struct {
 
 // Backoff returns the wait after attempt (1-based).
 //
-// TODO(lab 03): full jitter: uniform in [0, min(MaxBackoff, BaseBackoff·2^(attempt−1))].
+// TODO(lab 03): full jitter: uniform in [0, min(MaxBackoff, BaseBackoff·2^(attempt−1))],
+// both ends included.
 //   - use p.Rand when it is set (a seeded source replays a failure), else the global source;
-//   - never overflow: Base·2^63 wraps to a negative number. Stop doubling once you reach MaxBackoff.
+//   - never overflow: Base·2^63 wraps to a negative number. Stop doubling once you reach MaxBackoff;
+//   - every valid policy works: BaseBackoff 0 (always 0, for any attempt) and MaxBackoff
+//     math.MaxInt64 (then cap+1 does not fit in an int64).
 func (p Policy) Backoff(attempt int) time.Duration {
 	return 0
 }

@@ -27,16 +27,21 @@ type RetryAfterer interface {
 // TODO(lab 03): make these true:
 //   - an invalid policy (MaxAttempts < 1, a negative duration, BaseBackoff >
 //     MaxBackoff) → an error wrapping ErrInvalidPolicy, op never called;
-//   - TotalTimeout is ONE deadline around every attempt and every backoff;
-//   - each attempt gets its own AttemptTimeout (derived from the total one);
-//     an attempt that hit it is retried;
-//   - after a failed attempt: Permanent → return; the total deadline or the
-//     caller ended it → return (no retry); MaxAttempts reached → return
-//     wrapping the last error;
+//   - TotalTimeout is ONE deadline around every attempt and every backoff; the
+//     budget is the nearer of it and the caller's own deadline;
+//   - a ctx already cancelled or expired → no attempt at all (attempts 0);
+//   - each attempt gets its own AttemptTimeout (derived from the total one; 0
+//     means no per-attempt limit); an attempt that hit it is retried;
+//   - after a failed attempt: Permanent → return; the budget is spent (the
+//     outer ctx is done, or its deadline has come — it may not say so yet) →
+//     return, no retry; MaxAttempts reached → return wrapping the last error
+//     only (no DeadlineExceeded), without a backoff;
 //   - else wait Backoff(attempt) (or the error's RetryAfter if longer), but if
-//     that wait would end past the deadline, return at once; the error wraps
-//     the last attempt's error AND context.DeadlineExceeded;
-//   - the caller's cancellation ends any wait at once, wrapping context.Canceled.
+//     that wait would end past the deadline, return at once; whenever the
+//     budget runs out the error wraps the last attempt's error AND
+//     context.DeadlineExceeded, whatever op returned;
+//   - the caller's cancellation ends any wait at once, wrapping context.Canceled
+//     (not DeadlineExceeded).
 func Do(ctx context.Context, p Policy, op func(ctx context.Context, attempt int) error) (attempts int, err error) {
 	return 0, ErrNotImplemented
 }

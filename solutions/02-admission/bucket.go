@@ -6,20 +6,31 @@ import (
 	"hash/maphash"
 	"math"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
 // TokenBucket is an in-process Limiter with one bucket per key. Buckets are
 // created full on first use and refilled lazily when asked: there is no
-// timer and no goroutine, so an idle tenant costs one map entry.
+// timer and no goroutine.
 //
-// Buckets are never evicted; with an unbounded key space, put a bound in
-// front of it (keys are tenant IDs from authenticated identities).
+// A bucket that has refilled to burst is indistinguishable from a new one,
+// so TokenBucket forgets it. Allow sweeps at most once per refill time (the
+// time an empty bucket takes to fill, burst/rate) and deletes every bucket
+// that is full at that instant. State is bounded by the tenants active
+// within about two refill times, not by every tenant ever seen, and the
+// sweep's cost is spread over the Allows of a refill time.
 type TokenBucket struct {
 	rate   float64 // tokens per second
 	burst  float64
+	refill time.Duration // burst/rate, rounded up: an empty bucket is full after this long
 	seed   maphash.Seed
 	shards [shardCount]shard
+
+	// The sweep clock: nanoseconds since epoch, on the monotonic clock, so
+	// a wall clock stepped back cannot make a sweep due early or never.
+	epoch     time.Time
+	nextSweep atomic.Int64
 }
 
 // shardCount spreads keys over several locks so that tenants on different
@@ -51,7 +62,14 @@ func NewTokenBucket(ratePerSecond float64, burst int) (*TokenBucket, error) {
 	if burst < 1 {
 		return nil, fmt.Errorf("%w: burst %d must be at least 1", ErrInvalidConfig, burst)
 	}
-	tb := &TokenBucket{rate: ratePerSecond, burst: float64(burst), seed: maphash.MakeSeed()}
+	tb := &TokenBucket{
+		rate:   ratePerSecond,
+		burst:  float64(burst),
+		refill: ceilDuration(float64(burst) / ratePerSecond),
+		seed:   maphash.MakeSeed(),
+		epoch:  time.Now(),
+	}
+	tb.nextSweep.Store(int64(tb.refill))
 	for i := range tb.shards {
 		tb.shards[i].buckets = map[string]*bucket{}
 	}
@@ -61,6 +79,13 @@ func NewTokenBucket(ratePerSecond float64, burst int) (*TokenBucket, error) {
 // Allow takes one token from key's bucket if there is one. It never blocks
 // and never fails; ctx is accepted to satisfy Limiter.
 func (tb *TokenBucket) Allow(_ context.Context, key string) (Decision, error) {
+	d, now := tb.take(key)
+	tb.sweepIfDue(now)
+	return d, nil
+}
+
+// take is Allow for one key: refill, then take a token or say when one is back.
+func (tb *TokenBucket) take(key string) (Decision, time.Time) {
 	sh := &tb.shards[maphash.String(tb.seed, key)%shardCount]
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
@@ -79,8 +104,69 @@ func (tb *TokenBucket) Allow(_ context.Context, key string) (Decision, error) {
 	}
 	if b.tokens+epsilon >= 1 {
 		b.tokens = max(0, b.tokens-1)
-		return Decision{Allowed: true, Remaining: int(b.tokens + epsilon)}, nil
+		return Decision{Allowed: true, Remaining: int(b.tokens + epsilon)}, now
 	}
-	missing := (1 - b.tokens) / tb.rate // seconds until one whole token
-	return Decision{RetryAfter: time.Duration(math.Ceil(missing * float64(time.Second)))}, nil
+	return Decision{RetryAfter: ceilDuration((1 - b.tokens) / tb.rate)}, now // until one whole token
+}
+
+// sweepIfDue forgets every bucket that is full at now, if a refill time has
+// passed since the last sweep. Of the Allows that find a sweep due, one wins
+// the compare-and-swap and sweeps; the others carry on.
+func (tb *TokenBucket) sweepIfDue(now time.Time) {
+	at := int64(now.Sub(tb.epoch))
+	due := tb.nextSweep.Load()
+	if at < due || !tb.nextSweep.CompareAndSwap(due, satAdd(at, int64(tb.refill))) {
+		return
+	}
+	for i := range tb.shards {
+		sh := &tb.shards[i]
+		sh.mu.Lock()
+		for key, b := range sh.buckets {
+			if tb.fullAt(b, now) {
+				delete(sh.buckets, key)
+			}
+		}
+		sh.mu.Unlock()
+	}
+}
+
+// fullAt reports whether b holds burst tokens at now. The time to fill is
+// rounded up, as RetryAfter is, so a bucket is never taken for full early.
+func (tb *TokenBucket) fullAt(b *bucket, now time.Time) bool {
+	if b.tokens >= tb.burst {
+		return true
+	}
+	return !now.Before(b.last.Add(ceilDuration((tb.burst - b.tokens) / tb.rate)))
+}
+
+// Len is the number of keys holding state now: buckets not yet forgotten.
+// With Allows running concurrently it is a snapshot, shard by shard.
+func (tb *TokenBucket) Len() int {
+	n := 0
+	for i := range tb.shards {
+		sh := &tb.shards[i]
+		sh.mu.Lock()
+		n += len(sh.buckets)
+		sh.mu.Unlock()
+	}
+	return n
+}
+
+// ceilDuration converts seconds to a Duration, rounding up to the next
+// nanosecond and saturating instead of overflowing (a tiny rate makes a
+// refill time of centuries).
+func ceilDuration(seconds float64) time.Duration {
+	ns := math.Ceil(seconds * float64(time.Second))
+	if ns >= math.MaxInt64 {
+		return math.MaxInt64
+	}
+	return time.Duration(ns)
+}
+
+// satAdd is a + b for b ≥ 0, saturating at math.MaxInt64.
+func satAdd(a, b int64) int64 {
+	if a > math.MaxInt64-b {
+		return math.MaxInt64
+	}
+	return a + b
 }

@@ -8,8 +8,9 @@
 //     all attempts and all waits between them included? When it runs out we
 //     stop: there is no budget left to retry with.
 //
-// Conflating them is how a 20 s timeout becomes 90 s: a deadline per attempt
-// instead of around the loop lets three attempts take three deadlines.
+// Conflating them is how a 20 s timeout becomes 93 s: a deadline per attempt
+// instead of around the loop lets three attempts take three deadlines (plus
+// the queue wait and the backoffs between them).
 //
 // Between attempts Do waits a capped exponential backoff with full jitter:
 // a uniformly random wait in [0, min(MaxBackoff, BaseBackoff·2^(attempt−1))].
@@ -59,17 +60,21 @@ func (p Policy) validate() error {
 }
 
 // Backoff returns the wait after attempt (1-based): uniform in
-// [0, min(MaxBackoff, BaseBackoff·2^(attempt−1))]. It never overflows,
-// however large attempt is.
+// [0, min(MaxBackoff, BaseBackoff·2^(attempt−1))], both ends included. It
+// never overflows or panics for a valid policy, however large attempt is:
+// BaseBackoff 0 is always 0, and MaxBackoff may be math.MaxInt64.
 func (p Policy) Backoff(attempt int) time.Duration {
 	ceiling := p.ceiling(attempt)
 	if ceiling <= 0 {
 		return 0
 	}
+	// Uint64N, not Int64N: the ceiling may be math.MaxInt64 (MaxBackoff has
+	// no upper limit), and int64(ceiling)+1 would wrap to a negative n.
+	n := uint64(ceiling) + 1
 	if p.Rand != nil {
-		return time.Duration(p.Rand.Int64N(int64(ceiling) + 1))
+		return time.Duration(p.Rand.Uint64N(n))
 	}
-	return time.Duration(rand.Int64N(int64(ceiling) + 1))
+	return time.Duration(rand.Uint64N(n))
 }
 
 // ceiling is min(MaxBackoff, BaseBackoff·2^(attempt−1)), computed by

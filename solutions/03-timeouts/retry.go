@@ -47,9 +47,12 @@ type Immediate interface {
 //     it: the error wraps the last attempt's error and context.DeadlineExceeded.
 //   - The caller cancelled: Do returns at once, wrapping context.Canceled.
 //   - A Permanent error: returned after that attempt, never retried.
+//   - ctx already done before the first attempt: (0, ctx.Err() wrapped), op
+//     never called.
 //
 // An attempt that hit its own AttemptTimeout is retried; the total deadline
-// and the caller's cancellation are not.
+// and the caller's cancellation are not, even when the attempt's timeout
+// falls on the same instant as the deadline.
 func Do(ctx context.Context, p Policy, op func(ctx context.Context, attempt int) error) (attempts int, err error) {
 	if err := p.validate(); err != nil {
 		return 0, err
@@ -61,7 +64,7 @@ func Do(ctx context.Context, p Policy, op func(ctx context.Context, attempt int)
 	}
 	var last error
 	for attempt := 1; ; attempt++ {
-		if err := ctx.Err(); err != nil {
+		if err := budgetSpent(ctx); err != nil {
 			return attempt - 1, stopped(attempt-1, last, err)
 		}
 		last = runAttempt(ctx, p.AttemptTimeout, attempt, op)
@@ -71,7 +74,7 @@ func Do(ctx context.Context, p Policy, op func(ctx context.Context, attempt int)
 		if pe := (*permanentError)(nil); errors.As(last, &pe) {
 			return attempt, fmt.Errorf("timeouts: attempt %d failed permanently: %w", attempt, last)
 		}
-		if err := ctx.Err(); err != nil {
+		if err := budgetSpent(ctx); err != nil {
 			// The total deadline or the caller ended this attempt: whatever
 			// op returned, there is no budget left to try again with.
 			return attempt, stopped(attempt, last, err)
@@ -96,6 +99,22 @@ func Do(ctx context.Context, p Policy, op func(ctx context.Context, attempt int)
 			return attempt, stopped(attempt, last, err)
 		}
 	}
+}
+
+// budgetSpent reports why ctx leaves no time for another attempt: it was
+// cancelled, or its deadline has come. The clock is checked as well as
+// ctx.Err() because a context's deadline timer runs on its own goroutine:
+// when an attempt's timeout and the total deadline fall on the same instant,
+// the attempt can return before the outer context has noticed its own
+// deadline, and a retry would start with no budget at all.
+func budgetSpent(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if deadline, ok := ctx.Deadline(); ok && !time.Now().Before(deadline) {
+		return context.DeadlineExceeded
+	}
+	return nil
 }
 
 func runAttempt(ctx context.Context, timeout time.Duration, attempt int, op func(context.Context, int) error) error {
