@@ -121,11 +121,16 @@ func (tb *TokenBucket) sweepIfDue(now time.Time) {
 	for i := range tb.shards {
 		sh := &tb.shards[i]
 		sh.mu.Lock()
+		// Copy the survivors into a new map rather than deleting from the
+		// old one: a Go map never gives back the space a burst of keys made
+		// it grow to, so deleting alone would keep the memory forever.
+		kept := make(map[string]*bucket)
 		for key, b := range sh.buckets {
-			if tb.fullAt(b, now) {
-				delete(sh.buckets, key)
+			if !tb.fullAt(b, now) {
+				kept[key] = b
 			}
 		}
+		sh.buckets = kept
 		sh.mu.Unlock()
 	}
 }

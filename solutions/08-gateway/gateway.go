@@ -242,6 +242,7 @@ type Gateway struct {
 	providers []Provider
 	byName    map[string]Provider
 	admit     *admission.Admitter
+	buckets   *admission.TokenBucket
 	tenants   *tenantCap
 	inflight  *drain.Drainer
 	calls     *bridge.Bridge
@@ -267,7 +268,7 @@ func New(cfg Config, providers ...Provider) (*Gateway, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
-	g := &Gateway{cfg: cfg, providers: providers, byName: map[string]Provider{}, admit: admit,
+	g := &Gateway{cfg: cfg, providers: providers, byName: map[string]Provider{}, admit: admit, buckets: limiter,
 		tenants: newTenantCap(cfg.MaxPerTenant), inflight: drain.New(), obs: cfg.Observer,
 		health: map[Target]*breaker.Breaker{}}
 	g.tobs, _ = cfg.Observer.(TargetObserver)
@@ -360,6 +361,11 @@ func (g *Gateway) TargetState(t Target) string {
 	}
 	return b.State().String()
 }
+
+// TenantState is how many tenants the gateway holds state for: buckets
+// not yet full again, and tenants with requests in flight. Idle tenants
+// are forgotten, so it shrinks back after a burst of distinct tenants.
+func (g *Gateway) TenantState() int { return g.buckets.Len() + g.tenants.busy() }
 
 // InFlight is the number of admitted requests now.
 func (g *Gateway) InFlight() int { return g.admit.InFlight() }

@@ -6,9 +6,10 @@ import "sync"
 // the cap. A tenant with nothing in flight holds no entry, so the map is
 // as small as the number of tenants busy right now.
 type tenantCap struct {
-	max int // 0: no cap, and no bookkeeping
-	mu  sync.Mutex
-	n   map[string]int
+	max  int // 0: no cap, and no bookkeeping
+	mu   sync.Mutex
+	n    map[string]int
+	peak int // the most entries n has held since it was last made
 }
 
 func newTenantCap(max int) *tenantCap { return &tenantCap{max: max, n: map[string]int{}} }
@@ -24,6 +25,7 @@ func (c *tenantCap) enter(tenant string) bool {
 		return false
 	}
 	c.n[tenant]++
+	c.peak = max(c.peak, len(c.n))
 	return true
 }
 
@@ -36,6 +38,11 @@ func (c *tenantCap) leave(tenant string) {
 	defer c.mu.Unlock()
 	if c.n[tenant] <= 1 {
 		delete(c.n, tenant)
+		if len(c.n) == 0 && c.peak > 64 {
+			// A Go map keeps the space its peak needed; start afresh so a
+			// burst of distinct tenants does not hold memory for ever.
+			c.n, c.peak = map[string]int{}, 0
+		}
 		return
 	}
 	c.n[tenant]--

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -408,4 +409,42 @@ func TestStreamFallsBackBeforeTheFirstChunkOnASharedProviderRoute(t *testing.T) 
 		assert.Equal(t, []string{"small ok"}, got)
 		assert.Equal(t, []string{"big@0s", "small@0s"}, up.history(), "streams fail over exactly like Generate: the next target, at once")
 	})
+}
+
+func TestManyTenantsLeaveNoStateBehind(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		cfg := config()
+		cfg.RatePerSecond, cfg.Burst = 10, 20 // a bucket is full again 2 s after its last request
+		cfg.MaxPerTenant = 4
+		g := newGateway(t, cfg, instant{})
+		before := liveHeap()
+		for i := range manyTenants {
+			_, err := g.Generate(t.Context(), gateway.Request{Tenant: fmt.Sprintf("t%d", i), Prompt: "hi"})
+			require.NoError(t, err)
+		}
+		assert.Equal(t, manyTenants, g.TenantState(), "each tenant that just spent a token holds a bucket")
+		time.Sleep(2 * time.Second)
+		_, err := g.Generate(t.Context(), gateway.Request{Tenant: "late", Prompt: "hi"})
+		require.NoError(t, err)
+		assert.Equal(t, 1, g.TenantState(), "once their buckets are full again the idle tenants are forgotten")
+		grew := int64(liveHeap()) - int64(before)
+		assert.Less(t, grew, int64(512<<10),
+			"and memory goes back to where it started: %d bytes are left after %d tenants", grew, manyTenants)
+	})
+}
+
+// instant answers at once and keeps nothing.
+type instant struct{}
+
+func (instant) Name() string { return "instant" }
+func (instant) Generate(context.Context, gateway.Request) (gateway.Completion, error) {
+	return gateway.Completion{Text: "ok"}, nil
+}
+
+// liveHeap is the bytes the heap holds after a collection.
+func liveHeap() uint64 {
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return m.HeapAlloc
 }
