@@ -210,6 +210,10 @@ func (NopObserver) Late(time.Duration, error)                 {}
 type Config struct {
 	RatePerSecond float64 // per tenant
 	Burst         int
+	// Limiter, if set, replaces the in-process token bucket RatePerSecond
+	// and Burst would build — a limiter shared by every replica (secure_app
+	// passes lab 07's Redis limiter, per tier).
+	Limiter       admission.Limiter
 	MaxConcurrent int           // requests in flight
 	MaxQueueWait  time.Duration // 0: refuse at once when full
 	// MaxPerTenant caps one tenant's requests in flight (queued or
@@ -260,15 +264,20 @@ func New(cfg Config, providers ...Provider) (*Gateway, error) {
 	if err := validate(&cfg, providers); err != nil {
 		return nil, err
 	}
-	limiter, err := admission.NewTokenBucket(cfg.RatePerSecond, cfg.Burst)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	var buckets *admission.TokenBucket
+	limiter := cfg.Limiter
+	if limiter == nil {
+		var err error
+		if buckets, err = admission.NewTokenBucket(cfg.RatePerSecond, cfg.Burst); err != nil {
+			return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+		}
+		limiter = buckets
 	}
 	admit, err := admission.New(admission.Config{Limiter: limiter, MaxConcurrent: cfg.MaxConcurrent, MaxQueueWait: cfg.MaxQueueWait})
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
-	g := &Gateway{cfg: cfg, providers: providers, byName: map[string]Provider{}, admit: admit, buckets: limiter,
+	g := &Gateway{cfg: cfg, providers: providers, byName: map[string]Provider{}, admit: admit, buckets: buckets,
 		tenants: newTenantCap(cfg.MaxPerTenant), inflight: drain.New(), obs: cfg.Observer,
 		health: map[Target]*breaker.Breaker{}}
 	g.tobs, _ = cfg.Observer.(TargetObserver)
@@ -362,10 +371,17 @@ func (g *Gateway) TargetState(t Target) string {
 	return b.State().String()
 }
 
-// TenantState is how many tenants the gateway holds state for: buckets
-// not yet full again, and tenants with requests in flight. Idle tenants
-// are forgotten, so it shrinks back after a burst of distinct tenants.
-func (g *Gateway) TenantState() int { return g.buckets.Len() + g.tenants.busy() }
+// TenantState is how many tenants the gateway holds state for in this
+// process: buckets not yet full again (none with a Config.Limiter), and
+// tenants with requests in flight. Idle tenants are forgotten, so it
+// shrinks back after a burst of distinct tenants.
+func (g *Gateway) TenantState() int {
+	n := g.tenants.busy()
+	if g.buckets != nil {
+		n += g.buckets.Len()
+	}
+	return n
+}
 
 // InFlight is the number of admitted requests now.
 func (g *Gateway) InFlight() int { return g.admit.InFlight() }

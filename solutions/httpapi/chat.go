@@ -17,7 +17,7 @@ import (
 // the answer comes back as the upstream sent it.
 func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
-	id, ok := s.identify(w, r)
+	id, r, ok := s.identify(w, r)
 	if !ok {
 		return
 	}
@@ -36,11 +36,18 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, e)
 		return
 	}
+	r, done, ok := s.admit(w, r, id, Admission{Model: chat.Model, BodyBytes: buf.Len(), MaxTokens: chat.MaxTokens, Stream: chat.Stream})
+	if !ok {
+		return
+	}
+	var usage *gateway.Usage
+	defer func() { done(usage) }()
 	if chat.Stream {
-		s.streamChat(w, r, req, chat.IncludeUsage)
+		usage = s.streamChat(w, r, req, chat.IncludeUsage)
 		return
 	}
 	resp, err := s.opts.Gateway.Generate(r.Context(), req)
+	usage = resp.Usage
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -95,7 +102,7 @@ func (s *Server) overhead(w http.ResponseWriter, start time.Time, resp gateway.R
 // error event, and never a [DONE] that would make a cut answer look
 // complete. An upstream's chunks go out as they came; a text provider's
 // are framed here, one id and one model for the whole answer.
-func (s *Server) streamChat(w http.ResponseWriter, r *http.Request, req gateway.Request, includeUsage bool) {
+func (s *Server) streamChat(w http.ResponseWriter, r *http.Request, req gateway.Request, includeUsage bool) *gateway.Usage {
 	start := time.Now()
 	st := &sseWriter{w: w, rc: http.NewResponseController(w), timeout: s.opts.WriteTimeout, model: req.Chat.Model}
 	resp, err := s.opts.Gateway.Stream(r.Context(), req, s.opts.Stream, st.chunk)
@@ -110,6 +117,7 @@ func (s *Server) streamChat(w http.ResponseWriter, r *http.Request, req gateway.
 		}
 		st.finish(resp, req.Chat, includeUsage)
 	}
+	return resp.Usage
 }
 
 // cutStream ends a stream that failed after its first chunk: an error

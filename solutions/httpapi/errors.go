@@ -111,6 +111,9 @@ func retryAfter(err error, status int) time.Duration {
 
 func (s *Server) writeError(w http.ResponseWriter, e *chatapi.Error) {
 	body := e.JSON()
+	if e.RetryAfter > 0 {
+		w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(e.RetryAfter.Seconds()))))
+	}
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
 	w.WriteHeader(e.Status)

@@ -29,7 +29,7 @@ type generateResponse struct {
 
 // generate is POST /v1/generate.
 func (s *Server) generate(w http.ResponseWriter, r *http.Request) {
-	id, ok := s.identify(w, r)
+	id, r, ok := s.identify(w, r)
 	if !ok {
 		return
 	}
@@ -51,7 +51,12 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request) {
 			Param: "prompt", Message: "prompt is required"})
 		return
 	}
+	r, done, ok := s.admit(w, r, id, Admission{Model: req.Provider, BodyBytes: buf.Len()})
+	if !ok {
+		return
+	}
 	resp, err := s.opts.Gateway.Generate(r.Context(), gateway.Request{Tenant: id.Key, Prompt: req.Prompt, Provider: req.Provider})
+	done(resp.Usage)
 	if err != nil {
 		s.fail(w, r, err)
 		return

@@ -11,6 +11,7 @@ package httpapi
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"io"
 	"log/slog"
@@ -52,6 +53,13 @@ type Options struct {
 	// Identify, if set, replaces the tenant header: it returns who is asking,
 	// or an error to send (secure_app verifies a token here).
 	Identify func(r *http.Request) (Identity, *chatapi.Error)
+	// Admit, if set, runs after a request is parsed and routed and before
+	// the gateway sees it (secure_app checks the tier's policy, reserves
+	// tokens and takes a shared in-flight lease here). It returns the
+	// context to serve the request under, a done func the server calls when
+	// the request ends — with the upstream's usage, or nil if none came —
+	// or an error to send instead.
+	Admit func(ctx context.Context, id Identity, a Admission) (context.Context, func(*gateway.Usage), *chatapi.Error)
 	// Routes are public model names, each an ordered list of (provider,
 	// upstream model) targets: the primary first, then fallbacks. "auto"
 	// (every provider in priority order) and each provider's own name
@@ -69,6 +77,25 @@ type Identity struct {
 	Key string
 	// Tenant is the tenant as it was named, for logs; "" when anonymous.
 	Tenant string
+	// Tier is the tenant's tier, when the identity carries one (secure_app).
+	Tier string
+}
+
+type identityKey struct{}
+
+// IdentityFrom returns the identity the server put in a request's context
+// (for a limiter that needs the tier, say).
+func IdentityFrom(ctx context.Context) (Identity, bool) {
+	id, ok := ctx.Value(identityKey{}).(Identity)
+	return id, ok
+}
+
+// Admission is what Options.Admit is shown of a request.
+type Admission struct {
+	Model     string // the public model name asked for; "auto" when none
+	BodyBytes int    // the request body's size
+	MaxTokens int    // the caller's limit on the answer's tokens; 0 if unset
+	Stream    bool
 }
 
 // Route is one public model name and the targets behind it.
@@ -209,7 +236,7 @@ func (s *Server) admitting(next http.HandlerFunc) http.Handler {
 // identify names the tenant, from Options.Identify or the tenant header.
 // A request without the header is anonymous, under a key no header value
 // can produce; a header that is too long or not printable is refused.
-func (s *Server) identify(w http.ResponseWriter, r *http.Request) (Identity, bool) {
+func (s *Server) identify(w http.ResponseWriter, r *http.Request) (Identity, *http.Request, bool) {
 	var (
 		id  Identity
 		err *chatapi.Error
@@ -221,12 +248,32 @@ func (s *Server) identify(w http.ResponseWriter, r *http.Request) (Identity, boo
 	}
 	if err != nil {
 		s.writeError(w, err)
-		return Identity{}, false
+		return Identity{}, r, false
 	}
 	if rec, ok := w.(*recorder); ok {
 		rec.tenant = id.Tenant
 	}
-	return id, true
+	return id, r.WithContext(context.WithValue(r.Context(), identityKey{}, id)), true
+}
+
+// admit runs Options.Admit, if set. The caller must call done (never nil)
+// with the answer's usage when the request ends.
+func (s *Server) admit(w http.ResponseWriter, r *http.Request, id Identity, a Admission) (*http.Request, func(*gateway.Usage), bool) {
+	if s.opts.Admit == nil {
+		return r, func(*gateway.Usage) {}, true
+	}
+	if a.Model == "" {
+		a.Model = AutoModel
+	}
+	ctx, done, err := s.opts.Admit(r.Context(), id, a)
+	if err != nil {
+		s.writeError(w, err)
+		return r, nil, false
+	}
+	if done == nil {
+		done = func(*gateway.Usage) {}
+	}
+	return r.WithContext(ctx), done, true
 }
 
 func (s *Server) headerTenant(r *http.Request) (Identity, *chatapi.Error) {

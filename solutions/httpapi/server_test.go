@@ -15,6 +15,7 @@ import (
 
 	drain "github.com/production-go/gateway-lab/solutions/05-drain"
 	gateway "github.com/production-go/gateway-lab/solutions/08-gateway"
+	"github.com/production-go/gateway-lab/solutions/internal/chatapi"
 	"github.com/production-go/gateway-lab/solutions/providers/sim"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -529,5 +530,42 @@ func TestOverheadIsMeasuredAndCanBeShown(t *testing.T) {
 			"in fake time the gateway's own work takes no time: the 300 ms upstream call is not overhead")
 		count, _ := histogram(t, r.reg, "gateway_overhead_seconds")
 		assert.Equal(t, uint64(1), count)
+	})
+}
+
+func TestAdmitHookSeesTheRequestAndSettlesWithItsUsage(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var (
+			seen    Admission
+			settled []*gateway.Usage
+			tenant  string
+		)
+		r := newRigWith(t, baseConfig(), func(o *Options) {
+			o.Admit = func(ctx context.Context, id Identity, a Admission) (context.Context, func(*gateway.Usage), *chatapi.Error) {
+				seen = a
+				from, _ := IdentityFrom(ctx)
+				tenant = from.Tenant
+				if a.Model == "denied" {
+					return ctx, nil, &chatapi.Error{Status: http.StatusTooManyRequests, Type: "rate_limit_error", Code: "tokens_per_minute", Message: "over", RetryAfter: 1500 * time.Millisecond}
+				}
+				return ctx, func(u *gateway.Usage) { settled = append(settled, u) }, nil
+			}
+			o.Routes = []Route{{Name: "denied", Targets: []gateway.Target{{Provider: "alpha"}}}}
+		}, simProvider(t, sim.Config{Name: "alpha"}))
+
+		body := `{"model":"auto","max_tokens":64,"messages":[{"role":"user","content":"count me"}]}`
+		rec := r.do(http.MethodPost, "/v1/chat/completions", body, "X-Tenant-ID", "acme")
+		require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
+		assert.Equal(t, Admission{Model: "auto", BodyBytes: len(body), MaxTokens: 64}, seen)
+		assert.Equal(t, "acme", tenant, "the identity travels in the request's context")
+		require.Len(t, settled, 1, "done is called once, when the request ends")
+		require.NotNil(t, settled[0], "with the answer's usage")
+		assert.Positive(t, settled[0].TotalTokens)
+
+		rec = r.do(http.MethodPost, "/v1/chat/completions", `{"model":"denied","messages":[{"role":"user","content":"hi"}]}`)
+		assert.Equal(t, http.StatusTooManyRequests, rec.Code)
+		assert.Equal(t, "2", rec.Header().Get("Retry-After"), "an admission refusal's Retry-After, rounded up to whole seconds")
+		assert.Equal(t, "tokens_per_minute", decodeError(t, rec).code())
+		assert.Len(t, settled, 1, "a refused request has nothing to settle")
 	})
 }

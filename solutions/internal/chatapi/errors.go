@@ -21,6 +21,8 @@ type Error struct {
 	Code    string // model_not_found, context_length_exceeded, …; "" is sent as null
 	Param   string // the field at fault; "" is sent as null
 	Message string
+	// RetryAfter, if positive, is sent as a Retry-After header (429, 503).
+	RetryAfter time.Duration
 }
 
 func (e *Error) Error() string { return e.Message }
