@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/golang-jwt/jwt/v5"
 	"github.com/production-go/gateway-lab/solutions/identity"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -89,49 +88,40 @@ func TestMintRefusesWhatVerifyWouldRefuse(t *testing.T) {
 	}
 }
 
-// TestRefusalLogsCarryNoSecretOrToken logs every refusal the way a server
-// would (the reason and the error) and searches the output for the secrets
-// and the tokens, whole and by segment.
+// TestRefusalLogsCarryNoSecretOrToken runs the whole refusal table and logs
+// each refusal the way a server would (the reason and the error), then
+// searches the output for the secrets and the tokens, whole and by segment.
 func TestRefusalLogsCarryNoSecretOrToken(t *testing.T) {
 	var buf bytes.Buffer
 	log := slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	v := newVerifier(t, withPrevious)
 
-	headers := []string{
-		"Bearer " + hs256(t, claims(set("exp", t0.Unix()-3600))),
-		"Bearer " + hs256(t, claims(del("exp"))),
-		"Bearer " + hs256(t, claims(set("aud", "billing"))),
-		"Bearer " + hs256(t, claims(set("iss", "x"))),
-		"Bearer " + hs256(t, claims(set("tenant", "acme\nlevel=ERROR"))),
-		"Bearer " + hs256(t, claims(set("tenant", long64+"x"))),
-		"Bearer " + hs256(t, claims(set("nbf", t0.Unix()+3600))),
-		"Bearer " + forgeTier(t, hs256(t, claims()), "enterprise"),
-		"Bearer " + handMade(map[string]any{"alg": "none"}, claims(), noSig),
-		"Bearer " + handMade(map[string]any{"alg": "RS256"}, claims(), hmacSHA256(secret)),
-		"Bearer " + sign(t, jwt.SigningMethodHS512, secret, claims()),
-		"Bearer " + hs256(t, claims()) + ".e30",
-		"Bearer " + hs256(t, claims(set("pad", strings.Repeat("p", 10_000)))),
-		"Basic " + base64.StdEncoding.EncodeToString(secret),
-		"bearer " + string(secret),
-	}
-	for _, h := range headers {
+	var headers []string
+	for _, tc := range refusals {
+		v := newVerifier(t, tc.config...)
+		h := tc.header(t)
 		_, err := v.Verify(h)
-		require.Error(t, err)
+		require.Error(t, err, "%s: refused", tc.name)
 		log.LogAttrs(context.Background(), slog.LevelWarn, "request refused",
 			slog.String("reason", identity.Reason(err)), slog.Any("error", err))
+		headers = append(headers, h)
 	}
 	out := buf.String()
-	require.Equal(t, len(headers), strings.Count(out, `"msg":"request refused"`), "one log line per refusal")
+	require.Equal(t, len(refusals), strings.Count(out, `"msg":"request refused"`), "one log line per refusal")
 	for _, s := range [][]byte{secret, prevSecret} {
-		assert.NotContains(t, out, string(s), "a secret in the logs")
-		assert.NotContains(t, out, base64.StdEncoding.EncodeToString(s), "a base64 secret in the logs")
+		require.NotContains(t, out, string(s), "a secret in the logs")
+		require.NotContains(t, out, base64.StdEncoding.EncodeToString(s), "a base64 secret in the logs")
 	}
 	for _, h := range headers {
-		tok := h[strings.IndexByte(h, ' ')+1:]
-		assert.NotContains(t, out, tok, "a token in the logs")
-		for _, seg := range strings.Split(tok, ".") {
+		if i := strings.IndexByte(h, ' '); i >= 0 {
+			h = strings.TrimLeft(h[i+1:], " ")
+		}
+		if len(h) < 8 {
+			continue // "x", "": too short to be told apart from ordinary words
+		}
+		require.NotContains(t, out, h, "a token in the logs")
+		for _, seg := range strings.Split(h, ".") {
 			if len(seg) >= 16 {
-				assert.NotContains(t, out, seg, "a token segment in the logs")
+				require.NotContains(t, out, seg, "a token segment in the logs")
 			}
 		}
 	}
