@@ -40,7 +40,7 @@ var (
 	// rsaKey and ecKey are generated once per process: key generation is
 	// slow under -race and the tests only need some key of each family.
 	rsaKey = sync.OnceValue(func() *rsa.PrivateKey {
-		k, err := rsa.GenerateKey(rand.Reader, 2048)
+		k, err := rsa.GenerateKey(rand.Reader, 1024) // small: only its algorithm matters
 		if err != nil {
 			panic(err)
 		}
