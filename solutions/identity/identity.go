@@ -1,0 +1,141 @@
+// Package identity turns an HTTP Authorization header into a verified tenant
+// identity, or into a refusal that says why without saying it to the caller.
+//
+// # The model
+//
+// A gateway that trusts an X-Tenant-ID header lets any caller spend any
+// tenant's quota. Here a caller proves who it is with a JSON Web Token (RFC
+// 7519) that the operator signed with a shared secret (HMAC-SHA256). The
+// token carries the tenant and its tier; the gateway checks the signature and
+// the claims and then believes them. Nothing else in the request decides who
+// the caller is.
+//
+// The verifier trusts as little of the token as it can:
+//
+//   - The algorithm is pinned to HS256. The token's own "alg" header is read
+//     only to refuse it: "none", the public-key families (RS*, ES*, PS*,
+//     EdDSA) and the other HMAC widths are all refused, so neither an unsigned
+//     token nor a key-confusion token (an RSA public key used as an HMAC
+//     secret) gets through.
+//   - "exp" is required, and "exp" and "nbf" are checked against Config.Now
+//     with a small leeway for clock skew between the minter and the gateway.
+//   - "iss" and "aud" are required and must name this deployment, so a token
+//     minted for another service with the same secret is refused.
+//   - "tenant" and "tier" are required, non-empty, at most 64 bytes of visible
+//     ASCII (0x21–0x7E): they end up in Redis keys, log lines and metric
+//     labels, where spaces, control bytes and unbounded length do harm.
+//   - The Authorization header is capped at 8 KiB before anything decodes it.
+//
+// Secret rotation: Config.Previous is a second secret accepted alongside
+// Config.Secret. Deploy the new secret as Secret and the old one as Previous,
+// wait until every token signed with the old one has expired, then drop
+// Previous. Claims.SignedWithPrevious tells how many callers still hold old
+// tokens.
+//
+// # Errors
+//
+// Every refusal matches errors.Is(err, ErrUnauthorized) and exactly one of
+// ErrMissing (no bearer token at all), ErrExpired (a genuine token past its
+// exp) or ErrInvalid (everything else). Those three, and so err.Error(), are
+// all a caller should ever learn: telling an attacker which check failed
+// helps the attacker. The precise cause, for server-side logs and metrics, is
+// Reason(err), one of a closed set of Reason* constants. No error text and no
+// reason ever contains the token or a secret.
+package identity
+
+import (
+	"errors"
+)
+
+// ErrUnauthorized matches every refusal from Verify.
+var ErrUnauthorized = errors.New("unauthorized")
+
+// The three refusal kinds; each matches ErrUnauthorized too. Their texts are
+// safe to show a caller.
+var (
+	// ErrMissing: the request carries no bearer token (no header, an empty
+	// one, "Bearer" alone, or another scheme such as Basic).
+	ErrMissing error = &kind{"missing bearer token"}
+	// ErrExpired: a correctly signed token for this deployment whose exp has
+	// passed (beyond the leeway). The caller should get a fresh token.
+	ErrExpired error = &kind{"expired token"}
+	// ErrInvalid: every other refusal. Retrying with the same token is futile.
+	ErrInvalid error = &kind{"invalid token"}
+)
+
+// ErrConfig is returned by NewVerifier, Mint and SecretsFromEnv for a
+// configuration that must not be used; the message says which setting and why
+// and never quotes a secret.
+var ErrConfig = errors.New("identity: bad configuration")
+
+type kind struct{ text string }
+
+func (k *kind) Error() string { return k.text }
+func (k *kind) Unwrap() error { return ErrUnauthorized }
+
+// The reasons Reason reports. The set is closed, so a reason is safe as a
+// metric label.
+const (
+	ReasonNoHeader        = "no authorization header"
+	ReasonEmptyToken      = "empty bearer token"
+	ReasonNotBearer       = "scheme not bearer"
+	ReasonHeaderTooLong   = "authorization header too long"
+	ReasonMalformed       = "malformed token"
+	ReasonAlgNone         = "alg none"
+	ReasonAlgMissing      = "alg missing"
+	ReasonAlgNotAllowed   = "alg not allowed"
+	ReasonSignature       = "signature invalid"
+	ReasonCrit            = "unsupported crit header"
+	ReasonMissingIssuer   = "missing issuer"
+	ReasonWrongIssuer     = "wrong issuer"
+	ReasonMissingAudience = "missing audience"
+	ReasonWrongAudience   = "wrong audience"
+	ReasonMissingExp      = "missing exp"
+	ReasonMissingTenant   = "missing tenant"
+	ReasonTenantTooLong   = "tenant too long"
+	ReasonTenantChars     = "tenant not visible ASCII"
+	ReasonMissingTier     = "missing tier"
+	ReasonTierTooLong     = "tier too long"
+	ReasonTierChars       = "tier not visible ASCII"
+	ReasonExpired         = "expired"
+	ReasonNotYetValid     = "not yet valid"
+	ReasonUnverifiable    = "unverifiable"
+)
+
+// refusal is the error Verify returns: the public kind, and the reason for
+// the logs. Error() is the kind's text only, so printing the error to a
+// caller reveals nothing more than the kind.
+type refusal struct {
+	kind   error
+	reason string
+}
+
+func (r *refusal) Error() string { return r.kind.Error() }
+func (r *refusal) Unwrap() error { return r.kind }
+
+func refuse(kind error, reason string) error { return &refusal{kind: kind, reason: reason} }
+
+// Reason returns the precise cause of a refusal from Verify, one of the
+// Reason* constants, for server-side logs and metrics. It returns "" for nil
+// and "not a refusal" for an error that did not come from Verify.
+func Reason(err error) string {
+	if err == nil {
+		return ""
+	}
+	var r *refusal
+	if errors.As(err, &r) {
+		return r.reason
+	}
+	return "not a refusal"
+}
+
+// MaxHeaderBytes caps the Authorization header Verify will look at; a longer
+// one is refused before any decoding.
+const MaxHeaderBytes = 8 << 10
+
+// MaxNameBytes caps the tenant and tier claims.
+const MaxNameBytes = 64
+
+// MinSecretBytes is the shortest HMAC secret accepted: 256 bits, the output
+// size of SHA-256 (RFC 7518 §3.2 requires a key at least that long for HS256).
+const MinSecretBytes = 32

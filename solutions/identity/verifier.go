@@ -1,0 +1,289 @@
+package identity
+
+import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/golang-jwt/jwt/v5"
+)
+
+// DefaultLeeway is the clock skew allowed on exp and nbf when Config.Leeway
+// is zero.
+const DefaultLeeway = 30 * time.Second
+
+// MaxLeeway is the largest Config.Leeway accepted: past a few minutes a
+// leeway is no longer skew, it is a longer token lifetime nobody chose.
+const MaxLeeway = 5 * time.Minute
+
+// Config configures a Verifier.
+type Config struct {
+	// Secret is the current HS256 secret, at least MinSecretBytes long.
+	Secret []byte
+	// Previous, when set, is the secret being rotated out: tokens signed
+	// with it are accepted too. Same length rule as Secret.
+	Previous []byte
+	// Issuer is the required "iss" claim (exact match).
+	Issuer string
+	// Audience is the required "aud" claim (one of the token's audiences).
+	Audience string
+	// Leeway is the clock skew allowed on exp and nbf: 0 means
+	// DefaultLeeway; negative or above MaxLeeway is refused.
+	Leeway time.Duration
+	// Now is the clock; nil means time.Now. Tests pass a fake one.
+	Now func() time.Time
+}
+
+// Claims is what a verified token says about its caller. Times are in UTC.
+type Claims struct {
+	Tenant    string    // the "tenant" claim: whose quota this request spends
+	Tier      string    // the "tier" claim: which policy applies
+	Subject   string    // the "sub" claim, "" when absent
+	IssuedAt  time.Time // the "iat" claim, zero when absent
+	ExpiresAt time.Time // the "exp" claim
+	// SignedWithPrevious is true when the token verified only with
+	// Config.Previous: the caller still holds a token from before the
+	// rotation.
+	SignedWithPrevious bool
+}
+
+// Verifier checks bearer tokens. It is immutable after NewVerifier and safe
+// for concurrent use.
+type Verifier struct {
+	current, previous []byte
+	parser            *jwt.Parser
+}
+
+// NewVerifier checks cfg and returns a Verifier. It refuses, with an error
+// matching ErrConfig that says why, a Secret (or a set Previous) shorter than
+// MinSecretBytes, an empty Issuer or Audience, and a bad Leeway.
+func NewVerifier(cfg Config) (*Verifier, error) {
+	if err := checkSecret("Secret", cfg.Secret); err != nil {
+		return nil, err
+	}
+	if cfg.Previous != nil {
+		if err := checkSecret("Previous", cfg.Previous); err != nil {
+			return nil, err
+		}
+	}
+	if cfg.Issuer == "" {
+		return nil, fmt.Errorf("%w: Issuer is empty; tokens must name who minted them", ErrConfig)
+	}
+	if cfg.Audience == "" {
+		return nil, fmt.Errorf("%w: Audience is empty; tokens must name this gateway", ErrConfig)
+	}
+	leeway := cfg.Leeway
+	switch {
+	case leeway == 0:
+		leeway = DefaultLeeway
+	case leeway < 0 || leeway > MaxLeeway:
+		return nil, fmt.Errorf("%w: Leeway %v is outside (0, %v]", ErrConfig, cfg.Leeway, MaxLeeway)
+	}
+	now := cfg.Now
+	if now == nil {
+		now = time.Now
+	}
+	v := &Verifier{
+		current: clone(cfg.Secret),
+		parser:  jwt.NewParser(parserOptions(cfg.Issuer, cfg.Audience, leeway, now)...),
+	}
+	if cfg.Previous != nil {
+		v.previous = clone(cfg.Previous)
+	}
+	return v, nil
+}
+
+// parserOptions are the jwt/v5 options Verify parses with: HS256 only, exp
+// required, iss and aud checked, exp and nbf checked at now() with the given
+// leeway.
+func parserOptions(issuer, audience string, leeway time.Duration, now func() time.Time) []jwt.ParserOption {
+	return []jwt.ParserOption{
+		jwt.WithValidMethods([]string{jwt.SigningMethodHS256.Alg()}),
+		jwt.WithExpirationRequired(),
+		jwt.WithIssuer(issuer),
+		jwt.WithAudience(audience),
+		jwt.WithLeeway(leeway),
+		jwt.WithTimeFunc(now),
+	}
+}
+
+func checkSecret(name string, s []byte) error {
+	if len(s) < MinSecretBytes {
+		return fmt.Errorf("%w: %s is %d bytes; at least %d are required (use 32 random bytes, e.g. `openssl rand -base64 32`)",
+			ErrConfig, name, len(s), MinSecretBytes)
+	}
+	return nil
+}
+
+func clone(b []byte) []byte { return append([]byte(nil), b...) }
+
+// wireClaims is the token payload as it travels.
+type wireClaims struct {
+	jwt.RegisteredClaims
+	Tenant string `json:"tenant"`
+	Tier   string `json:"tier"`
+}
+
+// Verify checks the raw value of an Authorization header and returns the
+// caller's claims, or a refusal matching ErrUnauthorized (see the package doc).
+//
+// The header is "Bearer" (any case, RFC 6750 §2.1 and RFC 9110 §11.1: the
+// scheme is case-insensitive), one or more spaces, and the token. A missing
+// header, "Bearer" without a token and another scheme (RFC 6750 §3.1: no
+// bearer credentials were presented) are ErrMissing.
+func (v *Verifier) Verify(authorization string) (Claims, error) {
+	tok, err := bearerToken(authorization)
+	if err != nil {
+		return Claims{}, err
+	}
+	var wc wireClaims
+	token, err := v.parser.ParseWithClaims(tok, &wc, v.keys)
+	if err != nil {
+		return Claims{}, classify(token, &wc, err)
+	}
+	if _, ok := token.Header["crit"]; ok {
+		// RFC 7515 §4.1.11: a recipient that does not understand every
+		// listed extension must refuse the token; we understand none.
+		return Claims{}, refuse(ErrInvalid, ReasonCrit)
+	}
+	if reason := checkNames(wc.Tenant, wc.Tier); reason != "" {
+		return Claims{}, refuse(ErrInvalid, reason)
+	}
+	c := Claims{
+		Tenant:    wc.Tenant,
+		Tier:      wc.Tier,
+		Subject:   wc.Subject,
+		ExpiresAt: wc.ExpiresAt.UTC(),
+	}
+	if wc.IssuedAt != nil {
+		c.IssuedAt = wc.IssuedAt.UTC()
+	}
+	if v.previous != nil {
+		c.SignedWithPrevious = !signedWith(v.current, tok, token.Signature)
+	}
+	return c, nil
+}
+
+func (v *Verifier) keys(*jwt.Token) (any, error) {
+	if v.previous == nil {
+		return v.current, nil
+	}
+	return jwt.VerificationKeySet{Keys: []jwt.VerificationKey{v.current, v.previous}}, nil
+}
+
+// signedWith reports whether sig is the HS256 signature of tok's first two
+// segments under key.
+func signedWith(key []byte, tok string, sig []byte) bool {
+	i := strings.LastIndexByte(tok, '.')
+	mac := hmac.New(sha256.New, key)
+	mac.Write([]byte(tok[:i]))
+	return hmac.Equal(sig, mac.Sum(nil))
+}
+
+// bearerToken extracts the token from an Authorization header value, refusing
+// every shape that is not "Bearer" SP+ three base64url segments.
+func bearerToken(h string) (string, error) {
+	if h == "" {
+		return "", refuse(ErrMissing, ReasonNoHeader)
+	}
+	if len(h) > MaxHeaderBytes {
+		return "", refuse(ErrInvalid, ReasonHeaderTooLong)
+	}
+	scheme, rest, _ := strings.Cut(h, " ")
+	if !strings.EqualFold(scheme, "Bearer") {
+		return "", refuse(ErrMissing, ReasonNotBearer)
+	}
+	tok := strings.TrimLeft(rest, " ")
+	if tok == "" {
+		return "", refuse(ErrMissing, ReasonEmptyToken)
+	}
+	dots := 0
+	for i := 0; i < len(tok); i++ {
+		switch c := tok[i]; {
+		case c == '.':
+			dots++
+		case 'A' <= c && c <= 'Z', 'a' <= c && c <= 'z', '0' <= c && c <= '9', c == '-', c == '_':
+		default:
+			return "", refuse(ErrInvalid, ReasonMalformed)
+		}
+	}
+	if dots != 2 {
+		return "", refuse(ErrInvalid, ReasonMalformed)
+	}
+	return tok, nil
+}
+
+// checkNames applies the tenant and tier rules, returning a reason or "".
+func checkNames(tenant, tier string) string {
+	if r := checkName(tenant, ReasonMissingTenant, ReasonTenantTooLong, ReasonTenantChars); r != "" {
+		return r
+	}
+	return checkName(tier, ReasonMissingTier, ReasonTierTooLong, ReasonTierChars)
+}
+
+func checkName(s, missing, tooLong, chars string) string {
+	switch {
+	case s == "":
+		return missing
+	case len(s) > MaxNameBytes:
+		return tooLong
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] < 0x21 || s[i] > 0x7e {
+			return chars
+		}
+	}
+	return ""
+}
+
+// classify turns a jwt/v5 error into a refusal. The order is the order a
+// caller should be told in: a token that is not ours at all (malformed,
+// wrong algorithm, bad signature, wrong issuer or audience, missing claims)
+// is invalid even when it has also expired; ErrExpired is kept for a token
+// whose only fault is its age.
+func classify(token *jwt.Token, wc *wireClaims, err error) error {
+	if errors.Is(err, jwt.ErrTokenMalformed) || token == nil {
+		return refuse(ErrInvalid, ReasonMalformed)
+	}
+	alg, ok := token.Header["alg"].(string)
+	switch {
+	case !ok || alg == "":
+		return refuse(ErrInvalid, ReasonAlgMissing)
+	case strings.EqualFold(alg, "none"):
+		return refuse(ErrInvalid, ReasonAlgNone)
+	case alg != jwt.SigningMethodHS256.Alg():
+		return refuse(ErrInvalid, ReasonAlgNotAllowed)
+	}
+	if !errors.Is(err, jwt.ErrTokenInvalidClaims) {
+		if errors.Is(err, jwt.ErrTokenSignatureInvalid) {
+			return refuse(ErrInvalid, ReasonSignature)
+		}
+		return refuse(ErrInvalid, ReasonUnverifiable)
+	}
+	// The signature is good; wc holds the decoded payload.
+	switch {
+	case wc.Issuer == "":
+		return refuse(ErrInvalid, ReasonMissingIssuer)
+	case errors.Is(err, jwt.ErrTokenInvalidIssuer):
+		return refuse(ErrInvalid, ReasonWrongIssuer)
+	case len(wc.Audience) == 0 || len(wc.Audience) == 1 && wc.Audience[0] == "":
+		return refuse(ErrInvalid, ReasonMissingAudience)
+	case errors.Is(err, jwt.ErrTokenInvalidAudience):
+		return refuse(ErrInvalid, ReasonWrongAudience)
+	case wc.ExpiresAt == nil:
+		return refuse(ErrInvalid, ReasonMissingExp)
+	}
+	if reason := checkNames(wc.Tenant, wc.Tier); reason != "" {
+		return refuse(ErrInvalid, reason)
+	}
+	switch {
+	case errors.Is(err, jwt.ErrTokenExpired):
+		return refuse(ErrExpired, ReasonExpired)
+	case errors.Is(err, jwt.ErrTokenNotValidYet):
+		return refuse(ErrInvalid, ReasonNotYetValid)
+	}
+	return refuse(ErrInvalid, ReasonUnverifiable)
+}
