@@ -91,6 +91,8 @@ const (
 	RejectOverloaded  = "overloaded"   // no slot within MaxQueueWait
 	RejectClosed      = "closed"       // the gateway is shutting down
 	RejectCancelled   = "cancelled"    // the caller left while queued
+	// RejectLimiterFailed: the rate limiter could not decide and fails closed.
+	RejectLimiterFailed = "limiter_error"
 )
 
 // callersFault reports whether err is a refusal of the request itself: an

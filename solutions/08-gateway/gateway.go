@@ -132,6 +132,9 @@ var (
 	ErrUnknownProvider = errors.New("gateway: unknown provider")
 	// ErrInvalidRequest: the request is malformed (no tenant, no prompt).
 	ErrInvalidRequest = errors.New("gateway: invalid request")
+	// ErrLimiterFailed: the rate limiter could not decide (a shared one whose
+	// store is down, failing closed). The request was not admitted.
+	ErrLimiterFailed = errors.New("gateway: rate limiter failed")
 	// ErrInvalidConfig: New was given settings that cannot work.
 	ErrInvalidConfig = errors.New("gateway: invalid config")
 )

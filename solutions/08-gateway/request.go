@@ -256,7 +256,11 @@ func (g *Gateway) rejected(tenant string, err error) error {
 	case errors.Is(err, admission.ErrClosed):
 		g.obs.Rejected(tenant, RejectClosed)
 		return ErrClosed
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		g.obs.Rejected(tenant, RejectCancelled)
+		return err
 	}
-	g.obs.Rejected(tenant, RejectCancelled)
-	return err
+	// The limiter could not decide (its Redis is down, and it fails closed).
+	g.obs.Rejected(tenant, RejectLimiterFailed)
+	return fmt.Errorf("%w: %w", ErrLimiterFailed, err)
 }

@@ -3,6 +3,7 @@ package app
 import (
 	"fmt"
 	"log/slog"
+	"net/http"
 	"os"
 
 	drain "github.com/production-go/gateway-lab/solutions/05-drain"
@@ -29,10 +30,14 @@ type Service struct {
 
 // Hooks let a service add to the assembly without copying it.
 type Hooks struct {
-	// Identify, if set, names the tenant of each request (see httpapi.Options).
-	Identify func(opts *httpapi.Options)
+	// API, if set, adjusts the HTTP options (identity, admission) before
+	// the server is built.
+	API func(opts *httpapi.Options)
 	// Gateway, if set, adjusts the gateway's config before it is built.
 	Gateway func(cfg *gateway.Config)
+	// Upstream, if set, adjusts each OpenAI-compatible upstream's config
+	// (an egress guard, say) before it is built.
+	Upstream func(cfg *openaicompat.Config)
 }
 
 // Build makes the providers, the gateway, its routes and metrics, and the
@@ -40,7 +45,7 @@ type Hooks struct {
 // typed the flags.
 func Build(c Config, log *slog.Logger, hooks Hooks) (*Service, error) {
 	s := &Service{Config: c, Log: log, Registry: prometheus.NewRegistry(), Drainer: drain.New()}
-	providers, err := s.providers()
+	providers, err := s.providers(hooks.Upstream)
 	if err != nil {
 		s.Close()
 		return nil, err
@@ -67,24 +72,34 @@ func Build(c Config, log *slog.Logger, hooks Hooks) (*Service, error) {
 	}
 	opts := httpapi.Options{
 		Gateway: s.Gateway, Drainer: s.Drainer, Metrics: s.Metrics, Logger: log, MaxBodyBytes: c.MaxBody,
-		MetricsPage: promhttp.HandlerFor(s.Registry, promhttp.HandlerOpts{Registry: s.Registry}),
 		BodyTimeout: c.BodyTimeout, WriteTimeout: c.WriteTimeout, OverheadHeader: c.OverheadHeader,
 		Stream: gateway.StreamLimits{FirstToken: c.FirstToken, Idle: c.Idle}, Routes: routes,
 	}
-	if hooks.Identify != nil {
-		hooks.Identify(&opts)
+	if c.AdminAddr == "" {
+		opts.MetricsPage = s.MetricsPage() // on the API listener; with -admin-addr, only on the admin one
+	}
+	if hooks.API != nil {
+		hooks.API(&opts)
 	}
 	s.API = httpapi.New(opts)
 	return s, nil
 }
 
+// MetricsPage serves the service's metrics.
+func (s *Service) MetricsPage() http.Handler {
+	return promhttp.HandlerFor(s.Registry, promhttp.HandlerOpts{Registry: s.Registry})
+}
+
 // providers makes the upstreams (first, in order) and the simulated providers.
-func (s *Service) providers() ([]gateway.Provider, error) {
+func (s *Service) providers(upstream func(*openaicompat.Config)) ([]gateway.Provider, error) {
 	var out []gateway.Provider
 	for _, spec := range s.Config.Upstreams {
 		uc, err := openaicompat.ParseSpec(spec, os.Getenv)
 		if err != nil {
 			return nil, fmt.Errorf("-upstream: %w", err)
+		}
+		if upstream != nil {
+			upstream(&uc)
 		}
 		p, err := openaicompat.New(uc)
 		if err != nil {

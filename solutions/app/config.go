@@ -20,8 +20,11 @@ import (
 
 // Config is everything a service is started with.
 type Config struct {
-	Addr    string
-	Gateway gateway.Config
+	Addr string
+	// AdminAddr, if set, serves /metrics (and the probes) on a listener of
+	// its own, and not on Addr.
+	AdminAddr string
+	Gateway   gateway.Config
 	// Seed drives the retry jitter and the simulated providers; 0 picks one
 	// at random (printed at start, so a run can be replayed).
 	Seed             uint64
@@ -49,6 +52,7 @@ var DefaultProviders = []string{
 // Flags registers every flag on fs, with its default.
 func (c *Config) Flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Addr, "addr", "127.0.0.1:8080", "listen address")
+	fs.StringVar(&c.AdminAddr, "admin-addr", "", "serve /metrics, /healthz and /readyz on this address instead of -addr (\"\": on -addr)")
 	c.gatewayFlags(fs)
 	fs.DurationVar(&c.FirstToken, "first-token-timeout", 10*time.Second, "streams: limit on the wait for the first chunk")
 	fs.DurationVar(&c.Idle, "stream-idle-timeout", 10*time.Second, "streams: limit on the gap between chunks")

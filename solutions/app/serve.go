@@ -28,6 +28,11 @@ func (s *Service) Serve(ctx context.Context, ln net.Listener, stdout io.Writer, 
 	}
 	srv := &http.Server{Handler: s.API, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute,
 		ErrorLog: slog.NewLogLogger(s.Log.Handler(), slog.LevelWarn)}
+	admin, err := s.serveAdmin()
+	if err != nil {
+		return drain.Report{}, err
+	}
+	defer admin()
 	addr := ln.Addr().String()
 	g := s.Config.Gateway
 	s.Log.Info("listening", "addr", addr, "providers", s.Gateway.Providers(), "seed", s.Config.Seed,
@@ -61,6 +66,35 @@ func (s *Service) Serve(ctx context.Context, ln net.Listener, stdout io.Writer, 
 		s.Log.Warn("drain budget ended with requests in flight", "drained", false, "cut", report.Cut)
 	}
 	return report, err
+}
+
+// serveAdmin starts the admin listener (metrics and probes), if one is
+// configured, and returns the func that stops it.
+func (s *Service) serveAdmin() (stop func(), err error) {
+	if s.Config.AdminAddr == "" {
+		return func() {}, nil
+	}
+	ln, err := net.Listen("tcp", s.Config.AdminAddr)
+	if err != nil {
+		return nil, fmt.Errorf("admin listen: %w", err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", s.MetricsPage())
+	mux.Handle("GET /healthz", s.Drainer.Liveness())
+	mux.Handle("GET /readyz", s.Drainer.Readiness())
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_ = srv.Serve(ln)
+	}()
+	s.Log.Info("admin listening", "addr", ln.Addr().String())
+	return func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		_ = srv.Shutdown(ctx)
+		<-done
+	}, nil
 }
 
 // NewLogger is the services' JSON logger at level ("debug", "info", "warn", "error").

@@ -64,6 +64,8 @@ func (s *Server) classify(err error) *chatapi.Error {
 		return e(http.StatusServiceUnavailable, "server_error", "overloaded", "the gateway is at capacity; retry shortly")
 	case errors.Is(err, gateway.ErrClosed):
 		return errDraining
+	case errors.Is(err, gateway.ErrLimiterFailed):
+		return e(http.StatusServiceUnavailable, "server_error", "rate_limiter_unavailable", "the rate limiter is unavailable and this gateway fails closed; retry shortly")
 	case errors.Is(err, gateway.ErrNoHealthyProvider):
 		return e(http.StatusServiceUnavailable, "server_error", "no_healthy_provider", "every provider for this model is failing; see Retry-After")
 	case errors.As(err, &up) && up.Status == http.StatusTooManyRequests:
@@ -113,6 +115,9 @@ func (s *Server) writeError(w http.ResponseWriter, e *chatapi.Error) {
 	body := e.JSON()
 	if e.RetryAfter > 0 {
 		w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(e.RetryAfter.Seconds()))))
+	}
+	if e.Challenge != "" {
+		w.Header().Set("WWW-Authenticate", e.Challenge)
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Content-Length", strconv.Itoa(len(body)))

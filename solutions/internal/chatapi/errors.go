@@ -23,6 +23,8 @@ type Error struct {
 	Message string
 	// RetryAfter, if positive, is sent as a Retry-After header (429, 503).
 	RetryAfter time.Duration
+	// Challenge, if set, is sent as a WWW-Authenticate header (401).
+	Challenge string
 }
 
 func (e *Error) Error() string { return e.Message }
