@@ -68,9 +68,10 @@ type Config struct {
 	ProbeTimeout time.Duration
 	// IsFailure decides which errors count as failures. nil counts every
 	// error except context.Canceled: a caller that left is not the
-	// dependency's fault. An error it rejects is neutral: it neither counts
-	// as a failure nor resets the count, and a neutral probe frees the probe
-	// slot for the next caller.
+	// dependency's fault. A custom IsFailure replaces that default. An error
+	// it rejects is neutral: it neither counts as a failure nor resets the
+	// count, and a neutral probe frees the probe slot for the next caller.
+	// It is asked only about errors: a nil outcome is always a success.
 	IsFailure func(error) bool
 	// OnStateChange, if set, is called after every transition, outside the
 	// breaker's lock, so it may call the breaker. Calls from different
@@ -112,8 +113,13 @@ func (b *Breaker) State() State {
 //   - HalfOpen: admit exactly ONE probe; its success → Closed, its failure →
 //     Open with a fresh window; a probe silent for ProbeTimeout is given up and
 //     the next caller becomes the probe;
-//   - a done from before the last transition (older generation) changes nothing;
-//   - OnStateChange is called for every transition, after the lock is released.
+//   - a done from before the last transition (older generation) changes
+//     nothing: a call admitted before the breaker opened, a probe given up,
+//     a probe reporting a second time;
+//   - nil is a success; an error IsFailure rejects is neutral: it neither
+//     counts nor resets the count (a neutral probe frees the probe slot);
+//   - OnStateChange is called once per transition, never without one, after
+//     the lock is released (on every path, Allow's included).
 func (b *Breaker) Allow() (done func(err error), err error) {
 	return nil, ErrNotImplemented
 }

@@ -35,7 +35,7 @@ func New() *Drainer {
 //
 // TODO(lab 05): ErrDraining once draining has begun; otherwise count the
 // request and return a leave func that uncounts it exactly once, however
-// many times it is called.
+// many times it is called, from however many goroutines.
 func (d *Drainer) Enter() (leave func(), err error) {
 	return nil, ErrNotImplemented
 }
@@ -61,7 +61,10 @@ func (d *Drainer) MarkUnready() {}
 // Drain stops accepting, then waits until nothing is in flight or ctx ends.
 //
 // TODO(lab 05): flip accepting (and ready) FIRST, close the Draining channel,
-// then wait — for Active() to reach zero (true) or for ctx (false).
+// then wait — for Active() to reach zero (true) or for ctx (false). Flip
+// first even when ctx is already done; nothing in flight is true at once.
+// Drain may be called again, or by two callers at once: each waits, and all
+// return true when the last request leaves.
 func (d *Drainer) Drain(ctx context.Context) bool {
 	return false
 }

@@ -25,7 +25,8 @@ type ServeOptions struct {
 type Report struct {
 	// Drained is true if every in-flight request finished within Grace.
 	Drained bool
-	// Cut is how many requests were still running when Grace ended.
+	// Cut is how many requests were still running when Grace ended: at
+	// least 1 when Drained is false, 0 when it is true.
 	Cut int
 }
 
@@ -42,10 +43,14 @@ type Report struct {
 //
 // srv.Handler should be wrapped with d.Middleware so the drain sees the
 // requests. Serve sets srv.BaseContext. It returns the report and the first
-// error from serving or shutting down.
+// error from serving or shutting down; if serving fails before ctx ends, it
+// returns that error at once.
 //
 // TODO(lab 05): run srv.Serve(ln) in a goroutine you wait for; set
 // srv.BaseContext to a context you can cancel; when ctx ends do steps 1–5.
+// If serving fails before ctx ends, return that error at once. Grace starts
+// after ReadinessDelay. Cut is the in-flight count when Grace ended: if it is
+// already 0 then (a request left at that very instant), report Drained.
 func Serve(ctx context.Context, srv *http.Server, ln net.Listener, d *Drainer, opts ServeOptions) (Report, error) {
 	return Report{}, ErrNotImplemented
 }

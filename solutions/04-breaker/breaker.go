@@ -70,9 +70,10 @@ type Config struct {
 	ProbeTimeout time.Duration
 	// IsFailure decides which errors count as failures. nil counts every
 	// error except context.Canceled: a caller that left is not the
-	// dependency's fault. An error it rejects is neutral: it neither counts
-	// as a failure nor resets the count, and a neutral probe frees the probe
-	// slot for the next caller.
+	// dependency's fault. A custom IsFailure replaces that default. An error
+	// it rejects is neutral: it neither counts as a failure nor resets the
+	// count, and a neutral probe frees the probe slot for the next caller.
+	// It is asked only about errors: a nil outcome is always a success.
 	IsFailure func(error) bool
 	// OnStateChange, if set, is called after every transition, outside the
 	// breaker's lock, so it may call the breaker. Calls from different
@@ -146,6 +147,8 @@ func (b *Breaker) stateAt(now time.Time) State {
 
 // Allow asks to make one call. If allowed, the caller must make the call and
 // report its outcome with done(err) exactly once. If not, err is ErrOpen.
+// A probe's verdict is a transition, so a probe that reports twice finds its
+// second report stale.
 func (b *Breaker) Allow() (done func(err error), err error) {
 	b.mu.Lock()
 	if b.state == Closed { // the hot path: no clock needed

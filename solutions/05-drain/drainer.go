@@ -41,7 +41,7 @@ func New() *Drainer {
 
 // Enter registers one request. It fails with ErrDraining once draining has
 // begun. leave must be called when the request ends (defer it); calling it
-// more than once is harmless.
+// more than once, from any goroutines, is harmless.
 func (d *Drainer) Enter() (leave func(), err error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -91,8 +91,10 @@ func (d *Drainer) MarkUnready() {
 }
 
 // Drain stops accepting new requests, then waits until none are in flight
-// or ctx ends. It returns true only if every request finished. Calling it
-// again (say, with a longer budget) waits again.
+// or ctx ends. It returns true only if every request finished. It stops
+// accepting even when ctx is already done (and then returns at once: true if
+// nothing is in flight). Calling it again (say, with a longer budget) waits
+// again; Drains waiting at once all return when the last request leaves.
 func (d *Drainer) Drain(ctx context.Context) bool {
 	d.mu.Lock()
 	if d.accepting {

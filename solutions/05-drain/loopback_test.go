@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
@@ -28,7 +27,7 @@ type loopback struct {
 func startLoopback(t *testing.T, grace time.Duration, handler http.HandlerFunc) *loopback {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
+	require.NoError(t, err, "want a loopback listener, got %v", err)
 	t.Cleanup(func() { _ = ln.Close() }) // in case Serve never took it over
 	d := newDrainer(t)
 	mux := http.NewServeMux()
@@ -69,7 +68,7 @@ func (l *loopback) await(t *testing.T, started <-chan struct{}, n int) {
 		select {
 		case <-started:
 		case res := <-l.done:
-			t.Fatalf("Serve returned before shutdown began: %+v", res)
+			t.Fatalf("want Serve running until its context ends, got it returning with error: %v", res.err)
 		}
 	}
 }
@@ -94,27 +93,29 @@ func TestLoopbackDrainLosesNoInFlightRequest(t *testing.T) {
 
 	codes := l.send(reqCtx, &wg, n)
 	l.await(t, started, n)
-	require.NotNil(t, l.d.Draining(), "Draining should return a channel")
+	require.NotNil(t, l.d.Draining(), "want a channel from Draining, got nil")
 	l.stop() // SIGTERM with n requests in flight
 	select {
 	case <-l.d.Draining(): // the drain has begun
 	case res := <-l.done:
-		t.Fatalf("Serve returned without draining: %+v", res)
+		t.Fatalf("want Serve to drain after SIGTERM, got it returning without a drain, with error: %v", res.err)
+	case <-time.After(5 * time.Second): // a watchdog for a hang, not a timing assertion
+		t.Fatal("want the drain begun (Draining closed) after SIGTERM, got nothing in 5 s: does Drain wait before it stops accepting?")
 	}
 
 	req, _ := http.NewRequestWithContext(reqCtx, http.MethodGet, l.url+"/work", nil)
 	if resp, err := l.client.Do(req); err == nil {
 		_ = resp.Body.Close()
-		assert.Equal(t, http.StatusServiceUnavailable, resp.StatusCode, "a new request during the drain is refused")
+		require.Equal(t, http.StatusServiceUnavailable, resp.StatusCode, "want 503 for a new request during the drain, got %d", resp.StatusCode)
 	}
 	openGate() // let the in-flight requests finish
 	wg.Wait()
 	res := <-l.done
 	for i, c := range codes {
-		assert.Equal(t, http.StatusOK, c, "in-flight request %d must finish with 200 during the drain", i)
+		require.Equal(t, http.StatusOK, c, "want in-flight request %d of %d answered 200 during the drain, got %d", i+1, n, c)
 	}
-	require.NoError(t, res.err)
-	assert.Equal(t, Report{Drained: true}, res.report)
+	require.NoError(t, res.err, "want a clean shutdown, got %v", res.err)
+	require.Equal(t, Report{Drained: true}, res.report, "want Drained, got %+v", res.report)
 }
 
 func TestLoopbackDrainReportsWhatItCut(t *testing.T) {
@@ -135,6 +136,6 @@ func TestLoopbackDrainReportsWhatItCut(t *testing.T) {
 	l.stop()
 	res := <-l.done
 	wg.Wait()
-	assert.Equal(t, Report{Drained: false, Cut: n}, res.report, "a budget too short for the in-flight work is reported, with the number cut")
-	assert.Equal(t, 0, l.d.Active(), "cancelling the requests' base context ended them")
+	require.Equal(t, Report{Drained: false, Cut: n}, res.report, "want a budget too short for the in-flight work reported, with the number cut, got %+v", res.report)
+	require.Equal(t, 0, l.d.Active(), "want every cut request ended by the base context's cancellation, got %d still in flight", l.d.Active())
 }

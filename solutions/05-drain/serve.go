@@ -27,7 +27,8 @@ type ServeOptions struct {
 type Report struct {
 	// Drained is true if every in-flight request finished within Grace.
 	Drained bool
-	// Cut is how many requests were still running when Grace ended.
+	// Cut is how many requests were still running when Grace ended: at
+	// least 1 when Drained is false, 0 when it is true.
 	Cut int
 }
 
@@ -44,7 +45,8 @@ type Report struct {
 //
 // srv.Handler should be wrapped with d.Middleware so the drain sees the
 // requests. Serve sets srv.BaseContext. It returns the report and the first
-// error from serving or shutting down.
+// error from serving or shutting down; if serving fails before ctx ends, it
+// returns that error at once.
 func Serve(ctx context.Context, srv *http.Server, ln net.Listener, d *Drainer, opts ServeOptions) (Report, error) {
 	base, cancelBase := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelBase()
@@ -73,10 +75,15 @@ func Serve(ctx context.Context, srv *http.Server, ln net.Listener, d *Drainer, o
 	graceCtx, cancelGrace := context.WithTimeout(context.Background(), opts.Grace)
 	drained := d.Drain(graceCtx)
 	cancelGrace()
-	report := Report{Drained: drained}
+	report := Report{Drained: true}
 	if !drained {
-		report.Cut = d.Active()
-		cancelBase()
+		// A request may leave at the very instant Grace ends, after Drain
+		// gave up: the count decides, so the report never says "not
+		// drained" with nothing cut.
+		if report.Cut = d.Active(); report.Cut > 0 {
+			report.Drained = false
+			cancelBase()
+		}
 	}
 
 	timeout := opts.ShutdownTimeout
