@@ -23,6 +23,12 @@ import (
 // ErrDraining is returned by Enter once draining has begun.
 var ErrDraining = errors.New("drain: draining, not accepting new requests")
 
+// ErrCut is the cause Serve gives the requests' base context when the
+// grace ends with requests still running: context.Cause(r.Context()) tells
+// a handler that the server cut it, not the client. (An extension the
+// reference services use; the exercise does not require it.)
+var ErrCut = errors.New("drain: request cut at the end of the drain grace")
+
 // Drainer tracks in-flight requests and drains them. The zero value is not
 // usable; call New.
 type Drainer struct {

@@ -48,8 +48,8 @@ type Report struct {
 // error from serving or shutting down; if serving fails before ctx ends, it
 // returns that error at once.
 func Serve(ctx context.Context, srv *http.Server, ln net.Listener, d *Drainer, opts ServeOptions) (Report, error) {
-	base, cancelBase := context.WithCancel(context.WithoutCancel(ctx))
-	defer cancelBase()
+	base, cancelBase := context.WithCancelCause(context.WithoutCancel(ctx))
+	defer cancelBase(nil)
 	srv.BaseContext = func(net.Listener) context.Context { return base }
 
 	served := make(chan error, 1)
@@ -82,7 +82,7 @@ func Serve(ctx context.Context, srv *http.Server, ln net.Listener, d *Drainer, o
 		// drained" with nothing cut.
 		if report.Cut = d.Active(); report.Cut > 0 {
 			report.Drained = false
-			cancelBase()
+			cancelBase(ErrCut)
 		}
 	}
 

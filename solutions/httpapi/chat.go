@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -125,7 +126,7 @@ func (s *Server) streamChat(w http.ResponseWriter, r *http.Request, req gateway.
 // gone (499), the server shutting down (503), or the upstream failing (502
 // or 504) — not as the 200 that went out first.
 func (s *Server) cutStream(w http.ResponseWriter, r *http.Request, st *sseWriter, err error) {
-	e := s.classify(err)
+	e := s.classify(err, context.Cause(r.Context()))
 	if rec, ok := w.(*recorder); ok {
 		rec.outcome = e.Status
 	}

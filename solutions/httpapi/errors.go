@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"time"
 
+	drain "github.com/production-go/gateway-lab/solutions/05-drain"
 	gateway "github.com/production-go/gateway-lab/solutions/08-gateway"
 	"github.com/production-go/gateway-lab/solutions/internal/chatapi"
 )
@@ -19,7 +20,7 @@ var errDraining = &chatapi.Error{Status: http.StatusServiceUnavailable, Type: "s
 // fail writes the error response a gateway error deserves, and logs it
 // without the upstream's message (it may quote the prompt).
 func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
-	e := s.classify(err)
+	e := s.classify(err, context.Cause(r.Context()))
 	if e.Status == statusClientClosed {
 		if rec, ok := w.(*recorder); ok {
 			rec.outcome = statusClientClosed
@@ -45,7 +46,7 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 // upstream's refusal keeps its status, type, code and message (bounded);
 // everything else says what happened in the gateway's words, never its
 // internal error chain.
-func (s *Server) classify(err error) *chatapi.Error {
+func (s *Server) classify(err, cause error) *chatapi.Error {
 	var (
 		rl *gateway.RateLimitError
 		up *chatapi.UpstreamError
@@ -72,7 +73,7 @@ func (s *Server) classify(err error) *chatapi.Error {
 		return e(http.StatusTooManyRequests, "rate_limit_error", "upstream_rate_limited", "the upstream provider is rate limiting this gateway; retry later")
 	case errors.As(err, &up) && up.Status >= 400 && up.Status < 500:
 		return upstreamRefusal(up)
-	case errors.Is(err, context.Canceled) && !s.opts.Drainer.Accepting():
+	case errors.Is(err, drain.ErrCut), errors.Is(err, context.Canceled) && errors.Is(cause, drain.ErrCut):
 		// Cut by the end of the drain grace, not by the client.
 		return errDraining
 	case errors.Is(err, context.Canceled):
