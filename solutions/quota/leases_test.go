@@ -60,6 +60,22 @@ func TestLeaseExpiresAfterItsTTLOnRedisClock(t *testing.T) {
 	assert.True(t, d.Allowed, "a crashed replica's lease frees its slot after exactly TTL of Redis time")
 }
 
+func TestExpiredLeaseFreesItsSlotWhileOthersLive(t *testing.T) {
+	f := newFixture(t)
+	l := newLeases(t, f.rdb, LeasesConfig{TTL: 30 * time.Second})
+	acquire(t, l, "acme", 2) // crashed at T: expires at T+30s
+	f.advance(20 * time.Second)
+	acquire(t, l, "acme", 2) // live until T+50s, and keeps the set alive
+	f.advance(10*time.Second - time.Millisecond)
+	_, d := acquire(t, l, "acme", 2)
+	require.False(t, d.Allowed, "1ms before the first lease expires both slots are taken")
+	f.advance(time.Millisecond)
+	_, d = acquire(t, l, "acme", 2)
+	require.True(t, d.Allowed, "at T+30s the first lease is dropped though the set lives on")
+	_, d = acquire(t, l, "acme", 2)
+	assert.False(t, d.Allowed, "and only its slot is free")
+}
+
 func TestReleaseAfterExpiryFreesNoOtherSlot(t *testing.T) {
 	f := newFixture(t)
 	l := newLeases(t, f.rdb, LeasesConfig{TTL: time.Second})

@@ -125,8 +125,10 @@ func TestSettleNeverFillsAboveCapacity(t *testing.T) {
 func TestDebtIsAtMostOneMinuteOfQuota(t *testing.T) {
 	f := newFixture(t)
 	q := newTokens(t, f.rdb, TokensConfig{})
+	bucket, _ := q.Keys("acme")
 	r, _ := reserve(t, q, "acme", 600, 600)
 	settle(t, r, 600+5000) // a usage report far above the estimate
+	assert.Equal(t, 2*time.Minute, f.m.TTL(bucket), "600 tokens of debt, then 600 to fill: the bucket key lives 2 minutes")
 	_, d := reserve(t, q, "acme", 600, 0)
 	assert.Equal(t, time.Minute, d.RetryAfter, "the debt stops at one capacity below zero: one absurd usage report locks a tenant out for a minute, not for ten")
 }
@@ -178,14 +180,24 @@ func TestReserveResentByTheClientTakesOnce(t *testing.T) {
 func TestSettleAfterTheWindowLeavesTheReservationCharged(t *testing.T) {
 	f := newFixture(t)
 	q := newTokens(t, f.rdb, TokensConfig{SettleWindow: 10 * time.Second})
-	inTime, _ := reserve(t, q, "in-time", 60, 60)
-	late, _ := reserve(t, q, "late", 60, 60)
-	f.advance(10*time.Second - time.Millisecond)
-	settle(t, inTime, 0)
-	assert.Equal(t, 60, balance(t, q, "in-time", 60), "settled 1ms inside the window: refunded")
+	// Two tenants, the same story: a reservation of 30 at T, and one of 10
+	// at T+5s that keeps the set of open reservations alive past T+10s.
+	// 60 per minute refills one token a second.
+	var first []*Reservation
+	for _, tenant := range []string{"in-time", "late"} {
+		r, _ := reserve(t, q, tenant, 60, 30)
+		first = append(first, r)
+	}
+	f.advance(5 * time.Second)
+	for _, tenant := range []string{"in-time", "late"} {
+		reserve(t, q, tenant, 60, 10)
+	}
+	f.advance(5*time.Second - time.Millisecond)
+	settle(t, first[0], 0)
+	assert.Equal(t, 59, balance(t, q, "in-time", 60), "settled 1ms inside its window: 30 − 10 + 9.999 of refill + the refund of 30")
 	f.advance(time.Millisecond)
-	settle(t, late, 0)
-	assert.Equal(t, 10, balance(t, q, "late", 60), "settled at the window's end: a no-op, the reservation stays charged (only 10s of refill back)")
+	settle(t, first[1], 0)
+	assert.Equal(t, 30, balance(t, q, "late", 60), "settled at its window's end: a no-op, the reservation stays charged (30 − 10 + 10 of refill)")
 }
 
 func TestUnsettledReservationStaysCharged(t *testing.T) {
@@ -230,12 +242,15 @@ func TestQuotaChangeKeepsTheBalanceWithinTheNewBounds(t *testing.T) {
 func TestClockSteppingBackRefillsNothing(t *testing.T) {
 	f := newFixture(t)
 	q := newTokens(t, f.rdb, TokensConfig{})
+	bucket, _ := q.Keys("acme")
 	reserve(t, q, "acme", 600, 600)
-	f.stepBack(10 * time.Second) // a failover to a replica whose clock is 10s behind
+	f.stepBack(2 * time.Minute) // a failover to a replica whose clock is 2 minutes behind
 	_, d := reserve(t, q, "acme", 600, 1)
 	require.False(t, d.Allowed, "time going backwards refills nothing")
-	assert.Equal(t, 10100*time.Millisecond, d.RetryAfter, "the wait for the clock to catch up, then 100ms for one token")
-	f.advance(10100*time.Millisecond - time.Millisecond)
+	assert.Equal(t, 2*time.Minute+100*time.Millisecond, d.RetryAfter,
+		"the wait for the clock to catch up, then 100ms for one token: the step back is neither refilled nor charged")
+	assert.Equal(t, 3*time.Minute, f.m.TTL(bucket), "the bucket key outlives the step back too")
+	f.advance(d.RetryAfter - time.Millisecond)
 	_, d = reserve(t, q, "acme", 600, 1)
 	require.False(t, d.Allowed, "1ms before RetryAfter")
 	f.advance(time.Millisecond)
@@ -289,6 +304,19 @@ func TestReservationsKeyExpiresAfterTheWindow(t *testing.T) {
 	assert.Equal(t, time.Minute, f.m.TTL(open), "the open reservations expire with the newest one's window")
 	f.advance(time.Minute)
 	assert.False(t, f.m.Exists(open), "unsettled reservations must not pile up in Redis")
+}
+
+func TestReservationsOlderThanTheWindowAreDropped(t *testing.T) {
+	f := newFixture(t)
+	q := newTokens(t, f.rdb, TokensConfig{SettleWindow: 10 * time.Second})
+	_, open := q.Keys("acme")
+	for range 5 { // never settled, each 6s after the last: the set never expires
+		reserve(t, q, "acme", 600, 1)
+		f.advance(6 * time.Second)
+	}
+	members, err := f.m.ZMembers(open)
+	require.NoError(t, err)
+	assert.Len(t, members, 2, "a busy tenant's set keeps only the reservations still inside the window (the last 10s)")
 }
 
 func TestOneRoundTripPerReserveAndSettle(t *testing.T) {
