@@ -92,7 +92,9 @@ func (l *Leases) Key(tenant string) string { return tenantKey(l.prefix, tenant, 
 // release is never nil, so it can be deferred at once: it gives the slot
 // back, and calling it again, or on a refused or failed Acquire, does
 // nothing. It has its own Timeout; if it fails (an error wrapping
-// ErrUnavailable) the lease still expires after TTL.
+// ErrUnavailable) it may be retried, and the lease expires after TTL
+// anyway. Like Settle, call it with a context that outlives the request
+// (context.WithoutCancel), or a client that hung up keeps its slot for TTL.
 //
 // A refused Acquire has Decision.Allowed false. When Redis fails, Acquire
 // fails closed (an error wrapping ErrUnavailable) unless FailOpen is set;

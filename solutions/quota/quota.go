@@ -45,6 +45,15 @@
 // open reservations when its newest entry leaves the settle window. An idle
 // tenant costs no memory, and nothing needs a sweeper.
 //
+// # Retries apply once
+//
+// A reply can be lost after Redis applied the command; a client library may
+// then resend it, and a caller may retry a Settle that reported an error.
+// Every reservation and lease therefore carries a random id, and the
+// scripts remember which ids they applied: a resent reserve takes its
+// estimate once, a retried Settle refunds once, a resent acquire holds one
+// slot.
+//
 // # When Redis fails
 //
 // Each call has its own short timeout (Timeout, 50 ms by default), so a slow
@@ -55,6 +64,12 @@
 // availability may fail open. Invalid arguments (an empty tenant, an estimate
 // larger than the quota) are the caller's bug, not an outage: they are
 // refused whichever way the limit fails.
+//
+// # Requirements
+//
+// Redis 5 or later (scripts that read TIME and then write need effects
+// replication, the default since 5), standalone, Sentinel or Cluster; any
+// go-redis client that implements redis.Scripter.
 package quota
 
 import (

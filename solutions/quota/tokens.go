@@ -177,7 +177,13 @@ func (r *Reservation) Estimate() int {
 // or on one admitted by FailOpen does nothing and returns nil.
 //
 // When Redis fails it returns an error wrapping ErrUnavailable (reported to
-// OnError too); the caller may retry it.
+// OnError too); the caller may retry it. A negative usage, or one above
+// MaxPerMinute, is refused with ErrInvalidLimit and changes nothing.
+//
+// Settle with a context that outlives the request — for example
+// context.WithoutCancel(r.Context()) — since the request's own context is
+// often already cancelled by then (a client that hung up mid-stream), and a
+// cancelled context settles nothing.
 func (r *Reservation) Settle(ctx context.Context, actual int) error {
 	if actual < 0 {
 		return fmt.Errorf("%w: negative usage %d", ErrInvalidLimit, actual)
