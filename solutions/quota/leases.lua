@@ -1,0 +1,40 @@
+-- A tenant's requests in flight across replicas: a sorted set of lease ids
+-- scored by the time each lease expires, on Redis' own clock. A replica
+-- that crashes never releases its leases; they expire by themselves.
+--
+-- KEYS[1]  the lease set
+-- ARGV[1]  'acquire' or 'release'
+-- ARGV[2]  lease id
+-- ARGV[3]  acquire only: max live leases
+-- ARGV[4]  acquire only: lease TTL (ms)
+--
+-- Both are idempotent per id, so a call that a client library resends after
+-- a lost reply is not applied twice.
+--
+-- acquire returns {acquired (0|1), free slots left, 0}
+-- release returns {released (0|1), 0, 0}
+if ARGV[1] == 'release' then
+  return {redis.call('ZREM', KEYS[1], ARGV[2]), 0, 0}
+end
+
+local id = ARGV[2]
+local max = tonumber(ARGV[3])
+local ttl = tonumber(ARGV[4])
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+
+-- A lease lives exactly ttl: at its expiry instant it no longer counts.
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)
+local live = redis.call('ZCARD', KEYS[1])
+if redis.call('ZSCORE', KEYS[1], id) then
+  return {1, math.max(0, max - live), 0} -- a retried call: acquired already
+end
+if live >= max then
+  return {0, 0, 0}
+end
+redis.call('ZADD', KEYS[1], now + ttl, id)
+-- The set expires with its last lease (the highest score, even if the
+-- clock stepped back since an earlier lease was written).
+local last = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
+redis.call('PEXPIRE', KEYS[1], tonumber(last[2]) - now)
+return {1, max - live - 1, 0}

@@ -1,0 +1,202 @@
+// Package quota keeps per-tenant limits that every replica of a gateway
+// shares, in Redis: a token quota (tokens per minute) and a cap on
+// requests in flight.
+//
+// # Why in Redis
+//
+// A limit kept in each replica's memory is multiplied by the number of
+// replicas: three replicas give a tenant three quotas. Here every decision
+// is one Lua script that Redis runs atomically, so all replicas read and
+// write one state and no interleaving of their requests can pass more than
+// the limit.
+//
+// # Token quotas: reserve, then settle
+//
+// An LLM request's cost is known only after the upstream answers (the usage
+// block, or the last chunk of a stream), but the decision to admit it must be
+// taken before. A gateway that checks the quota before the call and charges
+// it after lets fifty parallel requests all see the same unspent balance and
+// all pass — the overshoot popular gateways are known for. Tokens therefore
+// reserves the request's estimate (prompt size + max_tokens) before the call,
+// in the same atomic step that checks the balance, and settles after it:
+// Settle refunds what the estimate overstated or charges what it understated.
+// Parallel reservations cannot spend more than the bucket holds, because each
+// one has already taken its estimate when the next one looks.
+//
+// # One clock: Redis TIME
+//
+// The scripts read the time with Redis' TIME, never the replica's clock:
+// replicas whose clocks are skewed by a second would otherwise refill a
+// shared bucket early (or never), and a lease written by a replica whose
+// clock runs fast would outlive its TTL.
+//
+// # One slot per tenant: hash tags
+//
+// A Lua script may only touch keys of one Redis Cluster slot, and a tenant's
+// quota uses two keys (the bucket and its open reservations). Every key of a
+// tenant is named {prefix:tenant}:kind; Redis Cluster hashes only the part
+// between the braces, so a tenant's keys share a slot while different tenants
+// spread over the cluster.
+//
+// # Keys that clean up after themselves
+//
+// A bucket key expires when the bucket would be full again (an absent bucket
+// reads as full), a lease set when its last lease expires, and the set of
+// open reservations when its newest entry leaves the settle window. An idle
+// tenant costs no memory, and nothing needs a sweeper.
+//
+// # Retries apply once
+//
+// A reply can be lost after Redis applied the command; a client library may
+// then resend it, and a caller may retry a Settle that reported an error.
+// Every reservation and lease therefore carries a random id, and the
+// scripts remember which ids they applied: a resent reserve takes its
+// estimate once, a retried Settle refunds once, a resent acquire holds one
+// slot.
+//
+// # When Redis fails
+//
+// Each call has its own short timeout (Timeout, 50 ms by default), so a slow
+// Redis costs a request at most that. Then the limit fails closed by default:
+// refuse, with an error wrapping ErrUnavailable. With FailOpen it fails open:
+// allow, and report the error to OnError. A quota that protects money (an
+// upstream bill) usually fails closed; a fairness limit that protects
+// availability may fail open. Invalid arguments (an empty tenant, an estimate
+// larger than the quota) are the caller's bug, not an outage: they are
+// refused whichever way the limit fails.
+//
+// # Requirements
+//
+// Redis 5 or later (scripts that read TIME and then write need effects
+// replication, the default since 5), standalone, Sentinel or Cluster; any
+// go-redis client that implements redis.Scripter.
+package quota
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+var (
+	// ErrUnavailable wraps every failure to reach a decision through Redis:
+	// a network error, a timeout, or a reply of the wrong shape.
+	ErrUnavailable = errors.New("quota: redis unavailable")
+	// ErrInvalidConfig is returned by NewTokens and NewLeases for settings
+	// that cannot work.
+	ErrInvalidConfig = errors.New("quota: invalid config")
+	// ErrInvalidTenant is returned for an empty tenant or one containing a
+	// brace, which would break the key's hash tag.
+	ErrInvalidTenant = errors.New("quota: invalid tenant")
+	// ErrInvalidLimit is returned for a limit, estimate or usage outside its
+	// range (a quota below 1, a negative estimate, …).
+	ErrInvalidLimit = errors.New("quota: invalid limit")
+	// ErrEstimateTooLarge is returned by Reserve when the estimate is larger
+	// than the whole quota: the bucket never holds that much, so the request
+	// could never be admitted and waiting would be forever.
+	ErrEstimateTooLarge = errors.New("quota: estimate larger than the quota")
+)
+
+// DefaultTimeout bounds one Redis call when a config's Timeout is 0.
+const DefaultTimeout = 50 * time.Millisecond
+
+// DefaultPrefix starts every key when a config's Prefix is empty.
+const DefaultPrefix = "quota"
+
+// Decision is the answer to one Reserve or Acquire.
+type Decision struct {
+	// Allowed reports whether the request may go ahead.
+	Allowed bool
+	// Remaining is what is left after this request: whole tokens in the
+	// bucket (0 while it is in debt) for Tokens, free in-flight slots for
+	// Leases. It is 0 when the decision failed open, because then it is
+	// unknown.
+	Remaining int
+	// RetryAfter is 0 when allowed. For a refused reservation it is the
+	// time until the bucket holds the estimate again, computed on Redis'
+	// clock and rounded up to the millisecond, never down: a retry after
+	// exactly RetryAfter is admitted unless someone else spent the tokens
+	// first. A refused lease has no such time (a slot frees when some
+	// request ends), so it is 0 there.
+	RetryAfter time.Duration
+}
+
+// checkPrefix validates a configured prefix and applies the default.
+func checkPrefix(p string) (string, error) {
+	if p == "" {
+		return DefaultPrefix, nil
+	}
+	if strings.ContainsAny(p, "{}") {
+		return "", fmt.Errorf("%w: prefix %q must not contain braces: the keys' hash tag is {prefix:tenant}", ErrInvalidConfig, p)
+	}
+	return p, nil
+}
+
+func checkTenant(tenant string) error {
+	switch {
+	case tenant == "":
+		return fmt.Errorf("%w: empty tenant", ErrInvalidTenant)
+	case strings.ContainsAny(tenant, "{}"):
+		return fmt.Errorf("%w: tenant %q contains a brace, which would break the key's hash tag", ErrInvalidTenant, tenant)
+	}
+	return nil
+}
+
+// tenantKey is the name of one of a tenant's keys: {prefix:tenant}:kind.
+func tenantKey(prefix, tenant, kind string) string {
+	return "{" + prefix + ":" + tenant + "}:" + kind
+}
+
+// failure is how a failed Redis call is reported.
+type failure struct {
+	failOpen bool
+	onError  func(error)
+}
+
+// report wraps err in ErrUnavailable, hands it to OnError, and says whether
+// the caller should fail open.
+func (f failure) report(err error) (wrapped error, open bool) {
+	err = fmt.Errorf("%w: %w", ErrUnavailable, err)
+	if f.onError != nil {
+		f.onError(err)
+	}
+	return err, f.failOpen
+}
+
+// runScript runs s within timeout and returns its reply as n non-negative
+// integers, without trusting the reply's shape.
+func runScript(ctx context.Context, rdb redis.Scripter, timeout time.Duration, s *redis.Script, keys []string, n int, args ...any) ([]int64, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	reply, err := s.Run(ctx, rdb, keys, args...).Result()
+	if err != nil {
+		return nil, err
+	}
+	vals, ok := reply.([]any)
+	if !ok || len(vals) != n {
+		return nil, fmt.Errorf("unexpected reply %T %v: want %d integers", reply, reply, n)
+	}
+	out := make([]int64, n)
+	for i, v := range vals {
+		x, ok := v.(int64)
+		if !ok || x < 0 {
+			return nil, fmt.Errorf("unexpected reply element %d: %T %v", i, v, v)
+		}
+		out[i] = x
+	}
+	return out, nil
+}
+
+func checkTimeout(d time.Duration) (time.Duration, error) {
+	switch {
+	case d < 0:
+		return 0, fmt.Errorf("%w: timeout %s must not be negative", ErrInvalidConfig, d)
+	case d == 0:
+		return DefaultTimeout, nil
+	}
+	return d, nil
+}

@@ -1,0 +1,207 @@
+package quota
+
+import (
+	"context"
+	"crypto/rand"
+	_ "embed"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// MaxPerMinute is the largest quota Reserve accepts, so that the script's
+// exact integer arithmetic stays within what Lua's doubles hold.
+const MaxPerMinute = 1_000_000_000
+
+// DefaultSettleWindow is how long a reservation may wait for its Settle
+// when TokensConfig.SettleWindow is 0.
+const DefaultSettleWindow = time.Hour
+
+// TokensConfig configures Tokens.
+type TokensConfig struct {
+	// Prefix starts every key's hash tag, {Prefix:tenant}; empty means
+	// DefaultPrefix. It must not contain braces.
+	Prefix string
+	// FailOpen admits requests when Redis cannot decide (the default,
+	// false, refuses them).
+	FailOpen bool
+	// OnError, if set, is called with every Redis failure, whichever way
+	// the quota fails; it must be safe for concurrent use.
+	OnError func(error)
+	// Timeout bounds one Redis call; 0 means DefaultTimeout.
+	Timeout time.Duration
+	// SettleWindow is how long a reservation stays open for Settle; 0
+	// means DefaultSettleWindow. A Settle after it is a no-op and the
+	// reservation stays charged its estimate. Make it longer than the
+	// longest request.
+	SettleWindow time.Duration
+}
+
+//go:embed tokens.lua
+var tokensLua string
+
+var tokensScript = redis.NewScript(tokensLua)
+
+// Tokens is a token quota per tenant, shared by every replica that uses the
+// same Redis and Prefix. It is safe for concurrent use.
+//
+// The quota is a token bucket of capacity perMinute, refilled continuously
+// at perMinute/60 tokens per second by Redis' clock, so a tenant may spend
+// a full minute's quota at once and then perMinute per minute. A request
+// reserves its estimate before the upstream call and settles its actual
+// usage after it.
+type Tokens struct {
+	rdb     redis.Scripter
+	prefix  string
+	timeout time.Duration
+	window  time.Duration
+	fail    failure
+}
+
+// NewTokens validates cfg and returns Tokens that runs its script through
+// rdb (a *redis.Client, *redis.ClusterClient or *redis.Ring).
+func NewTokens(rdb redis.Scripter, cfg TokensConfig) (*Tokens, error) {
+	if rdb == nil {
+		return nil, fmt.Errorf("%w: no Redis client", ErrInvalidConfig)
+	}
+	prefix, err := checkPrefix(cfg.Prefix)
+	if err != nil {
+		return nil, err
+	}
+	timeout, err := checkTimeout(cfg.Timeout)
+	if err != nil {
+		return nil, err
+	}
+	window := cfg.SettleWindow
+	switch {
+	case window < 0:
+		return nil, fmt.Errorf("%w: settle window %s must not be negative", ErrInvalidConfig, window)
+	case window == 0:
+		window = DefaultSettleWindow
+	case window < time.Millisecond:
+		return nil, fmt.Errorf("%w: settle window %s is below the script's 1ms resolution", ErrInvalidConfig, window)
+	}
+	return &Tokens{
+		rdb: rdb, prefix: prefix, timeout: timeout, window: window,
+		fail: failure{failOpen: cfg.FailOpen, onError: cfg.OnError},
+	}, nil
+}
+
+// Keys returns the names of tenant's two keys: the bucket and its open
+// reservations. Both carry the hash tag {Prefix:tenant}.
+func (q *Tokens) Keys(tenant string) (bucket, reservations string) {
+	return tenantKey(q.prefix, tenant, "tokens"), tenantKey(q.prefix, tenant, "reservations")
+}
+
+// Reserve takes estimate tokens from tenant's quota of perMinute tokens
+// per minute if the bucket holds at least that many, and returns the
+// Reservation to settle once the actual usage is known.
+//
+// A bucket short of estimate takes nothing and returns a nil Reservation
+// with Decision.Allowed false and RetryAfter the time until estimate tokens
+// are back. An estimate of 0 passes unless the tenant is in debt (see
+// Settle). An estimate larger than perMinute is refused with
+// ErrEstimateTooLarge: it could never fit.
+//
+// When Redis fails, Reserve fails closed (an error wrapping ErrUnavailable)
+// unless FailOpen is set; then it allows the request with a Reservation
+// whose Settle does nothing.
+func (q *Tokens) Reserve(ctx context.Context, tenant string, perMinute, estimate int) (*Reservation, Decision, error) {
+	if err := checkTenant(tenant); err != nil {
+		return nil, Decision{}, err
+	}
+	switch {
+	case perMinute < 1 || perMinute > MaxPerMinute:
+		return nil, Decision{}, fmt.Errorf("%w: %d tokens per minute is outside [1, %d]", ErrInvalidLimit, perMinute, MaxPerMinute)
+	case estimate < 0:
+		return nil, Decision{}, fmt.Errorf("%w: negative estimate %d", ErrInvalidLimit, estimate)
+	case estimate > perMinute:
+		return nil, Decision{}, fmt.Errorf("%w: %d tokens estimated, the quota holds %d per minute", ErrEstimateTooLarge, estimate, perMinute)
+	}
+	r := &Reservation{q: q, tenant: tenant, id: rand.Text(), perMinute: perMinute, estimate: estimate}
+	bucket, open := q.Keys(tenant)
+	reply, err := runScript(ctx, q.rdb, q.timeout, tokensScript, []string{bucket, open}, 3,
+		"reserve", perMinute, r.id, estimate, q.window.Milliseconds())
+	if err != nil {
+		err, failOpen := q.fail.report(err)
+		if failOpen {
+			return &Reservation{noop: true, estimate: estimate}, Decision{Allowed: true}, nil
+		}
+		return nil, Decision{}, err
+	}
+	d := Decision{Allowed: reply[0] == 1, Remaining: int(reply[1]), RetryAfter: time.Duration(reply[2]) * time.Millisecond}
+	if !d.Allowed {
+		return nil, d, nil
+	}
+	return r, d, nil
+}
+
+// Reservation is estimate tokens taken from a tenant's quota, waiting for
+// the actual usage. It is safe for concurrent use.
+//
+// A reservation never settled stays charged its estimate: a stream cut
+// before the upstream reported usage, or a replica that crashed mid-request,
+// costs the tenant exactly what was reserved — never more, and never the
+// free pass that charging only after the call would give.
+type Reservation struct {
+	q         *Tokens
+	tenant    string
+	id        string
+	perMinute int
+	estimate  int
+	noop      bool        // admitted while Redis was down: nothing to settle
+	settled   atomic.Bool // a Settle succeeded; later ones need no round trip
+}
+
+// Estimate returns the number of tokens reserved.
+func (r *Reservation) Estimate() int {
+	if r == nil {
+		return 0
+	}
+	return r.estimate
+}
+
+// Settle reconciles the reservation with the tokens actually used, in one
+// atomic step: it gives back estimate−actual (the bucket never above its
+// capacity) or charges actual−estimate more. An underestimate may leave the
+// bucket in debt, down to one minute's quota below zero, and then every
+// request waits until the refill has paid it back — honest accounting
+// rather than a free overshoot.
+//
+// Settle applies at most once: a second call, from any goroutine, is a
+// no-op that returns nil, and so is a retry after an error whose first
+// attempt did reach Redis (Redis remembers which reservations are open).
+// A Settle after the SettleWindow, on a nil Reservation (a refused Reserve)
+// or on one admitted by FailOpen does nothing and returns nil.
+//
+// When Redis fails it returns an error wrapping ErrUnavailable (reported to
+// OnError too); the caller may retry it. A negative usage, or one above
+// MaxPerMinute, is refused with ErrInvalidLimit and changes nothing.
+//
+// Settle with a context that outlives the request — for example
+// context.WithoutCancel(r.Context()) — since the request's own context is
+// often already cancelled by then (a client that hung up mid-stream), and a
+// cancelled context settles nothing.
+func (r *Reservation) Settle(ctx context.Context, actual int) error {
+	if actual < 0 {
+		return fmt.Errorf("%w: negative usage %d", ErrInvalidLimit, actual)
+	}
+	if actual > MaxPerMinute {
+		return fmt.Errorf("%w: usage %d is above %d", ErrInvalidLimit, actual, MaxPerMinute)
+	}
+	if r == nil || r.noop || r.settled.Load() {
+		return nil
+	}
+	q := r.q
+	bucket, open := q.Keys(r.tenant)
+	_, err := runScript(ctx, q.rdb, q.timeout, tokensScript, []string{bucket, open}, 3,
+		"settle", r.perMinute, r.id, r.estimate, q.window.Milliseconds(), actual)
+	if err != nil {
+		err, _ := q.fail.report(err)
+		return err
+	}
+	r.settled.Store(true)
+	return nil
+}
