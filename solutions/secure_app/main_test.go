@@ -1,0 +1,285 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/production-go/gateway-lab/internal/testkit/redistest"
+	"github.com/production-go/gateway-lab/solutions/identity"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+)
+
+// These tests start the real service on loopback ports, against a real
+// Redis (redistest: REDIS_URL, a redis-server of the test run's own, or a
+// skip that REDIS_INTEGRATION_REQUIRED=1 turns into a failure), with keys
+// under a prefix of the test's own.
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m, redistest.StopOnExit()) }
+
+const secret = "test-secret-that-is-at-least-32-bytes-long!"
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+type instance struct {
+	url, admin     string
+	stop           context.CancelFunc
+	code           chan int
+	stdout, stderr *syncBuffer
+}
+
+// prefix is a key prefix of the test's own, without the hash-tag braces
+// redistest puts in it (the limits add their own tag per tenant).
+func prefix(t *testing.T) string {
+	return strings.NewReplacer("{", "", "}", "").Replace(redistest.Prefix(t))
+}
+
+// start runs secure_app with a strong secret, the test's Redis and prefix,
+// and an admin listener of its own; args come after those.
+func start(t *testing.T, prefix string, args ...string) *instance {
+	t.Helper()
+	t.Setenv("JWT_SECRET", secret)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	adminLn, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	admin := adminLn.Addr().String()
+	require.NoError(t, adminLn.Close()) // the service opens it again
+	ctx, stop := context.WithCancel(t.Context())
+	in := &instance{url: "http://" + ln.Addr().String(), admin: "http://" + admin, stop: stop, code: make(chan int, 1),
+		stdout: &syncBuffer{}, stderr: &syncBuffer{}}
+	all := append([]string{"-readiness-delay=0", "-redis-url", redistest.URL(t), "-redis-prefix", prefix, "-admin-addr", admin,
+		"-provider", "name=alpha,latency=1ms,chunk-delay=1ms", "-provider", "name=beta,latency=1ms"}, args...)
+	exited := make(chan struct{})
+	go func() {
+		defer close(exited)
+		in.code <- run(ctx, all, in.stdout, in.stderr, ln)
+	}()
+	t.Cleanup(func() {
+		stop()
+		select {
+		case <-in.code:
+		case <-time.After(30 * time.Second): // a watchdog, not a timing assertion
+			t.Error("run did not return after its context was cancelled")
+		}
+	})
+	require.Eventually(t, func() bool {
+		select {
+		case <-exited:
+			require.FailNow(t, "secure_app exited at start", in.stderr.String())
+		default:
+		}
+		resp, err := client.Get(in.admin + "/readyz")
+		if err != nil {
+			return false
+		}
+		_ = resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	}, 10*time.Second, 10*time.Millisecond, "secure_app did not start: %s", in.stderr)
+	return in
+}
+
+var client = &http.Client{Timeout: 20 * time.Second}
+
+func token(t *testing.T, tenant, tier string, ttl time.Duration) string {
+	t.Helper()
+	tok, err := identity.Mint([]byte(secret), "gateway-lab", "gateway-lab-api", tenant, tier, ttl, time.Now())
+	require.NoError(t, err)
+	return tok
+}
+
+func call(t *testing.T, url, tok, body string) (int, http.Header, string) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, url+"/v1/chat/completions", strings.NewReader(body))
+	require.NoError(t, err)
+	req.Header.Set("Content-Type", "application/json")
+	if tok != "" {
+		req.Header.Set("Authorization", "Bearer "+tok)
+	}
+	resp, err := client.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, resp.Header, string(b)
+}
+
+const hello = `{"model":"auto","messages":[{"role":"user","content":"hello"}]}`
+
+func errorCode(t *testing.T, body string) string {
+	t.Helper()
+	var e struct {
+		Error struct {
+			Code string `json:"code"`
+		} `json:"error"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(body), &e), body)
+	return e.Error.Code
+}
+
+func TestRefusesToStartWithoutAStrongSecret(t *testing.T) {
+	var out, errOut syncBuffer
+	t.Setenv("JWT_SECRET", "")
+	assert.Equal(t, 2, run(t.Context(), []string{"-redis-url", "redis://127.0.0.1:1"}, &out, &errOut, nil))
+	assert.Contains(t, errOut.String(), "JWT_SECRET", "says which variable is missing")
+	t.Setenv("JWT_SECRET", "too-short")
+	errOut = syncBuffer{}
+	assert.Equal(t, 2, run(t.Context(), []string{"-redis-url", "redis://127.0.0.1:1"}, &out, &errOut, nil))
+	assert.Contains(t, errOut.String(), "32")
+	assert.NotContains(t, errOut.String(), "too-short", "and never prints the secret")
+}
+
+func TestTokenCommandPrintsOnlyTheToken(t *testing.T) {
+	t.Setenv("JWT_SECRET", secret)
+	var out, errOut syncBuffer
+	require.Equal(t, 0, run(t.Context(), []string{"token", "--tenant", "acme", "--tier", "pro", "--ttl", "1h"}, &out, &errOut, nil), errOut.String())
+	tok := strings.TrimSpace(out.String())
+	assert.NotContains(t, tok, "\n", "the token alone on stdout, so $(secure_app token …) works")
+	v, err := identity.NewVerifier(identity.Config{Secret: []byte(secret), Issuer: "gateway-lab", Audience: "gateway-lab-api"})
+	require.NoError(t, err)
+	c, err := v.Verify("Bearer " + tok)
+	require.NoError(t, err)
+	assert.Equal(t, "acme", c.Tenant)
+	assert.Equal(t, "pro", c.Tier)
+	assert.Equal(t, 2, run(t.Context(), []string{"token", "--tenant", "acme", "--tier", "platinum"}, &out, &errOut, nil))
+	assert.Contains(t, errOut.String(), "platinum")
+}
+
+func TestIdentityComesFromAVerifiedToken(t *testing.T) {
+	in := start(t, prefix(t))
+	code, _, body := call(t, in.url, token(t, "acme", "pro", time.Hour), hello)
+	require.Equal(t, http.StatusOK, code, body)
+
+	code, h, body := call(t, in.url, "", hello)
+	assert.Equal(t, http.StatusUnauthorized, code)
+	assert.Equal(t, "missing_token", errorCode(t, body))
+	assert.Contains(t, h.Get("WWW-Authenticate"), "Bearer")
+
+	expired, err := identity.Mint([]byte(secret), "gateway-lab", "gateway-lab-api", "acme", "pro", time.Second, time.Now().Add(-time.Hour))
+	require.NoError(t, err)
+	code, _, body = call(t, in.url, expired, hello)
+	assert.Equal(t, http.StatusUnauthorized, code)
+	assert.Equal(t, "expired_token", errorCode(t, body))
+
+	forged, err := identity.Mint([]byte("another-secret-that-is-32-bytes-long!!"), "gateway-lab", "gateway-lab-api", "acme", "enterprise", time.Hour, time.Now())
+	require.NoError(t, err)
+	code, _, body = call(t, in.url, forged, hello)
+	assert.Equal(t, http.StatusUnauthorized, code)
+	assert.Equal(t, "invalid_token", errorCode(t, body))
+	assert.NotContains(t, body, "signature", "the caller learns only that the token is invalid")
+
+	req, _ := http.NewRequest(http.MethodPost, in.url+"/v1/chat/completions", strings.NewReader(hello))
+	req.Header.Set("X-Tenant-ID", "acme")
+	resp, err := client.Do(req)
+	require.NoError(t, err)
+	_ = resp.Body.Close()
+	assert.Equal(t, http.StatusUnauthorized, resp.StatusCode, "a tenant header is not an identity here")
+
+	logs := in.stderr.String()
+	assert.Contains(t, logs, `"reason":"signature invalid"`, "the precise reason is logged server-side")
+	assert.NotContains(t, logs, forged, "never the token")
+	assert.NotContains(t, logs, secret, "never the secret")
+	assert.NotContains(t, logs, "hello", "never the prompt")
+}
+
+func TestTierPolicyRefusesWhatTheTierMayNotDo(t *testing.T) {
+	in := start(t, prefix(t))
+	free := token(t, "small-co", "free", time.Hour)
+	code, _, body := call(t, in.url, free, `{"model":"beta","messages":[{"role":"user","content":"hi"}]}`)
+	assert.Equal(t, http.StatusForbidden, code, "the free tier may use only auto")
+	assert.Equal(t, "model_not_allowed", errorCode(t, body))
+
+	big := fmt.Sprintf(`{"model":"auto","messages":[{"role":"user","content":%q}]}`, strings.Repeat("x", 40_000))
+	code, _, body = call(t, in.url, free, big)
+	assert.Equal(t, http.StatusRequestEntityTooLarge, code, "32 KiB prompts on free")
+	assert.Equal(t, "prompt_too_large", errorCode(t, body))
+	assert.Contains(t, body, "32768", "the refusal names the limit")
+
+	code, _, body = call(t, in.url, token(t, "big-co", "pro", time.Hour), big)
+	assert.Equal(t, http.StatusOK, code, "pro takes it: %s", body)
+}
+
+func TestTwoReplicasShareOneRateLimit(t *testing.T) {
+	p := prefix(t)
+	a, b := start(t, p), start(t, p)
+	free := token(t, "shared-co", "free", time.Hour) // burst 5, 1 per second
+	ok := 0
+	for i := range 10 {
+		url := a.url
+		if i%2 == 1 {
+			url = b.url
+		}
+		if code, _, _ := call(t, url, free, hello); code == http.StatusOK {
+			ok++
+		}
+	}
+	assert.Equal(t, 5, ok, "two replicas, one quota: the tenant's burst of 5, not 10")
+}
+
+func TestMetricsAreOnlyOnTheAdminListener(t *testing.T) {
+	in := start(t, prefix(t))
+	code, _, _ := call(t, in.url, "", hello)
+	require.Equal(t, http.StatusUnauthorized, code)
+	resp, err := client.Get(in.url + "/metrics")
+	require.NoError(t, err)
+	_ = resp.Body.Close()
+	assert.Equal(t, http.StatusNotFound, resp.StatusCode, "metrics are not on the public listener")
+	resp, err = client.Get(in.admin + "/metrics")
+	require.NoError(t, err)
+	b, _ := io.ReadAll(resp.Body)
+	_ = resp.Body.Close()
+	assert.True(t, strings.Contains(string(b), `gateway_auth_refusals_total{reason="no authorization header"} 1`),
+		"the admin listener serves the metrics, the 401 counted by its precise reason")
+}
+
+func TestUpstreamsOnPrivateAddressesAreRefusedUnlessMarkedLocal(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = io.WriteString(w, `{"id":"x","object":"chat.completion","model":"m","choices":[{"index":0,"message":{"role":"assistant","content":"from loopback"},"finish_reason":"stop"}]}`)
+	}))
+	defer up.Close()
+	t.Setenv("UP_KEY", "sk-test")
+	guarded := start(t, prefix(t), "-upstream", "name=up,url="+up.URL+"/v1,model=m,key-env=UP_KEY")
+	code, _, body := call(t, guarded.url, token(t, "acme", "pro", time.Hour), `{"model":"up","messages":[{"role":"user","content":"hi"}]}`)
+	assert.Equal(t, http.StatusBadGateway, code, "an upstream on 127.0.0.1 is refused at dial time: %s", body)
+	assert.NotContains(t, body, "from loopback")
+
+	local := start(t, prefix(t), "-upstream", "name=up,url="+up.URL+"/v1,model=m,key-env=UP_KEY,local=true")
+	code, _, body = call(t, local.url, token(t, "acme", "pro", time.Hour), `{"model":"up","messages":[{"role":"user","content":"hi"}]}`)
+	assert.Equal(t, http.StatusOK, code, "marked local=true, the same upstream is allowed: %s", body)
+	assert.Contains(t, body, "from loopback")
+}
+
+func TestTiersFileErrorsAreLinePrecise(t *testing.T) {
+	file := t.TempDir() + "/tiers.yaml"
+	require.NoError(t, os.WriteFile(file, []byte("tiers:\n  free:\n    rate_per_second: 1\n    brust: 5\n"), 0o644))
+	t.Setenv("JWT_SECRET", secret)
+	var out, errOut syncBuffer
+	assert.Equal(t, 2, run(t.Context(), []string{"-tiers", file, "-redis-url", "redis://127.0.0.1:1"}, &out, &errOut, nil))
+	assert.Contains(t, errOut.String(), "tiers.yaml:4:", "the start fails naming the file and line")
+}

@@ -1,0 +1,127 @@
+package main
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"time"
+
+	"github.com/production-go/gateway-lab/solutions/app"
+	"github.com/production-go/gateway-lab/solutions/identity"
+	"github.com/production-go/gateway-lab/solutions/policy"
+	"github.com/redis/go-redis/v9"
+)
+
+//go:embed tiers.yaml
+var defaultTiers []byte
+
+// settings are secure_app's own flags, on top of app.Config's.
+type settings struct {
+	tiersFile string
+	issuer    string
+	audience  string
+	redisURL  string
+	prefix    string
+	failOpen  bool
+}
+
+func (s *settings) flags(fs *flag.FlagSet) {
+	fs.StringVar(&s.tiersFile, "tiers", "", "tier policy `file` (JSON or YAML); default: the built-in free/pro/enterprise")
+	fs.StringVar(&s.issuer, "jwt-issuer", "gateway-lab", "the \"iss\" tokens must carry")
+	fs.StringVar(&s.audience, "jwt-audience", "gateway-lab-api", "the \"aud\" tokens must carry")
+	fs.StringVar(&s.redisURL, "redis-url", os.Getenv("REDIS_URL"), "Redis for the shared limits (default $REDIS_URL), e.g. redis://127.0.0.1:6379/0")
+	fs.StringVar(&s.prefix, "redis-prefix", "gw", "prefix of every key the shared limits write (one per deployment on a shared Redis)")
+	fs.BoolVar(&s.failOpen, "ratelimit-fail-open", false, "when Redis is down, admit requests (default: refuse them with 503)")
+}
+
+const try = `try:  TOKEN=$(go run ./solutions/secure_app token --tenant demo --tier pro --ttl 1h)
+      curl -s http://{addr}/v1/chat/completions -H "Authorization: Bearer $TOKEN" -H 'Content-Type: application/json' \
+        -d '{"model":"auto","messages":[{"role":"user","content":"hello"}]}'
+`
+
+// run is main without the process. It returns the exit code: 0 after a
+// drain, 1 if serving failed, 2 for bad configuration.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer, ln net.Listener) int {
+	if len(args) > 0 && args[0] == "token" {
+		return mintToken(args[1:], stdout, stderr)
+	}
+	var s settings
+	c, err := app.Parse("secure_app", args, stderr, s.flags)
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	if err != nil {
+		return fail(stderr, 2, err)
+	}
+	if c.AdminAddr == "" {
+		c.AdminAddr = "127.0.0.1:9464" // metrics never on the public listener
+	}
+	log, err := app.NewLogger(stderr, c.LogLevel)
+	if err != nil {
+		return fail(stderr, 2, err)
+	}
+	sec, err := newSecurity(s, log)
+	if err != nil {
+		return fail(stderr, 2, err)
+	}
+	defer sec.close()
+	svc, err := app.Build(c, log, sec.hooks())
+	if err != nil {
+		return fail(stderr, 2, err)
+	}
+	sec.register(svc.Registry)
+	report, err := svc.Serve(ctx, ln, stdout, try)
+	if err != nil {
+		return fail(stderr, 1, err)
+	}
+	fmt.Fprintf(stdout, "stopped: drained=%t cut=%d\n", report.Drained, report.Cut)
+	return 0
+}
+
+func fail(stderr io.Writer, code int, err error) int {
+	fmt.Fprintln(stderr, "secure_app:", err)
+	return code
+}
+
+// loadPolicy reads -tiers, or the built-in policy.
+func loadPolicy(file string) (*policy.Policy, error) {
+	if file == "" {
+		return policy.Parse("tiers.yaml (built in)", defaultTiers, "yaml")
+	}
+	return policy.Load(file)
+}
+
+// newVerifier reads the JWT secrets from the environment.
+func newVerifier(s settings) (*identity.Verifier, error) {
+	current, previous, err := identity.SecretsFromEnv(os.Getenv, os.ReadFile)
+	if err != nil {
+		return nil, err
+	}
+	return identity.NewVerifier(identity.Config{Secret: current, Previous: previous, Issuer: s.issuer, Audience: s.audience})
+}
+
+// newRedis connects to the shared limits' Redis and checks it answers, so
+// a wrong URL fails the start rather than every request.
+func newRedis(url string) (redis.UniversalClient, error) {
+	if url == "" {
+		return nil, errors.New("no Redis for the shared limits: set REDIS_URL or -redis-url (make run-secure starts one)")
+	}
+	opts, err := redis.ParseURL(url)
+	if err != nil {
+		return nil, fmt.Errorf("-redis-url: %w", err)
+	}
+	opts.DialTimeout, opts.ReadTimeout, opts.WriteTimeout = time.Second, 500*time.Millisecond, 500*time.Millisecond
+	rdb := redis.NewClient(opts)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if err := rdb.Ping(ctx).Err(); err != nil {
+		_ = rdb.Close()
+		return nil, fmt.Errorf("redis at %s does not answer: %w", opts.Addr, err)
+	}
+	return rdb, nil
+}
