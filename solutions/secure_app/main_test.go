@@ -283,3 +283,130 @@ func TestTiersFileErrorsAreLinePrecise(t *testing.T) {
 	assert.Equal(t, 2, run(t.Context(), []string{"-tiers", file, "-redis-url", "redis://127.0.0.1:1"}, &out, &errOut, nil))
 	assert.Contains(t, errOut.String(), "tiers.yaml:4:", "the start fails naming the file and line")
 }
+
+// tiersFile writes a policy with one tier, "tight", whose limits the test sets.
+func tiersFile(t *testing.T, inFlight, tokensPerMinute int) string {
+	t.Helper()
+	file := t.TempDir() + "/tiers.yaml"
+	body := fmt.Sprintf(`tiers:
+  tight:
+    rate_per_second: 100
+    burst: 100
+    max_in_flight: %d
+    max_prompt_bytes: 65536
+    models: ["*"]
+    max_request_timeout: 30s
+    tokens_per_minute: %d
+`, inFlight, tokensPerMinute)
+	require.NoError(t, os.WriteFile(file, []byte(body), 0o644))
+	return file
+}
+
+func TestTokenQuotaIsReservedThenSettled(t *testing.T) {
+	// 2,000 tokens a minute; each request reserves about 15 + its
+	// max_tokens of 500, and the simulated answer uses about 20.
+	in := start(t, prefix(t), "-tiers", tiersFile(t, 8, 2000))
+	tok := token(t, "counted", "tight", time.Hour)
+	body := `{"model":"auto","max_tokens":500,"messages":[{"role":"user","content":"hello"}]}`
+	for i := range 10 {
+		code, _, resp := call(t, in.url, tok, body)
+		require.Equal(t, http.StatusOK, code, "request %d: settling gives back what the answer did not use, so ten fit in 2,000: %s", i, resp)
+	}
+	greedy := `{"model":"auto","max_tokens":1900,"messages":[{"role":"user","content":"hello"}]}`
+	code, h, resp := call(t, in.url, tok, greedy)
+	assert.Equal(t, http.StatusTooManyRequests, code, "a reservation the quota cannot hold now is refused: %s", resp)
+	assert.Equal(t, "tokens_per_minute", errorCode(t, resp))
+	assert.NotEmpty(t, h.Get("Retry-After"), "with when to come back")
+
+	huge := `{"model":"auto","max_tokens":5000,"messages":[{"role":"user","content":"hello"}]}`
+	code, _, resp = call(t, in.url, tok, huge)
+	assert.Equal(t, http.StatusRequestEntityTooLarge, code, "a request that could never fit the quota is not told to wait")
+	assert.Equal(t, "tokens_over_quota", errorCode(t, resp))
+}
+
+func TestInFlightCapIsSharedByReplicas(t *testing.T) {
+	p := prefix(t)
+	file := tiersFile(t, 2, 0)
+	slow := []string{"-tiers", file, "-provider", "name=slow,latency=2s"}
+	a, b := start(t, p, slow...), start(t, p, slow...)
+	tok := token(t, "busy-co", "tight", time.Hour)
+	const slowBody = `{"model":"slow","messages":[{"role":"user","content":"take your time"}]}`
+	codes := make(chan int, 3)
+	for _, url := range []string{a.url, b.url} {
+		go func() { c, _, _ := call(t, url, tok, slowBody); codes <- c }()
+	}
+	require.Eventually(t, func() bool {
+		return strings.Contains(metricsOf(t, a.admin), "gateway_requests_in_flight 1") &&
+			strings.Contains(metricsOf(t, b.admin), "gateway_requests_in_flight 1")
+	}, 10*time.Second, 10*time.Millisecond, "one request in flight on each replica")
+	code, _, body := call(t, a.url, tok, slowBody)
+	assert.Equal(t, http.StatusTooManyRequests, code, "the tenant's third request is over max_in_flight 2 across both replicas: %s", body)
+	assert.Equal(t, "too_many_concurrent_requests", errorCode(t, body))
+	assert.Equal(t, http.StatusOK, <-codes)
+	assert.Equal(t, http.StatusOK, <-codes)
+}
+
+func TestRedisDownFailsClosedOrOpenAsConfigured(t *testing.T) {
+	down := "redis://127.0.0.1:1/0"
+	t.Setenv("JWT_SECRET", secret)
+	var out, errOut syncBuffer
+	assert.Equal(t, 2, run(t.Context(), []string{"-redis-url", down}, &out, &errOut, nil),
+		"a Redis that does not answer at start stops the start")
+	assert.Contains(t, errOut.String(), "does not answer")
+
+	// Mid-flight outages: a Redis of the test's own, stopped under a running replica.
+	srv := startRedis(t)
+	closed := start(t, "closed", "-redis-url", srv.url)
+	open := start(t, "open", "-redis-url", srv.url, "-ratelimit-fail-open")
+	tok := token(t, "acme", "pro", time.Hour)
+	code, _, _ := call(t, closed.url, tok, hello)
+	require.Equal(t, http.StatusOK, code)
+	srv.stop()
+	code, h, body := call(t, closed.url, tok, hello)
+	assert.Equal(t, http.StatusServiceUnavailable, code, "fail closed by default: %s", body)
+	assert.NotEmpty(t, h.Get("Retry-After"))
+	code, _, body = call(t, open.url, tok, hello)
+	assert.Equal(t, http.StatusOK, code, "-ratelimit-fail-open admits while Redis is down: %s", body)
+	assert.Contains(t, metricsOf(t, open.admin), `gateway_redis_limit_errors_total{limit="rate",mode="failed_open"}`, "and counts it")
+	srv.restart()
+	require.Eventually(t, func() bool { c, _, _ := call(t, closed.url, tok, hello); return c == http.StatusOK },
+		10*time.Second, 50*time.Millisecond, "the fail-closed replica recovers when Redis returns")
+}
+
+func metricsOf(t *testing.T, admin string) string {
+	t.Helper()
+	resp, err := client.Get(admin + "/metrics")
+	if err != nil {
+		return ""
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return string(b)
+}
+
+func TestTwoReplicasShareOneRateLimitOnARedisCluster(t *testing.T) {
+	c := redistest.Cluster(t)
+	addrs := strings.Join(c.Options().Addrs, ",")
+	p := prefix(t)
+	a := start(t, p, "-redis-url", "", "-redis-cluster", addrs)
+	b := start(t, p, "-redis-url", "", "-redis-cluster", addrs)
+	free := token(t, "cluster-co", "free", time.Hour)
+	ok := 0
+	for i := range 10 {
+		url := a.url
+		if i%2 == 1 {
+			url = b.url
+		}
+		if code, _, _ := call(t, url, free, hello); code == http.StatusOK {
+			ok++
+		}
+	}
+	assert.Equal(t, 5, ok, "on a cluster too, two replicas share one burst of 5")
+	slot := func(key string) int64 {
+		n, err := c.ClusterKeySlot(t.Context(), key).Result()
+		require.NoError(t, err)
+		return n
+	}
+	assert.Equal(t, slot("{cluster-co}"), slot(p+":rate:free:{cluster-co}"),
+		"the rate key carries the tenant as its hash tag, so its script runs on one node (the quota's keys are checked in package quota)")
+}

@@ -56,7 +56,7 @@ func newSecurity(s settings, log *slog.Logger) (*security, error) {
 	if err != nil {
 		return nil, err
 	}
-	rdb, err := newRedis(s.redisURL)
+	rdb, err := newRedis(s.redisURL, s.cluster)
 	if err != nil {
 		return nil, err
 	}
