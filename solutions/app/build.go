@@ -57,6 +57,7 @@ func Build(c Config, log *slog.Logger, hooks Hooks) (*Service, error) {
 	if hooks.Gateway != nil {
 		hooks.Gateway(&gc)
 	}
+	s.Config.Gateway = gc // what the service runs with, for its startup line
 	if s.Gateway, err = gateway.New(gc, providers...); err != nil {
 		s.Close()
 		return nil, err

@@ -35,8 +35,12 @@ func (s *Service) Serve(ctx context.Context, ln net.Listener, stdout io.Writer, 
 	defer admin()
 	addr := ln.Addr().String()
 	g := s.Config.Gateway
-	s.Log.Info("listening", "addr", addr, "providers", s.Gateway.Providers(), "seed", s.Config.Seed,
-		"max_concurrent", g.MaxConcurrent, "max_per_tenant", g.MaxPerTenant, "rate", g.RatePerSecond, "burst", g.Burst)
+	limits := []any{"rate", g.RatePerSecond, "burst", g.Burst}
+	if g.Limiter != nil {
+		limits = []any{"rate_limiter", "shared"}
+	}
+	s.Log.Info("listening", append([]any{"addr", addr, "providers", s.Gateway.Providers(), "seed", s.Config.Seed,
+		"max_concurrent", g.MaxConcurrent, "max_per_tenant", g.MaxPerTenant}, limits...)...)
 	fmt.Fprintf(stdout, "gateway listening on http://%s  providers: %s  seed: %d\n", addr, strings.Join(s.Gateway.Providers(), ", "), s.Config.Seed)
 	if try != "" {
 		fmt.Fprint(stdout, strings.ReplaceAll(try, "{addr}", addr))
