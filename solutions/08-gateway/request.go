@@ -15,7 +15,7 @@ import (
 // Errors wrap the sentinels in gateway.go, the last provider error, and
 // context.DeadlineExceeded when the total deadline ran out.
 func (g *Gateway) Generate(ctx context.Context, req Request) (Response, error) {
-	return g.serve(ctx, req, g.cfg.AttemptTimeout, g.generateOnce)
+	return g.serve(ctx, req, g.cfg.AttemptTimeout, nil)
 }
 
 // ContextHonourer is a Provider that returns promptly once its context
@@ -50,15 +50,11 @@ func direct(ctx context.Context, p Provider, req Request) (c Completion, err err
 	return p.Generate(ctx, req)
 }
 
-// attemptFunc makes one provider call for a request; Generate and Stream
-// differ only in theirs.
-type attemptFunc func(ctx context.Context, s step, req Request) (Completion, error)
-
 // serve is the request skeleton Generate and Stream share, so the two
 // cannot drift apart: admission, the retry loop over the plan's targets,
 // the Response, and the slot given back whatever happens.
-func (g *Gateway) serve(ctx context.Context, req Request, attemptTimeout time.Duration, call attemptFunc) (Response, error) {
-	r := &run{g: g, req: req, call: call, caller: ctx}
+func (g *Gateway) serve(ctx context.Context, req Request, attemptTimeout time.Duration, st *streamer) (Response, error) {
+	r := &run{g: g, req: req, stream: st, caller: ctx}
 	if err := g.enter(ctx, r); err != nil {
 		return Response{}, err
 	}
@@ -78,11 +74,10 @@ func (g *Gateway) serve(ctx context.Context, req Request, attemptTimeout time.Du
 type run struct {
 	g      *Gateway
 	req    Request
-	call   attemptFunc
+	stream *streamer       // nil for Generate: Generate and Stream differ only in the attempt
 	caller context.Context // the caller's own context, to tell its end from an attempt's
 
 	ticket *admission.Ticket
-	leave  func()
 	at     time.Time // when the slot was granted: Latency starts here
 	plan   plan
 	inline [4]step // the plan's steps, for routes of up to four targets
@@ -97,7 +92,15 @@ type run struct {
 func (r *run) release() {
 	r.ticket.Release()
 	r.g.tenants.leave(r.req.Tenant)
-	r.leave()
+	r.g.inflight.Leave()
+}
+
+// call makes one provider call: a stream's, or Generate's.
+func (r *run) call(ctx context.Context, s step, req Request) (Completion, error) {
+	if r.stream != nil {
+		return r.stream.attempt(ctx, s, req)
+	}
+	return r.g.generateOnce(ctx, s, req)
 }
 
 // attempt is the retry loop's op: pick a target, call it, report the
@@ -190,24 +193,23 @@ func (g *Gateway) enter(ctx context.Context, r *run) error {
 	if err := g.plan(r, pinned); err != nil {
 		return err
 	}
-	leave, err := g.inflight.Enter()
-	if err != nil {
+	if !g.inflight.Join() {
 		g.obs.Rejected(req.Tenant, RejectClosed)
 		return ErrClosed
 	}
 	if !g.tenants.enter(req.Tenant) {
-		leave()
+		g.inflight.Leave()
 		g.obs.Rejected(req.Tenant, RejectTenantBusy)
 		return &RateLimitError{RetryAfter: time.Second, busy: true}
 	}
 	ticket, err := g.admit.Admit(ctx, req.Tenant)
 	if err != nil {
 		g.tenants.leave(req.Tenant)
-		leave()
+		g.inflight.Leave()
 		return g.rejected(req.Tenant, err)
 	}
 	g.obs.Admitted(req.Tenant, ticket.QueueWait)
-	r.ticket, r.leave, r.at = ticket, leave, time.Now()
+	r.ticket, r.at = ticket, time.Now()
 	return nil
 }
 

@@ -66,7 +66,7 @@ func (g *Gateway) Stream(ctx context.Context, req Request, limits StreamLimits, 
 	st := &streamer{limits: limits, emit: emit}
 	// No per-attempt timeout: a healthy stream may run long. The watchdog
 	// bounds the silence instead, and TotalTimeout bounds the whole.
-	return g.serve(ctx, req, 0, st.attempt)
+	return g.serve(ctx, req, 0, st)
 }
 
 type streamer struct {
