@@ -24,13 +24,18 @@ func (v APIViolation) String() string { return v.Pos + ": uses unexported " + v.
 
 // CheckBlackBox type-checks the package in dir (relative to root) with its
 // tests and reports every use, in a *_test.go file, of an unexported object
-// declared in a non-test file of the same package.
-func CheckBlackBox(ctx context.Context, root, dir string) ([]APIViolation, error) {
+// declared in a non-test file of the same package. race says whether the
+// test runs use -race: the dependencies' export data then comes from the
+// same build cache entries instead of a second, uninstrumented compile.
+func CheckBlackBox(ctx context.Context, root, dir string, race bool) ([]APIViolation, error) {
 	cfg := &packages.Config{
 		Context: ctx,
 		Dir:     root,
 		Mode:    packages.NeedName | packages.NeedFiles | packages.NeedSyntax | packages.NeedTypes | packages.NeedTypesInfo,
 		Tests:   true,
+	}
+	if race {
+		cfg.BuildFlags = []string{"-race"}
 	}
 	pkgs, err := packages.Load(cfg, "./"+filepath.ToSlash(dir))
 	if err != nil {

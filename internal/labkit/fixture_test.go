@@ -51,6 +51,37 @@ func TestVerifyAcceptsAConformingLab(t *testing.T) {
 	assert.Equal(t, []string{"TestSumAddsEveryNumber"}, r.Mutants[0].KilledBy)
 }
 
+func TestVerifyReusesAMutantVerdictUntilItsInputsChange(t *testing.T) {
+	t.Parallel()
+	root := fixture(t)
+	var log strings.Builder
+	verify := func(fresh bool) MutantResult {
+		t.Helper()
+		reports, err := Verify(t.Context(), VerifyOptions{Root: root, NoRace: true, Fresh: fresh, Log: &log})
+		require.NoError(t, err)
+		require.Len(t, reports[0].Mutants, 1)
+		m := reports[0].Mutants[0]
+		require.True(t, m.Killed, problems(reports[0]))
+		return m
+	}
+	assert.False(t, verify(false).Cached, "the first run has nothing cached")
+	again := verify(false)
+	assert.True(t, again.Cached, "nothing changed: the verdict is reused")
+	assert.Equal(t, []string{"TestSumAddsEveryNumber"}, again.KilledBy, "a cached verdict says who killed the mutant")
+	assert.Contains(t, log.String(), "verify: [1/1] lab 01 skips-first: killed by TestSumAddsEveryNumber", "each mutant gets a progress line")
+	assert.Contains(t, log.String(), "(cached)")
+	assert.False(t, verify(true).Cached, "-fresh runs every mutant again")
+
+	b, err := os.ReadFile(filepath.Join(root, "solutions/01-add/add.go"))
+	require.NoError(t, err)
+	write(t, root, "solutions/01-add/add.go", string(b)+"\n// an edit to the solution\n")
+	assert.False(t, verify(false).Cached, "the solution changed: the mutant runs again")
+	b, err = os.ReadFile(filepath.Join(root, "solutions/01-add/add_test.go"))
+	require.NoError(t, err)
+	write(t, root, "solutions/01-add/add_test.go", string(b)+"\n// an edit to the tests\n")
+	assert.False(t, verify(false).Cached, "the tests changed: the mutant runs again")
+}
+
 func TestVerifyRejectsAnEditedLabTest(t *testing.T) {
 	t.Parallel()
 	root := fixture(t)

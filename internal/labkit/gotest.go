@@ -153,17 +153,14 @@ func RunTests(ctx context.Context, opts RunOptions) (*Run, error) {
 	return run, nil
 }
 
+// collector builds a Run from `go test -json` events, one event at a time.
+type collector struct {
+	run      *Run
+	buildOut map[string]*strings.Builder // import path → compiler output
+}
+
 func parseEvents(r io.Reader, onEvent func(Event)) (*Run, error) {
-	run := &Run{Packages: map[string]*PackageResult{}}
-	pkg := func(path string) *PackageResult {
-		p, ok := run.Packages[path]
-		if !ok {
-			p = &PackageResult{Path: path, Status: NotRun, Tests: map[string]*TestResult{}}
-			run.Packages[path] = p
-		}
-		return p
-	}
-	buildOut := map[string]*strings.Builder{}
+	c := &collector{run: &Run{Packages: map[string]*PackageResult{}}, buildOut: map[string]*strings.Builder{}}
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 1024*1024), 16*1024*1024)
 	for sc.Scan() {
@@ -173,91 +170,82 @@ func parseEvents(r io.Reader, onEvent func(Event)) (*Run, error) {
 		}
 		var ev Event
 		if err := json.Unmarshal(line, &ev); err != nil {
-			return run, fmt.Errorf("bad event %q: %w", line, err)
+			return c.run, fmt.Errorf("bad event %q: %w", line, err)
 		}
 		if onEvent != nil {
 			onEvent(ev)
 		}
-		switch ev.Action {
-		case "build-output":
-			b := buildOut[ev.ImportPath]
-			if b == nil {
-				b = &strings.Builder{}
-				buildOut[ev.ImportPath] = b
-			}
-			b.WriteString(ev.Output)
-			continue
-		case "build-fail":
-			continue
-		}
-		if ev.Package == "" {
-			continue
-		}
-		p := pkg(ev.Package)
-		if ev.Test == "" {
-			switch ev.Action {
-			case "output":
-				p.Output += ev.Output
-			case "pass", "fail", "skip":
-				p.Status = Status(ev.Action)
-				if ev.FailedBuild != "" {
-					p.BuildFailed = true
-					if b := buildOut[ev.FailedBuild]; b != nil {
-						p.Output += b.String()
-					}
-				}
-			}
-			continue
-		}
-		top, _, _ := strings.Cut(ev.Test, "/")
-		t, ok := p.Tests[top]
-		if !ok {
-			t = &TestResult{Name: top, Status: NotRun}
-			p.Tests[top] = t
-		}
-		switch ev.Action {
-		case "output":
-			t.Output += ev.Output
-		case "pass", "fail", "skip":
-			if ev.Test == top {
-				t.Status = Status(ev.Action)
-				t.Elapsed = time.Duration(ev.Elapsed * float64(time.Second))
-				p.Order = append(p.Order, top)
-			}
-		}
+		c.add(ev)
 	}
-	return run, sc.Err()
+	return c.run, sc.Err()
 }
 
-// FailureMessage trims a failed test's output to what a person acts on: the
-// lines testify and t.Error print, without the RUN/FAIL frame lines.
-func FailureMessage(output string) string {
-	var keep []string
-	for line := range strings.Lines(output) {
-		trimmed := strings.TrimSpace(line)
-		if strings.HasPrefix(trimmed, "goroutine ") && strings.HasSuffix(trimmed, ":") {
-			// A panic's goroutine dump: the panic line above says what
-			// happened; the stacks are for a debugger, not a learner.
-			keep = append(keep, "    (goroutine stacks omitted: run go test -v on the package to see them)")
-			break
-		}
-		if strings.Contains(trimmed, "main bubble goroutine has exited but blocked goroutines remain") {
-			keep = append(keep, strings.TrimRight(line, "\n"),
-				"    a goroutine started by your code was still running when the test's function returned:",
-				"    every goroutine needs an owner that waits for it to finish.")
-			continue
-		}
-		switch {
-		case trimmed == "",
-			strings.HasPrefix(trimmed, "=== RUN"),
-			strings.HasPrefix(trimmed, "=== PAUSE"),
-			strings.HasPrefix(trimmed, "=== CONT"),
-			strings.HasPrefix(trimmed, "=== NAME"),
-			strings.HasPrefix(trimmed, "--- FAIL"),
-			strings.HasPrefix(trimmed, "--- PASS"):
-			continue
-		}
-		keep = append(keep, strings.TrimRight(line, "\n"))
+func (c *collector) add(ev Event) {
+	switch {
+	case ev.Action == "build-output":
+		c.buildOutput(ev)
+	case ev.Action == "build-fail", ev.Package == "":
+	case ev.Test == "":
+		c.packageEvent(ev)
+	default:
+		c.testEvent(ev)
 	}
-	return strings.Join(keep, "\n")
+}
+
+func (c *collector) pkg(path string) *PackageResult {
+	p, ok := c.run.Packages[path]
+	if !ok {
+		p = &PackageResult{Path: path, Status: NotRun, Tests: map[string]*TestResult{}}
+		c.run.Packages[path] = p
+	}
+	return p
+}
+
+func (c *collector) buildOutput(ev Event) {
+	b := c.buildOut[ev.ImportPath]
+	if b == nil {
+		b = &strings.Builder{}
+		c.buildOut[ev.ImportPath] = b
+	}
+	b.WriteString(ev.Output)
+}
+
+// packageEvent records output and the outcome of a package as a whole; a
+// package that failed to build gets the compiler's words as its output.
+func (c *collector) packageEvent(ev Event) {
+	p := c.pkg(ev.Package)
+	switch ev.Action {
+	case "output":
+		p.Output += ev.Output
+	case "pass", "fail", "skip":
+		p.Status = Status(ev.Action)
+		if ev.FailedBuild != "" {
+			p.BuildFailed = true
+			if b := c.buildOut[ev.FailedBuild]; b != nil {
+				p.Output += b.String()
+			}
+		}
+	}
+}
+
+// testEvent records a test's output and outcome; a subtest's output belongs
+// to its top-level test, and only the top-level outcome counts.
+func (c *collector) testEvent(ev Event) {
+	p := c.pkg(ev.Package)
+	top, _, _ := strings.Cut(ev.Test, "/")
+	t, ok := p.Tests[top]
+	if !ok {
+		t = &TestResult{Name: top, Status: NotRun}
+		p.Tests[top] = t
+	}
+	switch ev.Action {
+	case "output":
+		t.Output += ev.Output
+	case "pass", "fail", "skip":
+		if ev.Test == top {
+			t.Status = Status(ev.Action)
+			t.Elapsed = time.Duration(ev.Elapsed * float64(time.Second))
+			p.Order = append(p.Order, top)
+		}
+	}
 }
