@@ -37,6 +37,7 @@ func labctl(t *testing.T, root string, args ...string) (code int, stdout, stderr
 }
 
 func TestHelpListsEveryCommand(t *testing.T) {
+	t.Parallel()
 	code, out, _ := labctl(t, ".", "--help")
 	assert.Equal(t, 0, code)
 	for _, c := range commands {
@@ -50,6 +51,7 @@ func TestHelpListsEveryCommand(t *testing.T) {
 }
 
 func TestUnknownCommandAndLabAreClearErrors(t *testing.T) {
+	t.Parallel()
 	root := fixture(t)
 	code, _, errOut := labctl(t, root, "frobnicate")
 	assert.Equal(t, 2, code)
@@ -86,6 +88,7 @@ func solve(t *testing.T, root string) {
 }
 
 func TestRedLabShowsFirstFailureAndItsHint(t *testing.T) {
+	t.Parallel()
 	root := fixture(t)
 	code, out, _ := labctl(t, root, "test", "01", "-no-race")
 	assert.Equal(t, 1, code, "a red lab exits 1")
@@ -97,6 +100,7 @@ func TestRedLabShowsFirstFailureAndItsHint(t *testing.T) {
 }
 
 func TestUnitFailureComesBeforeTheRealRedisTest(t *testing.T) {
+	t.Parallel()
 	root := fixture(t)
 	// Declared first (its file sorts first) and run first, as in lab 07.
 	addTwinTest(t, root, "a_integration_test.go", "package add\n\nimport \"testing\"\n\n"+
@@ -112,6 +116,7 @@ func TestUnitFailureComesBeforeTheRealRedisTest(t *testing.T) {
 }
 
 func TestRealRedisSkipReadsTheSameInTestProgressAndGrade(t *testing.T) {
+	t.Parallel()
 	root := fixture(t)
 	solve(t, root)
 	reason := "no Redis server: REDIS_URL unset; no redis-server on PATH"
@@ -139,6 +144,7 @@ func TestRealRedisSkipReadsTheSameInTestProgressAndGrade(t *testing.T) {
 }
 
 func TestFirstFailureShowsOneAssertionAndCountsTheRest(t *testing.T) {
+	t.Parallel()
 	root := fixture(t)
 	addTwinTest(t, root, "many_test.go", "package add\n\nimport \"testing\"\n\n"+
 		"func TestAddManyCases(t *testing.T) {\n\tfor i := range 12 {\n\t\tif got := Add(i, 1); got != i+1 {\n\t\t\tt.Errorf(\"Add(%d, 1) = %d, want %d\", i, got, i+1)\n\t\t}\n\t}\n}\n")
@@ -149,6 +155,7 @@ func TestFirstFailureShowsOneAssertionAndCountsTheRest(t *testing.T) {
 }
 
 func TestHintShownWithAFailureCountsAsSeen(t *testing.T) {
+	t.Parallel()
 	root := fixture(t)
 	_, out, _ := labctl(t, root, "test", "01", "-no-race")
 	require.Contains(t, out, "hint 1/2")
@@ -164,6 +171,7 @@ func TestCompilingNoticeWhenTheFirstTestIsSlowToStart(t *testing.T) {
 }
 
 func TestWatchQuitsOnQWithoutEnter(t *testing.T) {
+	t.Parallel()
 	root := fixture(t)
 	in, keys := io.Pipe()
 	var out, errb bytes.Buffer
@@ -185,6 +193,7 @@ func TestWatchQuitsOnQWithoutEnter(t *testing.T) {
 }
 
 func TestGreenLabAndProgressShowDone(t *testing.T) {
+	t.Parallel()
 	root := fixture(t)
 	solve(t, root)
 
@@ -199,6 +208,7 @@ func TestGreenLabAndProgressShowDone(t *testing.T) {
 }
 
 func TestProgressShowsNotStartedAndNext(t *testing.T) {
+	t.Parallel()
 	code, out, _ := labctl(t, fixture(t), "list")
 	assert.Equal(t, 0, code)
 	assert.Regexp(t, `01\s+Adding numbers\s+0/2\s+not started`, out)
@@ -206,6 +216,7 @@ func TestProgressShowsNotStartedAndNext(t *testing.T) {
 }
 
 func TestEditedTestsWarnLoudly(t *testing.T) {
+	t.Parallel()
 	root := fixture(t)
 	p := filepath.Join(root, "labs/01-add/add_test.go")
 	b, err := os.ReadFile(p)
@@ -217,6 +228,7 @@ func TestEditedTestsWarnLoudly(t *testing.T) {
 }
 
 func TestHintsAreProgressive(t *testing.T) {
+	t.Parallel()
 	root := fixture(t)
 	_, out, _ := labctl(t, root, "hint", "01")
 	assert.Contains(t, out, "hint 1/2 — 1. Use the plus sign")
@@ -237,6 +249,7 @@ func TestHintsAreProgressive(t *testing.T) {
 }
 
 func TestVerifyReportsProblemsAndExitsNonZero(t *testing.T) {
+	t.Parallel()
 	root := fixture(t)
 	require.NoError(t, os.WriteFile(filepath.Join(root, "solutions/01-add/testdata/mutants/harmless.patch"),
 		[]byte("--- a/add.go\n+++ b/add.go\n@@ -3,3 +3,3 @@\n \n-// Add returns a+b.\n+// Add returns the sum.\n func Add(a, b int) int { return a + b }\n"), 0o644))
@@ -247,6 +260,7 @@ func TestVerifyReportsProblemsAndExitsNonZero(t *testing.T) {
 }
 
 func TestGradeWritesReportsAndExitsZeroOnALowScore(t *testing.T) {
+	t.Parallel()
 	root := fixture(t)
 	code, out, errOut := labctl(t, root, "grade", "-no-race", "-out", "r")
 	assert.Equal(t, 0, code, errOut)
@@ -262,6 +276,7 @@ func TestGradeWritesReportsAndExitsZeroOnALowScore(t *testing.T) {
 // TestMakeTargetsReachLabctl guards the Makefile's learner targets: a pattern
 // rule on .PHONY targets is silently skipped by make ("Nothing to be done").
 func TestMakeTargetsReachLabctl(t *testing.T) {
+	t.Parallel()
 	if _, err := exec.LookPath("make"); err != nil {
 		t.Skip("make is not installed")
 	}
@@ -276,6 +291,7 @@ func TestMakeTargetsReachLabctl(t *testing.T) {
 }
 
 func TestMakeHelpListsTheLabTargets(t *testing.T) {
+	t.Parallel()
 	if _, err := exec.LookPath("make"); err != nil {
 		t.Skip("make is not installed")
 	}
@@ -291,6 +307,7 @@ func TestMakeHelpListsTheLabTargets(t *testing.T) {
 }
 
 func TestLintRejectsATrackedBinary(t *testing.T) {
+	t.Parallel()
 	if _, err := exec.LookPath("git"); err != nil {
 		t.Skip("git not installed")
 	}

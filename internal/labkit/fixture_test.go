@@ -31,7 +31,18 @@ func write(t *testing.T, root, rel, content string) {
 
 func verifyFixture(t *testing.T, root string) LabReport {
 	t.Helper()
-	reports, err := Verify(t.Context(), VerifyOptions{Root: root, NoRace: true, Fresh: true})
+	return verifyWith(t, VerifyOptions{Root: root, NoRace: true, Fresh: true})
+}
+
+// verifyFast checks what needs no solution or mutant run.
+func verifyFast(t *testing.T, root string) LabReport {
+	t.Helper()
+	return verifyWith(t, VerifyOptions{Root: root, NoRace: true, Fresh: true, Fast: true})
+}
+
+func verifyWith(t *testing.T, opts VerifyOptions) LabReport {
+	t.Helper()
+	reports, err := Verify(t.Context(), opts)
 	require.NoError(t, err)
 	require.Len(t, reports, 1, "the fixture has one built lab")
 	return reports[0]
@@ -51,35 +62,47 @@ func TestVerifyAcceptsAConformingLab(t *testing.T) {
 	assert.Equal(t, []string{"TestSumAddsEveryNumber"}, r.Mutants[0].KilledBy)
 }
 
-func TestVerifyReusesAMutantVerdictUntilItsInputsChange(t *testing.T) {
+func TestVerifyReusesVerdictsUntilTheirInputsChange(t *testing.T) {
 	t.Parallel()
 	root := fixture(t)
-	var log strings.Builder
-	verify := func(fresh bool) MutantResult {
+	verify := func(opts VerifyOptions) (LabReport, string) {
 		t.Helper()
-		reports, err := Verify(t.Context(), VerifyOptions{Root: root, NoRace: true, Fresh: fresh, Log: &log})
+		var log strings.Builder
+		opts.Root, opts.NoRace, opts.Log = root, true, &log
+		reports, err := Verify(t.Context(), opts)
 		require.NoError(t, err)
-		require.Len(t, reports[0].Mutants, 1)
-		m := reports[0].Mutants[0]
-		require.True(t, m.Killed, problems(reports[0]))
-		return m
+		return reports[0], log.String()
 	}
-	assert.False(t, verify(false).Cached, "the first run has nothing cached")
-	again := verify(false)
-	assert.True(t, again.Cached, "nothing changed: the verdict is reused")
-	assert.Equal(t, []string{"TestSumAddsEveryNumber"}, again.KilledBy, "a cached verdict says who killed the mutant")
-	assert.Contains(t, log.String(), "verify: [1/1] lab 01 skips-first: killed by TestSumAddsEveryNumber", "each mutant gets a progress line")
-	assert.Contains(t, log.String(), "(cached)")
-	assert.False(t, verify(true).Cached, "-fresh runs every mutant again")
+	r, log := verify(VerifyOptions{})
+	require.True(t, r.OK(), problems(r))
+	require.Len(t, r.Mutants, 1)
+	assert.False(t, r.Mutants[0].Cached, "the first run has nothing cached")
+	assert.NotContains(t, log, "cached")
+	assert.Contains(t, log, "verify: [1/1] lab 01 skips-first: killed by TestSumAddsEveryNumber", "each mutant gets a progress line")
 
-	b, err := os.ReadFile(filepath.Join(root, "solutions/01-add/add.go"))
+	r, log = verify(VerifyOptions{})
+	require.True(t, r.OK(), problems(r))
+	assert.True(t, r.Mutants[0].Cached, "nothing changed: the mutant's verdict is reused")
+	assert.Equal(t, []string{"TestSumAddsEveryNumber"}, r.Mutants[0].KilledBy, "a cached verdict says who killed the mutant")
+	assert.Contains(t, log, "verify: stubs: every lab's verdict is cached")
+	assert.Contains(t, log, "verify: black-box: every lab's verdict is cached")
+	assert.Equal(t, 2, r.StubsRed, "a cached stub verdict still counts its red tests")
+
+	r, log = verify(VerifyOptions{Fresh: true, Fast: true})
+	assert.NotContains(t, log, "cached", "-fresh runs everything again")
+
+	b, err := os.ReadFile(filepath.Join(root, "labs/01-add/add.go"))
+	require.NoError(t, err)
+	write(t, root, "labs/01-add/add.go", strings.Replace(string(b), "func Add(a, b int) int { return 0 }", "func Add(a, b int) int { return a + b }", 1))
+	r, _ = verify(VerifyOptions{Fast: true})
+	assert.Contains(t, problems(r), "stub: TestAddAddsTwoNumbers is pass on the stub", "the stub changed: its cached verdict no longer applies")
+	write(t, root, "labs/01-add/add.go", string(b))
+
+	b, err = os.ReadFile(filepath.Join(root, "solutions/01-add/add.go"))
 	require.NoError(t, err)
 	write(t, root, "solutions/01-add/add.go", string(b)+"\n// an edit to the solution\n")
-	assert.False(t, verify(false).Cached, "the solution changed: the mutant runs again")
-	b, err = os.ReadFile(filepath.Join(root, "solutions/01-add/add_test.go"))
-	require.NoError(t, err)
-	write(t, root, "solutions/01-add/add_test.go", string(b)+"\n// an edit to the tests\n")
-	assert.False(t, verify(false).Cached, "the tests changed: the mutant runs again")
+	r, _ = verify(VerifyOptions{})
+	assert.False(t, r.Mutants[0].Cached, "the solution changed: the mutant runs again")
 }
 
 func TestVerifyRejectsAnEditedLabTest(t *testing.T) {
@@ -89,7 +112,7 @@ func TestVerifyRejectsAnEditedLabTest(t *testing.T) {
 	b, err := os.ReadFile(p)
 	require.NoError(t, err)
 	write(t, root, "labs/01-add/add_test.go", strings.Replace(string(b), "want 5", "want five", 1))
-	r := verifyFixture(t, root)
+	r := verifyFast(t, root)
 	assert.False(t, r.Identical)
 	assert.Contains(t, problems(r), "must be byte-identical: differ: add_test.go")
 }
@@ -100,7 +123,7 @@ func TestVerifyRejectsAStubThatPassesATest(t *testing.T) {
 	b, err := os.ReadFile(filepath.Join(root, "labs/01-add/add.go"))
 	require.NoError(t, err)
 	write(t, root, "labs/01-add/add.go", strings.Replace(string(b), "func Add(a, b int) int { return 0 }", "func Add(a, b int) int { return a + b }", 1))
-	r := verifyFixture(t, root)
+	r := verifyFast(t, root)
 	assert.Equal(t, 1, r.StubsRed)
 	assert.Contains(t, problems(r), "stub: TestAddAddsTwoNumbers is pass on the stub")
 }
@@ -131,7 +154,7 @@ func TestVerifyRejectsTestsThatUseUnexportedNames(t *testing.T) {
 		write(t, root, dir+"/add.go", string(b)+"\nfunc double(x int) int { return 2 * x }\n")
 		write(t, root, dir+"/peek_test.go", "package add\n\nimport \"testing\"\n\nfunc TestPeeksInside(t *testing.T) {\n\tif double(2) != 4 {\n\t\tt.Fatal(\"double\")\n\t}\n\tt.Fatal(\"always red\")\n}\n")
 	}
-	r := verifyFixture(t, root)
+	r := verifyFast(t, root)
 	assert.False(t, r.APIClean)
 	assert.Contains(t, problems(r), "peek_test.go:6: uses unexported double")
 }
@@ -140,7 +163,7 @@ func TestVerifyChecksHintsNameRealTests(t *testing.T) {
 	t.Parallel()
 	root := fixture(t)
 	write(t, root, "labs/01-add/HINTS.md", "## 1. Typo\nTests: TestAddAddsTwoNumbrs\n\nbody\n")
-	r := verifyFixture(t, root)
+	r := verifyFast(t, root)
 	assert.Contains(t, problems(r), "names TestAddAddsTwoNumbrs, which is not a test")
 }
 
@@ -163,7 +186,7 @@ func TestVerifyStubsRefUsesPristineStubsFromGit(t *testing.T) {
 	solved, err := os.ReadFile(filepath.Join(root, "solutions/01-add/add.go"))
 	require.NoError(t, err)
 	write(t, root, "labs/01-add/add.go", string(solved))
-	reports, err := Verify(t.Context(), VerifyOptions{Root: root, NoRace: true, Fresh: true, SkipMutants: true, StubsRef: "HEAD"})
+	reports, err := Verify(t.Context(), VerifyOptions{Root: root, NoRace: true, Fresh: true, Fast: true, StubsRef: "HEAD"})
 	require.NoError(t, err)
 	assert.True(t, reports[0].OK(), "with --stubs-ref a solved fork still verifies: %s", problems(reports[0]))
 	assert.Equal(t, 2, reports[0].StubsRed)

@@ -39,7 +39,6 @@ func (v *verifier) checkMutants(ctx context.Context, reports []LabReport) error 
 			jobs = append(jobs, mutantJob{report: r, index: k, patch: p})
 		}
 	}
-	cache := v.openCache(ctx, reports)
 	limit := v.Parallel
 	if limit < 1 {
 		limit = runtime.NumCPU()
@@ -51,7 +50,7 @@ func (v *verifier) checkMutants(ctx context.Context, reports []LabReport) error 
 	for _, j := range jobs {
 		g.Go(func() error {
 			started := time.Now()
-			res := v.mutant(ctx, cache, j.report.Lab, j.patch)
+			res := v.mutant(ctx, j.report.Lab, j.patch)
 			j.report.Mutants[j.index] = res
 			v.logf("verify: [%d/%d] lab %s %s: %s", done.Add(1), len(jobs), j.report.Lab.Number, res.Name, verdict(res, time.Since(started)))
 			return nil
@@ -98,21 +97,22 @@ func judgeMutants(r *LabReport) {
 }
 
 // mutant returns the verdict on one patch: from the cache, or from a run.
-func (v *verifier) mutant(ctx context.Context, cache *mutantCache, l Lab, patchPath string) MutantResult {
+func (v *verifier) mutant(ctx context.Context, l Lab, patchPath string) MutantResult {
 	res := MutantResult{Name: strings.TrimSuffix(filepath.Base(patchPath), ".patch")}
-	if err := v.tryMutant(ctx, cache, l, patchPath, &res); err != nil {
+	if err := v.tryMutant(ctx, l, patchPath, &res); err != nil {
 		res.Problem = err.Error()
 	}
 	return res
 }
 
-func (v *verifier) tryMutant(ctx context.Context, cache *mutantCache, l Lab, patchPath string, res *MutantResult) error {
+func (v *verifier) tryMutant(ctx context.Context, l Lab, patchPath string, res *MutantResult) error {
 	text, err := os.ReadFile(patchPath)
 	if err != nil {
 		return err
 	}
-	key := cache.key(l, text)
-	if cached, ok := cache.get(key); ok && !v.Fresh {
+	key := v.cache.key("mutant", []string{l.SolutionDir()}, text)
+	var cached MutantResult
+	if !v.Fresh && v.cache.get(key, &cached) && cached.Killed {
 		cached.Name, cached.Cached = res.Name, true
 		*res = cached
 		return nil
@@ -123,7 +123,9 @@ func (v *verifier) tryMutant(ctx context.Context, cache *mutantCache, l Lab, pat
 		return err
 	}
 	judgeMutant(res, p)
-	cache.put(key, *res)
+	if res.Killed && res.Problem == "" && len(res.Unchecked) == 0 {
+		v.cache.put(key, *res)
+	}
 	return nil
 }
 

@@ -82,7 +82,8 @@ func (r *LabReport) problem(format string, args ...any) {
 // the mutant runs write to concurrently.
 type verifier struct {
 	VerifyOptions
-	mu sync.Mutex
+	cache *verifyCache
+	mu    sync.Mutex
 }
 
 func (v *verifier) logf(format string, args ...any) {
@@ -113,17 +114,21 @@ func Verify(ctx context.Context, opts VerifyOptions) ([]LabReport, error) {
 	if err != nil {
 		return nil, err
 	}
-	v := &verifier{VerifyOptions: opts}
 	reports := make([]LabReport, len(labs))
+	if len(labs) == 0 {
+		return reports, nil
+	}
+	v := &verifier{VerifyOptions: opts}
+	v.cache = v.openCache(ctx, labs)
 	v.logf("verify: files, identical tests, black-box tests (%d labs)…", len(labs))
 	for i, l := range labs {
 		reports[i].Lab = l
-		if err := v.checkFiles(ctx, &reports[i]); err != nil {
+		if err := v.checkFiles(&reports[i]); err != nil {
 			return nil, err
 		}
 	}
-	if len(labs) == 0 {
-		return reports, nil
+	if err := v.checkBlackBox(ctx, reports); err != nil {
+		return nil, err
 	}
 	v.logf("verify: stubs should fail every test…")
 	if err := v.checkStubs(ctx, reports); err != nil {
@@ -142,9 +147,9 @@ func Verify(ctx context.Context, opts VerifyOptions) ([]LabReport, error) {
 	return reports, v.checkMutants(ctx, reports)
 }
 
-// checkFiles covers the static conventions: files present, tests identical,
-// hints naming real tests, and black-box tests.
-func (v *verifier) checkFiles(ctx context.Context, r *LabReport) error {
+// checkFiles covers the conventions a read of the files settles: files
+// present, tests identical, hints naming real tests.
+func (v *verifier) checkFiles(r *LabReport) error {
 	l := r.Lab
 	for _, f := range []string{filepath.Join(l.LabDir(), "README.md"), filepath.Join(l.LabDir(), l.Hints)} {
 		if _, err := os.Stat(filepath.Join(v.Root, f)); err != nil {
@@ -155,7 +160,6 @@ func (v *verifier) checkFiles(ctx context.Context, r *LabReport) error {
 		return err
 	}
 	v.checkHints(r)
-	v.checkBlackBox(ctx, r)
 	return nil
 }
 
@@ -201,32 +205,78 @@ func (v *verifier) checkHints(r *LabReport) {
 	}
 }
 
-// checkBlackBox requires the tests of both twins to use only the exported API.
-func (v *verifier) checkBlackBox(ctx context.Context, r *LabReport) {
-	r.APIClean = true
-	for _, dir := range []string{r.Lab.LabDir(), r.Lab.SolutionDir()} {
-		found, err := CheckBlackBox(ctx, v.Root, dir, !v.NoRace)
-		if err != nil {
-			r.problem("%v", err)
-			r.APIClean = false
+// checkBlackBox requires the tests of both twins to use only the exported
+// API. The labs whose verdict is cached are not loaded again; the others are
+// type-checked in one load.
+func (v *verifier) checkBlackBox(ctx context.Context, reports []LabReport) error {
+	var dirs []string
+	keys := make([]string, len(reports))
+	for i := range reports {
+		r := &reports[i]
+		r.APIClean = true
+		keys[i] = v.cache.key("blackbox", []string{r.Lab.LabDir(), r.Lab.SolutionDir()}, nil)
+		var clean bool
+		if !v.Fresh && v.cache.get(keys[i], &clean) && clean {
 			continue
 		}
-		for _, x := range found {
-			r.APIClean = false
-			r.problem("%s/%s: tests must use only the exported API", dir, x)
+		dirs = append(dirs, r.Lab.LabDir(), r.Lab.SolutionDir())
+	}
+	if len(dirs) == 0 {
+		v.logf("verify: black-box: every lab's verdict is cached")
+		return nil
+	}
+	found, err := CheckBlackBox(ctx, v.Root, dirs, !v.NoRace)
+	if err != nil {
+		return err
+	}
+	for i := range reports {
+		r := &reports[i]
+		if !slices.Contains(dirs, r.Lab.LabDir()) {
+			continue
+		}
+		for _, dir := range []string{r.Lab.LabDir(), r.Lab.SolutionDir()} {
+			res := found[filepath.Clean(dir)]
+			if res.Err != nil {
+				r.problem("%v", res.Err)
+				r.APIClean = false
+			}
+			for _, x := range res.Violations {
+				r.APIClean = false
+				r.problem("%s/%s: tests must use only the exported API", dir, x)
+			}
+		}
+		if r.APIClean {
+			v.cache.put(keys[i], true)
 		}
 	}
+	return nil
 }
 
-// checkStubs runs every stub once and requires each exercise test to fail.
-// Stubs run with -race like everything else only to share its build cache:
-// they return at once, and the check is about which tests fail.
+// checkStubs runs the stubs and requires each exercise test to fail. A lab
+// whose stub failed every test before, with the same inputs, is not run
+// again. Stubs run with -race like everything else only to share its build
+// cache: they return at once, and the check is about which tests fail.
 func (v *verifier) checkStubs(ctx context.Context, reports []LabReport) error {
 	var pkgs []string
-	for _, r := range reports {
+	var todo []*LabReport
+	keys := map[*LabReport]string{}
+	for i := range reports {
+		r := &reports[i]
+		if v.StubsRef == "" { // stubs from git are not what the key hashes
+			keys[r] = v.cache.key("stubs", []string{r.Lab.LabDir()}, []byte(strings.Join(r.Tests, ",")))
+			if red := 0; !v.Fresh && v.cache.get(keys[r], &red) && red == len(r.Tests) {
+				r.StubsRed = red
+				continue
+			}
+		}
+		todo = append(todo, r)
 		pkgs = append(pkgs, "./"+filepath.ToSlash(r.Lab.LabDir()))
 	}
-	overlayFile, cleanup, err := v.stubsOverlay(ctx, reports)
+	if len(todo) == 0 {
+		v.logf("verify: stubs: every lab's verdict is cached")
+		return nil
+	}
+	overlayFile, cleanup, err := v.stubsOverlay(ctx, todo)
 	if err != nil {
 		return err
 	}
@@ -235,14 +285,18 @@ func (v *verifier) checkStubs(ctx context.Context, reports []LabReport) error {
 	if err != nil {
 		return err
 	}
-	for i := range reports {
-		judgeStub(&reports[i], run.Package(reports[i].Lab.LabDir()))
+	for _, r := range todo {
+		problems := len(r.Problems)
+		judgeStub(r, run.Package(r.Lab.LabDir()))
+		if len(r.Problems) == problems && r.StubsRed == len(r.Tests) {
+			v.cache.put(keys[r], r.StubsRed)
+		}
 	}
 	return nil
 }
 
 // stubsOverlay makes the build see labs/ as it is at StubsRef ("" without one).
-func (v *verifier) stubsOverlay(ctx context.Context, reports []LabReport) (file string, cleanup func(), err error) {
+func (v *verifier) stubsOverlay(ctx context.Context, reports []*LabReport) (file string, cleanup func(), err error) {
 	if v.StubsRef == "" {
 		return "", func() {}, nil
 	}
