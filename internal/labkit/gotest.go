@@ -122,6 +122,9 @@ func RunTests(ctx context.Context, opts RunOptions) (*Run, error) {
 	cmd := exec.CommandContext(ctx, "go", args...)
 	cmd.Dir = opts.Dir
 	cmd.Env = append(os.Environ(), opts.Env...)
+	if opts.Race {
+		cmd.Env = append(cmd.Env, "GORACE="+noExitSleep(os.Getenv("GORACE")))
+	}
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	stdout, err := cmd.StdoutPipe()
@@ -157,6 +160,18 @@ func RunTests(ctx context.Context, opts RunOptions) (*Run, error) {
 type collector struct {
 	run      *Run
 	buildOut map[string]*strings.Builder // import path → compiler output
+}
+
+// noExitSleep adds atexit_sleep_ms=0 to a GORACE value that does not set
+// it. The race detector otherwise sleeps a second before every -race test
+// binary exits, to catch races in goroutines still running; every package
+// here ends with goleak.VerifyTestMain, so none are, and the second is
+// pure wait (most of a lab's run time).
+func noExitSleep(gorace string) string {
+	if strings.Contains(gorace, "atexit_sleep_ms") {
+		return gorace
+	}
+	return strings.TrimSpace(gorace + " atexit_sleep_ms=0")
 }
 
 func parseEvents(r io.Reader, onEvent func(Event)) (*Run, error) {

@@ -132,3 +132,9 @@ func TestFilesToEditAreTheOnesWithTODOs(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, []string{"add.go", "doc.go", "script.lua"}, files, "no TODO left: every source file")
 }
+
+func TestRaceRunsSkipTheExitSleepUnlessToldOtherwise(t *testing.T) {
+	assert.Equal(t, "atexit_sleep_ms=0", noExitSleep(""))
+	assert.Equal(t, "halt_on_error=1 atexit_sleep_ms=0", noExitSleep("halt_on_error=1"), "other options are kept")
+	assert.Equal(t, "atexit_sleep_ms=500", noExitSleep("atexit_sleep_ms=500"), "a value the user chose wins")
+}
