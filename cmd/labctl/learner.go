@@ -118,11 +118,7 @@ func cmdTest(ctx context.Context, e *env, args []string) error {
 	fs := flags(e, "test")
 	noRace := fs.Bool("no-race", false, "run without the race detector (faster, misses data races)")
 	runRe := fs.String("run", "", "only tests matching this regexp")
-	pos, err := parse(fs, args)
-	if err != nil {
-		return err
-	}
-	_, l, err := catalogLab(e, pos, "test")
+	l, _, err := labCommand(e, fs, "test", args)
 	if err != nil {
 		return err
 	}
@@ -305,11 +301,7 @@ func showHint(e *env, l labkit.Lab, test string) {
 func cmdHint(ctx context.Context, e *env, args []string) error {
 	fs := flags(e, "hint")
 	reset := fs.Bool("reset", false, "forget which hints you have seen")
-	pos, err := parse(fs, args)
-	if err != nil {
-		return err
-	}
-	_, l, err := catalogLab(e, pos, "hint")
+	l, rest, err := labCommand(e, fs, "hint", args)
 	if err != nil {
 		return err
 	}
@@ -327,9 +319,9 @@ func cmdHint(ctx context.Context, e *env, args []string) error {
 		return state.Save()
 	}
 	k, unseen := state.Next(l.Number, len(hints))
-	if len(pos) > 1 {
-		if k, err = strconv.Atoi(pos[1]); err != nil || k < 1 || k > len(hints) {
-			return fmt.Errorf("%w: lab %s has hints 1 to %d, not %q", errUsage, l.Number, len(hints), pos[1])
+	if len(rest) > 0 {
+		if k, err = strconv.Atoi(rest[0]); err != nil || k < 1 || k > len(hints) {
+			return fmt.Errorf("%w: lab %s has hints 1 to %d, not %q", errUsage, l.Number, len(hints), rest[0])
 		}
 	} else if !unseen {
 		fmt.Fprintf(e.stdout, "lab %s: you have seen all %d hints. See one again with: make hint LAB=%s K=1\n", l.Number, len(hints), l.Number)

@@ -173,17 +173,23 @@ func parse(fs *flag.FlagSet, args []string) ([]string, error) {
 	}
 }
 
-func catalogLab(e *env, args []string, name string) (*labkit.Catalog, labkit.Lab, error) {
-	if len(args) == 0 {
-		return nil, labkit.Lab{}, fmt.Errorf("%w: labctl %s needs a lab number, e.g. labctl %s 01", errUsage, name, name)
+// labCommand parses a lab command's flags and finds the lab its first
+// argument names; the arguments after it come back as rest.
+func labCommand(e *env, fs *flag.FlagSet, name string, args []string) (l labkit.Lab, rest []string, err error) {
+	pos, err := parse(fs, args)
+	if err != nil {
+		return labkit.Lab{}, nil, err
+	}
+	if len(pos) == 0 {
+		return labkit.Lab{}, nil, fmt.Errorf("%w: labctl %s needs a lab number, e.g. labctl %s 01", errUsage, name, name)
 	}
 	c, err := labkit.LoadCatalog(e.root)
 	if err != nil {
-		return nil, labkit.Lab{}, err
+		return labkit.Lab{}, nil, err
 	}
-	labs, err := c.Select(args[:1])
+	labs, err := c.Select(pos[:1])
 	if err != nil {
-		return nil, labkit.Lab{}, err
+		return labkit.Lab{}, nil, err
 	}
-	return c, labs[0], nil
+	return labs[0], pos[1:], nil
 }

@@ -158,11 +158,11 @@ func cmdGrade(ctx context.Context, e *env, args []string) error {
 	fmt.Fprintln(t, "lab\ttitle\tpassed\tnote")
 	var notes []string
 	for _, l := range g.Labs {
-		note := ""
+		fmt.Fprintf(t, "%s\t%s\t%d/%d", l.Number, l.Title, l.Passed, l.Total)
 		if l.Edited {
-			note = "edited tests restored"
+			fmt.Fprint(t, "\tedited tests restored")
 		}
-		fmt.Fprintf(t, "%s\t%s\t%d/%d\t%s\n", l.Number, l.Title, l.Passed, l.Total, note)
+		fmt.Fprintln(t)
 		if l.NoRedis != "" {
 			notes = append(notes, "lab "+l.Number+": "+l.NoRedis)
 		}

@@ -12,15 +12,14 @@ import (
 	"time"
 )
 
+// pollInterval is how often watch looks at the files' sizes and times.
+const pollInterval = 500 * time.Millisecond
+
 func cmdWatch(ctx context.Context, e *env, args []string) error {
 	fs := flags(e, "watch")
-	interval := fs.Duration("interval", 500*time.Millisecond, "how often to look for saved files")
+	interval := fs.Duration("interval", pollInterval, "how often to look for saved files")
 	noRace := fs.Bool("no-race", false, "run without the race detector")
-	pos, err := parse(fs, args)
-	if err != nil {
-		return err
-	}
-	_, l, err := catalogLab(e, pos, "watch")
+	l, _, err := labCommand(e, fs, "watch", args)
 	if err != nil {
 		return err
 	}

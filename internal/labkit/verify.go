@@ -318,12 +318,8 @@ func (v *verifier) stubsOverlay(ctx context.Context, reports []*LabReport) (file
 }
 
 func judgeStub(r *LabReport, p *PackageResult) {
-	if p != nil && p.BuildFailed {
-		r.problem("stub does not compile (a stub must build and fail at run time):\n%s", Indent(p.Output, 6))
-		return
-	}
-	for _, t := range r.Tests {
-		switch res := p.Test(t); res.Status {
+	judgeTests(r, p, "stub does not compile (a stub must build and fail at run time)", func(t string, res TestResult) {
+		switch res.Status {
 		case Fail:
 			r.StubsRed++
 		case NotRun:
@@ -331,13 +327,26 @@ func judgeStub(r *LabReport, p *PackageResult) {
 		case Skip:
 			if _, ok := redismark.SkipReason(res.Output); ok {
 				r.Unchecked = append(r.Unchecked, t) // needs a real Redis, and there is none here
-				continue
+				return
 			}
 			r.problem("stub: %s is skip on the stub; every exercise test must fail until the learner writes the code", t)
 		default:
 			r.problem("stub: %s is %s on the stub; every exercise test must fail until the learner writes the code", t, res.Status)
 		}
+	})
+}
+
+// judgeTests hands each exercise test's result in p to judge, unless the
+// package did not build, which is one problem, named by buildProblem.
+func judgeTests(r *LabReport, p *PackageResult, buildProblem string, judge func(test string, res TestResult)) bool {
+	if p != nil && p.BuildFailed {
+		r.problem("%s:\n%s", buildProblem, Indent(p.Output, 6))
+		return false
 	}
+	for _, t := range r.Tests {
+		judge(t, p.Test(t))
+	}
+	return true
 }
 
 // checkSolutions runs every solution and requires every test to pass.
@@ -357,12 +366,8 @@ func (v *verifier) checkSolutions(ctx context.Context, reports []LabReport) erro
 }
 
 func judgeSolution(r *LabReport, p *PackageResult) {
-	if p != nil && p.BuildFailed {
-		r.problem("solution does not compile:\n%s", Indent(p.Output, 6))
-		return
-	}
-	for _, t := range r.Tests {
-		switch res := p.Test(t); res.Status {
+	built := judgeTests(r, p, "solution does not compile", func(t string, res TestResult) {
+		switch res.Status {
 		case Pass:
 			r.Green++
 		case Skip:
@@ -371,8 +376,8 @@ func judgeSolution(r *LabReport, p *PackageResult) {
 		default:
 			r.problem("solution: %s %s\n%s", t, res.Status, Indent(FailureMessage(res.Output), 6))
 		}
-	}
-	if p != nil && p.Status == Fail && r.Green == len(r.Tests) {
+	})
+	if built && p != nil && p.Status == Fail && r.Green == len(r.Tests) {
 		r.problem("solution: the package failed outside any test (TestMain, goleak or a panic):\n%s", Indent(p.Output, 6))
 	}
 }
