@@ -79,25 +79,8 @@ type RunOptions struct {
 	OnEvent  func(Event)   // called for every event as it arrives
 }
 
-// Run is what a `go test -json` run produced.
-type Run struct {
-	Packages map[string]*PackageResult
-	Stderr   string
-}
-
-// Package returns the result for an import path ending in suffix (a lab's dir).
-func (r *Run) Package(suffix string) *PackageResult {
-	for path, p := range r.Packages {
-		if path == suffix || strings.HasSuffix(path, "/"+suffix) {
-			return p
-		}
-	}
-	return nil
-}
-
-// RunTests runs `go test -json` and collects the outcome. A failing test is
-// not an error; an error means go test could not be run or said nothing.
-func RunTests(ctx context.Context, opts RunOptions) (*Run, error) {
+// args is the go test command line the options ask for.
+func (opts RunOptions) args() []string {
 	args := []string{"test", "-json"}
 	if opts.Race {
 		args = append(args, "-race")
@@ -117,8 +100,29 @@ func RunTests(ctx context.Context, opts RunOptions) (*Run, error) {
 	if opts.Timeout > 0 {
 		args = append(args, "-timeout", opts.Timeout.String())
 	}
-	args = append(args, opts.Packages...)
+	return append(args, opts.Packages...)
+}
 
+// Run is what a `go test -json` run produced.
+type Run struct {
+	Packages map[string]*PackageResult
+	Stderr   string
+}
+
+// Package returns the result for an import path ending in suffix (a lab's dir).
+func (r *Run) Package(suffix string) *PackageResult {
+	for path, p := range r.Packages {
+		if path == suffix || strings.HasSuffix(path, "/"+suffix) {
+			return p
+		}
+	}
+	return nil
+}
+
+// RunTests runs `go test -json` and collects the outcome. A failing test is
+// not an error; an error means go test could not be run or said nothing.
+func RunTests(ctx context.Context, opts RunOptions) (*Run, error) {
+	args := opts.args()
 	cmd := exec.CommandContext(ctx, "go", args...)
 	cmd.Dir = opts.Dir
 	cmd.Env = append(os.Environ(), opts.Env...)
