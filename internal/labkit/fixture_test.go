@@ -40,6 +40,31 @@ func verifyFast(t *testing.T, root string) LabReport {
 	return verifyWith(t, VerifyOptions{Root: root, NoRace: true, Fresh: true, Fast: true})
 }
 
+// checkOnly runs only the file checks (twins, hints) on the fixture's lab.
+func checkOnly(t *testing.T, root string) LabReport {
+	t.Helper()
+	r := LabReport{Lab: fixtureLab(t, root)}
+	v := &verifier{VerifyOptions: VerifyOptions{Root: root}}
+	require.NoError(t, v.checkFiles(&r))
+	return r
+}
+
+// mutantsOnly runs only the kill matrix of the fixture's lab.
+func mutantsOnly(t *testing.T, root string) LabReport {
+	t.Helper()
+	reports := []LabReport{{Lab: fixtureLab(t, root)}}
+	v := &verifier{VerifyOptions: VerifyOptions{Root: root, NoRace: true, Fresh: true}}
+	require.NoError(t, v.checkMutants(t.Context(), reports))
+	return reports[0]
+}
+
+func fixtureLab(t *testing.T, root string) Lab {
+	t.Helper()
+	c, err := LoadCatalog(root)
+	require.NoError(t, err)
+	return c.BuiltLabs()[0]
+}
+
 func verifyWith(t *testing.T, opts VerifyOptions) LabReport {
 	t.Helper()
 	reports, err := Verify(t.Context(), opts)
@@ -112,7 +137,7 @@ func TestVerifyRejectsAnEditedLabTest(t *testing.T) {
 	b, err := os.ReadFile(p)
 	require.NoError(t, err)
 	write(t, root, "labs/01-add/add_test.go", strings.Replace(string(b), "want 5", "want five", 1))
-	r := verifyFast(t, root)
+	r := checkOnly(t, root)
 	assert.False(t, r.Identical)
 	assert.Contains(t, problems(r), "must be byte-identical: differ: add_test.go")
 }
@@ -132,7 +157,7 @@ func TestVerifyRejectsASurvivingMutant(t *testing.T) {
 	t.Parallel()
 	root := fixture(t)
 	write(t, root, "solutions/01-add/testdata/mutants/harmless.patch", "# Changes a comment only: no test can catch it.\n\n--- a/add.go\n+++ b/add.go\n@@ -3,3 +3,3 @@\n \n-// Add returns a+b.\n+// Add returns the sum of a and b.\n func Add(a, b int) int { return a + b }\n")
-	r := verifyFixture(t, root)
+	r := mutantsOnly(t, root)
 	assert.Contains(t, problems(r), "mutant harmless survived")
 	assert.Equal(t, 1, r.Killed(), "the good mutant is still killed")
 }
@@ -141,7 +166,7 @@ func TestVerifyRejectsAMutantThatDoesNotCompile(t *testing.T) {
 	t.Parallel()
 	root := fixture(t)
 	write(t, root, "solutions/01-add/testdata/mutants/broken.patch", "--- a/add.go\n+++ b/add.go\n@@ -5,1 +5,1 @@\n-func Add(a, b int) int { return a + b }\n+func Add(a, b int) int { return a + }\n")
-	r := verifyFixture(t, root)
+	r := mutantsOnly(t, root)
 	assert.Contains(t, problems(r), "mutant broken: does not compile", "a build failure is not a kill")
 }
 
@@ -163,7 +188,7 @@ func TestVerifyChecksHintsNameRealTests(t *testing.T) {
 	t.Parallel()
 	root := fixture(t)
 	write(t, root, "labs/01-add/HINTS.md", "## 1. Typo\nTests: TestAddAddsTwoNumbrs\n\nbody\n")
-	r := verifyFast(t, root)
+	r := checkOnly(t, root)
 	assert.Contains(t, problems(r), "names TestAddAddsTwoNumbrs, which is not a test")
 }
 
