@@ -18,7 +18,7 @@ if ! command -v wrk >/dev/null; then
 fi
 
 mkdir -p bin
-go build -o bin/benchhttp ./solutions/benchhttp
+go build -o bin/benchhttp ./cmd/benchhttp
 go build -o bin/production_app ./solutions/production_app
 
 # Pin the server under test to core 0 and the load and upstream to core 1,

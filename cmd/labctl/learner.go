@@ -1,14 +1,14 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"io"
-	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/production-go/gateway-lab/internal/labkit"
@@ -23,60 +23,84 @@ func cmdList(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	var pkgs []string
-	for _, l := range c.BuiltLabs() {
-		pkgs = append(pkgs, "./"+filepath.ToSlash(l.LabDir()))
+	run, err := runBuiltLabs(ctx, e, c.BuiltLabs())
+	if err != nil {
+		return err
 	}
-	var run *labkit.Run
-	if len(pkgs) > 0 {
-		fmt.Fprintln(e.stderr, "running the labs' tests…")
-		if run, err = labkit.RunTests(ctx, labkit.RunOptions{Dir: e.root, Packages: pkgs, Timeout: 2 * time.Minute}); err != nil {
-			return err
-		}
-	}
-	fmt.Fprintf(e.stdout, "%-4s %-46s %-9s %s\n", "lab", "title", "passing", "status")
+	t := table(e.stdout)
+	fmt.Fprintln(t, "lab\ttitle\tpassing\tstatus")
+	var notes []string
 	next := ""
 	for _, l := range c.Labs {
-		if !l.Built() {
-			fmt.Fprintf(e.stdout, "%-4s %-46s %-9s %s\n", l.Number, l.Title, "-", "not built yet (issue #"+strconv.Itoa(l.Issue)+")")
-			continue
-		}
-		sources, err := labkit.ReadTestSources(filepath.Join(e.root, l.LabDir()))
+		row, err := progressRow(e.root, l, run)
 		if err != nil {
 			return err
 		}
-		tests, err := labkit.TestFuncs(sources)
-		if err != nil {
-			return err
+		fmt.Fprintln(t, strings.Join(row.cells, "\t"))
+		if row.note != "" {
+			notes = append(notes, "lab "+l.Number+": "+row.note)
 		}
-		p := run.Package(l.LabDir())
-		passing := 0
-		for _, t := range tests {
-			if p.Test(t).Status == labkit.Pass {
-				passing++
-			}
-		}
-		status := "in progress"
-		switch {
-		case p != nil && p.BuildFailed:
-			status = "does not compile"
-		case passing == len(tests) && len(tests) > 0:
-			status = "✓ done"
-		case passing == 0:
-			status = "not started"
-		}
-		if d, err := labkit.CompareTests(e.root, l); err == nil && !d.Empty() {
-			status += "  (tests edited!)"
-		}
-		if next == "" && !strings.HasPrefix(status, "✓") {
+		if next == "" && l.Built() && !row.done {
 			next = l.Number
 		}
-		fmt.Fprintf(e.stdout, "%-4s %-46s %-9s %s\n", l.Number, l.Title, fmt.Sprintf("%d/%d", passing, len(tests)), status)
+	}
+	t.Flush()
+	for _, n := range notes {
+		fmt.Fprintln(e.stdout, n)
 	}
 	if next != "" {
 		fmt.Fprintf(e.stdout, "\nnext: make lab-%s\n", next)
 	}
 	return nil
+}
+
+// runBuiltLabs runs every built lab's tests once, with -race like `make
+// lab-NN` so both share one build cache.
+func runBuiltLabs(ctx context.Context, e *env, labs []labkit.Lab) (*labkit.Run, error) {
+	if len(labs) == 0 {
+		return &labkit.Run{}, nil
+	}
+	var pkgs []string
+	for _, l := range labs {
+		pkgs = append(pkgs, "./"+filepath.ToSlash(l.LabDir()))
+	}
+	fmt.Fprintln(e.stderr, "running the labs' tests (the first run compiles them, ~1–2 min)…")
+	return labkit.RunTests(ctx, labkit.RunOptions{Dir: e.root, Packages: pkgs, Race: true, Timeout: 2 * time.Minute})
+}
+
+// progress is one lab's row of the progress table, and a line under it.
+type progress struct {
+	cells []string
+	note  string // e.g. which real-Redis test skipped and why
+	done  bool
+}
+
+func progressRow(root string, l labkit.Lab, run *labkit.Run) (progress, error) {
+	if !l.Built() {
+		return progress{cells: []string{l.Number, l.Title, "-", "not built yet (issue #" + strconv.Itoa(l.Issue) + ")"}}, nil
+	}
+	tests, err := labkit.LabTests(root, l)
+	if err != nil {
+		return progress{}, err
+	}
+	o := labkit.ReadOutcome(run.Package(l.LabDir()), tests)
+	status := "in progress"
+	switch {
+	case o.BuildFailed:
+		status = "does not compile"
+	case o.Done():
+		status = "✓ done"
+	case len(o.Passed) == 0:
+		status = "not started"
+	}
+	if len(o.NeedRedis) > 0 {
+		status += fmt.Sprintf(", %d skipped (no Redis)", len(o.NeedRedis))
+	}
+	if d, err := labkit.CompareTests(root, l); err == nil && !d.Empty() {
+		status += "  (tests edited!)"
+	}
+	passing := fmt.Sprintf("%d/%d", len(o.Passed), len(o.Tests))
+	return progress{cells: []string{l.Number, l.Title, passing, status}, note: o.RedisNote(), done: o.Done()}, nil
 }
 
 // warnEdited prints a loud banner when a lab's tests differ from the solution's.
@@ -94,91 +118,190 @@ func cmdTest(ctx context.Context, e *env, args []string) error {
 	fs := flags(e, "test")
 	noRace := fs.Bool("no-race", false, "run without the race detector (faster, misses data races)")
 	runRe := fs.String("run", "", "only tests matching this regexp")
-	pos, err := parse(fs, args)
-	if err != nil {
-		return err
-	}
-	_, l, err := catalogLab(e, pos, "test")
+	l, _, err := labCommand(e, fs, "test", args)
 	if err != nil {
 		return err
 	}
 	return testLab(ctx, e, l, !*noRace, *runRe)
 }
 
+// testLab runs one lab and reports it: one line per test, then the first
+// failure with its hint, or what is left to do.
 func testLab(ctx context.Context, e *env, l labkit.Lab, race bool, runRe string) error {
 	warnEdited(e, l)
 	fmt.Fprintf(e.stdout, "lab %s — %s\n", l.Number, l.Title)
 	started := time.Now()
+	p, err := runLab(ctx, e, l, race, runRe)
+	if err != nil {
+		return err
+	}
+	tests, err := labkit.LabTests(e.root, l)
+	if err != nil {
+		return err
+	}
+	if runRe != "" {
+		tests = slices.DeleteFunc(tests, func(t string) bool { return p.Test(t).Status == labkit.NotRun })
+	}
+	o := labkit.ReadOutcome(p, tests)
+	switch {
+	case o.BuildFailed:
+		fmt.Fprintf(e.stdout, "\nlab %s does not compile:\n%s\n", l.Number, strings.TrimSpace(p.Output))
+		return errRed
+	case len(o.Failed) > 0:
+		reportRed(e, l, p, o)
+		return errRed
+	case len(o.NotRun) > 0 || o.PackageFailed:
+		fmt.Fprintf(e.stdout, "\nlab %s: %d/%d passing\n\nthe package failed outside any test (a leaked goroutine or a panic):\n%s\n",
+			l.Number, len(o.Passed), len(o.Tests), labkit.LastLines(p.Output, 30))
+		return errRed
+	}
+	reportGreen(e, l, o, time.Since(started))
+	return nil
+}
+
+// compileNotice is how long runLab waits for a first test line before it
+// says it is compiling: a cold build takes minutes and must not look hung.
+var compileNotice = 1500 * time.Millisecond
+
+// runLab runs one lab's tests, streaming a line per test as it finishes.
+func runLab(ctx context.Context, e *env, l labkit.Lab, race bool, runRe string) (*labkit.PackageResult, error) {
+	lines := &testLines{w: e.stdout}
+	notice := time.AfterFunc(compileNotice, func() {
+		lines.once(fmt.Sprintf("  compiling lab %s (the first run downloads and builds dependencies, ~1–2 min)…", l.Number))
+	})
+	defer notice.Stop()
 	run, err := labkit.RunTests(ctx, labkit.RunOptions{
 		Dir: e.root, Packages: []string{"./" + filepath.ToSlash(l.LabDir())},
 		Race: race, Count: 1, Run: runRe, Timeout: 2 * time.Minute,
 		OnEvent: func(ev labkit.Event) {
-			if ev.Test == "" || strings.Contains(ev.Test, "/") {
-				return
+			if ev.Action == "run" || ev.Action == "start" {
+				notice.Stop()
 			}
-			switch ev.Action {
-			case "pass":
-				fmt.Fprintf(e.stdout, "  ✓ %-56s %5.2fs\n", ev.Test, ev.Elapsed)
-			case "fail":
-				fmt.Fprintf(e.stdout, "  ✗ %-56s %5.2fs\n", ev.Test, ev.Elapsed)
-			case "skip":
-				fmt.Fprintf(e.stdout, "  - %-56s skipped\n", ev.Test)
-			}
+			lines.event(ev)
 		},
 	})
+	lines.flush()
 	if err != nil {
-		return err
+		return nil, err
 	}
 	p := run.Package(l.LabDir())
 	if p == nil {
-		return fmt.Errorf("go test reported nothing for %s:\n%s", l.LabDir(), run.Stderr)
+		return nil, fmt.Errorf("go test reported nothing for %s:\n%s", l.LabDir(), run.Stderr)
 	}
-	if p.BuildFailed {
-		fmt.Fprintf(e.stdout, "\nlab %s does not compile:\n%s\n", l.Number, strings.TrimSpace(p.Output))
-		return errRed
+	return p, nil
+}
+
+// testLines prints one line per finished top-level test. The real-Redis
+// tests' lines wait until the end, so they come last, as in the report.
+type testLines struct {
+	mu    sync.Mutex
+	w     io.Writer
+	held  []string
+	noted bool
+}
+
+func (t *testLines) event(ev labkit.Event) {
+	if ev.Test == "" || strings.Contains(ev.Test, "/") {
+		return
 	}
-	var failed []string
-	passed := 0
-	for _, name := range p.Order {
-		switch p.Tests[name].Status {
-		case labkit.Pass:
-			passed++
-		case labkit.Fail:
-			failed = append(failed, name)
-		}
+	var line string
+	switch ev.Action {
+	case "pass":
+		line = fmt.Sprintf("  ✓ %-56s %5.2fs", ev.Test, ev.Elapsed)
+	case "fail":
+		line = fmt.Sprintf("  ✗ %-56s %5.2fs", ev.Test, ev.Elapsed)
+	case "skip":
+		line = fmt.Sprintf("  - %-56s skipped", ev.Test)
+	default:
+		return
 	}
-	total := len(p.Order)
-	if len(failed) == 0 && p.Status != labkit.Fail {
-		fmt.Fprintf(e.stdout, "\nlab %s: all %d tests pass (%.1fs). ", l.Number, total, time.Since(started).Seconds())
-		fmt.Fprintf(e.stdout, "Read the mutants in %s/testdata/mutants/ to see the bugs these tests catch.\nnext: make progress\n", l.SolutionDir())
-		return nil
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if strings.HasPrefix(ev.Test, labkit.IntegrationPrefix) {
+		t.held = append(t.held, line)
+		return
 	}
-	fmt.Fprintf(e.stdout, "\nlab %s: %d/%d passing\n", l.Number, passed, total)
-	if len(failed) == 0 {
-		fmt.Fprintf(e.stdout, "\nthe package failed outside any test (a leaked goroutine or a panic):\n%s\n", labkit.LastLines(p.Output, 30))
-		return errRed
+	fmt.Fprintln(t.w, line)
+}
+
+// once prints a line at most once (the compiling notice).
+func (t *testLines) once(line string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if !t.noted {
+		t.noted = true
+		fmt.Fprintln(t.w, line)
 	}
-	first := failed[0]
-	fmt.Fprintf(e.stdout, "\nfirst failing test: %s\n%s\n", first, indentLines(labkit.FailureMessage(p.Tests[first].Output)))
-	if hints, err := labkit.LoadHints(e.root, l); err == nil {
-		i := labkit.HintFor(hints, first)
-		if i < 0 {
-			i = 0
-		}
-		fmt.Fprintf(e.stdout, "\nhint %d/%d — %s\n%s\n", i+1, len(hints), hints[i].Title, indentLines(hints[i].Body))
+}
+
+func (t *testLines) flush() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, line := range t.held {
+		fmt.Fprintln(t.w, line)
 	}
+	t.held = nil
+}
+
+func reportGreen(e *env, l labkit.Lab, o labkit.Outcome, took time.Duration) {
+	if !o.Done() {
+		fmt.Fprintf(e.stdout, "\nlab %s: %d/%d pass; the rest need a real Redis:\n  %s\n", l.Number, len(o.Passed), len(o.Tests), o.RedisNote())
+		fmt.Fprintf(e.stdout, "next: make lab-%s again with Redis, or make progress\n", l.Number)
+		return
+	}
+	fmt.Fprintf(e.stdout, "\nlab %s: all %d tests pass (%.1fs). ", l.Number, len(o.Tests), took.Seconds())
+	fmt.Fprintf(e.stdout, "Read the mutants in %s/testdata/mutants/ to see the bugs these tests catch.\nnext: make progress\n", l.SolutionDir())
+}
+
+func reportRed(e *env, l labkit.Lab, p *labkit.PackageResult, o labkit.Outcome) {
+	fmt.Fprintf(e.stdout, "\nlab %s: %d/%d passing", l.Number, len(o.Passed), len(o.Tests))
+	if files, err := labkit.FilesToEdit(e.root, l); err == nil && len(files) > 0 {
+		fmt.Fprintf(e.stdout, " — edit %s in %s/", strings.Join(files, ", "), filepath.ToSlash(l.LabDir()))
+	}
+	fmt.Fprintln(e.stdout)
+	if note := o.RedisNote(); note != "" {
+		fmt.Fprintf(e.stdout, "  %s\n", note)
+	}
+	first := o.Failed[0]
+	msg, more := labkit.FirstFailure(p.Test(first).Output)
+	fmt.Fprintf(e.stdout, "\nfirst failing test: %s\n%s\n", first, labkit.Indent(msg, 4))
+	if more > 0 {
+		fmt.Fprintf(e.stdout, "    (%d more in this test: go test -run '^%s$' ./%s)\n", more, first, filepath.ToSlash(l.LabDir()))
+	}
+	showHint(e, l, first)
 	fmt.Fprintf(e.stdout, "\nmore hints: make hint LAB=%s    re-run on save: make watch LAB=%s\n", l.Number, l.Number)
-	return errRed
+}
+
+// showHint prints the hint for a failing test (the first one not yet seen
+// when no hint names it) and marks it seen, so `make hint` moves on.
+func showHint(e *env, l labkit.Lab, test string) {
+	hints, err := labkit.LoadHints(e.root, l)
+	if err != nil {
+		return
+	}
+	state, err := labkit.LoadHintState(e.root)
+	if err != nil {
+		fmt.Fprintln(e.stderr, "labctl:", err)
+		return
+	}
+	k := labkit.HintFor(hints, test) + 1
+	if k == 0 {
+		if k, _ = state.Next(l.Number, len(hints)); k == 0 {
+			k = 1
+		}
+	}
+	h := hints[k-1]
+	fmt.Fprintf(e.stdout, "\nhint %d/%d — %s\n%s\n", k, len(hints), h.Title, labkit.Indent(h.Body, 4))
+	state.MarkShown(l.Number, k)
+	if err := state.Save(); err != nil {
+		fmt.Fprintln(e.stderr, "labctl: remember hint:", err)
+	}
 }
 
 func cmdHint(ctx context.Context, e *env, args []string) error {
 	fs := flags(e, "hint")
 	reset := fs.Bool("reset", false, "forget which hints you have seen")
-	pos, err := parse(fs, args)
-	if err != nil {
-		return err
-	}
-	_, l, err := catalogLab(e, pos, "hint")
+	l, rest, err := labCommand(e, fs, "hint", args)
 	if err != nil {
 		return err
 	}
@@ -191,105 +314,24 @@ func cmdHint(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	if *reset {
-		delete(state.Seen, l.Number)
+		state.Reset(l.Number)
 		fmt.Fprintf(e.stdout, "lab %s: hints reset\n", l.Number)
 		return state.Save()
 	}
-	k := state.Seen[l.Number] + 1
-	if len(pos) > 1 {
-		if k, err = strconv.Atoi(pos[1]); err != nil || k < 1 || k > len(hints) {
-			return fmt.Errorf("%w: lab %s has hints 1 to %d, not %q", errUsage, l.Number, len(hints), pos[1])
+	k, unseen := state.Next(l.Number, len(hints))
+	if len(rest) > 0 {
+		if k, err = strconv.Atoi(rest[0]); err != nil || k < 1 || k > len(hints) {
+			return fmt.Errorf("%w: lab %s has hints 1 to %d, not %q", errUsage, l.Number, len(hints), rest[0])
 		}
-	}
-	if k > len(hints) {
+	} else if !unseen {
 		fmt.Fprintf(e.stdout, "lab %s: you have seen all %d hints. See one again with: make hint LAB=%s K=1\n", l.Number, len(hints), l.Number)
 		return nil
 	}
 	h := hints[k-1]
 	fmt.Fprintf(e.stdout, "lab %s hint %d/%d — %s\n\n%s\n", l.Number, k, len(hints), h.Title, h.Body)
-	if k < len(hints) {
+	state.MarkShown(l.Number, k)
+	if _, more := state.Next(l.Number, len(hints)); more {
 		fmt.Fprintf(e.stdout, "\nnext hint: make hint LAB=%s\n", l.Number)
 	}
-	if k > state.Seen[l.Number] {
-		state.Seen[l.Number] = k
-		return state.Save()
-	}
-	return nil
-}
-
-func cmdWatch(ctx context.Context, e *env, args []string) error {
-	fs := flags(e, "watch")
-	interval := fs.Duration("interval", 500*time.Millisecond, "how often to look for saved files")
-	noRace := fs.Bool("no-race", false, "run without the race detector")
-	pos, err := parse(fs, args)
-	if err != nil {
-		return err
-	}
-	_, l, err := catalogLab(e, pos, "watch")
-	if err != nil {
-		return err
-	}
-	dir := filepath.Join(e.root, l.LabDir())
-	// Polling modification times works on every file system, including the
-	// mounted and remote ones where change notifications never arrive; Enter
-	// re-runs by hand for anything polling misses.
-	lines := make(chan string)
-	go readLines(e.stdin, lines) // ends with the process: stdin has no portable cancel
-	last := snapshot(dir)
-	for {
-		if err := testLab(ctx, e, l, !*noRace, ""); err != nil && err != errRed {
-			return err
-		}
-		fmt.Fprintf(e.stdout, "\nwatching %s — save a file to re-run, Enter to re-run now, q to quit\n", l.LabDir())
-	wait:
-		for {
-			select {
-			case <-ctx.Done():
-				return nil
-			case line, ok := <-lines:
-				if !ok {
-					lines = nil // stdin closed: keep polling
-					continue
-				}
-				if strings.TrimSpace(line) == "q" {
-					return nil
-				}
-				break wait
-			case <-time.After(*interval):
-				if now := snapshot(dir); now != last {
-					last = now
-					break wait
-				}
-			}
-		}
-		last = snapshot(dir)
-	}
-}
-
-func readLines(r io.Reader, out chan<- string) {
-	sc := bufio.NewScanner(r)
-	for sc.Scan() {
-		out <- sc.Text()
-	}
-	close(out)
-}
-
-// snapshot is a cheap fingerprint of the .go files in dir: names, sizes, mtimes.
-func snapshot(dir string) string {
-	var b strings.Builder
-	entries, _ := os.ReadDir(dir)
-	for _, en := range entries {
-		if !strings.HasSuffix(en.Name(), ".go") && en.Name() != "go.mod" {
-			continue
-		}
-		if fi, err := en.Info(); err == nil {
-			fmt.Fprintf(&b, "%s:%d:%d;", en.Name(), fi.Size(), fi.ModTime().UnixNano())
-		}
-	}
-	return b.String()
-}
-
-func indentLines(s string) string {
-	s = strings.TrimRight(s, "\n")
-	return "    " + strings.ReplaceAll(s, "\n", "\n    ")
+	return state.Save()
 }

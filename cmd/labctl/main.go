@@ -20,6 +20,7 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+	"text/tabwriter"
 
 	"github.com/production-go/gateway-lab/internal/labkit"
 )
@@ -45,7 +46,7 @@ func init() {
 		{"list", "", "progress table: lab, tests passing/total, status (alias: progress)", cmdList},
 		{"test", "NN", "run lab NN with -race; on red, the first failing test, its message and a hint", cmdTest},
 		{"hint", "NN [k]", "show the next hint for lab NN, or hint k", cmdHint},
-		{"watch", "NN", "re-run lab NN's tests on every save (Enter re-runs by hand, q quits)", cmdWatch},
+		{"watch", "NN", "re-run lab NN's tests on every save (Enter re-runs now, q quits)", cmdWatch},
 		{"verify", "", "maintainers: tests identical, stubs red test by test, solutions green, mutants killed", cmdVerify},
 		{"grade", "", "instructors: grade the labs with pristine tests; writes grade.json, junit.xml, grade.md", cmdGrade},
 		{"integration", "", "run the real-Redis tests with REDIS_INTEGRATION_REQUIRED=1; fail if any skips", cmdIntegration},
@@ -105,7 +106,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 			return 0
 		case errors.Is(err, errRed):
 			return 1
-		case errors.Is(err, errUsage), errors.Is(err, labkit.ErrUnknownLab):
+		case errors.Is(err, errUsage), errors.Is(err, labkit.ErrUnknownLab), errors.Is(err, labkit.ErrBadOption):
 			fmt.Fprintln(stderr, "labctl:", err)
 			return 2
 		default:
@@ -122,12 +123,17 @@ func usage(w io.Writer) {
 	fmt.Fprintln(w, "usage: labctl [-C dir] <command> [arguments]")
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "commands:")
+	t := table(w)
 	for _, c := range commands {
-		fmt.Fprintf(w, "  %-20s %s\n", c.name+" "+c.args, c.summary)
+		fmt.Fprintf(t, "  %s %s\t%s\n", c.name, c.args, c.summary)
 	}
+	t.Flush()
 	fmt.Fprintln(w)
 	fmt.Fprintln(w, "Run 'labctl <command> -h' for a command's flags. Start with: make lab-01")
 }
+
+// table aligns tab-separated cells in columns two spaces apart; Flush prints it.
+func table(w io.Writer) *tabwriter.Writer { return tabwriter.NewWriter(w, 0, 0, 2, ' ', 0) }
 
 // flags builds a command's flag set with a usage line and its summary.
 func flags(e *env, name string) *flag.FlagSet {
@@ -167,17 +173,23 @@ func parse(fs *flag.FlagSet, args []string) ([]string, error) {
 	}
 }
 
-func catalogLab(e *env, args []string, name string) (*labkit.Catalog, labkit.Lab, error) {
-	if len(args) == 0 {
-		return nil, labkit.Lab{}, fmt.Errorf("%w: labctl %s needs a lab number, e.g. labctl %s 01", errUsage, name, name)
+// labCommand parses a lab command's flags and finds the lab its first
+// argument names; the arguments after it come back as rest.
+func labCommand(e *env, fs *flag.FlagSet, name string, args []string) (l labkit.Lab, rest []string, err error) {
+	pos, err := parse(fs, args)
+	if err != nil {
+		return labkit.Lab{}, nil, err
+	}
+	if len(pos) == 0 {
+		return labkit.Lab{}, nil, fmt.Errorf("%w: labctl %s needs a lab number, e.g. labctl %s 01", errUsage, name, name)
 	}
 	c, err := labkit.LoadCatalog(e.root)
 	if err != nil {
-		return nil, labkit.Lab{}, err
+		return labkit.Lab{}, nil, err
 	}
-	labs, err := c.Select(args[:1])
+	labs, err := c.Select(pos[:1])
 	if err != nil {
-		return nil, labkit.Lab{}, err
+		return labkit.Lab{}, nil, err
 	}
-	return c, labs[0], nil
+	return labs[0], pos[1:], nil
 }

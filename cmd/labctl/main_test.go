@@ -2,12 +2,18 @@ package main
 
 import (
 	"bytes"
+	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/production-go/gateway-lab/internal/labkit"
+	"github.com/production-go/gateway-lab/internal/testkit/redismark"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
@@ -31,6 +37,7 @@ func labctl(t *testing.T, root string, args ...string) (code int, stdout, stderr
 }
 
 func TestHelpListsEveryCommand(t *testing.T) {
+	t.Parallel()
 	code, out, _ := labctl(t, ".", "--help")
 	assert.Equal(t, 0, code)
 	for _, c := range commands {
@@ -44,6 +51,7 @@ func TestHelpListsEveryCommand(t *testing.T) {
 }
 
 func TestUnknownCommandAndLabAreClearErrors(t *testing.T) {
+	t.Parallel()
 	root := fixture(t)
 	code, _, errOut := labctl(t, root, "frobnicate")
 	assert.Equal(t, 2, code)
@@ -62,22 +70,132 @@ func TestUnknownCommandAndLabAreClearErrors(t *testing.T) {
 	assert.Contains(t, errOut, "needs a lab number")
 }
 
+// addTwinTest writes the same extra test file into the fixture's lab and
+// solution, as a real lab's identical test files.
+func addTwinTest(t *testing.T, root, name, src string) {
+	t.Helper()
+	for _, dir := range []string{"labs/01-add", "solutions/01-add"} {
+		require.NoError(t, os.WriteFile(filepath.Join(root, dir, name), []byte(src), 0o644))
+	}
+}
+
+// solve puts the reference Add and Sum into the fixture's lab.
+func solve(t *testing.T, root string) {
+	t.Helper()
+	sol, err := os.ReadFile(filepath.Join(root, "solutions/01-add/add.go"))
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(filepath.Join(root, "labs/01-add/add.go"), sol, 0o644))
+}
+
 func TestRedLabShowsFirstFailureAndItsHint(t *testing.T) {
+	t.Parallel()
 	root := fixture(t)
 	code, out, _ := labctl(t, root, "test", "01", "-no-race")
 	assert.Equal(t, 1, code, "a red lab exits 1")
 	assert.Contains(t, out, "✗ TestAddAddsTwoNumbers")
-	assert.Contains(t, out, "lab 01: 0/2 passing")
+	assert.Contains(t, out, "lab 01: 0/2 passing — edit add.go in labs/01-add/")
 	assert.Contains(t, out, "first failing test: TestAddAddsTwoNumbers")
 	assert.Contains(t, out, "Add(2, 3) = 0, want 5")
 	assert.Contains(t, out, "hint 1/2 — 1. Use the plus sign")
 }
 
-func TestGreenLabAndProgressShowDone(t *testing.T) {
+func TestUnitFailureComesBeforeTheRealRedisTest(t *testing.T) {
+	t.Parallel()
 	root := fixture(t)
-	sol, err := os.ReadFile(filepath.Join(root, "solutions/01-add/add.go"))
+	// Declared first (its file sorts first) and run first, as in lab 07.
+	addTwinTest(t, root, "a_integration_test.go", "package add\n\nimport \"testing\"\n\n"+
+		"func TestIntegrationAddOnRealRedis(t *testing.T) {\n\tif Add(1, 1) != 2 {\n\t\tt.Fatal(\"Add(1, 1) != 2 on real Redis\")\n\t}\n}\n")
+	code, out, _ := labctl(t, root, "test", "01", "-no-race")
+	assert.Equal(t, 1, code)
+	assert.Contains(t, out, "first failing test: TestAddAddsTwoNumbers", "a unit test names the behaviour; the integration test fails whenever anything does")
+	assert.Contains(t, out, "hint 1/2 — 1. Use the plus sign", "the hint matches the failure shown")
+	unit := strings.Index(out, "✗ TestSumAddsEveryNumber")
+	integration := strings.Index(out, "✗ TestIntegrationAddOnRealRedis")
+	require.True(t, unit >= 0 && integration >= 0, out)
+	assert.Less(t, unit, integration, "the real-Redis test's line comes last")
+}
+
+func TestRealRedisSkipReadsTheSameInTestProgressAndGrade(t *testing.T) {
+	t.Parallel()
+	root := fixture(t)
+	solve(t, root)
+	reason := "no Redis server: REDIS_URL unset; no redis-server on PATH"
+	skip := redismark.SkipMessage(reason, "REDIS_URL", "REDIS_INTEGRATION_REQUIRED")
+	addTwinTest(t, root, "integration_test.go", fmt.Sprintf("package add\n\nimport \"testing\"\n\n"+
+		"func TestIntegrationNeedsRedis(t *testing.T) { t.Skip(%q) }\n", skip))
+	line := "TestIntegrationNeedsRedis skipped: " + strings.TrimPrefix(skip, redismark.Skipped)
+
+	code, out, _ := labctl(t, root, "test", "01", "-no-race")
+	assert.Equal(t, 0, code, "nothing failed: %s", out)
+	assert.Contains(t, out, "lab 01: 2/3 pass")
+	assert.Contains(t, out, line, "make lab-NN says which test skipped and why")
+
+	_, out, _ = labctl(t, root, "progress")
+	assert.Regexp(t, `01\s+Adding numbers\s+2/3\s+in progress, 1 skipped \(no Redis\)`, out)
+	assert.Contains(t, out, "lab 01: "+line, "make progress says it in the same words")
+
+	code, out, errOut := labctl(t, root, "grade", "-no-race", "-out", "r")
+	require.Equal(t, 0, code, errOut)
+	assert.Contains(t, out, "grade: 2/3 tests")
+	assert.Contains(t, out, "lab 01: "+line, "make grade says it in the same words")
+	md, err := os.ReadFile(filepath.Join(root, "r", "grade.md"))
 	require.NoError(t, err)
-	require.NoError(t, os.WriteFile(filepath.Join(root, "labs/01-add/add.go"), sol, 0o644))
+	assert.Contains(t, string(md), "`TestIntegrationNeedsRedis`: skipped: "+reason)
+}
+
+func TestFirstFailureShowsOneAssertionAndCountsTheRest(t *testing.T) {
+	t.Parallel()
+	root := fixture(t)
+	addTwinTest(t, root, "many_test.go", "package add\n\nimport \"testing\"\n\n"+
+		"func TestAddManyCases(t *testing.T) {\n\tfor i := range 12 {\n\t\tif got := Add(i, 1); got != i+1 {\n\t\t\tt.Errorf(\"Add(%d, 1) = %d, want %d\", i, got, i+1)\n\t\t}\n\t}\n}\n")
+	_, out, _ := labctl(t, root, "test", "01", "-no-race", "-run", "TestAddManyCases")
+	assert.Contains(t, out, "first failing test: TestAddManyCases\n    many_test.go:8: Add(0, 1) = 0, want 1\n")
+	assert.NotContains(t, out, "Add(1, 1) = 0", "only the first assertion is shown")
+	assert.Contains(t, out, "(11 more in this test: go test -run '^TestAddManyCases$' ./labs/01-add)")
+}
+
+func TestHintShownWithAFailureCountsAsSeen(t *testing.T) {
+	t.Parallel()
+	root := fixture(t)
+	_, out, _ := labctl(t, root, "test", "01", "-no-race")
+	require.Contains(t, out, "hint 1/2")
+	_, out, _ = labctl(t, root, "hint", "01")
+	assert.Contains(t, out, "hint 2/2 — 2. Loop", "make hint moves on from the hint make lab-01 showed")
+}
+
+func TestCompilingNoticeWhenTheFirstTestIsSlowToStart(t *testing.T) {
+	defer func(d time.Duration) { compileNotice = d }(compileNotice)
+	compileNotice = time.Nanosecond // every build is slower than that
+	_, out, _ := labctl(t, fixture(t), "test", "01", "-no-race")
+	assert.Contains(t, out, "compiling lab 01 (the first run downloads and builds dependencies, ~1–2 min)…")
+}
+
+func TestWatchQuitsOnQWithoutEnter(t *testing.T) {
+	t.Parallel()
+	root := fixture(t)
+	in, keys := io.Pipe()
+	var out, errb bytes.Buffer
+	done := make(chan int)
+	go func() { done <- run(t.Context(), []string{"-C", root, "watch", "01", "-no-race"}, in, &out, &errb) }()
+	go func() {
+		_, _ = keys.Write([]byte("\n")) // Enter: one run by hand
+		_, _ = keys.Write([]byte("q"))  // q alone quits
+	}()
+	select {
+	case code := <-done:
+		assert.Equal(t, 0, code, errb.String())
+	case <-time.After(2 * time.Minute):
+		t.Fatal("watch did not quit on q")
+	}
+	assert.Equal(t, 2, strings.Count(out.String(), "lab 01 — Adding numbers"), "the first run, then one for Enter")
+	_, err := keys.Write([]byte("x"))
+	assert.ErrorIs(t, err, io.ErrClosedPipe, "watch ended its reader: nothing reads the keys any more")
+}
+
+func TestGreenLabAndProgressShowDone(t *testing.T) {
+	t.Parallel()
+	root := fixture(t)
+	solve(t, root)
 
 	code, out, _ := labctl(t, root, "test", "01", "-no-race")
 	assert.Equal(t, 0, code, out)
@@ -90,6 +208,7 @@ func TestGreenLabAndProgressShowDone(t *testing.T) {
 }
 
 func TestProgressShowsNotStartedAndNext(t *testing.T) {
+	t.Parallel()
 	code, out, _ := labctl(t, fixture(t), "list")
 	assert.Equal(t, 0, code)
 	assert.Regexp(t, `01\s+Adding numbers\s+0/2\s+not started`, out)
@@ -97,6 +216,7 @@ func TestProgressShowsNotStartedAndNext(t *testing.T) {
 }
 
 func TestEditedTestsWarnLoudly(t *testing.T) {
+	t.Parallel()
 	root := fixture(t)
 	p := filepath.Join(root, "labs/01-add/add_test.go")
 	b, err := os.ReadFile(p)
@@ -108,6 +228,7 @@ func TestEditedTestsWarnLoudly(t *testing.T) {
 }
 
 func TestHintsAreProgressive(t *testing.T) {
+	t.Parallel()
 	root := fixture(t)
 	_, out, _ := labctl(t, root, "hint", "01")
 	assert.Contains(t, out, "hint 1/2 — 1. Use the plus sign")
@@ -128,16 +249,18 @@ func TestHintsAreProgressive(t *testing.T) {
 }
 
 func TestVerifyReportsProblemsAndExitsNonZero(t *testing.T) {
+	t.Parallel()
 	root := fixture(t)
 	require.NoError(t, os.WriteFile(filepath.Join(root, "solutions/01-add/testdata/mutants/harmless.patch"),
 		[]byte("--- a/add.go\n+++ b/add.go\n@@ -3,3 +3,3 @@\n \n-// Add returns a+b.\n+// Add returns the sum.\n func Add(a, b int) int { return a + b }\n"), 0o644))
 	code, out, _ := labctl(t, root, "verify", "-no-race")
 	assert.Equal(t, 1, code)
-	assert.Contains(t, out, "harmless                                     SURVIVED")
+	assert.Regexp(t, `harmless\s+SURVIVED`, out)
 	assert.Contains(t, out, "mutant harmless survived")
 }
 
 func TestGradeWritesReportsAndExitsZeroOnALowScore(t *testing.T) {
+	t.Parallel()
 	root := fixture(t)
 	code, out, errOut := labctl(t, root, "grade", "-no-race", "-out", "r")
 	assert.Equal(t, 0, code, errOut)
@@ -153,6 +276,7 @@ func TestGradeWritesReportsAndExitsZeroOnALowScore(t *testing.T) {
 // TestMakeTargetsReachLabctl guards the Makefile's learner targets: a pattern
 // rule on .PHONY targets is silently skipped by make ("Nothing to be done").
 func TestMakeTargetsReachLabctl(t *testing.T) {
+	t.Parallel()
 	if _, err := exec.LookPath("make"); err != nil {
 		t.Skip("make is not installed")
 	}
@@ -164,4 +288,50 @@ func TestMakeTargetsReachLabctl(t *testing.T) {
 	out, err := exec.Command("make", "-C", "../..", "-n", "run").CombinedOutput()
 	require.NoError(t, err, string(out))
 	assert.Contains(t, string(out), "./solutions/production_app")
+}
+
+func TestMakeHelpListsTheLabTargets(t *testing.T) {
+	t.Parallel()
+	if _, err := exec.LookPath("make"); err != nil {
+		t.Skip("make is not installed")
+	}
+	out, err := exec.Command("make", "-C", "../..", "--no-print-directory").CombinedOutput()
+	require.NoError(t, err, string(out))
+	c, err := labkit.LoadCatalog("../..")
+	require.NoError(t, err)
+	for _, l := range c.Labs {
+		assert.Regexp(t, `make lab-`+l.Number+`\s+`+regexp.QuoteMeta(l.Title), string(out), "make alone lists every lab target")
+	}
+	assert.Contains(t, string(out), "make progress")
+	assert.NotContains(t, string(out), "$(", "no unexpanded make syntax in the help")
+}
+
+func TestLintRejectsATrackedBinary(t *testing.T) {
+	t.Parallel()
+	if _, err := exec.LookPath("git"); err != nil {
+		t.Skip("git not installed")
+	}
+	script, err := filepath.Abs("../../scripts/check-no-binaries.sh")
+	require.NoError(t, err)
+	repo := t.TempDir()
+	git := func(args ...string) {
+		cmd := exec.Command("git", append([]string{"-c", "user.name=t", "-c", "user.email=t@t"}, args...)...)
+		cmd.Dir = repo
+		out, err := cmd.CombinedOutput()
+		require.NoError(t, err, string(out))
+	}
+	git("init", "-q")
+	require.NoError(t, os.WriteFile(filepath.Join(repo, "main.go"), []byte("package main\n"), 0o644))
+	git("add", "main.go")
+	out, err := exec.Command(script, repo).CombinedOutput()
+	require.NoError(t, err, "source only: clean\n%s", out)
+
+	// A built tool, named like a source directory would be.
+	require.NoError(t, os.WriteFile(filepath.Join(repo, "labctl"), []byte("\x7fELF\x02\x01\x01\x00 rest of a binary"), 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(repo, "tool.exe"), []byte("MZ\x90\x00 rest"), 0o755))
+	git("add", "labctl", "tool.exe")
+	out, err = exec.Command(script, repo).CombinedOutput()
+	assert.Error(t, err, "a tracked binary must fail lint")
+	assert.Contains(t, string(out), "tracked binary (ELF): labctl")
+	assert.Contains(t, string(out), "tracked binary (PE): tool.exe")
 }

@@ -3,21 +3,24 @@ package main
 import (
 	"context"
 	"fmt"
-	"os"
+	"io"
 	"path/filepath"
 	"slices"
 	"strings"
 	"time"
 
 	"github.com/production-go/gateway-lab/internal/labkit"
+	"github.com/production-go/gateway-lab/internal/testkit/redismark"
 )
 
 func cmdVerify(ctx context.Context, e *env, args []string) error {
 	fs := flags(e, "verify")
 	stubsRef := fs.String("stubs-ref", "", "git `revision` whose labs/ are the pristine stubs (a fork passes upstream's commit)")
-	noRace := fs.Bool("no-race", false, "run solutions and mutants without -race")
-	fresh := fs.Bool("fresh", false, "ignore the test cache (-count=1)")
+	noRace := fs.Bool("no-race", false, "run stubs, solutions and mutants without -race")
+	fresh := fs.Bool("fresh", false, "run everything again: ignore the test cache and the mutant verdict cache")
+	fast := fs.Bool("fast", false, "only files, identical tests, black-box tests and stubs red (no solution or mutant runs)")
 	skipMutants := fs.Bool("skip-mutants", false, "skip the kill matrix")
+	parallel := fs.Int("parallel", 0, "mutant runs at once (0: one per CPU)")
 	pos, err := parse(fs, args)
 	if err != nil {
 		return err
@@ -32,60 +35,84 @@ func cmdVerify(ctx context.Context, e *env, args []string) error {
 	}
 	started := time.Now()
 	reports, err := labkit.Verify(ctx, labkit.VerifyOptions{
-		Root: e.root, Labs: labs, StubsRef: *stubsRef, NoRace: *noRace,
-		Fresh: *fresh, SkipMutants: *skipMutants, Log: e.stderr,
+		Root: e.root, Labs: labs, StubsRef: *stubsRef, NoRace: *noRace, Fresh: *fresh,
+		Fast: *fast, SkipMutants: *skipMutants || *fast, Parallel: *parallel, Log: e.stderr,
 	})
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(e.stdout, "\n%-4s %-16s %5s  %-9s %-9s %-9s %-9s %s\n", "lab", "dir", "tests", "identical", "black-box", "stubs red", "green", "mutants killed")
-	bad := 0
+	printVerifyTable(e.stdout, reports, *fast, *skipMutants || *fast)
+	printVerifyNotes(e.stdout, reports)
+	return verifyVerdict(e.stdout, reports, time.Since(started))
+}
+
+func printVerifyTable(w io.Writer, reports []labkit.LabReport, fast, skipMutants bool) {
+	t := table(w)
+	fmt.Fprintln(w)
+	fmt.Fprintln(t, "lab\tdir\ttests\tidentical\tblack-box\tstubs red\tgreen\tmutants killed")
 	for _, r := range reports {
+		green := fmt.Sprintf("%d/%d", r.Green, len(r.Tests))
+		if fast {
+			green = "(go test)"
+		}
 		mut := fmt.Sprintf("%d/%d", r.Killed(), len(r.Mutants))
-		if *skipMutants {
+		if skipMutants {
 			mut = "skipped"
 		}
-		fmt.Fprintf(e.stdout, "%-4s %-16s %5d  %-9s %-9s %-9s %-9s %s\n", r.Lab.Number, r.Lab.Dir, len(r.Tests),
-			mark(r.Identical), mark(r.APIClean),
-			fmt.Sprintf("%d/%d", r.StubsRed, len(r.Tests)), fmt.Sprintf("%d/%d", r.Green, len(r.Tests)), mut)
+		fmt.Fprintf(t, "%s\t%s\t%d\t%s\t%s\t%d/%d\t%s\t%s\n", r.Lab.Number, r.Lab.Dir, len(r.Tests),
+			mark(r.Identical), mark(r.APIClean), r.StubsRed, len(r.Tests), green, mut)
+	}
+	t.Flush()
+}
+
+// printVerifyNotes says what could not be checked here, and each lab's kill matrix.
+func printVerifyNotes(w io.Writer, reports []labkit.LabReport) {
+	for _, r := range reports {
+		if len(r.Unchecked) > 0 {
+			fmt.Fprintf(w, "\nlab %s: not checked on the stub (they need a real Redis; install redis-server or set REDIS_URL): %s\n", r.Lab.Number, strings.Join(r.Unchecked, ", "))
+		}
+		for _, m := range r.Mutants {
+			if len(m.Unchecked) > 0 {
+				fmt.Fprintf(w, "\nlab %s: mutant %s must be killed by %s, which skipped here (no real Redis): not checked\n", r.Lab.Number, m.Name, strings.Join(m.Unchecked, ", "))
+			}
+		}
+		if len(r.Skipped) > 0 {
+			fmt.Fprintf(w, "\nlab %s: skipped on the solution (counted green; `labctl integration` runs them for real): %s\n", r.Lab.Number, strings.Join(r.Skipped, ", "))
+		}
+		if len(r.Mutants) == 0 {
+			continue
+		}
+		fmt.Fprintf(w, "\nlab %s kill matrix:\n", r.Lab.Number)
+		t := table(w)
+		for _, m := range r.Mutants {
+			by := strings.Join(m.KilledBy, ", ")
+			switch {
+			case m.Problem != "":
+				by = "BROKEN"
+			case !m.Killed:
+				by = "SURVIVED"
+			}
+			fmt.Fprintf(t, "  %s\t%s\n", m.Name, by)
+		}
+		t.Flush()
+	}
+}
+
+func verifyVerdict(w io.Writer, reports []labkit.LabReport, took time.Duration) error {
+	bad := 0
+	for _, r := range reports {
 		if !r.OK() {
 			bad++
 		}
 	}
-	for _, r := range reports {
-		if len(r.Unchecked) > 0 {
-			fmt.Fprintf(e.stdout, "\nlab %s: not checked on the stub (they need a real Redis; install redis-server or set REDIS_URL): %s\n", r.Lab.Number, strings.Join(r.Unchecked, ", "))
-		}
-		for _, m := range r.Mutants {
-			if len(m.Unchecked) > 0 {
-				fmt.Fprintf(e.stdout, "\nlab %s: mutant %s must be killed by %s, which skipped here (no real Redis): not checked\n", r.Lab.Number, m.Name, strings.Join(m.Unchecked, ", "))
-			}
-		}
-		if len(r.Skipped) > 0 {
-			fmt.Fprintf(e.stdout, "\nlab %s: skipped on the solution (counted green; `labctl integration` runs them for real): %s\n", r.Lab.Number, strings.Join(r.Skipped, ", "))
-		}
-		if len(r.Mutants) > 0 {
-			fmt.Fprintf(e.stdout, "\nlab %s kill matrix:\n", r.Lab.Number)
-			for _, m := range r.Mutants {
-				by := strings.Join(m.KilledBy, ", ")
-				switch {
-				case m.Problem != "":
-					by = "BROKEN"
-				case !m.Killed:
-					by = "SURVIVED"
-				}
-				fmt.Fprintf(e.stdout, "  %-44s %s\n", m.Name, by)
-			}
-		}
-	}
 	if bad == 0 {
-		fmt.Fprintf(e.stdout, "\nverify: %d labs OK (%.0fs)\n", len(reports), time.Since(started).Seconds())
+		fmt.Fprintf(w, "\nverify: %d labs OK (%.0fs)\n", len(reports), took.Seconds())
 		return nil
 	}
-	fmt.Fprintf(e.stdout, "\nverify: %d of %d labs have problems:\n", bad, len(reports))
+	fmt.Fprintf(w, "\nverify: %d of %d labs have problems:\n", bad, len(reports))
 	for _, r := range reports {
 		for _, p := range r.Problems {
-			fmt.Fprintf(e.stdout, "  lab %s: %s\n", r.Lab.Number, p)
+			fmt.Fprintf(w, "  lab %s: %s\n", r.Lab.Number, p)
 		}
 	}
 	return errRed
@@ -116,9 +143,6 @@ func cmdGrade(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	if *tests != "" && !isDir(*tests) {
-		return fmt.Errorf("%w: --tests %s is not a directory", errUsage, *tests)
-	}
 	g, err := labkit.RunGrade(ctx, labkit.GradeOptions{Root: e.root, Labs: labs, TestsDir: *tests, PristineRef: *ref, NoRace: *noRace, Log: e.stderr})
 	if err != nil {
 		return err
@@ -130,25 +154,30 @@ func cmdGrade(ctx context.Context, e *env, args []string) error {
 	if err := g.WriteReports(dir); err != nil {
 		return err
 	}
-	fmt.Fprintf(e.stdout, "%-4s %-46s %s\n", "lab", "title", "passed")
+	t := table(e.stdout)
+	fmt.Fprintln(t, "lab\ttitle\tpassed\tnote")
+	var notes []string
 	for _, l := range g.Labs {
-		note := ""
+		fmt.Fprintf(t, "%s\t%s\t%d/%d", l.Number, l.Title, l.Passed, l.Total)
 		if l.Edited {
-			note = "  (edited tests restored)"
+			fmt.Fprint(t, "\tedited tests restored")
 		}
-		fmt.Fprintf(e.stdout, "%-4s %-46s %d/%d%s\n", l.Number, l.Title, l.Passed, l.Total, note)
+		fmt.Fprintln(t)
+		if l.NoRedis != "" {
+			notes = append(notes, "lab "+l.Number+": "+l.NoRedis)
+		}
+	}
+	t.Flush()
+	for _, n := range notes {
+		fmt.Fprintln(e.stdout, n)
 	}
 	fmt.Fprintf(e.stdout, "\ngrade: %d/%d tests (%.0f%%); reports in %s/{grade.json,junit.xml,grade.md}\n", g.Passed, g.Total, 100*g.Score(), *out)
 	return nil
 }
 
-// IntegrationMarker is what the Redis test helper logs when a test really
-// talks to a Redis server; `labctl integration` requires it in every test.
-const IntegrationMarker = "redistest: real Redis"
-
 func cmdIntegration(ctx context.Context, e *env, args []string) error {
 	fs := flags(e, "integration")
-	runRe := fs.String("run", "^TestIntegration", "regexp selecting the real-Redis tests")
+	runRe := fs.String("run", "^"+labkit.IntegrationPrefix, "regexp selecting the real-Redis tests")
 	minTests := fs.Int("min", 1, "fail unless at least this many tests ran")
 	require := fs.String("require", "", "comma-separated `tests` that must be among those that ran and passed")
 	pos, err := parse(fs, args)
@@ -167,71 +196,104 @@ func cmdIntegration(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	var problems []string
-	passedNames := map[string]bool{}
-	ran := 0
-	paths := make([]string, 0, len(run.Packages))
-	for p := range run.Packages {
-		paths = append(paths, p)
+	gate := judgeIntegration(run)
+	gate.require(*require)
+	if gate.ran < *minTests {
+		gate.fail(fmt.Sprintf("%d tests matched %q, want at least %d: a filter that matches nothing is a green that proves nothing", gate.ran, *runRe, *minTests))
 	}
-	slices.Sort(paths)
-	fmt.Fprintf(e.stdout, "%-60s %-6s %s\n", "test", "status", "real Redis")
-	for _, path := range paths {
-		p := run.Packages[path]
-		if p.BuildFailed {
-			problems = append(problems, path+" does not compile")
-		}
-		for _, name := range p.Order {
-			t := p.Tests[name]
-			ran++
-			real := strings.Contains(t.Output, IntegrationMarker)
-			fmt.Fprintf(e.stdout, "%-60s %-6s %s\n", shortPkg(path)+"."+name, t.Status, mark(real))
-			switch {
-			case t.Status == labkit.Skip:
-				problems = append(problems, name+" skipped: the integration gate counts a skip as a failure")
-			case t.Status != labkit.Pass:
-				problems = append(problems, name+" "+string(t.Status)+":\n"+indentLines(labkit.FailureMessage(t.Output)))
-			case !real:
-				problems = append(problems, name+" passed without using the real-Redis helper (no "+IntegrationMarker+" line): it proves nothing here")
-			default:
-				passedNames[name] = true
-			}
-		}
-		if p.Status == labkit.Fail && len(p.Order) == 0 && !p.BuildFailed {
-			problems = append(problems, path+" failed outside any test:\n"+indentLines(labkit.LastLines(p.Output, 15)))
-		}
-	}
-	for _, name := range strings.Split(*require, ",") {
-		if name = strings.TrimSpace(name); name != "" && !passedNames[name] {
-			problems = append(problems, name+" is required but did not run and pass: was it renamed, or did the filter miss it?")
-		}
-	}
-	if ran < *minTests {
-		problems = append(problems, fmt.Sprintf("%d tests matched %q, want at least %d: a filter that matches nothing is a green that proves nothing", ran, *runRe, *minTests))
-	}
-	if len(problems) > 0 {
-		fmt.Fprintln(e.stdout, "\nintegration: FAILED")
-		for _, p := range problems {
-			fmt.Fprintln(e.stdout, "  "+p)
-		}
-		fmt.Fprintf(e.stdout, "integration: %d passed, %d failed\n", len(passedNames), len(problems))
+	gate.print(e.stdout)
+	if len(gate.problems) > 0 {
 		return errRed
 	}
-	fmt.Fprintf(e.stdout, "\nall %d selected tests reached a real Redis and passed\nintegration: %d passed, 0 failed, 0 skipped\n", ran, ran)
 	return nil
 }
 
-func shortPkg(path string) string {
-	if i := strings.Index(path, "/internal/"); i >= 0 {
-		return path[i+1:]
-	}
-	if i := strings.Index(path, "/solutions/"); i >= 0 {
-		return path[i+1:]
-	}
-	return path
+// integrationGate is the verdict on a real-Redis run: a row per test, and
+// every reason the run proves less than it claims.
+type integrationGate struct {
+	rows     [][]string // test, status, real Redis
+	problems []string
+	passed   map[string]bool
+	ran      int
 }
 
-func isDir(p string) bool {
-	fi, err := os.Stat(p)
-	return err == nil && fi.IsDir()
+func (g *integrationGate) fail(problem string) { g.problems = append(g.problems, problem) }
+
+// judgeIntegration requires every selected test to pass, never skip, and
+// show the real-Redis line.
+func judgeIntegration(run *labkit.Run) *integrationGate {
+	g := &integrationGate{passed: map[string]bool{}}
+	paths := slices.Sorted(func(yield func(string) bool) {
+		for p := range run.Packages {
+			if !yield(p) {
+				return
+			}
+		}
+	})
+	for _, path := range paths {
+		p := run.Packages[path]
+		if p.BuildFailed {
+			g.fail(path + " does not compile")
+		}
+		for _, name := range p.Order {
+			g.judgeTest(shortPkg(path), p.Tests[name])
+		}
+		if p.Status == labkit.Fail && len(p.Order) == 0 && !p.BuildFailed {
+			g.fail(path + " failed outside any test:\n" + labkit.Indent(labkit.LastLines(p.Output, 15), 4))
+		}
+	}
+	return g
+}
+
+func (g *integrationGate) judgeTest(pkg string, t *labkit.TestResult) {
+	g.ran++
+	real := strings.Contains(t.Output, redismark.Real)
+	g.rows = append(g.rows, []string{pkg + "." + t.Name, string(t.Status), mark(real)})
+	switch {
+	case t.Status == labkit.Skip:
+		g.fail(t.Name + " skipped: the integration gate counts a skip as a failure")
+	case t.Status != labkit.Pass:
+		msg, _ := labkit.FirstFailure(t.Output)
+		g.fail(t.Name + " " + string(t.Status) + ":\n" + labkit.Indent(msg, 4))
+	case !real:
+		g.fail(t.Name + " passed without using the real-Redis helper (no " + redismark.Real + " line): it proves nothing here")
+	default:
+		g.passed[t.Name] = true
+	}
+}
+
+// require fails the gate for each named test that did not run and pass.
+func (g *integrationGate) require(names string) {
+	for _, name := range strings.Split(names, ",") {
+		if name = strings.TrimSpace(name); name != "" && !g.passed[name] {
+			g.fail(name + " is required but did not run and pass: was it renamed, or did the filter miss it?")
+		}
+	}
+}
+
+func (g *integrationGate) print(w io.Writer) {
+	t := table(w)
+	fmt.Fprintln(t, "test\tstatus\treal Redis")
+	for _, row := range g.rows {
+		fmt.Fprintln(t, strings.Join(row, "\t"))
+	}
+	t.Flush()
+	if len(g.problems) > 0 {
+		fmt.Fprintln(w, "\nintegration: FAILED")
+		for _, p := range g.problems {
+			fmt.Fprintln(w, "  "+p)
+		}
+		fmt.Fprintf(w, "integration: %d passed, %d failed\n", len(g.passed), len(g.problems))
+		return
+	}
+	fmt.Fprintf(w, "\nall %d selected tests reached a real Redis and passed\nintegration: %d passed, 0 failed, 0 skipped\n", g.ran, g.ran)
+}
+
+func shortPkg(path string) string {
+	for _, dir := range []string{"/internal/", "/solutions/"} {
+		if i := strings.Index(path, dir); i >= 0 {
+			return path[i+1:]
+		}
+	}
+	return path
 }

@@ -22,61 +22,97 @@ type APIViolation struct {
 
 func (v APIViolation) String() string { return v.Pos + ": uses unexported " + v.Name }
 
-// CheckBlackBox type-checks the package in dir (relative to root) with its
-// tests and reports every use, in a *_test.go file, of an unexported object
-// declared in a non-test file of the same package.
-func CheckBlackBox(ctx context.Context, root, dir string) ([]APIViolation, error) {
+// BlackBoxResult is what CheckBlackBox found in one directory.
+type BlackBoxResult struct {
+	Violations []APIViolation
+	Err        error // the package could not be loaded or type-checked
+}
+
+// CheckBlackBox type-checks the packages in dirs (relative to root) with
+// their tests, in one load, and reports for each every use, in a *_test.go
+// file, of an unexported object declared in a non-test file of the same
+// package. race says whether the test runs use -race: the dependencies'
+// export data then comes from the same build cache entries instead of a
+// second, uninstrumented compile.
+func CheckBlackBox(ctx context.Context, root string, dirs []string, race bool) (map[string]BlackBoxResult, error) {
 	cfg := &packages.Config{
 		Context: ctx,
 		Dir:     root,
 		Mode:    packages.NeedName | packages.NeedFiles | packages.NeedSyntax | packages.NeedTypes | packages.NeedTypesInfo,
 		Tests:   true,
 	}
-	pkgs, err := packages.Load(cfg, "./"+filepath.ToSlash(dir))
-	if err != nil {
-		return nil, fmt.Errorf("load %s: %w", dir, err)
+	if race {
+		cfg.BuildFlags = []string{"-race"}
 	}
-	var out []APIViolation
-	seen := map[string]bool{}
+	patterns := make([]string, len(dirs))
+	for i, d := range dirs {
+		patterns[i] = "./" + filepath.ToSlash(d)
+	}
+	pkgs, err := packages.Load(cfg, patterns...)
+	if err != nil {
+		return nil, fmt.Errorf("load %s: %w", strings.Join(dirs, " "), err)
+	}
+	if real, err := filepath.EvalSymlinks(root); err == nil {
+		root = real // go list reports files by their real paths
+	}
+	out := map[string]BlackBoxResult{}
 	for _, p := range pkgs {
 		// The test variant is the one whose files include the _test.go files.
-		if !strings.Contains(p.ID, "[") || strings.HasSuffix(p.PkgPath, ".test") {
+		if !strings.Contains(p.ID, "[") || strings.HasSuffix(p.PkgPath, ".test") || len(p.GoFiles) == 0 {
+			continue
+		}
+		dir, err := filepath.Rel(root, filepath.Dir(p.GoFiles[0]))
+		if err != nil {
 			continue
 		}
 		if len(p.Errors) > 0 {
-			return nil, fmt.Errorf("type-check %s: %v", dir, p.Errors[0])
+			out[dir] = BlackBoxResult{Err: fmt.Errorf("type-check %s: %v", dir, p.Errors[0])}
+			continue
 		}
-		for _, f := range p.Syntax {
-			file := p.Fset.Position(f.Pos()).Filename
-			if !strings.HasSuffix(file, "_test.go") {
-				continue
-			}
-			ast.Inspect(f, func(n ast.Node) bool {
-				id, ok := n.(*ast.Ident)
-				if !ok {
-					return true
-				}
-				obj := p.TypesInfo.Uses[id]
-				if obj == nil || obj.Pkg() != p.Types || obj.Exported() || !obj.Pos().IsValid() {
-					return true
-				}
-				if _, isLabel := obj.(*types.Label); isLabel {
-					return true
-				}
-				decl := p.Fset.Position(obj.Pos()).Filename
-				if strings.HasSuffix(decl, "_test.go") {
-					return true
-				}
-				use := p.Fset.Position(id.Pos())
-				v := APIViolation{Pos: fmt.Sprintf("%s:%d", filepath.Base(use.Filename), use.Line), Name: obj.Name()}
-				if !seen[v.String()] {
-					seen[v.String()] = true
-					out = append(out, v)
-				}
-				return true
-			})
+		out[dir] = BlackBoxResult{Violations: unexportedUses(p)}
+	}
+	for _, d := range dirs {
+		if _, ok := out[filepath.Clean(d)]; !ok {
+			out[filepath.Clean(d)] = BlackBoxResult{Err: fmt.Errorf("%s: no tests found to type-check", d)}
 		}
 	}
-	slices.SortFunc(out, func(a, b APIViolation) int { return strings.Compare(a.String(), b.String()) })
 	return out, nil
+}
+
+// unexportedUses lists the uses, in p's test files, of unexported objects
+// declared in p's non-test files, sorted.
+func unexportedUses(p *packages.Package) []APIViolation {
+	var out []APIViolation
+	seen := map[string]bool{}
+	for _, f := range p.Syntax {
+		file := p.Fset.Position(f.Pos()).Filename
+		if !strings.HasSuffix(file, "_test.go") {
+			continue
+		}
+		ast.Inspect(f, func(n ast.Node) bool {
+			id, ok := n.(*ast.Ident)
+			if !ok {
+				return true
+			}
+			obj := p.TypesInfo.Uses[id]
+			if obj == nil || obj.Pkg() != p.Types || obj.Exported() || !obj.Pos().IsValid() {
+				return true
+			}
+			if _, isLabel := obj.(*types.Label); isLabel {
+				return true
+			}
+			if strings.HasSuffix(p.Fset.Position(obj.Pos()).Filename, "_test.go") {
+				return true
+			}
+			use := p.Fset.Position(id.Pos())
+			v := APIViolation{Pos: fmt.Sprintf("%s:%d", filepath.Base(use.Filename), use.Line), Name: obj.Name()}
+			if !seen[v.String()] {
+				seen[v.String()] = true
+				out = append(out, v)
+			}
+			return true
+		})
+	}
+	slices.SortFunc(out, func(a, b APIViolation) int { return strings.Compare(a.String(), b.String()) })
+	return out
 }

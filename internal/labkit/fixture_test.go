@@ -31,7 +31,43 @@ func write(t *testing.T, root, rel, content string) {
 
 func verifyFixture(t *testing.T, root string) LabReport {
 	t.Helper()
-	reports, err := Verify(t.Context(), VerifyOptions{Root: root, NoRace: true, Fresh: true})
+	return verifyWith(t, VerifyOptions{Root: root, NoRace: true, Fresh: true})
+}
+
+// verifyFast checks what needs no solution or mutant run.
+func verifyFast(t *testing.T, root string) LabReport {
+	t.Helper()
+	return verifyWith(t, VerifyOptions{Root: root, NoRace: true, Fresh: true, Fast: true})
+}
+
+// checkOnly runs only the file checks (twins, hints) on the fixture's lab.
+func checkOnly(t *testing.T, root string) LabReport {
+	t.Helper()
+	r := LabReport{Lab: fixtureLab(t, root)}
+	v := &verifier{VerifyOptions: VerifyOptions{Root: root}}
+	require.NoError(t, v.checkFiles(&r))
+	return r
+}
+
+// mutantsOnly runs only the kill matrix of the fixture's lab.
+func mutantsOnly(t *testing.T, root string) LabReport {
+	t.Helper()
+	reports := []LabReport{{Lab: fixtureLab(t, root)}}
+	v := &verifier{VerifyOptions: VerifyOptions{Root: root, NoRace: true, Fresh: true}}
+	require.NoError(t, v.checkMutants(t.Context(), reports))
+	return reports[0]
+}
+
+func fixtureLab(t *testing.T, root string) Lab {
+	t.Helper()
+	c, err := LoadCatalog(root)
+	require.NoError(t, err)
+	return c.BuiltLabs()[0]
+}
+
+func verifyWith(t *testing.T, opts VerifyOptions) LabReport {
+	t.Helper()
+	reports, err := Verify(t.Context(), opts)
 	require.NoError(t, err)
 	require.Len(t, reports, 1, "the fixture has one built lab")
 	return reports[0]
@@ -51,6 +87,49 @@ func TestVerifyAcceptsAConformingLab(t *testing.T) {
 	assert.Equal(t, []string{"TestSumAddsEveryNumber"}, r.Mutants[0].KilledBy)
 }
 
+func TestVerifyReusesVerdictsUntilTheirInputsChange(t *testing.T) {
+	t.Parallel()
+	root := fixture(t)
+	verify := func(opts VerifyOptions) (LabReport, string) {
+		t.Helper()
+		var log strings.Builder
+		opts.Root, opts.NoRace, opts.Log = root, true, &log
+		reports, err := Verify(t.Context(), opts)
+		require.NoError(t, err)
+		return reports[0], log.String()
+	}
+	r, log := verify(VerifyOptions{})
+	require.True(t, r.OK(), problems(r))
+	require.Len(t, r.Mutants, 1)
+	assert.False(t, r.Mutants[0].Cached, "the first run has nothing cached")
+	assert.NotContains(t, log, "cached")
+	assert.Contains(t, log, "verify: [1/1] lab 01 skips-first: killed by TestSumAddsEveryNumber", "each mutant gets a progress line")
+
+	r, log = verify(VerifyOptions{})
+	require.True(t, r.OK(), problems(r))
+	assert.True(t, r.Mutants[0].Cached, "nothing changed: the mutant's verdict is reused")
+	assert.Equal(t, []string{"TestSumAddsEveryNumber"}, r.Mutants[0].KilledBy, "a cached verdict says who killed the mutant")
+	assert.Contains(t, log, "verify: stubs: every lab's verdict is cached")
+	assert.Contains(t, log, "verify: black-box: every lab's verdict is cached")
+	assert.Equal(t, 2, r.StubsRed, "a cached stub verdict still counts its red tests")
+
+	r, log = verify(VerifyOptions{Fresh: true, Fast: true})
+	assert.NotContains(t, log, "cached", "-fresh runs everything again")
+
+	b, err := os.ReadFile(filepath.Join(root, "labs/01-add/add.go"))
+	require.NoError(t, err)
+	write(t, root, "labs/01-add/add.go", strings.Replace(string(b), "func Add(a, b int) int { return 0 }", "func Add(a, b int) int { return a + b }", 1))
+	r, _ = verify(VerifyOptions{Fast: true})
+	assert.Contains(t, problems(r), "stub: TestAddAddsTwoNumbers is pass on the stub", "the stub changed: its cached verdict no longer applies")
+	write(t, root, "labs/01-add/add.go", string(b))
+
+	b, err = os.ReadFile(filepath.Join(root, "solutions/01-add/add.go"))
+	require.NoError(t, err)
+	write(t, root, "solutions/01-add/add.go", string(b)+"\n// an edit to the solution\n")
+	r, _ = verify(VerifyOptions{})
+	assert.False(t, r.Mutants[0].Cached, "the solution changed: the mutant runs again")
+}
+
 func TestVerifyRejectsAnEditedLabTest(t *testing.T) {
 	t.Parallel()
 	root := fixture(t)
@@ -58,7 +137,7 @@ func TestVerifyRejectsAnEditedLabTest(t *testing.T) {
 	b, err := os.ReadFile(p)
 	require.NoError(t, err)
 	write(t, root, "labs/01-add/add_test.go", strings.Replace(string(b), "want 5", "want five", 1))
-	r := verifyFixture(t, root)
+	r := checkOnly(t, root)
 	assert.False(t, r.Identical)
 	assert.Contains(t, problems(r), "must be byte-identical: differ: add_test.go")
 }
@@ -69,7 +148,7 @@ func TestVerifyRejectsAStubThatPassesATest(t *testing.T) {
 	b, err := os.ReadFile(filepath.Join(root, "labs/01-add/add.go"))
 	require.NoError(t, err)
 	write(t, root, "labs/01-add/add.go", strings.Replace(string(b), "func Add(a, b int) int { return 0 }", "func Add(a, b int) int { return a + b }", 1))
-	r := verifyFixture(t, root)
+	r := verifyFast(t, root)
 	assert.Equal(t, 1, r.StubsRed)
 	assert.Contains(t, problems(r), "stub: TestAddAddsTwoNumbers is pass on the stub")
 }
@@ -78,7 +157,7 @@ func TestVerifyRejectsASurvivingMutant(t *testing.T) {
 	t.Parallel()
 	root := fixture(t)
 	write(t, root, "solutions/01-add/testdata/mutants/harmless.patch", "# Changes a comment only: no test can catch it.\n\n--- a/add.go\n+++ b/add.go\n@@ -3,3 +3,3 @@\n \n-// Add returns a+b.\n+// Add returns the sum of a and b.\n func Add(a, b int) int { return a + b }\n")
-	r := verifyFixture(t, root)
+	r := mutantsOnly(t, root)
 	assert.Contains(t, problems(r), "mutant harmless survived")
 	assert.Equal(t, 1, r.Killed(), "the good mutant is still killed")
 }
@@ -87,7 +166,7 @@ func TestVerifyRejectsAMutantThatDoesNotCompile(t *testing.T) {
 	t.Parallel()
 	root := fixture(t)
 	write(t, root, "solutions/01-add/testdata/mutants/broken.patch", "--- a/add.go\n+++ b/add.go\n@@ -5,1 +5,1 @@\n-func Add(a, b int) int { return a + b }\n+func Add(a, b int) int { return a + }\n")
-	r := verifyFixture(t, root)
+	r := mutantsOnly(t, root)
 	assert.Contains(t, problems(r), "mutant broken: does not compile", "a build failure is not a kill")
 }
 
@@ -100,7 +179,7 @@ func TestVerifyRejectsTestsThatUseUnexportedNames(t *testing.T) {
 		write(t, root, dir+"/add.go", string(b)+"\nfunc double(x int) int { return 2 * x }\n")
 		write(t, root, dir+"/peek_test.go", "package add\n\nimport \"testing\"\n\nfunc TestPeeksInside(t *testing.T) {\n\tif double(2) != 4 {\n\t\tt.Fatal(\"double\")\n\t}\n\tt.Fatal(\"always red\")\n}\n")
 	}
-	r := verifyFixture(t, root)
+	r := verifyFast(t, root)
 	assert.False(t, r.APIClean)
 	assert.Contains(t, problems(r), "peek_test.go:6: uses unexported double")
 }
@@ -109,7 +188,7 @@ func TestVerifyChecksHintsNameRealTests(t *testing.T) {
 	t.Parallel()
 	root := fixture(t)
 	write(t, root, "labs/01-add/HINTS.md", "## 1. Typo\nTests: TestAddAddsTwoNumbrs\n\nbody\n")
-	r := verifyFixture(t, root)
+	r := checkOnly(t, root)
 	assert.Contains(t, problems(r), "names TestAddAddsTwoNumbrs, which is not a test")
 }
 
@@ -132,7 +211,7 @@ func TestVerifyStubsRefUsesPristineStubsFromGit(t *testing.T) {
 	solved, err := os.ReadFile(filepath.Join(root, "solutions/01-add/add.go"))
 	require.NoError(t, err)
 	write(t, root, "labs/01-add/add.go", string(solved))
-	reports, err := Verify(t.Context(), VerifyOptions{Root: root, NoRace: true, Fresh: true, SkipMutants: true, StubsRef: "HEAD"})
+	reports, err := Verify(t.Context(), VerifyOptions{Root: root, NoRace: true, Fresh: true, Fast: true, StubsRef: "HEAD"})
 	require.NoError(t, err)
 	assert.True(t, reports[0].OK(), "with --stubs-ref a solved fork still verifies: %s", problems(reports[0]))
 	assert.Equal(t, 2, reports[0].StubsRed)

@@ -79,25 +79,8 @@ type RunOptions struct {
 	OnEvent  func(Event)   // called for every event as it arrives
 }
 
-// Run is what a `go test -json` run produced.
-type Run struct {
-	Packages map[string]*PackageResult
-	Stderr   string
-}
-
-// Package returns the result for an import path ending in suffix (a lab's dir).
-func (r *Run) Package(suffix string) *PackageResult {
-	for path, p := range r.Packages {
-		if path == suffix || strings.HasSuffix(path, "/"+suffix) {
-			return p
-		}
-	}
-	return nil
-}
-
-// RunTests runs `go test -json` and collects the outcome. A failing test is
-// not an error; an error means go test could not be run or said nothing.
-func RunTests(ctx context.Context, opts RunOptions) (*Run, error) {
+// args is the go test command line the options ask for.
+func (opts RunOptions) args() []string {
 	args := []string{"test", "-json"}
 	if opts.Race {
 		args = append(args, "-race")
@@ -117,11 +100,35 @@ func RunTests(ctx context.Context, opts RunOptions) (*Run, error) {
 	if opts.Timeout > 0 {
 		args = append(args, "-timeout", opts.Timeout.String())
 	}
-	args = append(args, opts.Packages...)
+	return append(args, opts.Packages...)
+}
 
+// Run is what a `go test -json` run produced.
+type Run struct {
+	Packages map[string]*PackageResult
+	Stderr   string
+}
+
+// Package returns the result for an import path ending in suffix (a lab's dir).
+func (r *Run) Package(suffix string) *PackageResult {
+	for path, p := range r.Packages {
+		if path == suffix || strings.HasSuffix(path, "/"+suffix) {
+			return p
+		}
+	}
+	return nil
+}
+
+// RunTests runs `go test -json` and collects the outcome. A failing test is
+// not an error; an error means go test could not be run or said nothing.
+func RunTests(ctx context.Context, opts RunOptions) (*Run, error) {
+	args := opts.args()
 	cmd := exec.CommandContext(ctx, "go", args...)
 	cmd.Dir = opts.Dir
 	cmd.Env = append(os.Environ(), opts.Env...)
+	if opts.Race {
+		cmd.Env = append(cmd.Env, "GORACE="+noExitSleep(os.Getenv("GORACE")))
+	}
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	stdout, err := cmd.StdoutPipe()
@@ -153,17 +160,26 @@ func RunTests(ctx context.Context, opts RunOptions) (*Run, error) {
 	return run, nil
 }
 
-func parseEvents(r io.Reader, onEvent func(Event)) (*Run, error) {
-	run := &Run{Packages: map[string]*PackageResult{}}
-	pkg := func(path string) *PackageResult {
-		p, ok := run.Packages[path]
-		if !ok {
-			p = &PackageResult{Path: path, Status: NotRun, Tests: map[string]*TestResult{}}
-			run.Packages[path] = p
-		}
-		return p
+// collector builds a Run from `go test -json` events, one event at a time.
+type collector struct {
+	run      *Run
+	buildOut map[string]*strings.Builder // import path → compiler output
+}
+
+// noExitSleep adds atexit_sleep_ms=0 to a GORACE value that does not set
+// it. The race detector otherwise sleeps a second before every -race test
+// binary exits, to catch races in goroutines still running; every package
+// here ends with goleak.VerifyTestMain, so none are, and the second is
+// pure wait (most of a lab's run time).
+func noExitSleep(gorace string) string {
+	if strings.Contains(gorace, "atexit_sleep_ms") {
+		return gorace
 	}
-	buildOut := map[string]*strings.Builder{}
+	return strings.TrimSpace(gorace + " atexit_sleep_ms=0")
+}
+
+func parseEvents(r io.Reader, onEvent func(Event)) (*Run, error) {
+	c := &collector{run: &Run{Packages: map[string]*PackageResult{}}, buildOut: map[string]*strings.Builder{}}
 	sc := bufio.NewScanner(r)
 	sc.Buffer(make([]byte, 1024*1024), 16*1024*1024)
 	for sc.Scan() {
@@ -173,91 +189,82 @@ func parseEvents(r io.Reader, onEvent func(Event)) (*Run, error) {
 		}
 		var ev Event
 		if err := json.Unmarshal(line, &ev); err != nil {
-			return run, fmt.Errorf("bad event %q: %w", line, err)
+			return c.run, fmt.Errorf("bad event %q: %w", line, err)
 		}
 		if onEvent != nil {
 			onEvent(ev)
 		}
-		switch ev.Action {
-		case "build-output":
-			b := buildOut[ev.ImportPath]
-			if b == nil {
-				b = &strings.Builder{}
-				buildOut[ev.ImportPath] = b
-			}
-			b.WriteString(ev.Output)
-			continue
-		case "build-fail":
-			continue
-		}
-		if ev.Package == "" {
-			continue
-		}
-		p := pkg(ev.Package)
-		if ev.Test == "" {
-			switch ev.Action {
-			case "output":
-				p.Output += ev.Output
-			case "pass", "fail", "skip":
-				p.Status = Status(ev.Action)
-				if ev.FailedBuild != "" {
-					p.BuildFailed = true
-					if b := buildOut[ev.FailedBuild]; b != nil {
-						p.Output += b.String()
-					}
-				}
-			}
-			continue
-		}
-		top, _, _ := strings.Cut(ev.Test, "/")
-		t, ok := p.Tests[top]
-		if !ok {
-			t = &TestResult{Name: top, Status: NotRun}
-			p.Tests[top] = t
-		}
-		switch ev.Action {
-		case "output":
-			t.Output += ev.Output
-		case "pass", "fail", "skip":
-			if ev.Test == top {
-				t.Status = Status(ev.Action)
-				t.Elapsed = time.Duration(ev.Elapsed * float64(time.Second))
-				p.Order = append(p.Order, top)
-			}
-		}
+		c.add(ev)
 	}
-	return run, sc.Err()
+	return c.run, sc.Err()
 }
 
-// FailureMessage trims a failed test's output to what a person acts on: the
-// lines testify and t.Error print, without the RUN/FAIL frame lines.
-func FailureMessage(output string) string {
-	var keep []string
-	for line := range strings.Lines(output) {
-		trimmed := strings.TrimSpace(line)
-		if strings.HasPrefix(trimmed, "goroutine ") && strings.HasSuffix(trimmed, ":") {
-			// A panic's goroutine dump: the panic line above says what
-			// happened; the stacks are for a debugger, not a learner.
-			keep = append(keep, "    (goroutine stacks omitted: run go test -v on the package to see them)")
-			break
-		}
-		if strings.Contains(trimmed, "main bubble goroutine has exited but blocked goroutines remain") {
-			keep = append(keep, strings.TrimRight(line, "\n"),
-				"    a goroutine started by your code was still running when the test's function returned:",
-				"    every goroutine needs an owner that waits for it to finish.")
-			continue
-		}
-		switch {
-		case trimmed == "",
-			strings.HasPrefix(trimmed, "=== RUN"),
-			strings.HasPrefix(trimmed, "=== PAUSE"),
-			strings.HasPrefix(trimmed, "=== CONT"),
-			strings.HasPrefix(trimmed, "=== NAME"),
-			strings.HasPrefix(trimmed, "--- FAIL"),
-			strings.HasPrefix(trimmed, "--- PASS"):
-			continue
-		}
-		keep = append(keep, strings.TrimRight(line, "\n"))
+func (c *collector) add(ev Event) {
+	switch {
+	case ev.Action == "build-output":
+		c.buildOutput(ev)
+	case ev.Action == "build-fail", ev.Package == "":
+	case ev.Test == "":
+		c.packageEvent(ev)
+	default:
+		c.testEvent(ev)
 	}
-	return strings.Join(keep, "\n")
+}
+
+func (c *collector) pkg(path string) *PackageResult {
+	p, ok := c.run.Packages[path]
+	if !ok {
+		p = &PackageResult{Path: path, Status: NotRun, Tests: map[string]*TestResult{}}
+		c.run.Packages[path] = p
+	}
+	return p
+}
+
+func (c *collector) buildOutput(ev Event) {
+	b := c.buildOut[ev.ImportPath]
+	if b == nil {
+		b = &strings.Builder{}
+		c.buildOut[ev.ImportPath] = b
+	}
+	b.WriteString(ev.Output)
+}
+
+// packageEvent records output and the outcome of a package as a whole; a
+// package that failed to build gets the compiler's words as its output.
+func (c *collector) packageEvent(ev Event) {
+	p := c.pkg(ev.Package)
+	switch ev.Action {
+	case "output":
+		p.Output += ev.Output
+	case "pass", "fail", "skip":
+		p.Status = Status(ev.Action)
+		if ev.FailedBuild != "" {
+			p.BuildFailed = true
+			if b := c.buildOut[ev.FailedBuild]; b != nil {
+				p.Output += b.String()
+			}
+		}
+	}
+}
+
+// testEvent records a test's output and outcome; a subtest's output belongs
+// to its top-level test, and only the top-level outcome counts.
+func (c *collector) testEvent(ev Event) {
+	p := c.pkg(ev.Package)
+	top, _, _ := strings.Cut(ev.Test, "/")
+	t, ok := p.Tests[top]
+	if !ok {
+		t = &TestResult{Name: top, Status: NotRun}
+		p.Tests[top] = t
+	}
+	switch ev.Action {
+	case "output":
+		t.Output += ev.Output
+	case "pass", "fail", "skip":
+		if ev.Test == top {
+			t.Status = Status(ev.Action)
+			t.Elapsed = time.Duration(ev.Elapsed * float64(time.Second))
+			p.Order = append(p.Order, top)
+		}
+	}
 }

@@ -1,11 +1,14 @@
 package labkit
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"encoding/xml"
+	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -33,19 +36,24 @@ type GradedTest struct {
 	Status   Status  `json:"status"`
 	Seconds  float64 `json:"seconds"`
 	HeldBack bool    `json:"held_back,omitempty"`
-	Message  string  `json:"message,omitempty"`
+	// Summary is the failure in one line: the assertion's message, what it
+	// expected and what came (or why the test skipped).
+	Summary string `json:"summary,omitempty"`
+	Message string `json:"message,omitempty"` // the whole failure, frame lines and stacks removed
 }
 
 // GradedLab is one lab's entry in a grade report.
 type GradedLab struct {
-	Number string       `json:"lab"`
-	Dir    string       `json:"dir"`
-	Title  string       `json:"title"`
-	Passed int          `json:"passed"`
-	Total  int          `json:"total"`
-	Edited bool         `json:"tests_were_edited"` // the learner's copy differed and was restored
-	Build  string       `json:"build_error,omitempty"`
-	Tests  []GradedTest `json:"tests"`
+	Number string `json:"lab"`
+	Dir    string `json:"dir"`
+	Title  string `json:"title"`
+	Passed int    `json:"passed"`
+	Total  int    `json:"total"`
+	Edited bool   `json:"tests_were_edited"` // the learner's copy differed and was restored
+	Build  string `json:"build_error,omitempty"`
+	// NoRedis says, in one line, which real-Redis tests skipped and why.
+	NoRedis string       `json:"no_redis,omitempty"`
+	Tests   []GradedTest `json:"tests"`
 }
 
 // Grade is a whole grade report.
@@ -64,9 +72,24 @@ func (g Grade) Score() float64 {
 	return float64(g.Passed) / float64(g.Total)
 }
 
+// ErrBadOption is wrapped by errors in the options a caller passed (a
+// --tests path that is not a directory): labctl exits 2 on them.
+var ErrBadOption = errors.New("bad option")
+
+// gradePlan is what grading one lab needs once its tests are in the overlay.
+type gradePlan struct {
+	lab      Lab
+	edited   bool            // the learner's test files differ from the pristine ones
+	tests    []string        // pristine and held-back tests, in report order
+	heldBack map[string]bool // test name → it came from TestsDir
+}
+
 // RunGrade runs the learner's labs against the pristine tests (and any
 // held-back ones) and scores every test. A failing learner is not an error.
 func RunGrade(ctx context.Context, opts GradeOptions) (*Grade, error) {
+	if opts.TestsDir != "" && !isDir(opts.TestsDir) {
+		return nil, fmt.Errorf("%w: --tests %s is not a directory", ErrBadOption, opts.TestsDir)
+	}
 	labs, err := labsOrBuilt(opts.Root, opts.Labs)
 	if err != nil {
 		return nil, err
@@ -76,66 +99,80 @@ func RunGrade(ctx context.Context, opts GradeOptions) (*Grade, error) {
 		return nil, err
 	}
 	defer ov.Close()
-
-	g := &Grade{Generated: time.Now().UTC()}
-	heldBack := map[string]map[string]bool{} // lab dir → test names
-	expected := map[string][]string{}
+	plans := make([]gradePlan, len(labs))
 	var pkgs []string
-	for _, l := range labs {
-		pristine, err := pristineTests(ctx, opts, l)
-		if err != nil {
+	for i, l := range labs {
+		if plans[i], err = planGrade(ctx, opts, l, ov); err != nil {
 			return nil, err
 		}
-		extra, err := heldBackTests(opts.TestsDir, l)
-		if err != nil {
-			return nil, err
-		}
-		labDir := filepath.Join(opts.Root, l.LabDir())
-		mine, err := ReadTestSources(labDir)
-		if err != nil {
-			return nil, err
-		}
-		gl := GradedLab{Number: l.Number, Dir: l.Dir, Title: l.Title, Edited: !diffSources(mine, pristine).Empty()}
-		for name := range mine {
-			if _, ok := pristine[name]; !ok {
-				ov.Delete(filepath.Join(labDir, name))
-			}
-		}
-		all := map[string][]byte{}
-		for name, src := range pristine {
-			all[name] = src
-			if err := ov.Set(filepath.Join(labDir, name), src); err != nil {
-				return nil, err
-			}
-		}
-		for name, src := range extra {
-			if _, clash := all[name]; clash {
-				return nil, fmt.Errorf("held-back test file %s/%s has the name of a lab test file; rename it", l.Dir, name)
-			}
-			all[name] = src
-			if err := ov.Set(filepath.Join(labDir, name), src); err != nil {
-				return nil, err
-			}
-		}
-		tests, err := TestFuncs(all)
-		if err != nil {
-			return nil, err
-		}
-		extraTests, err := TestFuncs(extra)
-		if err != nil {
-			return nil, err
-		}
-		heldBack[l.Dir] = map[string]bool{}
-		for _, t := range extraTests {
-			heldBack[l.Dir][t] = true
-		}
-		expected[l.Dir] = tests
-		g.Labs = append(g.Labs, gl)
 		pkgs = append(pkgs, "./"+filepath.ToSlash(l.LabDir()))
 	}
+	g := &Grade{Generated: time.Now().UTC()}
 	if len(pkgs) == 0 {
 		return g, nil
 	}
+	run, err := runGrade(ctx, opts, ov, pkgs)
+	if err != nil {
+		return nil, err
+	}
+	for _, pl := range plans {
+		gl := scoreLab(pl, run.Package("labs/"+pl.lab.Dir))
+		g.Labs = append(g.Labs, gl)
+		g.Passed += gl.Passed
+		g.Total += gl.Total
+	}
+	return g, nil
+}
+
+// planGrade puts the pristine and held-back tests of one lab into the
+// overlay, hides the learner's own test files, and lists the tests to score.
+func planGrade(ctx context.Context, opts GradeOptions, l Lab, ov *Overlay) (gradePlan, error) {
+	pristine, err := pristineTests(ctx, opts, l)
+	if err != nil {
+		return gradePlan{}, err
+	}
+	extra, err := heldBackTests(opts.TestsDir, l)
+	if err != nil {
+		return gradePlan{}, err
+	}
+	labDir := filepath.Join(opts.Root, l.LabDir())
+	mine, err := ReadTestSources(labDir)
+	if err != nil {
+		return gradePlan{}, err
+	}
+	for name := range mine {
+		if _, ok := pristine[name]; !ok {
+			ov.Delete(filepath.Join(labDir, name))
+		}
+	}
+	all := maps.Clone(pristine)
+	for name, src := range extra {
+		if _, clash := all[name]; clash {
+			return gradePlan{}, fmt.Errorf("held-back test file %s/%s has the name of a lab test file; rename it", l.Dir, name)
+		}
+		all[name] = src
+	}
+	for name, src := range all {
+		if err := ov.Set(filepath.Join(labDir, name), src); err != nil {
+			return gradePlan{}, err
+		}
+	}
+	tests, err := TestFuncs(all)
+	if err != nil {
+		return gradePlan{}, err
+	}
+	extraTests, err := TestFuncs(extra)
+	if err != nil {
+		return gradePlan{}, err
+	}
+	pl := gradePlan{lab: l, edited: !diffSources(mine, pristine).Empty(), tests: ReportOrder(tests), heldBack: map[string]bool{}}
+	for _, t := range extraTests {
+		pl.heldBack[t] = true
+	}
+	return pl, nil
+}
+
+func runGrade(ctx context.Context, opts GradeOptions, ov *Overlay, pkgs []string) (*Run, error) {
 	overlay, err := ov.File()
 	if err != nil {
 		return nil, err
@@ -143,58 +180,46 @@ func RunGrade(ctx context.Context, opts GradeOptions) (*Grade, error) {
 	if opts.Log != nil {
 		fmt.Fprintf(opts.Log, "grade: running %d labs with the pristine tests restored…\n", len(pkgs))
 	}
-	run, err := RunTests(ctx, RunOptions{Dir: opts.Root, Packages: pkgs, Race: !opts.NoRace, Count: 1, Overlay: overlay, Timeout: 5 * time.Minute})
-	if err != nil {
-		return nil, err
+	return RunTests(ctx, RunOptions{Dir: opts.Root, Packages: pkgs, Race: !opts.NoRace, Count: 1, Overlay: overlay, Timeout: 5 * time.Minute})
+}
+
+// scoreLab turns one lab's run into its report entry: a test earns its
+// point only by passing; every other outcome keeps the line that says why.
+func scoreLab(pl gradePlan, p *PackageResult) GradedLab {
+	gl := GradedLab{Number: pl.lab.Number, Dir: pl.lab.Dir, Title: pl.lab.Title, Edited: pl.edited}
+	o := ReadOutcome(p, pl.tests)
+	if o.BuildFailed {
+		gl.Build = strings.TrimSpace(p.Output)
 	}
-	for i := range g.Labs {
-		gl := &g.Labs[i]
-		p := run.Package("labs/" + gl.Dir)
-		if p != nil && p.BuildFailed {
-			gl.Build = strings.TrimSpace(p.Output)
+	gl.NoRedis = o.RedisNote()
+	for _, name := range o.Tests {
+		res := p.Test(name)
+		gt := GradedTest{Name: name, Status: res.Status, Seconds: res.Elapsed.Seconds(), HeldBack: pl.heldBack[name]}
+		switch {
+		case o.BuildFailed:
+			gt.Message = "the lab does not compile"
+		case res.Status == Pass:
+			gl.Passed++
+		case res.Status == NotRun:
+			gt.Message = "no result: an earlier panic or timeout ended the run\n" + LastLines(p.Output, 10)
+		default:
+			gt.Message = FailureMessage(res.Output)
+			gt.Summary = Headline(res.Output)
 		}
-		for _, name := range expected[gl.Dir] {
-			res := p.Test(name)
-			gt := GradedTest{Name: name, Status: res.Status, Seconds: res.Elapsed.Seconds(), HeldBack: heldBack[gl.Dir][name]}
-			switch {
-			case gl.Build != "":
-				gt.Message = "the lab does not compile"
-			case res.Status == Pass:
-				gl.Passed++
-			case res.Status == NotRun:
-				gt.Message = "no result: an earlier panic or timeout ended the run\n" + LastLines(p.Output, 10)
-			default:
-				gt.Message = FailureMessage(res.Output)
-			}
-			gl.Tests = append(gl.Tests, gt)
+		if gt.Summary == "" && gt.Message != "" {
+			gt.Summary = collapse(firstLineOf(gt.Message))
 		}
-		gl.Total = len(gl.Tests)
-		g.Passed += gl.Passed
-		g.Total += gl.Total
+		gl.Tests = append(gl.Tests, gt)
 	}
-	return g, nil
+	gl.Total = len(gl.Tests)
+	return gl
 }
 
 func pristineTests(ctx context.Context, opts GradeOptions, l Lab) (map[string][]byte, error) {
 	if opts.PristineRef == "" {
 		return ReadTestSources(filepath.Join(opts.Root, l.SolutionDir()))
 	}
-	out, err := gitOutput(ctx, opts.Root, "ls-tree", "--name-only", opts.PristineRef, filepath.ToSlash(l.SolutionDir())+"/")
-	if err != nil {
-		return nil, err
-	}
-	tests := map[string][]byte{}
-	for _, p := range strings.Fields(string(out)) {
-		if !strings.HasSuffix(p, "_test.go") {
-			continue
-		}
-		b, err := gitOutput(ctx, opts.Root, "show", opts.PristineRef+":"+p)
-		if err != nil {
-			return nil, err
-		}
-		tests[filepath.Base(p)] = b
-	}
-	return tests, nil
+	return gitFiles(ctx, opts.Root, opts.PristineRef, l.SolutionDir(), func(name string) bool { return strings.HasSuffix(name, "_test.go") })
 }
 
 func heldBackTests(dir string, l Lab) (map[string][]byte, error) {
@@ -274,10 +299,10 @@ func (g *Grade) JUnit() ([]byte, error) {
 				// A skipped exercise test earns nothing: it counts as a failure
 				// here too, so a dashboard cannot show it as green.
 				suite.Failures++
-				c.Failure = &junitFailure{Message: "skipped", Body: t.Message}
+				c.Failure = &junitFailure{Message: cmp.Or(t.Summary, "skipped"), Body: t.Message}
 			default:
 				suite.Failures++
-				c.Failure = &junitFailure{Message: firstLine(t.Message, string(t.Status)), Body: t.Message}
+				c.Failure = &junitFailure{Message: cmp.Or(t.Summary, string(t.Status)), Body: t.Message}
 			}
 			suite.Cases = append(suite.Cases, c)
 		}
@@ -304,6 +329,9 @@ func (g *Grade) Markdown() string {
 		if l.Edited {
 			notes = append(notes, "tests were edited; graded with the pristine ones")
 		}
+		if l.NoRedis != "" {
+			notes = append(notes, "real-Redis test skipped: no Redis where this ran")
+		}
 		if slices.ContainsFunc(l.Tests, func(t GradedTest) bool { return t.HeldBack }) {
 			notes = append(notes, "includes held-back tests")
 		}
@@ -313,7 +341,7 @@ func (g *Grade) Markdown() string {
 	for _, l := range g.Labs {
 		for _, t := range l.Tests {
 			if t.Status != Pass {
-				failing = append(failing, fmt.Sprintf("- lab %s `%s`: %s", l.Number, t.Name, firstLine(t.Message, string(t.Status))))
+				failing = append(failing, fmt.Sprintf("- lab %s `%s`: %s", l.Number, t.Name, cmp.Or(t.Summary, string(t.Status))))
 			}
 		}
 	}
@@ -324,32 +352,3 @@ func (g *Grade) Markdown() string {
 	}
 	return b.String()
 }
-
-// firstLine picks the line of a failure that says the most: testify's
-// "Messages:" (what the test author wrote for the learner), else its
-// "Error:", else the first non-blank line.
-func firstLine(s, fallback string) string {
-	var first, errLine string
-	for line := range strings.Lines(s) {
-		t := strings.TrimSpace(line)
-		switch {
-		case t == "":
-		case strings.HasPrefix(t, "Messages:"):
-			return strings.TrimSpace(strings.TrimPrefix(t, "Messages:"))
-		case strings.HasPrefix(t, "Error:") && errLine == "":
-			errLine = strings.TrimSpace(strings.TrimPrefix(t, "Error:"))
-		case first == "":
-			first = t
-		}
-	}
-	switch {
-	case errLine != "":
-		return errLine
-	case first != "":
-		return first
-	}
-	return fallback
-}
-
-// Summary is the one line of a test failure a person reads first.
-func Summary(message string) string { return firstLine(message, "failed") }

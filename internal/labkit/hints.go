@@ -83,16 +83,20 @@ func HintFor(hints []Hint, test string) int {
 	return -1
 }
 
-// HintState remembers, per lab, how many hints a learner has seen, so that
-// `labctl hint NN` reveals them one at a time. It lives in .labctl/ (ignored by git).
+// HintState remembers, per lab, which hints a learner has been shown — by
+// `labctl hint` or alongside a failure by `labctl test` — so that `labctl
+// hint NN` next shows one they have not seen. It lives in .labctl/ (ignored
+// by git).
 type HintState struct {
-	path string
-	Seen map[string]int `json:"seen"`
+	path  string
+	Shown map[string][]int `json:"shown"` // lab number → hint numbers (1-based), sorted
+	// Seen is the older format: lab number → hints 1..n were seen.
+	Seen map[string]int `json:"seen,omitempty"`
 }
 
 // LoadHintState reads the hint progress under root; a missing file is an empty state.
 func LoadHintState(root string) (*HintState, error) {
-	s := &HintState{path: filepath.Join(root, ".labctl", "hints.json"), Seen: map[string]int{}}
+	s := &HintState{path: filepath.Join(root, ".labctl", "hints.json"), Shown: map[string][]int{}}
 	b, err := os.ReadFile(s.path)
 	if errors.Is(err, os.ErrNotExist) {
 		return s, nil
@@ -103,11 +107,37 @@ func LoadHintState(root string) (*HintState, error) {
 	if err := json.Unmarshal(b, s); err != nil {
 		return nil, fmt.Errorf("%s: %w (delete it to start the hints over)", s.path, err)
 	}
-	if s.Seen == nil {
-		s.Seen = map[string]int{}
+	if s.Shown == nil {
+		s.Shown = map[string][]int{}
 	}
+	for lab, n := range s.Seen {
+		for k := 1; k <= n; k++ {
+			s.MarkShown(lab, k)
+		}
+	}
+	s.Seen = nil
 	return s, nil
 }
+
+// MarkShown records that hint k of lab was shown.
+func (s *HintState) MarkShown(lab string, k int) {
+	if i, found := slices.BinarySearch(s.Shown[lab], k); !found {
+		s.Shown[lab] = slices.Insert(s.Shown[lab], i, k)
+	}
+}
+
+// Next returns the first of hints 1..n of lab not shown yet; false when all were.
+func (s *HintState) Next(lab string, n int) (int, bool) {
+	for k := 1; k <= n; k++ {
+		if !slices.Contains(s.Shown[lab], k) {
+			return k, true
+		}
+	}
+	return 0, false
+}
+
+// Reset forgets which hints of lab were shown.
+func (s *HintState) Reset(lab string) { delete(s.Shown, lab) }
 
 // Save writes the state back.
 func (s *HintState) Save() error {

@@ -7,7 +7,7 @@ import (
 	"strings"
 )
 
-// ErrPatch is wrapped by every error from ApplyPatch.
+// ErrPatch is wrapped by every error from ParsePatch and FilePatch.Apply.
 var ErrPatch = errors.New("patch does not apply")
 
 // FilePatch is the change a unified diff makes to one file.

@@ -139,3 +139,36 @@ func diffSources(lab, sol map[string][]byte) TestDiff {
 	slices.Sort(d.Differ)
 	return d
 }
+
+// todoMarker tags the places a stub asks the learner to fill in.
+const todoMarker = "TODO(lab "
+
+// FilesToEdit lists the files of a lab the learner writes: the non-test
+// files that still carry a TODO(lab NN) marker, Go or not (lab 07's Lua
+// script is one), sorted. When no marker is left, every non-test source
+// file is listed.
+func FilesToEdit(root string, l Lab) ([]string, error) {
+	entries, err := os.ReadDir(filepath.Join(root, l.LabDir()))
+	if err != nil {
+		return nil, err
+	}
+	var marked, all []string
+	for _, e := range entries {
+		name := e.Name()
+		if !e.Type().IsRegular() || strings.HasSuffix(name, "_test.go") || strings.HasSuffix(name, ".md") {
+			continue
+		}
+		all = append(all, name)
+		b, err := os.ReadFile(filepath.Join(root, l.LabDir(), name))
+		if err != nil {
+			return nil, err
+		}
+		if bytes.Contains(b, []byte(todoMarker)) {
+			marked = append(marked, name)
+		}
+	}
+	if len(marked) == 0 {
+		return all, nil
+	}
+	return marked, nil
+}

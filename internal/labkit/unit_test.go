@@ -113,3 +113,28 @@ func TestCatalogFindNamesValidLabs(t *testing.T) {
 	assert.False(t, later.Built())
 	assert.Len(t, c.BuiltLabs(), 1)
 }
+
+func TestFilesToEditAreTheOnesWithTODOs(t *testing.T) {
+	root := fixture(t)
+	c, err := LoadCatalog(root)
+	require.NoError(t, err)
+	l, err := c.Find("01")
+	require.NoError(t, err)
+	write(t, root, "labs/01-add/script.lua", "-- TODO(lab 01): a file that is not Go is a file to edit too\n")
+	write(t, root, "labs/01-add/doc.go", "// Package add has no TODO here.\npackage add\n")
+	files, err := FilesToEdit(root, l)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"add.go", "script.lua"}, files)
+
+	write(t, root, "labs/01-add/add.go", "package add\n\nfunc Add(a, b int) int { return a + b }\n\nfunc Sum(xs ...int) int { return 0 }\n")
+	write(t, root, "labs/01-add/script.lua", "-- done\n")
+	files, err = FilesToEdit(root, l)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"add.go", "doc.go", "script.lua"}, files, "no TODO left: every source file")
+}
+
+func TestRaceRunsSkipTheExitSleepUnlessToldOtherwise(t *testing.T) {
+	assert.Equal(t, "atexit_sleep_ms=0", noExitSleep(""))
+	assert.Equal(t, "halt_on_error=1 atexit_sleep_ms=0", noExitSleep("halt_on_error=1"), "other options are kept")
+	assert.Equal(t, "atexit_sleep_ms=500", noExitSleep("atexit_sleep_ms=500"), "a value the user chose wins")
+}

@@ -6,12 +6,13 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/production-go/gateway-lab/internal/testkit/redismark"
 )
 
 // VerifyOptions configures Verify.
@@ -20,11 +21,14 @@ type VerifyOptions struct {
 	Labs []Lab // nil: every built lab
 	// StubsRef, when set, is a git revision whose labs/ tree is the pristine
 	// stub: a learner's fork checks upstream's stubs, not its own solved ones.
-	StubsRef    string
-	NoRace      bool // solutions and mutants run with -race unless set
-	Fresh       bool // -count=1: ignore the test cache
+	StubsRef string
+	NoRace   bool // tests run with -race unless set
+	Fresh    bool // -count=1 and no verify cache: run everything again
+	// Fast checks only what needs no solution run: files, identical tests,
+	// black-box tests and stubs red. `make test` runs the solutions itself.
+	Fast        bool
 	SkipMutants bool
-	Parallel    int       // mutant runs at once; 0 = 2
+	Parallel    int       // mutant runs at once; 0 = one per CPU
 	Log         io.Writer // progress lines; nil = discard
 }
 
@@ -39,6 +43,7 @@ type MutantResult struct {
 	Required []string
 	// Unchecked lists required tests that skipped (no real Redis here).
 	Unchecked []string
+	Cached    bool // the verdict came from the verify cache
 }
 
 // LabReport is everything Verify found about one lab.
@@ -73,6 +78,31 @@ func (r *LabReport) problem(format string, args ...any) {
 	r.Problems = append(r.Problems, fmt.Sprintf(format, args...))
 }
 
+// verifier carries one Verify call's options and its progress log, which
+// the mutant runs write to concurrently.
+type verifier struct {
+	VerifyOptions
+	cache *verifyCache
+	mu    sync.Mutex
+}
+
+func (v *verifier) logf(format string, args ...any) {
+	if v.Log == nil {
+		return
+	}
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	fmt.Fprintf(v.Log, format+"\n", args...)
+}
+
+// count is go test's -count: 1 ignores the test cache.
+func (v *verifier) count() int {
+	if v.Fresh {
+		return 1
+	}
+	return 0
+}
+
 // Verify checks every convention the labs rely on: lab and solution tests
 // byte-identical; tests black-box (no unexported identifiers from non-test
 // files); README and hints present and naming real tests; every exercise test
@@ -84,98 +114,59 @@ func Verify(ctx context.Context, opts VerifyOptions) ([]LabReport, error) {
 	if err != nil {
 		return nil, err
 	}
-	logf := func(format string, args ...any) {
-		if opts.Log != nil {
-			fmt.Fprintf(opts.Log, format+"\n", args...)
-		}
-	}
-	count := 0
-	if opts.Fresh {
-		count = 1
-	}
 	reports := make([]LabReport, len(labs))
-	for i, l := range labs {
-		r := &reports[i]
-		r.Lab = l
-		if err := checkFiles(ctx, opts.Root, r); err != nil {
-			return nil, err
-		}
-	}
 	if len(labs) == 0 {
 		return reports, nil
 	}
-
-	logf("verify: stubs should fail every test (%d labs)…", len(labs))
-	if err := checkStubs(ctx, opts, reports, count); err != nil {
+	v := &verifier{VerifyOptions: opts}
+	v.cache = v.openCache(ctx, labs)
+	v.logf("verify: files, identical tests, black-box tests (%d labs)…", len(labs))
+	for i, l := range labs {
+		reports[i].Lab = l
+		if err := v.checkFiles(&reports[i]); err != nil {
+			return nil, err
+		}
+	}
+	if err := v.checkBlackBox(ctx, reports); err != nil {
 		return nil, err
 	}
-
-	logf("verify: solutions should pass every test under -race…")
-	var pkgs []string
-	for _, l := range labs {
-		pkgs = append(pkgs, "./"+filepath.ToSlash(l.SolutionDir()))
-	}
-	run, err := RunTests(ctx, RunOptions{Dir: opts.Root, Packages: pkgs, Race: !opts.NoRace, Count: count, Timeout: 5 * time.Minute})
-	if err != nil {
+	v.logf("verify: stubs should fail every test…")
+	if err := v.checkStubs(ctx, reports); err != nil {
 		return nil, err
 	}
-	for i := range reports {
-		r := &reports[i]
-		p := run.Package(r.Lab.SolutionDir())
-		if p != nil && p.BuildFailed {
-			r.problem("solution does not compile:\n%s", indent(p.Output))
-			continue
-		}
-		for _, t := range r.Tests {
-			switch res := p.Test(t); res.Status {
-			case Pass:
-				r.Green++
-			case Skip:
-				r.Green++
-				r.Skipped = append(r.Skipped, t)
-			default:
-				r.problem("solution: %s %s\n%s", t, res.Status, indent(FailureMessage(res.Output)))
-			}
-		}
-		if p != nil && p.Status == Fail && r.Green == len(r.Tests) {
-			r.problem("solution: the package failed outside any test (TestMain, goleak or a panic):\n%s", indent(p.Output))
-		}
+	if opts.Fast {
+		return reports, nil
 	}
-
+	v.logf("verify: solutions should pass every test…")
+	if err := v.checkSolutions(ctx, reports); err != nil {
+		return nil, err
+	}
 	if opts.SkipMutants {
 		return reports, nil
 	}
-	for i := range reports {
-		r := &reports[i]
-		patches, _ := filepath.Glob(filepath.Join(opts.Root, r.Lab.SolutionDir(), "testdata", "mutants", "*.patch"))
-		if len(patches) == 0 {
-			r.problem("no mutant patches in %s/testdata/mutants: ship each classic bug as a patch", r.Lab.SolutionDir())
-			continue
-		}
-		logf("verify: lab %s: %d mutants, each must be killed…", r.Lab.Number, len(patches))
-		r.Mutants = runMutants(ctx, opts, r.Lab, patches, count)
-		for _, m := range r.Mutants {
-			switch {
-			case m.Problem != "":
-				r.problem("mutant %s: %s", m.Name, m.Problem)
-			case !m.Killed:
-				r.problem("mutant %s survived: no exercise test fails with this bug (see the comment at the top of the patch)", m.Name)
-			}
-		}
-	}
-	return reports, nil
+	return reports, v.checkMutants(ctx, reports)
 }
 
-// checkFiles covers the static conventions: files present, tests identical,
-// hints naming real tests, and black-box tests.
-func checkFiles(ctx context.Context, root string, r *LabReport) error {
+// checkFiles covers the conventions a read of the files settles: files
+// present, tests identical, hints naming real tests.
+func (v *verifier) checkFiles(r *LabReport) error {
 	l := r.Lab
 	for _, f := range []string{filepath.Join(l.LabDir(), "README.md"), filepath.Join(l.LabDir(), l.Hints)} {
-		if _, err := os.Stat(filepath.Join(root, f)); err != nil {
+		if _, err := os.Stat(filepath.Join(v.Root, f)); err != nil {
 			r.problem("missing %s", f)
 		}
 	}
-	diff, err := CompareTests(root, l)
+	if err := v.checkTwins(r); err != nil {
+		return err
+	}
+	v.checkHints(r)
+	return nil
+}
+
+// checkTwins compares the lab's and the solution's test files and lists the tests.
+func (v *verifier) checkTwins(r *LabReport) error {
+	l := r.Lab
+	diff, err := CompareTests(v.Root, l)
 	if err != nil {
 		return err
 	}
@@ -183,7 +174,7 @@ func checkFiles(ctx context.Context, root string, r *LabReport) error {
 	if !r.Identical {
 		r.problem("labs/%s and solutions/%s test files must be byte-identical: %s", l.Dir, l.Dir, diff)
 	}
-	sources, err := ReadTestSources(filepath.Join(root, l.SolutionDir()))
+	sources, err := ReadTestSources(filepath.Join(v.Root, l.SolutionDir()))
 	if err != nil {
 		return err
 	}
@@ -193,261 +184,220 @@ func checkFiles(ctx context.Context, root string, r *LabReport) error {
 	if len(r.Tests) == 0 {
 		r.problem("no exercise tests in %s", l.SolutionDir())
 	}
-	if hints, err := LoadHints(root, l); err == nil {
-		for _, h := range hints {
-			for _, t := range h.Tests {
-				if !slices.Contains(r.Tests, t) {
-					r.problem("%s: hint %q names %s, which is not a test", l.Hints, h.Title, t)
-				}
-			}
-		}
-	} else if !errors.Is(err, os.ErrNotExist) {
-		r.problem("%v", err)
-	}
-	r.APIClean = true
-	for _, dir := range []string{l.LabDir(), l.SolutionDir()} {
-		v, err := CheckBlackBox(ctx, root, dir)
-		if err != nil {
-			r.problem("%v", err)
-			r.APIClean = false
-			continue
-		}
-		for _, x := range v {
-			r.APIClean = false
-			r.problem("%s/%s: tests must use only the exported API", dir, x)
-		}
-	}
 	return nil
 }
 
-func checkStubs(ctx context.Context, opts VerifyOptions, reports []LabReport, count int) error {
-	var pkgs []string
-	var overlayFile string
-	if opts.StubsRef != "" {
-		ov, err := NewOverlay()
-		if err != nil {
-			return err
+// checkHints requires every "Tests:" line of the hints to name real tests.
+func (v *verifier) checkHints(r *LabReport) {
+	hints, err := LoadHints(v.Root, r.Lab)
+	if err != nil {
+		if !errors.Is(err, os.ErrNotExist) {
+			r.problem("%v", err)
 		}
-		defer ov.Close()
-		for _, r := range reports {
-			if err := overlayFromGit(ctx, opts.Root, opts.StubsRef, r.Lab.LabDir(), ov); err != nil {
-				return err
+		return
+	}
+	for _, h := range hints {
+		for _, t := range h.Tests {
+			if !slices.Contains(r.Tests, t) {
+				r.problem("%s: hint %q names %s, which is not a test", r.Lab.Hints, h.Title, t)
 			}
 		}
-		if overlayFile, err = ov.File(); err != nil {
-			return err
+	}
+}
+
+// checkBlackBox requires the tests of both twins to use only the exported
+// API. The labs whose verdict is cached are not loaded again; the others are
+// type-checked in one load.
+func (v *verifier) checkBlackBox(ctx context.Context, reports []LabReport) error {
+	var dirs []string
+	keys := make([]string, len(reports))
+	for i := range reports {
+		r := &reports[i]
+		r.APIClean = true
+		keys[i] = v.cache.key("blackbox", []string{r.Lab.LabDir(), r.Lab.SolutionDir()}, nil)
+		var clean bool
+		if !v.Fresh && v.cache.get(keys[i], &clean) && clean {
+			continue
 		}
+		dirs = append(dirs, r.Lab.LabDir(), r.Lab.SolutionDir())
 	}
-	for _, r := range reports {
-		pkgs = append(pkgs, "./"+filepath.ToSlash(r.Lab.LabDir()))
+	if len(dirs) == 0 {
+		v.logf("verify: black-box: every lab's verdict is cached")
+		return nil
 	}
-	// Stubs run without -race: they return at once, and the check is about
-	// which tests fail, not about timing.
-	run, err := RunTests(ctx, RunOptions{Dir: opts.Root, Packages: pkgs, Count: max(count, 1), Overlay: overlayFile, Timeout: 2 * time.Minute})
+	found, err := CheckBlackBox(ctx, v.Root, dirs, !v.NoRace)
 	if err != nil {
 		return err
 	}
 	for i := range reports {
 		r := &reports[i]
-		p := run.Package(r.Lab.LabDir())
-		if p != nil && p.BuildFailed {
-			r.problem("stub does not compile (a stub must build and fail at run time):\n%s", indent(p.Output))
+		if !slices.Contains(dirs, r.Lab.LabDir()) {
 			continue
 		}
-		for _, t := range r.Tests {
-			switch res := p.Test(t); res.Status {
-			case Fail:
-				r.StubsRed++
-			case NotRun:
-				r.problem("stub: %s never reported (a panic or hang in an earlier test hides the others)\n%s", t, indent(LastLines(p.Output, 8)))
-			case Skip:
-				if strings.Contains(res.Output, redisSkipMarker) {
-					r.Unchecked = append(r.Unchecked, t) // needs a real Redis, and there is none here
-					continue
-				}
-				r.problem("stub: %s is skip on the stub; every exercise test must fail until the learner writes the code", t)
-			default:
-				r.problem("stub: %s is %s on the stub; every exercise test must fail until the learner writes the code", t, res.Status)
+		for _, dir := range []string{r.Lab.LabDir(), r.Lab.SolutionDir()} {
+			res := found[filepath.Clean(dir)]
+			if res.Err != nil {
+				r.problem("%v", res.Err)
+				r.APIClean = false
 			}
+			for _, x := range res.Violations {
+				r.APIClean = false
+				r.problem("%s/%s: tests must use only the exported API", dir, x)
+			}
+		}
+		if r.APIClean {
+			v.cache.put(keys[i], true)
 		}
 	}
 	return nil
 }
 
-// redisSkipMarker starts the skip message of the real-Redis test helper.
-const redisSkipMarker = "redistest: skipped"
+// checkStubs runs the stubs and requires each exercise test to fail. A lab
+// whose stub failed every test before, with the same inputs, is not run
+// again. Stubs run with -race like everything else only to share its build
+// cache: they return at once, and the check is about which tests fail.
+func (v *verifier) checkStubs(ctx context.Context, reports []LabReport) error {
+	var pkgs []string
+	var todo []*LabReport
+	keys := map[*LabReport]string{}
+	for i := range reports {
+		r := &reports[i]
+		if v.StubsRef == "" { // stubs from git are not what the key hashes
+			keys[r] = v.cache.key("stubs", []string{r.Lab.LabDir()}, []byte(strings.Join(r.Tests, ",")))
+			if red := 0; !v.Fresh && v.cache.get(keys[r], &red) && red == len(r.Tests) {
+				r.StubsRed = red
+				continue
+			}
+		}
+		todo = append(todo, r)
+		pkgs = append(pkgs, "./"+filepath.ToSlash(r.Lab.LabDir()))
+	}
+	if len(todo) == 0 {
+		v.logf("verify: stubs: every lab's verdict is cached")
+		return nil
+	}
+	overlayFile, cleanup, err := v.stubsOverlay(ctx, todo)
+	if err != nil {
+		return err
+	}
+	defer cleanup()
+	run, err := RunTests(ctx, RunOptions{Dir: v.Root, Packages: pkgs, Race: !v.NoRace, Count: 1, Overlay: overlayFile, Timeout: 2 * time.Minute})
+	if err != nil {
+		return err
+	}
+	for _, r := range todo {
+		problems := len(r.Problems)
+		judgeStub(r, run.Package(r.Lab.LabDir()))
+		if len(r.Problems) == problems && r.StubsRed == len(r.Tests) {
+			v.cache.put(keys[r], r.StubsRed)
+		}
+	}
+	return nil
+}
+
+// stubsOverlay makes the build see labs/ as it is at StubsRef ("" without one).
+func (v *verifier) stubsOverlay(ctx context.Context, reports []*LabReport) (file string, cleanup func(), err error) {
+	if v.StubsRef == "" {
+		return "", func() {}, nil
+	}
+	ov, err := NewOverlay()
+	if err != nil {
+		return "", nil, err
+	}
+	for _, r := range reports {
+		if err := overlayFromGit(ctx, v.Root, v.StubsRef, r.Lab.LabDir(), ov); err != nil {
+			ov.Close()
+			return "", nil, err
+		}
+	}
+	if file, err = ov.File(); err != nil {
+		ov.Close()
+		return "", nil, err
+	}
+	return file, func() { ov.Close() }, nil
+}
+
+func judgeStub(r *LabReport, p *PackageResult) {
+	judgeTests(r, p, "stub does not compile (a stub must build and fail at run time)", func(t string, res TestResult) {
+		switch res.Status {
+		case Fail:
+			r.StubsRed++
+		case NotRun:
+			r.problem("stub: %s never reported (a panic or hang in an earlier test hides the others)\n%s", t, Indent(LastLines(p.Output, 8), 6))
+		case Skip:
+			if _, ok := redismark.SkipReason(res.Output); ok {
+				r.Unchecked = append(r.Unchecked, t) // needs a real Redis, and there is none here
+				return
+			}
+			r.problem("stub: %s is skip on the stub; every exercise test must fail until the learner writes the code", t)
+		default:
+			r.problem("stub: %s is %s on the stub; every exercise test must fail until the learner writes the code", t, res.Status)
+		}
+	})
+}
+
+// judgeTests hands each exercise test's result in p to judge, unless the
+// package did not build, which is one problem, named by buildProblem.
+func judgeTests(r *LabReport, p *PackageResult, buildProblem string, judge func(test string, res TestResult)) bool {
+	if p != nil && p.BuildFailed {
+		r.problem("%s:\n%s", buildProblem, Indent(p.Output, 6))
+		return false
+	}
+	for _, t := range r.Tests {
+		judge(t, p.Test(t))
+	}
+	return true
+}
+
+// checkSolutions runs every solution and requires every test to pass.
+func (v *verifier) checkSolutions(ctx context.Context, reports []LabReport) error {
+	var pkgs []string
+	for _, r := range reports {
+		pkgs = append(pkgs, "./"+filepath.ToSlash(r.Lab.SolutionDir()))
+	}
+	run, err := RunTests(ctx, RunOptions{Dir: v.Root, Packages: pkgs, Race: !v.NoRace, Count: v.count(), Timeout: 5 * time.Minute})
+	if err != nil {
+		return err
+	}
+	for i := range reports {
+		judgeSolution(&reports[i], run.Package(reports[i].Lab.SolutionDir()))
+	}
+	return nil
+}
+
+func judgeSolution(r *LabReport, p *PackageResult) {
+	built := judgeTests(r, p, "solution does not compile", func(t string, res TestResult) {
+		switch res.Status {
+		case Pass:
+			r.Green++
+		case Skip:
+			r.Green++
+			r.Skipped = append(r.Skipped, t)
+		default:
+			r.problem("solution: %s %s\n%s", t, res.Status, Indent(FailureMessage(res.Output), 6))
+		}
+	})
+	if built && p != nil && p.Status == Fail && r.Green == len(r.Tests) {
+		r.problem("solution: the package failed outside any test (TestMain, goleak or a panic):\n%s", Indent(p.Output, 6))
+	}
+}
 
 // overlayFromGit makes the build see dir exactly as it is at ref.
 func overlayFromGit(ctx context.Context, root, ref, dir string, ov *Overlay) error {
-	out, err := gitOutput(ctx, root, "ls-tree", "--name-only", ref, filepath.ToSlash(dir)+"/")
+	atRef, err := gitFiles(ctx, root, ref, dir, func(name string) bool { return strings.HasSuffix(name, ".go") })
 	if err != nil {
-		return fmt.Errorf("list %s at %s: %w", dir, ref, err)
+		return err
 	}
-	atRef := map[string]bool{}
-	for _, p := range strings.Fields(string(out)) {
-		if !strings.HasSuffix(p, ".go") {
-			continue
-		}
-		content, err := gitOutput(ctx, root, "show", ref+":"+p)
-		if err != nil {
-			return fmt.Errorf("read %s at %s: %w", p, ref, err)
-		}
-		atRef[filepath.Base(p)] = true
-		if err := ov.Set(filepath.Join(root, filepath.FromSlash(p)), content); err != nil {
+	for name, content := range atRef {
+		if err := ov.Set(filepath.Join(root, dir, name), content); err != nil {
 			return err
 		}
 	}
 	local, _ := filepath.Glob(filepath.Join(root, dir, "*.go"))
 	for _, f := range local {
-		if !atRef[filepath.Base(f)] {
+		if _, ok := atRef[filepath.Base(f)]; !ok {
 			ov.Delete(f)
 		}
 	}
 	return nil
-}
-
-func gitOutput(ctx context.Context, root string, args ...string) ([]byte, error) {
-	cmd := exec.CommandContext(ctx, "git", args...)
-	cmd.Dir = root
-	out, err := cmd.Output()
-	var ee *exec.ExitError
-	if errors.As(err, &ee) {
-		return nil, fmt.Errorf("git %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(string(ee.Stderr)))
-	}
-	return out, err
-}
-
-func runMutants(ctx context.Context, opts VerifyOptions, l Lab, patches []string, count int) []MutantResult {
-	results := make([]MutantResult, len(patches))
-	parallel := opts.Parallel
-	if parallel < 1 {
-		parallel = 2
-	}
-	slots := make(chan struct{}, parallel)
-	var wg sync.WaitGroup
-	for i, p := range patches {
-		results[i].Name = strings.TrimSuffix(filepath.Base(p), ".patch")
-		slots <- struct{}{}
-		wg.Go(func() {
-			defer func() { <-slots }()
-			runMutant(ctx, opts, l, p, count, &results[i])
-		})
-	}
-	wg.Wait()
-	return results
-}
-
-func runMutant(ctx context.Context, opts VerifyOptions, l Lab, patchPath string, count int, res *MutantResult) {
-	text, err := os.ReadFile(patchPath)
-	if err != nil {
-		res.Problem = err.Error()
-		return
-	}
-	files, err := ParsePatch(string(text))
-	if err != nil {
-		res.Problem = err.Error()
-		return
-	}
-	res.Required = requiredKillers(string(text))
-	ov, err := NewOverlay()
-	if err != nil {
-		res.Problem = err.Error()
-		return
-	}
-	defer ov.Close()
-	for _, f := range files {
-		if strings.HasSuffix(f.Path, "_test.go") {
-			res.Problem = "a mutant changes the solution, never its tests (" + f.Path + ")"
-			return
-		}
-		target := filepath.Join(opts.Root, l.SolutionDir(), filepath.FromSlash(f.Path))
-		orig, err := os.ReadFile(target)
-		if err != nil {
-			res.Problem = err.Error()
-			return
-		}
-		patched, err := f.Apply(string(orig))
-		if err != nil {
-			res.Problem = err.Error()
-			return
-		}
-		if err := ov.Set(target, []byte(patched)); err != nil {
-			res.Problem = err.Error()
-			return
-		}
-	}
-	overlay, err := ov.File()
-	if err != nil {
-		res.Problem = err.Error()
-		return
-	}
-	run, err := RunTests(ctx, RunOptions{
-		Dir: opts.Root, Packages: []string{"./" + filepath.ToSlash(l.SolutionDir())},
-		Race: !opts.NoRace, Count: max(count, 1), Overlay: overlay, Timeout: 2 * time.Minute,
-	})
-	if err != nil {
-		res.Problem = err.Error()
-		return
-	}
-	p := run.Package(l.SolutionDir())
-	if p == nil {
-		res.Problem = "go test reported nothing for the package"
-		return
-	}
-	if p.BuildFailed {
-		res.Problem = "does not compile:\n" + indent(p.Output)
-		return
-	}
-	for _, name := range p.Order {
-		if p.Tests[name].Status == Fail {
-			res.KilledBy = append(res.KilledBy, name)
-		}
-	}
-	if len(res.KilledBy) == 0 && p.Status == Fail {
-		res.KilledBy = []string{"(package)"}
-	}
-	res.Killed = len(res.KilledBy) > 0
-	for _, want := range res.Required {
-		switch {
-		case slices.Contains(res.KilledBy, want):
-		case p.Test(want).Status == Skip:
-			res.Unchecked = append(res.Unchecked, want)
-		default:
-			res.Problem = fmt.Sprintf("must be killed by %s (the patch says so), but that test %s", want, p.Test(want).Status)
-		}
-	}
-}
-
-// requiredKillers reads "# Must be killed by: TestA, TestB" lines.
-func requiredKillers(patch string) []string {
-	var out []string
-	for line := range strings.Lines(patch) {
-		rest, ok := strings.CutPrefix(strings.TrimSpace(line), "# Must be killed by:")
-		if !ok {
-			continue
-		}
-		for _, name := range strings.Split(rest, ",") {
-			if name = strings.TrimSpace(name); name != "" {
-				out = append(out, name)
-			}
-		}
-	}
-	return out
-}
-
-func indent(s string) string {
-	s = strings.TrimRight(s, "\n")
-	if s == "" {
-		return ""
-	}
-	return "      " + strings.ReplaceAll(s, "\n", "\n      ")
-}
-
-// LastLines returns the last n lines of s.
-func LastLines(s string, n int) string {
-	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
 }

@@ -4,9 +4,13 @@
 package testkit
 
 import (
+	"fmt"
 	"math/rand/v2"
 	"os"
+	"path/filepath"
+	"regexp"
 	"strconv"
+	"strings"
 	"testing"
 )
 
@@ -28,10 +32,43 @@ func Seed(tb testing.TB) uint64 {
 	}
 	tb.Cleanup(func() {
 		if tb.Failed() {
-			tb.Logf("random seed %d; replay with: %s=%d go test -run '^%s$' .", seed, SeedEnv, seed, tb.Name())
+			tb.Logf("random seed %d; replay from the repository root with: %s", seed, ReplayCommand(seed, tb.Name()))
 		}
 	})
 	return seed
+}
+
+// ReplayCommand is the shell command that re-runs the test named name (as
+// testing.TB.Name gives it, subtests included) with seed, from the root of
+// the module: go test runs a test binary in its package's directory, so the
+// package path is that directory relative to the nearest go.mod.
+func ReplayCommand(seed uint64, name string) string {
+	parts := strings.Split(name, "/")
+	for i, p := range parts {
+		parts[i] = "^" + regexp.QuoteMeta(p) + "$"
+	}
+	return fmt.Sprintf("%s=%d go test -race -run '%s' %s", SeedEnv, seed, strings.Join(parts, "/"), packageFromRoot())
+}
+
+// packageFromRoot is the working directory relative to the module root, as
+// a ./path package pattern; "." when no go.mod is found above it.
+func packageFromRoot() string {
+	wd, err := os.Getwd()
+	if err != nil {
+		return "."
+	}
+	for dir := wd; ; dir = filepath.Dir(dir) {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			rel, err := filepath.Rel(dir, wd)
+			if err != nil || rel == "." {
+				return "."
+			}
+			return "./" + filepath.ToSlash(rel)
+		}
+		if filepath.Dir(dir) == dir {
+			return "."
+		}
+	}
 }
 
 // Rand returns a generator seeded by Seed. It is not safe for concurrent use:

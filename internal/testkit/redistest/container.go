@@ -1,3 +1,5 @@
+//go:build testcontainers
+
 package redistest
 
 import (
@@ -12,7 +14,9 @@ import (
 const containerImage = "redis:7-alpine"
 
 // startContainer starts Redis with testcontainers-go when a Docker engine
-// answers. testcontainers panics on some broken Docker set-ups; that is
+// answers. It is built only with -tags testcontainers, so the default build
+// never compiles testcontainers and the Docker client (most of a cold
+// `go test`'s compile time otherwise). testcontainers panics on some broken Docker set-ups; that is
 // turned into an error so the caller can skip or fail cleanly.
 func startContainer(ctx context.Context) (url string, stop func(), err error) {
 	defer func() {

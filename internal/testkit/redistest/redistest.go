@@ -5,7 +5,8 @@
 //  1. REDIS_URL, when set (e.g. redis://127.0.0.1:6379/9);
 //  2. a redis-server binary on PATH, started on a free loopback port for
 //     this test run and stopped when the run ends;
-//  3. testcontainers-go, when a Docker engine answers;
+//  3. testcontainers-go, when a Docker engine answers — only in a build with
+//     -tags testcontainers (the default build leaves Docker out);
 //  4. none: the test skips — unless REDIS_INTEGRATION_REQUIRED=1, in which
 //     case it fails. A CI job that exists to prove something on real Redis
 //     sets that flag, so it cannot go green by skipping.
@@ -32,6 +33,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/production-go/gateway-lab/internal/testkit/redismark"
 	"github.com/redis/go-redis/v9"
 	"go.uber.org/goleak"
 )
@@ -44,7 +46,7 @@ const (
 
 // Marker starts the log line a test prints when it really talks to Redis.
 // `labctl integration` requires it in the output of every test it counts.
-const Marker = "redistest: real Redis"
+const Marker = redismark.Real
 
 // ErrNoRedis is wrapped by the reason a search for a server failed.
 var ErrNoRedis = errors.New("no Redis server")
@@ -134,7 +136,7 @@ func (f *finder) find(tb testing.TB) string {
 		if f.getenv(RequiredEnv) == "1" {
 			tb.Fatalf("redistest: %s=1 but %v", RequiredEnv, f.why)
 		}
-		tb.Skipf("redistest: skipped, %v (set %s, or install redis-server; %s=1 turns this skip into a failure)", f.why, URLEnv, RequiredEnv)
+		tb.Skip(redismark.SkipMessage(f.why.Error(), URLEnv, RequiredEnv))
 	}
 	tb.Logf("%s at %s (%s)", Marker, redact(f.url), f.how)
 	return f.url
@@ -163,8 +165,8 @@ func (f *finder) search() (url, how string, stop func(), err error) {
 	if err == nil {
 		return url, "testcontainers", stop, nil
 	}
-	reasons = append(reasons, "testcontainers: "+err.Error())
-	return "", "", nil, fmt.Errorf("%w: %s unset, %s", ErrNoRedis, URLEnv, strings.Join(reasons, "; "))
+	reasons = append(reasons, err.Error())
+	return "", "", nil, fmt.Errorf("%w: %s unset; %s", ErrNoRedis, URLEnv, strings.Join(reasons, "; "))
 }
 
 func ping(url string) error {

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/production-go/gateway-lab/internal/testkit/redismark"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
@@ -41,6 +42,7 @@ func (r *recordingTB) Skipf(format string, args ...any) {
 	r.mu.Unlock()
 	runtime.Goexit()
 }
+func (r *recordingTB) Skip(args ...any) { r.Skipf("%s", fmt.Sprint(args...)) }
 func (r *recordingTB) Fatalf(format string, args ...any) {
 	r.mu.Lock()
 	r.failed, r.msg = true, fmt.Sprintf(format, args...)
@@ -84,6 +86,10 @@ func TestMissingRedisSkipsWhenNotRequired(t *testing.T) {
 	assert.True(t, rec.skipped, "without %s a missing Redis skips", RequiredEnv)
 	assert.False(t, rec.failed)
 	assert.Contains(t, rec.msg, RequiredEnv, "the skip message should say how to make it a failure")
+	reason, ok := redismark.SkipReason(rec.msg)
+	assert.True(t, ok, "labctl finds a missing Redis by the shared skip marker: %q", rec.msg)
+	assert.Contains(t, reason, "no redis-server on PATH", "the one-line reason says what was tried")
+	assert.NotContains(t, rec.msg, "\n", "the skip reason is one line")
 }
 
 func TestUnreachableRedisURLFailsWhenRequired(t *testing.T) {

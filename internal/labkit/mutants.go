@@ -1,0 +1,233 @@
+package labkit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+)
+
+// mutantJob is one patch of one lab, and where its verdict goes.
+type mutantJob struct {
+	report *LabReport
+	index  int
+	patch  string
+}
+
+// checkMutants applies every lab's mutant patches, each in its own go test
+// run, up to Parallel at once, and requires each mutant to be killed. A
+// verdict cached for the same inputs is reused instead of run again.
+func (v *verifier) checkMutants(ctx context.Context, reports []LabReport) error {
+	var jobs []mutantJob
+	for i := range reports {
+		r := &reports[i]
+		patches, _ := filepath.Glob(filepath.Join(v.Root, r.Lab.SolutionDir(), "testdata", "mutants", "*.patch"))
+		if len(patches) == 0 {
+			r.problem("no mutant patches in %s/testdata/mutants: ship each classic bug as a patch", r.Lab.SolutionDir())
+			continue
+		}
+		r.Mutants = make([]MutantResult, len(patches))
+		for k, p := range patches {
+			jobs = append(jobs, mutantJob{report: r, index: k, patch: p})
+		}
+	}
+	limit := v.Parallel
+	if limit < 1 {
+		limit = runtime.NumCPU()
+	}
+	v.logf("verify: %d mutants, each must be killed (%d at a time)…", len(jobs), limit)
+	var g errgroup.Group
+	g.SetLimit(limit)
+	var done atomic.Int32
+	for _, j := range jobs {
+		g.Go(func() error {
+			started := time.Now()
+			res := v.mutant(ctx, j.report.Lab, j.patch)
+			j.report.Mutants[j.index] = res
+			v.logf("verify: [%d/%d] lab %s %s: %s", done.Add(1), len(jobs), j.report.Lab.Number, res.Name, verdict(res, time.Since(started)))
+			return nil
+		})
+	}
+	_ = g.Wait() // every job records its own problem and returns nil
+	for i := range reports {
+		judgeMutants(&reports[i])
+	}
+	return ctx.Err()
+}
+
+// verdict is a mutant's progress line: how it ended and what it cost.
+func verdict(m MutantResult, took time.Duration) string {
+	var s string
+	switch {
+	case m.Problem != "":
+		s = "BROKEN: " + firstLineOf(m.Problem)
+	case !m.Killed:
+		s = "SURVIVED"
+	default:
+		s = "killed by " + strings.Join(m.KilledBy, ", ")
+	}
+	if m.Cached {
+		return s + " (cached)"
+	}
+	return fmt.Sprintf("%s (%.1fs)", s, took.Seconds())
+}
+
+func firstLineOf(s string) string {
+	line, _, _ := strings.Cut(s, "\n")
+	return line
+}
+
+func judgeMutants(r *LabReport) {
+	for _, m := range r.Mutants {
+		switch {
+		case m.Problem != "":
+			r.problem("mutant %s: %s", m.Name, m.Problem)
+		case !m.Killed:
+			r.problem("mutant %s survived: no exercise test fails with this bug (see the comment at the top of the patch)", m.Name)
+		}
+	}
+}
+
+// mutant returns the verdict on one patch: from the cache, or from a run.
+func (v *verifier) mutant(ctx context.Context, l Lab, patchPath string) MutantResult {
+	res := MutantResult{Name: strings.TrimSuffix(filepath.Base(patchPath), ".patch")}
+	if err := v.tryMutant(ctx, l, patchPath, &res); err != nil {
+		res.Problem = err.Error()
+	}
+	return res
+}
+
+func (v *verifier) tryMutant(ctx context.Context, l Lab, patchPath string, res *MutantResult) error {
+	text, err := os.ReadFile(patchPath)
+	if err != nil {
+		return err
+	}
+	key := v.cache.key("mutant", []string{l.SolutionDir()}, text)
+	var cached MutantResult
+	if !v.Fresh && v.cache.get(key, &cached) && cached.Killed {
+		cached.Name, cached.Cached = res.Name, true
+		*res = cached
+		return nil
+	}
+	res.Required = requiredKillers(string(text))
+	p, err := v.runMutant(ctx, l, string(text))
+	if err != nil {
+		return err
+	}
+	judgeMutant(res, p)
+	if res.Killed && res.Problem == "" && len(res.Unchecked) == 0 {
+		v.cache.put(key, *res)
+	}
+	return nil
+}
+
+// runMutant runs the solution's tests with the patch applied through an
+// overlay; the working tree is never touched.
+func (v *verifier) runMutant(ctx context.Context, l Lab, patch string) (*PackageResult, error) {
+	ov, err := mutantOverlay(v.Root, l, patch)
+	if err != nil {
+		return nil, err
+	}
+	defer ov.Close()
+	overlay, err := ov.File()
+	if err != nil {
+		return nil, err
+	}
+	run, err := RunTests(ctx, RunOptions{
+		Dir: v.Root, Packages: []string{"./" + filepath.ToSlash(l.SolutionDir())},
+		Race: !v.NoRace, Count: 1, Overlay: overlay, Timeout: 2 * time.Minute,
+	})
+	if err != nil {
+		return nil, err
+	}
+	p := run.Package(l.SolutionDir())
+	switch {
+	case p == nil:
+		return nil, errors.New("go test reported nothing for the package")
+	case p.BuildFailed:
+		return nil, fmt.Errorf("does not compile:\n%s", Indent(p.Output, 6))
+	}
+	return p, nil
+}
+
+// mutantOverlay applies a patch to the solution's files in an overlay.
+func mutantOverlay(root string, l Lab, patch string) (*Overlay, error) {
+	files, err := ParsePatch(patch)
+	if err != nil {
+		return nil, err
+	}
+	ov, err := NewOverlay()
+	if err != nil {
+		return nil, err
+	}
+	for _, f := range files {
+		if err := overlayPatched(ov, filepath.Join(root, l.SolutionDir(), filepath.FromSlash(f.Path)), f); err != nil {
+			ov.Close()
+			return nil, err
+		}
+	}
+	return ov, nil
+}
+
+func overlayPatched(ov *Overlay, target string, f FilePatch) error {
+	if strings.HasSuffix(f.Path, "_test.go") {
+		return fmt.Errorf("a mutant changes the solution, never its tests (%s)", f.Path)
+	}
+	orig, err := os.ReadFile(target)
+	if err != nil {
+		return err
+	}
+	patched, err := f.Apply(string(orig))
+	if err != nil {
+		return err
+	}
+	return ov.Set(target, []byte(patched))
+}
+
+// judgeMutant reads a mutant's run: which tests killed it, and whether the
+// tests its patch requires were among them.
+func judgeMutant(res *MutantResult, p *PackageResult) {
+	for _, name := range p.Order {
+		if p.Tests[name].Status == Fail {
+			res.KilledBy = append(res.KilledBy, name)
+		}
+	}
+	if len(res.KilledBy) == 0 && p.Status == Fail {
+		res.KilledBy = []string{"(package)"}
+	}
+	res.Killed = len(res.KilledBy) > 0
+	for _, want := range res.Required {
+		switch {
+		case slices.Contains(res.KilledBy, want):
+		case p.Test(want).Status == Skip:
+			res.Unchecked = append(res.Unchecked, want)
+		default:
+			res.Problem = fmt.Sprintf("must be killed by %s (the patch says so), but that test %s", want, p.Test(want).Status)
+		}
+	}
+}
+
+// requiredKillers reads "# Must be killed by: TestA, TestB" lines.
+func requiredKillers(patch string) []string {
+	var out []string
+	for line := range strings.Lines(patch) {
+		rest, ok := strings.CutPrefix(strings.TrimSpace(line), "# Must be killed by:")
+		if !ok {
+			continue
+		}
+		for _, name := range strings.Split(rest, ",") {
+			if name = strings.TrimSpace(name); name != "" {
+				out = append(out, name)
+			}
+		}
+	}
+	return out
+}
