@@ -17,8 +17,8 @@ LABS         := lab-01 lab-02 lab-03 lab-04 lab-05 lab-06 lab-07 lab-08
 export GORACE ?= atexit_sleep_ms=0
 
 .DEFAULT_GOAL := help
-.PHONY: help run test test-sdk ci lint vet fmt-check tidy-check no-binaries stress stress-short bench bench-http \
-        integration checklist progress hint watch verify grade clean $(LABS)
+.PHONY: help run run-secure test test-sdk sdk-node ci lint vet fmt-check tidy-check no-binaries stress stress-short bench bench-http \
+        integration checklist fuzz progress hint watch verify grade clean $(LABS)
 
 help:
 	@echo "Production Go for AI gateways"
@@ -60,6 +60,9 @@ watch: $(LABCTL) ## re-run a lab's tests on every save: make watch LAB=01 (q qui
 run: ## start the reference gateway on 127.0.0.1:8080 (ARGS="-h" lists its flags)
 	$(GO) run ./solutions/production_app $(ARGS)
 
+run-secure: ## secure_app on :8080, metrics on :9464, a Redis of its own if REDIS_URL is unset, and a dev token
+	@ARGS="$(ARGS)" scripts/run-secure.sh
+
 # ---- instructors ----------------------------------------------------------
 
 grade: $(LABCTL) ## grade every lab with pristine tests (TESTS=dir adds held-back ones); reports in grade-report/
@@ -78,10 +81,20 @@ test: $(LABCTL) ## solutions and tooling under -race, then labctl verify -fast
 verify: $(LABCTL) ## tests identical, stubs red one by one, solutions green, every mutant killed (cached)
 	@$(LABCTL) verify
 
-test-sdk: ## the end-to-end test with the official OpenAI Go SDK (build tag sdk; a large compile)
-	$(GO) test -race -tags sdk ./solutions/production_app/...
+test-sdk: ## the official OpenAI Go SDK against both services (build tag sdk; a large compile)
+	$(GO) test -race -tags sdk ./solutions/production_app/... ./solutions/secure_app/...
 
-ci: lint test verify test-sdk stress-short integration ## what CI runs (.ci/run calls this); ends with the real-Redis gate
+sdk-node: ## the official OpenAI Node SDK against make run's gateway (needs node and npm; about 30 s)
+	@scripts/sdk-node.sh
+
+FUZZTIME ?= 20s
+
+fuzz: ## run every fuzz target for FUZZTIME each (default 20s); CI runs their seed corpora as tests
+	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./solutions/internal/chatapi/
+	$(GO) test -run '^$$' -fuzz '^FuzzVerify$$' -fuzztime $(FUZZTIME) ./solutions/identity/
+	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./solutions/policy/
+
+ci: lint test verify test-sdk sdk-node stress-short integration ## what CI runs (.ci/run calls this); ends with the real-Redis gate
 
 # Lint vets the code behind the build tags too, so the testcontainers path
 # and the SDK test keep compiling though the default build leaves them out.
@@ -110,14 +123,14 @@ stress: ## every solution's tests -race -shuffle=on, 50 times each (STRESS_COUNT
 stress-short: ## the shorter stress pass CI runs (10 times each)
 	$(MAKE) --no-print-directory stress STRESS_COUNT=10
 
-INTEGRATION_REQUIRED_TESTS := TestIntegrationRedisHelperReachesRealRedis,TestIntegrationAtomicAcrossTwoClients
+INTEGRATION_REQUIRED_TESTS := TestIntegrationRedisHelperReachesRealRedis,TestIntegrationAtomicAcrossTwoClients,TestIntegrationTwoReplicasShareOneTokenQuota,TestIntegrationParallelReservesAtANearlySpentQuotaDoNotOvershoot,TestIntegrationLeasesCapInFlightAcrossReplicas,TestIntegrationClusterSharesOneQuotaAndKeepsATenantInOneSlot,TestIntegrationTwoReplicasShareOneRateLimit,TestIntegrationTwoReplicasShareOneRateLimitOnARedisCluster,TestIntegrationRedisDownFailsClosedOrOpenAsConfigured
 
 integration: $(LABCTL) ## real-Redis tests with REDIS_INTEGRATION_REQUIRED=1; a skip is a failure
 	@$(LABCTL) integration -require $(INTEGRATION_REQUIRED_TESTS)
 
 checklist: ## run every test checklist/PRODUCTION_READINESS.md names
 	@tests=$$(grep -o 'Test[A-Za-z0-9]*' checklist/PRODUCTION_READINESS.md | sort -u | paste -sd'|' -); \
-	$(GO) test -race -count=1 -run "^($$tests)$$" ./solutions/... ./internal/...
+	$(GO) test -race -count=1 -tags sdk -run "^($$tests)$$" ./solutions/... ./internal/...
 
 bench-http: ## production_app vs a bare reverse proxy, wrk, interleaved (about 2 minutes)
 	scripts/bench-http.sh

@@ -225,7 +225,7 @@ func TestTierPolicyRefusesWhatTheTierMayNotDo(t *testing.T) {
 	assert.Equal(t, http.StatusOK, code, "pro takes it: %s", body)
 }
 
-func TestTwoReplicasShareOneRateLimit(t *testing.T) {
+func TestIntegrationTwoReplicasShareOneRateLimit(t *testing.T) {
 	p := prefix(t)
 	a, b := start(t, p), start(t, p)
 	free := token(t, "shared-co", "free", time.Hour) // burst 5, 1 per second
@@ -302,7 +302,7 @@ func tiersFile(t *testing.T, inFlight, tokensPerMinute int) string {
 	return file
 }
 
-func TestTokenQuotaIsReservedThenSettled(t *testing.T) {
+func TestIntegrationTokenQuotaIsReservedThenSettled(t *testing.T) {
 	// 2,000 tokens a minute; each request reserves about 15 + its
 	// max_tokens of 500, and the simulated answer uses about 20.
 	in := start(t, prefix(t), "-tiers", tiersFile(t, 8, 2000))
@@ -324,7 +324,7 @@ func TestTokenQuotaIsReservedThenSettled(t *testing.T) {
 	assert.Equal(t, "tokens_over_quota", errorCode(t, resp))
 }
 
-func TestInFlightCapIsSharedByReplicas(t *testing.T) {
+func TestIntegrationInFlightCapIsSharedByReplicas(t *testing.T) {
 	p := prefix(t)
 	file := tiersFile(t, 2, 0)
 	slow := []string{"-tiers", file, "-provider", "name=slow,latency=2s"}
@@ -346,7 +346,7 @@ func TestInFlightCapIsSharedByReplicas(t *testing.T) {
 	assert.Equal(t, http.StatusOK, <-codes)
 }
 
-func TestRedisDownFailsClosedOrOpenAsConfigured(t *testing.T) {
+func TestIntegrationRedisDownFailsClosedOrOpenAsConfigured(t *testing.T) {
 	down := "redis://127.0.0.1:1/0"
 	t.Setenv("JWT_SECRET", secret)
 	var out, errOut syncBuffer
@@ -384,7 +384,7 @@ func metricsOf(t *testing.T, admin string) string {
 	return string(b)
 }
 
-func TestTwoReplicasShareOneRateLimitOnARedisCluster(t *testing.T) {
+func TestIntegrationTwoReplicasShareOneRateLimitOnARedisCluster(t *testing.T) {
 	c := redistest.Cluster(t)
 	addrs := strings.Join(c.Options().Addrs, ",")
 	p := prefix(t)
