@@ -13,7 +13,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"io"
 	"log/slog"
 	"net/http"
 	"os"
@@ -339,9 +338,5 @@ func (s *Server) done(buf *bytes.Buffer) {
 		s.bodies.Put(buf)
 	}
 }
-
-// drainBody discards what is left of a body the handler did not read, so
-// the connection can be reused.
-func drainBody(r *http.Request) { _, _ = io.Copy(io.Discard, io.LimitReader(r.Body, 4096)) }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
