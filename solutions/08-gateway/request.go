@@ -40,14 +40,19 @@ func (g *Gateway) generateOnce(ctx context.Context, s step, req Request) (Comple
 }
 
 // direct calls a provider that honours its context, turning a panic into
-// an error as the bridge would.
+// an error as the bridge does.
 func direct(ctx context.Context, p Provider, req Request) (c Completion, err error) {
-	defer func() {
-		if v := recover(); v != nil {
-			err = fmt.Errorf("gateway: provider %s panicked: %v", p.Name(), v)
-		}
-	}()
+	defer recovered(p, &err)
 	return p.Generate(ctx, req)
+}
+
+// recovered turns a panic in a provider call into an error wrapping
+// bridge.ErrPanic (deferred by every call that runs a provider on the
+// request's own goroutine).
+func recovered(p Provider, err *error) {
+	if v := recover(); v != nil {
+		*err = fmt.Errorf("gateway: provider %s: %w: %v", p.Name(), bridge.ErrPanic, v)
+	}
 }
 
 // serve is the request skeleton Generate and Stream share, so the two
@@ -130,9 +135,15 @@ func (r *run) attempt(ctx context.Context, n int) error {
 		r.answer, r.used = c, s
 		return nil
 	}
-	if callersFault(err) {
+	switch {
+	case callersFault(err):
 		done(nil) // the upstream answered, and refused the request: it is up
-	} else {
+	case errors.Is(err, bridge.ErrPanic):
+		// A provider that panics has a bug, and the request that found it
+		// fails — but one caller's crafted input must not open the
+		// breaker for every tenant, so it does not count either way.
+		done(context.Canceled)
+	default:
 		done(err)
 	}
 	r.plan.last = k

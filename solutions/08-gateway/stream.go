@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/production-go/gateway-lab/solutions/03-timeouts"
+	"github.com/production-go/gateway-lab/solutions/06-bridge"
 )
 
 // Chunk is one piece of a streamed answer.
@@ -89,11 +90,17 @@ var errClientGone = fmt.Errorf("gateway: client stopped reading: %w", context.Ca
 
 // once runs one streaming attempt under the watchdog and reports whether
 // any chunk reached the client.
-func (st *streamer) once(ctx context.Context, p Provider, req Request) (Completion, bool, error) {
+func (st *streamer) once(ctx context.Context, p Provider, req Request) (c Completion, sent bool, err error) {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	w := newWatchdog(st.limits, cancel)
 	defer w.stop()
+	defer func() {
+		if errors.Is(err, bridge.ErrPanic) {
+			sent = w.sent() // a provider that panicked mid-answer has still sent what it sent
+		}
+	}()
+	defer recovered(p, &err) // a panic becomes an error, as in Generate (deferred directly: recover needs that)
 	relay := func(c Chunk) error {
 		if c.Text == "" && c.Raw == nil {
 			return nil
@@ -112,10 +119,6 @@ func (st *streamer) once(ctx context.Context, p Provider, req Request) (Completi
 		}
 		return nil
 	}
-	var (
-		c   Completion
-		err error
-	)
 	if sp, ok := p.(StreamingProvider); ok {
 		c, err = sp.Stream(ctx, req, relay)
 	} else {

@@ -26,8 +26,15 @@ func (s *Service) Serve(ctx context.Context, ln net.Listener, stdout io.Writer, 
 			return drain.Report{}, fmt.Errorf("listen: %w", err)
 		}
 	}
-	srv := &http.Server{Handler: s.API, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute,
-		ErrorLog: slog.NewLogLogger(s.Log.Handler(), slog.LevelWarn)}
+	// ReadTimeout bounds reading a whole request — headers and body — for
+	// every handler, including the ones that refuse a request without
+	// reading its body (401, 404, 405), after which net/http would
+	// otherwise wait for the rest of that body forever. The chat handlers
+	// set their own body deadline and clear it once the body is in, so a
+	// long stream is not cut by it.
+	srv := &http.Server{Handler: s.API, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 10*time.Second + s.Config.BodyTimeout,
+		IdleTimeout: 2 * time.Minute,
+		ErrorLog:    slog.NewLogLogger(s.Log.Handler(), slog.LevelWarn)}
 	admin, err := s.serveAdmin()
 	if err != nil {
 		return drain.Report{}, err

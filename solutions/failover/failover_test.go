@@ -448,3 +448,36 @@ func liveHeap() uint64 {
 	runtime.ReadMemStats(&m)
 	return m.HeapAlloc
 }
+
+// panicky panics on every call, streamed or not, after sending one chunk
+// when streaming.
+type panicky struct{}
+
+func (panicky) Name() string { return "panicky" }
+func (panicky) Generate(context.Context, gateway.Request) (gateway.Completion, error) {
+	panic("provider bug")
+}
+func (panicky) Stream(_ context.Context, _ gateway.Request, emit func(gateway.Chunk) error) (gateway.Completion, error) {
+	_ = emit(gateway.Chunk{Text: "half"})
+	panic("provider bug mid-stream")
+}
+
+func TestAProviderPanicIsAnErrorAndOpensNoBreaker(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		cfg := config()
+		cfg.FailureThreshold = 1
+		g := newGateway(t, cfg, panicky{})
+		for range 3 {
+			_, err := g.Generate(t.Context(), gateway.Request{Tenant: "attacker", Prompt: "crafted"})
+			require.Error(t, err, "a panic becomes an error")
+		}
+		var got []string
+		_, err := g.Stream(t.Context(), gateway.Request{Tenant: "attacker", Prompt: "crafted"}, gateway.StreamLimits{FirstToken: time.Second, Idle: time.Second},
+			func(c gateway.Chunk) error { got = append(got, c.Text); return nil })
+		require.Error(t, err, "a panic while streaming is an error too, not a crashed handler")
+		assert.ErrorIs(t, err, gateway.ErrAfterFirstByte, "and the chunk it sent first still counts: no fall-back after it")
+		assert.Equal(t, []string{"half"}, got)
+		assert.Equal(t, "closed", g.BreakerState("panicky"),
+			"one caller's crafted input that crashes a provider must not open its breaker for every tenant")
+	})
+}

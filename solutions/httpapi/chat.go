@@ -59,6 +59,7 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
 		body = chatapi.NewFrame(modelOr(resp.Model, chat.Model)).Completion(resp.Text, nil, "stop", &u)
 	}
 	s.overhead(w, start, resp)
+	s.writeDeadline(w)
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
 	w.WriteHeader(http.StatusOK)

@@ -113,6 +113,7 @@ func retryAfter(err error, status int) time.Duration {
 }
 
 func (s *Server) writeError(w http.ResponseWriter, e *chatapi.Error) {
+	s.writeDeadline(w)
 	body := e.JSON()
 	if e.RetryAfter > 0 {
 		w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(e.RetryAfter.Seconds()))))
@@ -124,6 +125,12 @@ func (s *Server) writeError(w http.ResponseWriter, e *chatapi.Error) {
 	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
 	w.WriteHeader(e.Status)
 	_, _ = w.Write(body)
+}
+
+// writeDeadline bounds the writes of a whole (not streamed) answer, so a
+// client that never reads it cannot hold the handler, its slot and a drain.
+func (s *Server) writeDeadline(w http.ResponseWriter) {
+	_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(s.opts.WriteTimeout))
 }
 
 // logSafe is an error's text for a log line: bounded. Upstream errors leave

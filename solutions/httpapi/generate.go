@@ -61,6 +61,7 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, err)
 		return
 	}
+	s.writeDeadline(w)
 	writeJSON(w, http.StatusOK, generateResponse{Provider: resp.Provider, Model: resp.Model, Text: resp.Text, Attempts: resp.Attempts,
 		QueueWaitMS: ms(resp.QueueWait), LatencyMS: ms(resp.Latency)})
 }

@@ -143,6 +143,19 @@ func New(opts Options) *Server {
 	api("POST /v1/chat/completions", s.chatCompletions)
 	api("POST /v1/generate", s.generate)
 	s.mux.Handle("GET /v1/models", s.observe("GET /v1/models", http.HandlerFunc(s.models)))
+	// The same paths with another method, and every other path, answer in
+	// the OpenAI error shape too (the mux's own answers are plain text).
+	for path, allow := range map[string]string{"/v1/chat/completions": "POST", "/v1/generate": "POST", "/v1/models": "GET, HEAD"} {
+		s.mux.Handle(path, s.observe("other", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			w.Header().Set("Allow", allow)
+			s.refuseBody(w, &chatapi.Error{Status: http.StatusMethodNotAllowed, Type: "invalid_request_error", Code: "method_not_allowed",
+				Message: r.Method + " is not allowed on " + path + "; use " + allow})
+		})))
+	}
+	s.mux.Handle("/", s.observe("other", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		s.refuseBody(w, &chatapi.Error{Status: http.StatusNotFound, Type: "invalid_request_error", Code: "not_found",
+			Message: "no such endpoint; this gateway serves POST /v1/chat/completions, POST /v1/generate and GET /v1/models"})
+	})))
 	s.mux.Handle("GET /healthz", opts.Drainer.Liveness())
 	s.mux.Handle("GET /readyz", opts.Drainer.Readiness())
 	if opts.MetricsPage != nil {
@@ -246,7 +259,7 @@ func (s *Server) identify(w http.ResponseWriter, r *http.Request) (Identity, *ht
 		id, err = s.headerTenant(r)
 	}
 	if err != nil {
-		s.writeError(w, err)
+		s.refuseBody(w, err)
 		return Identity{}, r, false
 	}
 	if rec, ok := w.(*recorder); ok {
@@ -302,33 +315,56 @@ func printable(s string) bool {
 // writes the error response itself (413, 408, 400) and reports whether it
 // succeeded; the caller gives the buffer back with s.done.
 func (s *Server) readBody(w http.ResponseWriter, r *http.Request) (*bytes.Buffer, bool) {
+	if r.ContentLength > s.opts.MaxBodyBytes {
+		// Declared too big: say so now, without waiting for (or asking for,
+		// with 100 Continue) a body we would refuse anyway.
+		s.refuseBody(w, &chatapi.Error{Status: http.StatusRequestEntityTooLarge, Type: "invalid_request_error", Code: "request_too_large",
+			Message: "the request body is larger than " + strconv.FormatInt(s.opts.MaxBodyBytes, 10) + " bytes"})
+		return nil, false
+	}
+	if enc := r.Header.Get("Content-Encoding"); enc != "" && !strings.EqualFold(enc, "identity") {
+		s.refuseBody(w, &chatapi.Error{Status: http.StatusUnsupportedMediaType, Type: "invalid_request_error", Code: "unsupported_content_encoding",
+			Message: "request bodies are read as sent; Content-Encoding " + strconv.Quote(enc) + " is not supported"})
+		return nil, false
+	}
 	rc := http.NewResponseController(w)
 	_ = rc.SetReadDeadline(time.Now().Add(s.opts.BodyTimeout))
-	// Clear the deadline after: net/http reads the connection in the
-	// background to notice a client that leaves, and an expired deadline
-	// would look like one.
-	defer rc.SetReadDeadline(time.Time{}) //nolint:errcheck // unsupported writers have no deadline to clear
 	buf := s.bodies.Get().(*bytes.Buffer)
 	buf.Reset()
 	_, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, s.opts.MaxBodyBytes))
 	if err == nil {
+		// Clear the deadline: net/http reads the connection in the
+		// background to notice a client that leaves, and an expired
+		// deadline would look like one. (On the error paths below it
+		// stays, so nothing waits on the rest of a body we refused.)
+		_ = rc.SetReadDeadline(time.Time{})
 		return buf, true
 	}
 	s.done(buf)
 	var tooBig *http.MaxBytesError
 	switch {
 	case errors.As(err, &tooBig):
-		s.writeError(w, &chatapi.Error{Status: http.StatusRequestEntityTooLarge, Type: "invalid_request_error", Code: "request_too_large",
+		s.refuseBody(w, &chatapi.Error{Status: http.StatusRequestEntityTooLarge, Type: "invalid_request_error", Code: "request_too_large",
 			Message: "the request body is larger than " + strconv.FormatInt(tooBig.Limit, 10) + " bytes"})
 	case errors.Is(err, os.ErrDeadlineExceeded):
-		w.Header().Set("Connection", "close")
-		s.writeError(w, &chatapi.Error{Status: http.StatusRequestTimeout, Type: "invalid_request_error", Code: "request_timeout",
+		s.refuseBody(w, &chatapi.Error{Status: http.StatusRequestTimeout, Type: "invalid_request_error", Code: "request_timeout",
 			Message: "the request body did not arrive within " + s.opts.BodyTimeout.String()})
 	default:
-		s.writeError(w, &chatapi.Error{Status: http.StatusBadRequest, Type: "invalid_request_error", Code: "invalid_body",
+		s.refuseBody(w, &chatapi.Error{Status: http.StatusBadRequest, Type: "invalid_request_error", Code: "invalid_body",
 			Message: "the request body could not be read"})
 	}
 	return nil, false
+}
+
+// refuseBody answers a request whose body will not be read, and closes the
+// connection after. net/http would otherwise read up to 256 KiB of the
+// unread body once the handler returns (to reuse the connection), waiting
+// as long as the client cares to dribble it: an expired read deadline makes
+// that read fail at once.
+func (s *Server) refuseBody(w http.ResponseWriter, e *chatapi.Error) {
+	w.Header().Set("Connection", "close")
+	_ = http.NewResponseController(w).SetReadDeadline(time.Now())
+	s.writeError(w, e)
 }
 
 // done gives a body buffer back to the pool, unless it grew past the body

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -255,10 +256,13 @@ func TestSlowBodiesAreCutAtTheBodyTimeout(t *testing.T) {
 			defer conn.Close()
 			_ = conn.SetDeadline(time.Now().Add(20 * time.Second)) // a watchdog, not a timing assertion
 			_, _ = io.WriteString(conn, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{")
-			line, err := bufio.NewReader(conn).ReadString('\n')
+			br := bufio.NewReader(conn)
+			line, err := br.ReadString('\n')
 			if assert.NoError(t, err, "the server answers instead of holding the connection") {
 				statuses[i] = strings.TrimSpace(line)
 			}
+			_, err = io.Copy(io.Discard, br)
+			assert.NoError(t, err, "and then closes it, rather than waiting for the rest of the body")
 		})
 	}
 	wg.Wait()
@@ -306,4 +310,39 @@ func TestRouteOverTwoModelsOfOneUpstreamFailsOver(t *testing.T) {
 	assert.Contains(t, page, `gateway_breaker_state{model="small",provider="up"} 0`, "small's is not: health is per model")
 	code, body := post(t, a.url+"/v1/chat/completions", `{"model":"up","messages":[{"role":"user","content":"hi"}]}`)
 	assert.Equal(t, http.StatusOK, code, "the provider pinned by name (its default model, small) still answers: %s", body)
+}
+
+// A request refused before its body is read — a bad tenant, no such path, a
+// wrong method, a declared size over the limit — gets its answer at once
+// and its connection closed: nothing waits for the rest of a body nobody
+// will read.
+func TestRefusalsDoNotWaitForTheBody(t *testing.T) {
+	a := start(t, "-readiness-delay=0", "-body-timeout=30s", "-max-body-bytes=50000", "-provider", "name=alpha,latency=1ms")
+	host := strings.TrimPrefix(a.url, "http://")
+	for _, c := range []struct {
+		name, head string
+		status     string
+	}{
+		{"bad tenant", "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nX-Tenant-ID: " + strings.Repeat("t", 65) + "\r\nContent-Length: 40000\r\n\r\n{", "400"},
+		{"no such path", "POST /v1/nothing HTTP/1.1\r\nHost: x\r\nContent-Length: 40000\r\n\r\n{", "404"},
+		{"wrong method", "PUT /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 40000\r\n\r\n{", "405"},
+		{"declared too big", "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 99999999\r\n\r\n{", "413"},
+		{"compressed", "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Encoding: gzip\r\nContent-Length: 40000\r\n\r\n{", "415"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			conn, err := net.Dial("tcp", host)
+			require.NoError(t, err)
+			defer conn.Close()
+			_ = conn.SetDeadline(time.Now().Add(10 * time.Second)) // a watchdog, not a timing assertion
+			_, err = io.WriteString(conn, c.head)
+			require.NoError(t, err)
+			resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+			require.NoError(t, err, "answered without waiting for the body")
+			body, _ := io.ReadAll(resp.Body)
+			assert.Equal(t, c.status, strconv.Itoa(resp.StatusCode), "%s", body)
+			assert.Equal(t, "application/json", resp.Header.Get("Content-Type"), "in the OpenAI error shape: %s", body)
+			_, err = conn.Read(make([]byte, 1))
+			assert.ErrorIs(t, err, io.EOF, "and the connection is closed, not held for the rest of the body")
+		})
+	}
 }

@@ -1,6 +1,7 @@
 package chatapi
 
 import (
+	"bytes"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
@@ -154,8 +155,11 @@ func (f Frame) UsageChunk(u Usage) []byte {
 
 func (f Frame) marshal(a answer) []byte {
 	a.ID, a.Created, a.Model = f.ID, f.Created, f.Model
-	b, _ := json.Marshal(a) // plain structs always marshal
-	return b
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false) // "<" stays one byte, not six: an answer is not HTML
+	_ = enc.Encode(a)        // plain structs always encode
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n"))
 }
 
 // NewID is 24 random hex characters, for answer and request ids.

@@ -131,8 +131,15 @@ func instance(schema gjson.Result, depth int) any {
 		}
 	}
 	typ := schema.Get("type")
-	if typ.IsArray() {
-		typ = typ.Array()[0]
+	if typ.IsArray() { // ["string", "null"]: the first that names a type
+		first := gjson.Result{}
+		for _, t := range typ.Array() {
+			if t.Type == gjson.String {
+				first = t
+				break
+			}
+		}
+		typ = first
 	}
 	switch typ.Str {
 	case "string":

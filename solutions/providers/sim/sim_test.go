@@ -126,3 +126,28 @@ func TestParse(t *testing.T) {
 	_, err = New(Config{Name: "a", ErrorKinds: []string{"418"}})
 	assert.ErrorIs(t, err, ErrInvalidConfig)
 }
+
+// Whatever schema a caller sends, the simulated answer is built without a
+// panic: a request's own content must never crash a provider (and open its
+// breaker for every tenant).
+func TestOddSchemasNeverCrashTheAnswer(t *testing.T) {
+	p, err := New(Config{Name: "alpha"})
+	require.NoError(t, err)
+	for _, schema := range []string{
+		`{"type":"object","required":["a"],"properties":{"a":{"type":[]}}}`,
+		`{"type":[]}`, `{"type":[1,2]}`, `{"type":["null","string"]}`, `{"type":{}}`, `{"anyOf":[]}`, `{"enum":[]}`,
+		`{"type":"object","required":"a"}`, `{"type":"object","required":[1]}`, `[]`, `7`, `null`,
+	} {
+		for _, body := range []string{
+			`{"messages":[{"role":"user","content":"hi"}],"tools":[{"type":"function","function":{"name":"f","parameters":` + schema + `}}]}`,
+			`{"messages":[{"role":"user","content":"hi"}],"response_format":{"type":"json_schema","json_schema":{"name":"x","schema":` + schema + `}}}`,
+		} {
+			chat, err := chatapi.Parse([]byte(body))
+			require.NoError(t, err, body)
+			require.NotPanics(t, func() {
+				_, err = p.Generate(t.Context(), gateway.Request{Tenant: "t", Chat: chat})
+			}, schema)
+			assert.NoError(t, err, schema)
+		}
+	}
+}
