@@ -41,14 +41,12 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	var usage *gateway.Usage
-	defer func() { done(usage) }()
 	if chat.Stream {
-		usage = s.streamChat(w, r, req, chat.IncludeUsage)
+		done(s.streamChat(w, r, req, chat.IncludeUsage))
 		return
 	}
 	resp, err := s.opts.Gateway.Generate(r.Context(), req)
-	usage = resp.Usage
+	done(resp.Usage, err)
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -104,7 +102,7 @@ func (s *Server) overhead(w http.ResponseWriter, start time.Time, resp gateway.R
 // error event, and never a [DONE] that would make a cut answer look
 // complete. An upstream's chunks go out as they came; a text provider's
 // are framed here, one id and one model for the whole answer.
-func (s *Server) streamChat(w http.ResponseWriter, r *http.Request, req gateway.Request, includeUsage bool) *gateway.Usage {
+func (s *Server) streamChat(w http.ResponseWriter, r *http.Request, req gateway.Request, includeUsage bool) (*gateway.Usage, error) {
 	start := time.Now()
 	st := &sseWriter{w: w, rc: http.NewResponseController(w), timeout: s.opts.WriteTimeout, model: req.Chat.Model}
 	resp, err := s.opts.Gateway.Stream(r.Context(), req, s.opts.Stream, st.chunk)
@@ -119,7 +117,7 @@ func (s *Server) streamChat(w http.ResponseWriter, r *http.Request, req gateway.
 		}
 		st.finish(resp, req.Chat, includeUsage)
 	}
-	return resp.Usage
+	return resp.Usage, err
 }
 
 // cutStream ends a stream that failed after its first chunk: an error

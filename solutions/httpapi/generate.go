@@ -56,7 +56,7 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	resp, err := s.opts.Gateway.Generate(r.Context(), gateway.Request{Tenant: id.Key, Prompt: req.Prompt, Provider: req.Provider})
-	done(resp.Usage)
+	done(resp.Usage, err)
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -79,7 +79,10 @@ type modelList struct {
 }
 
 // models is GET /v1/models: "auto", every route's public name, every provider.
-func (s *Server) models(w http.ResponseWriter, _ *http.Request) {
+func (s *Server) models(w http.ResponseWriter, r *http.Request) {
+	if _, _, ok := s.identify(w, r); !ok {
+		return // the list is no one's business but a caller's
+	}
 	list := modelList{Object: "list", Data: []modelEntry{{ID: AutoModel, Object: "model", OwnedBy: "gateway"}}}
 	for _, r := range s.opts.Routes {
 		list.Data = append(list.Data, modelEntry{ID: r.Name, Object: "model", OwnedBy: "gateway"})

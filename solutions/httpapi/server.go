@@ -55,10 +55,12 @@ type Options struct {
 	// Admit, if set, runs after a request is parsed and routed and before
 	// the gateway sees it (secure_app checks the tier's policy, reserves
 	// tokens and takes a shared in-flight lease here). It returns the
-	// context to serve the request under, a done func the server calls when
-	// the request ends — with the upstream's usage, or nil if none came —
-	// or an error to send instead.
-	Admit func(ctx context.Context, id Identity, a Admission) (context.Context, func(*gateway.Usage), *chatapi.Error)
+	// context to serve the request under, a done func the server calls once
+	// when the request ends — with the upstream's usage (nil if none came)
+	// and the gateway's error (nil on success; one wrapping
+	// gateway.ErrAfterFirstByte when a stream was cut after output) — or an
+	// error to send instead.
+	Admit func(ctx context.Context, id Identity, a Admission) (context.Context, Done, *chatapi.Error)
 	// Routes are public model names, each an ordered list of (provider,
 	// upstream model) targets: the primary first, then fallbacks. "auto"
 	// (every provider in priority order) and each provider's own name
@@ -88,6 +90,9 @@ func IdentityFrom(ctx context.Context) (Identity, bool) {
 	id, ok := ctx.Value(identityKey{}).(Identity)
 	return id, ok
 }
+
+// Done is what Options.Admit returns: called once when the request ends.
+type Done func(usage *gateway.Usage, err error)
 
 // Admission is what Options.Admit is shown of a request.
 type Admission struct {
@@ -270,9 +275,9 @@ func (s *Server) identify(w http.ResponseWriter, r *http.Request) (Identity, *ht
 
 // admit runs Options.Admit, if set. The caller must call done (never nil)
 // with the answer's usage when the request ends.
-func (s *Server) admit(w http.ResponseWriter, r *http.Request, id Identity, a Admission) (*http.Request, func(*gateway.Usage), bool) {
+func (s *Server) admit(w http.ResponseWriter, r *http.Request, id Identity, a Admission) (*http.Request, Done, bool) {
 	if s.opts.Admit == nil {
-		return r, func(*gateway.Usage) {}, true
+		return r, func(*gateway.Usage, error) {}, true
 	}
 	if a.Model == "" {
 		a.Model = AutoModel
@@ -283,7 +288,7 @@ func (s *Server) admit(w http.ResponseWriter, r *http.Request, id Identity, a Ad
 		return r, nil, false
 	}
 	if done == nil {
-		done = func(*gateway.Usage) {}
+		done = func(*gateway.Usage, error) {}
 	}
 	return r.WithContext(ctx), done, true
 }

@@ -541,14 +541,17 @@ func TestAdmitHookSeesTheRequestAndSettlesWithItsUsage(t *testing.T) {
 			tenant  string
 		)
 		r := newRigWith(t, baseConfig(), func(o *Options) {
-			o.Admit = func(ctx context.Context, id Identity, a Admission) (context.Context, func(*gateway.Usage), *chatapi.Error) {
+			o.Admit = func(ctx context.Context, id Identity, a Admission) (context.Context, Done, *chatapi.Error) {
 				seen = a
 				from, _ := IdentityFrom(ctx)
 				tenant = from.Tenant
 				if a.Model == "denied" {
 					return ctx, nil, &chatapi.Error{Status: http.StatusTooManyRequests, Type: "rate_limit_error", Code: "tokens_per_minute", Message: "over", RetryAfter: 1500 * time.Millisecond}
 				}
-				return ctx, func(u *gateway.Usage) { settled = append(settled, u) }, nil
+				return ctx, func(u *gateway.Usage, err error) {
+					assert.NoError(t, err)
+					settled = append(settled, u)
+				}, nil
 			}
 			o.Routes = []Route{{Name: "denied", Targets: []gateway.Target{{Provider: "alpha"}}}}
 		}, simProvider(t, sim.Config{Name: "alpha"}))

@@ -410,3 +410,51 @@ func TestIntegrationTwoReplicasShareOneRateLimitOnARedisCluster(t *testing.T) {
 	assert.Equal(t, slot("{cluster-co}"), slot(p+":rate:free:{cluster-co}"),
 		"the rate key carries the tenant as its hash tag, so its script runs on one node (the quota's keys are checked in package quota)")
 }
+
+func TestIntegrationRefusedRequestsAreNotChargedTokens(t *testing.T) {
+	// A tight rate (burst 2) and a token quota that fits four requests: the
+	// requests the rate limit refuses must give their reservation back.
+	file := t.TempDir() + "/tiers.yaml"
+	require.NoError(t, os.WriteFile(file, []byte(`tiers:
+  tight:
+    rate_per_second: 0.001
+    burst: 2
+    max_in_flight: 8
+    max_prompt_bytes: 65536
+    models: ["*"]
+    max_request_timeout: 30s
+    tokens_per_minute: 2100
+`), 0o644))
+	in := start(t, prefix(t), "-tiers", file)
+	tok := token(t, "refused-co", "tight", time.Hour)
+	body := `{"model":"auto","max_tokens":500,"messages":[{"role":"user","content":"hello"}]}`
+	codes := map[int]int{}
+	for range 10 {
+		code, _, _ := call(t, in.url, tok, body)
+		codes[code]++
+	}
+	assert.Equal(t, map[int]int{200: 2, 429: 8}, codes, "the burst of 2 passes, the rest are rate limited")
+	code, _, resp := call(t, in.url, tok, `{"model":"auto","max_tokens":1900,"messages":[{"role":"user","content":"hello"}]}`)
+	assert.Equal(t, "rate_limited", errorCode(t, resp),
+		"still rate limited, not out of tokens: the eight refused requests reserved ~4,100 tokens and gave every one back (%d)", code)
+}
+
+func TestTenantNamesWithBracesWork(t *testing.T) {
+	in := start(t, prefix(t))
+	code, _, body := call(t, in.url, token(t, "{odd}tenant%", "pro", time.Hour), hello)
+	assert.Equal(t, http.StatusOK, code, "any visible ASCII is a valid tenant, braces included: %s", body)
+}
+
+func TestModelsNeedAToken(t *testing.T) {
+	in := start(t, prefix(t))
+	resp, err := client.Get(in.url + "/v1/models")
+	require.NoError(t, err)
+	_ = resp.Body.Close()
+	assert.Equal(t, http.StatusUnauthorized, resp.StatusCode, "the model list is not public")
+	req, _ := http.NewRequest(http.MethodGet, in.url+"/v1/models", nil)
+	req.Header.Set("Authorization", "Bearer "+token(t, "acme", "pro", time.Hour))
+	resp, err = client.Do(req)
+	require.NoError(t, err)
+	_ = resp.Body.Close()
+	assert.Equal(t, http.StatusOK, resp.StatusCode)
+}

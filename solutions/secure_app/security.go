@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	admission "github.com/production-go/gateway-lab/solutions/02-admission"
@@ -173,7 +174,14 @@ func (sec *security) identify(r *http.Request) (httpapi.Identity, *chatapi.Error
 		return httpapi.Identity{}, &chatapi.Error{Status: http.StatusForbidden, Type: "invalid_request_error", Code: "unknown_tier",
 			Message: "the token's tier is not one this gateway serves"}
 	}
-	return httpapi.Identity{Key: claims.Tenant, Tenant: claims.Tenant, Tier: claims.Tier}, nil
+	return httpapi.Identity{Key: keyOf(claims.Tenant), Tenant: claims.Tenant, Tier: claims.Tier}, nil
+}
+
+// keyOf is a tenant's name as a Redis key part: the limits put the key in
+// a {hash tag}, so the braces a tenant name may contain (any visible ASCII)
+// are escaped — as is the escape character, so two names never share a key.
+func keyOf(tenant string) string {
+	return strings.NewReplacer("%", "%25", "{", "%7B", "}", "%7D").Replace(tenant)
 }
 
 // admit holds a request to its tier's policy, in the order that takes
@@ -181,7 +189,7 @@ func (sec *security) identify(r *http.Request) (httpapi.Identity, *chatapi.Error
 // (model, size), then the shared in-flight lease, then its token
 // reservation. done settles the reservation with the real usage and gives
 // the lease back.
-func (sec *security) admit(ctx context.Context, id httpapi.Identity, a httpapi.Admission) (context.Context, func(*gateway.Usage), *chatapi.Error) {
+func (sec *security) admit(ctx context.Context, id httpapi.Identity, a httpapi.Admission) (context.Context, httpapi.Done, *chatapi.Error) {
 	tier, _ := sec.policy.Tier(id.Tier)
 	if !tier.Allows(a.Model) {
 		sec.limitRefusals.WithLabelValues("model").Inc()
@@ -203,8 +211,8 @@ func (sec *security) admit(ctx context.Context, id httpapi.Identity, a httpapi.A
 		return ctx, nil, e
 	}
 	ctx, cancel := context.WithTimeout(ctx, tier.MaxRequestTimeout)
-	return ctx, func(u *gateway.Usage) {
-		settle(u)
+	return ctx, func(u *gateway.Usage, err error) {
+		settle(u, err)
 		release()
 		cancel()
 	}, nil
@@ -225,11 +233,10 @@ func (sec *security) lease(ctx context.Context, id httpapi.Identity, tier policy
 }
 
 // reserve takes the request's estimated tokens from the tenant's quota; the
-// func it returns settles with the real usage (or keeps the reservation when
-// none came: a cut stream is charged what it reserved).
-func (sec *security) reserve(ctx context.Context, id httpapi.Identity, tier policy.Tier, a httpapi.Admission) (func(*gateway.Usage), *chatapi.Error) {
+// func it returns settles them when the request ends (see settlement).
+func (sec *security) reserve(ctx context.Context, id httpapi.Identity, tier policy.Tier, a httpapi.Admission) (httpapi.Done, *chatapi.Error) {
 	if tier.TokensPerMinute == 0 {
-		return func(*gateway.Usage) {}, nil
+		return func(*gateway.Usage, error) {}, nil
 	}
 	estimate := estimateTokens(a)
 	if estimate > tier.TokensPerMinute {
@@ -246,11 +253,29 @@ func (sec *security) reserve(ctx context.Context, id httpapi.Identity, tier poli
 		return nil, &chatapi.Error{Status: http.StatusTooManyRequests, Type: "rate_limit_error", Code: "tokens_per_minute",
 			Message: fmt.Sprintf("the %s tier allows %d tokens a minute; this request needs %d more", tier.Name, tier.TokensPerMinute, estimate), RetryAfter: d.RetryAfter}
 	}
-	return func(u *gateway.Usage) {
-		if u != nil && res != nil {
-			detached(func(ctx context.Context) { _ = res.Settle(ctx, u.TotalTokens) })
+	return func(u *gateway.Usage, err error) {
+		if actual, ok := settlement(u, err); ok && res != nil {
+			detached(func(ctx context.Context) { _ = res.Settle(ctx, actual) })
 		}
 	}, nil
+}
+
+// settlement is what a finished request is charged, and whether to settle
+// at all:
+//   - answered with usage: the usage;
+//   - failed before any output (refused by the rate limit, no healthy
+//     provider, an upstream error): nothing — it generated no tokens;
+//   - a stream cut after output, or an answer without usage (a stream
+//     whose caller did not ask for it): no settlement, so it stays charged
+//     its reservation, the most it could have used.
+func settlement(u *gateway.Usage, err error) (int, bool) {
+	switch {
+	case err == nil && u != nil:
+		return u.TotalTokens, true
+	case err != nil && !errors.Is(err, gateway.ErrAfterFirstByte):
+		return 0, true
+	}
+	return 0, false
 }
 
 // estimateTokens is a request's worst case: its prompt at about four bytes
