@@ -55,8 +55,10 @@ func (s *Server) classify(err, cause error) *chatapi.Error {
 		return &chatapi.Error{Status: status, Type: typ, Code: code, Message: msg}
 	}
 	switch {
-	case errors.Is(err, gateway.ErrInvalidRequest), errors.Is(err, gateway.ErrUnknownProvider):
-		return e(http.StatusBadRequest, "invalid_request_error", "invalid_request", "the request cannot be served: "+err.Error())
+	case errors.Is(err, gateway.ErrUnknownProvider):
+		return e(http.StatusNotFound, "invalid_request_error", "model_not_found", "the model names a provider this gateway does not have")
+	case errors.Is(err, gateway.ErrInvalidRequest):
+		return e(http.StatusBadRequest, "invalid_request_error", "invalid_request", "the request has no prompt or no tenant")
 	case errors.Is(err, gateway.ErrTenantBusy):
 		return e(http.StatusTooManyRequests, "rate_limit_error", "too_many_concurrent_requests", "this tenant has too many requests in flight; see Retry-After")
 	case errors.As(err, &rl):

@@ -2,11 +2,13 @@ package httpapi
 
 import (
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"strings"
 
 	gateway "github.com/production-go/gateway-lab/solutions/08-gateway"
 	"github.com/production-go/gateway-lab/solutions/internal/chatapi"
+	"github.com/tidwall/gjson"
 )
 
 // generateRequest is the lesson's own request shape: a prompt, and
@@ -27,6 +29,50 @@ type generateResponse struct {
 	LatencyMS   float64 `json:"latency_ms"`
 }
 
+// parseGenerate reads {"prompt": "...", "provider": "..."} as strictly as a
+// chat request: exact key names, each once, strings only, nothing else.
+// "auto" as a provider means any, as it does for a chat model.
+func parseGenerate(body []byte) (generateRequest, *chatapi.Error) {
+	bad := func(param, msg string) (generateRequest, *chatapi.Error) {
+		return generateRequest{}, &chatapi.Error{Status: http.StatusBadRequest, Type: "invalid_request_error", Code: "invalid_request", Param: param, Message: msg}
+	}
+	if !gjson.ValidBytes(body) || !gjson.ParseBytes(body).IsObject() {
+		return bad("", `the body must be a JSON object: {"prompt": "...", "provider": "optional provider name"}`)
+	}
+	var (
+		req  generateRequest
+		seen = map[string]bool{}
+		e    *chatapi.Error
+	)
+	gjson.ParseBytes(body).ForEach(func(k, v gjson.Result) bool {
+		switch {
+		case k.Str != "prompt" && k.Str != "provider":
+			_, e = bad(k.Str, fmt.Sprintf("unknown field %q (want prompt, provider)", k.Str))
+		case seen[k.Str]:
+			_, e = bad(k.Str, fmt.Sprintf("%q appears more than once", k.Str))
+		case v.Type != gjson.String:
+			_, e = bad(k.Str, k.Str+" must be a string")
+		case k.Str == "prompt":
+			req.Prompt = v.Str
+		default:
+			req.Provider = v.Str
+		}
+		seen[k.Str] = true
+		return e == nil
+	})
+	if e != nil {
+		return generateRequest{}, e
+	}
+	if strings.TrimSpace(req.Prompt) == "" {
+		return generateRequest{}, &chatapi.Error{Status: http.StatusBadRequest, Type: "invalid_request_error", Code: "missing_prompt",
+			Param: "prompt", Message: "prompt is required"}
+	}
+	if req.Provider == AutoModel {
+		req.Provider = ""
+	}
+	return req, nil
+}
+
 // generate is POST /v1/generate.
 func (s *Server) generate(w http.ResponseWriter, r *http.Request) {
 	id, r, ok := s.identify(w, r)
@@ -38,17 +84,14 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer s.done(buf)
-	var req generateRequest
-	dec := json.NewDecoder(buf)
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&req); err != nil || dec.More() {
-		s.writeError(w, &chatapi.Error{Status: http.StatusBadRequest, Type: "invalid_request_error", Code: "invalid_json",
-			Message: `the body must be {"prompt": "...", "provider": "optional provider name"}`})
+	req, e := parseGenerate(buf.Bytes())
+	if e != nil {
+		s.writeError(w, e)
 		return
 	}
-	if strings.TrimSpace(req.Prompt) == "" {
-		s.writeError(w, &chatapi.Error{Status: http.StatusBadRequest, Type: "invalid_request_error", Code: "missing_prompt",
-			Param: "prompt", Message: "prompt is required"})
+	if req.Provider != "" && s.opts.Gateway.TargetState(gateway.Target{Provider: req.Provider}) == "" {
+		s.writeError(w, &chatapi.Error{Status: http.StatusNotFound, Type: "invalid_request_error", Code: "model_not_found", Param: "provider",
+			Message: fmt.Sprintf("the provider %q does not exist here; GET /v1/models lists them", req.Provider)})
 		return
 	}
 	r, done, ok := s.admit(w, r, id, Admission{Model: req.Provider, BodyBytes: buf.Len()})

@@ -294,13 +294,21 @@ func (s *Server) admit(w http.ResponseWriter, r *http.Request, id Identity, a Ad
 }
 
 func (s *Server) headerTenant(r *http.Request) (Identity, *chatapi.Error) {
-	t := strings.TrimSpace(r.Header.Get(s.opts.TenantHeader))
+	values := r.Header.Values(s.opts.TenantHeader)
+	bad := &chatapi.Error{Status: http.StatusBadRequest, Type: "invalid_request_error", Code: "invalid_tenant",
+		Message: s.opts.TenantHeader + " must be one header of at most " + strconv.Itoa(MaxTenantBytes) + " printable ASCII characters"}
+	if len(values) > 1 {
+		return Identity{}, bad // which of two tenants to charge is not ours to guess
+	}
+	t := ""
+	if len(values) == 1 {
+		t = strings.Trim(values[0], " \t") // ASCII space only: a no-break space is not "nothing"
+	}
 	switch {
 	case t == "":
 		return Identity{Key: "anonymous"}, nil
 	case len(t) > MaxTenantBytes || !printable(t):
-		return Identity{}, &chatapi.Error{Status: http.StatusBadRequest, Type: "invalid_request_error", Code: "invalid_tenant",
-			Message: s.opts.TenantHeader + " must be at most " + strconv.Itoa(MaxTenantBytes) + " printable ASCII characters"}
+		return Identity{}, bad
 	}
 	return Identity{Key: "tenant:" + t, Tenant: t}, nil
 }

@@ -467,6 +467,14 @@ func TestTenantIDsAreKeptApartAndBounded(t *testing.T) {
 			"exactly MaxTenantBytes is fine")
 		rec = r.do(http.MethodPost, "/v1/generate", `{"prompt":"hi"}`, "X-Tenant-ID", "acme\x7f")
 		assert.Equal(t, http.StatusBadRequest, rec.Code, "control characters are refused")
+		rec = r.do(http.MethodPost, "/v1/generate", `{"prompt":"hi"}`, "X-Tenant-ID", "abc\u00a0")
+		assert.Equal(t, http.StatusBadRequest, rec.Code, "a trailing no-break space is not trimmed into another tenant's name")
+		req := httptest.NewRequest(http.MethodPost, "/v1/generate", strings.NewReader(`{"prompt":"hi"}`))
+		req.Header.Add("X-Tenant-ID", "a")
+		req.Header.Add("X-Tenant-ID", "b")
+		two := httptest.NewRecorder()
+		r.srv.ServeHTTP(two, req)
+		assert.Equal(t, http.StatusBadRequest, two.Code, "two tenant headers: which to charge is not ours to guess")
 	})
 }
 
@@ -570,5 +578,29 @@ func TestAdmitHookSeesTheRequestAndSettlesWithItsUsage(t *testing.T) {
 		assert.Equal(t, "2", rec.Header().Get("Retry-After"), "an admission refusal's Retry-After, rounded up to whole seconds")
 		assert.Equal(t, "tokens_per_minute", decodeError(t, rec).code())
 		assert.Len(t, settled, 1, "a refused request has nothing to settle")
+	})
+}
+
+func TestGenerateIsAsStrictAsChat(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newRig(t, baseConfig(), simProvider(t, sim.Config{Name: "alpha"}))
+		for body, want := range map[string]int{
+			`{"prompt":"hi"}`:                    200,
+			`{"prompt":"hi","provider":"auto"}`:  200,
+			`{"prompt":"hi","provider":"alpha"}`: 200,
+			`{"prompt":"a","prompt":"b"}`:        400,
+			`{"PROMPT":"hi"}`:                    400,
+			`{"prompt":5}`:                       400,
+			`{"prompt":"hi","temperature":1}`:    400,
+			`{"prompt":"hi","provider":"nope"}`:  404,
+			`{"prompt":"   "}`:                   400,
+			`["hi"]`:                             400,
+		} {
+			rec := r.do(http.MethodPost, "/v1/generate", body)
+			assert.Equal(t, want, rec.Code, "%s: %s", body, rec.Body.String())
+			if want != 200 {
+				assert.NotContains(t, rec.Body.String(), "gateway:", "%s: no internal error chain in the message", body)
+			}
+		}
 	})
 }

@@ -100,6 +100,8 @@ const (
 	ReasonExpired         = "expired"
 	ReasonNotYetValid     = "not yet valid"
 	ReasonUnverifiable    = "unverifiable"
+	ReasonDuplicateClaim  = "duplicate claim"
+	ReasonClaimType       = "time claim not a number in range"
 )
 
 // refusal is the error Verify returns: the public kind, and the reason for

@@ -3,12 +3,14 @@ package identity
 import (
 	"crypto/hmac"
 	"crypto/sha256"
+	"encoding/base64"
 	"errors"
 	"fmt"
 	"strings"
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
+	"github.com/tidwall/gjson"
 )
 
 // DefaultLeeway is the clock skew allowed on exp and nbf when Config.Leeway
@@ -139,6 +141,11 @@ func (v *Verifier) Verify(authorization string) (Claims, error) {
 	if err != nil {
 		return Claims{}, err
 	}
+	if reason := checkPayload(tok); reason != "" {
+		// Before the library reads it: it would take the last of two
+		// claims, and an exp of 1e30 overflows into "expired".
+		return Claims{}, refuse(ErrInvalid, reason)
+	}
 	var wc wireClaims
 	token, err := v.parser.ParseWithClaims(tok, &wc, v.keys)
 	if err != nil {
@@ -165,6 +172,39 @@ func (v *Verifier) Verify(authorization string) (Claims, error) {
 		c.SignedWithPrevious = !signedWith(v.current, tok, token.Signature)
 	}
 	return c, nil
+}
+
+// maxTime is the last second of year 9999: a time claim past it is no time.
+const maxTime = 253402300799
+
+// checkPayload holds a signed payload to what encoding/json lets slide: a
+// claim named twice (the last would win, so what a reader of the token sees
+// is not what the gateway believes) and time claims that are not plain
+// numbers of seconds (a string, or 1e30 overflowing into the past).
+func checkPayload(tok string) string {
+	parts := strings.Split(tok, ".")
+	if len(parts) != 3 {
+		return "" // malformed: the parser says so
+	}
+	payload, err := base64.RawURLEncoding.DecodeString(parts[1])
+	if err != nil || !gjson.ValidBytes(payload) {
+		return "" // malformed: the parser says so
+	}
+	seen := map[string]bool{}
+	reason := ""
+	gjson.ParseBytes(payload).ForEach(func(k, v gjson.Result) bool {
+		switch {
+		case seen[k.Str]:
+			reason = ReasonDuplicateClaim
+		case k.Str == "exp" || k.Str == "nbf" || k.Str == "iat":
+			if v.Type != gjson.Number || v.Num < 0 || v.Num > maxTime {
+				reason = ReasonClaimType
+			}
+		}
+		seen[k.Str] = true
+		return reason == ""
+	})
+	return reason
 }
 
 func (v *Verifier) keys(*jwt.Token) (any, error) {

@@ -12,6 +12,7 @@ import (
 	"encoding/json"
 	"encoding/pem"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -108,6 +109,23 @@ func hmacSHA256(key []byte) func(string) []byte {
 }
 
 func noSig(string) []byte { return nil }
+
+// rawSigned signs a payload written by hand — duplicate keys, odd types —
+// with the real secret: what only a confused or compromised minter makes.
+func rawSigned(payload string) string {
+	in := b64(map[string]any{"alg": "HS256", "typ": "JWT"}) + "." + base64.RawURLEncoding.EncodeToString([]byte(payload))
+	return in + "." + base64.RawURLEncoding.EncodeToString(hmacSHA256(secret)(in))
+}
+
+// payload is the default claims as JSON text with extra appended before the
+// closing brace.
+func payload(extra string) string {
+	b, err := json.Marshal(claims())
+	if err != nil {
+		panic(err)
+	}
+	return strings.TrimSuffix(string(b), "}") + extra + "}"
+}
 
 // forgeTier re-encodes tok's payload with another tier and keeps the
 // original signature: what a caller who wants a better tier would try.
@@ -260,7 +278,7 @@ var refusals = []refusal{
 		header: func(t *testing.T) string { return "Bearer " + hs256(t, claims(set("nbf", t0.Unix()+31))) }},
 	{name: "no exp: a token that never expires", kind: identity.ErrInvalid, reason: identity.ReasonMissingExp,
 		header: func(t *testing.T) string { return "Bearer " + hs256(t, claims(del("exp"))) }},
-	{name: "exp as a string", kind: identity.ErrInvalid, reason: identity.ReasonMalformed,
+	{name: "exp as a string", kind: identity.ErrInvalid, reason: identity.ReasonClaimType,
 		header: func(t *testing.T) string { return "Bearer " + hs256(t, claims(set("exp", "tomorrow"))) }},
 	// who minted it and for whom
 	{name: "wrong iss", kind: identity.ErrInvalid, reason: identity.ReasonWrongIssuer,
@@ -366,6 +384,16 @@ var refusals = []refusal{
 	{name: "crit header we cannot honour", kind: identity.ErrInvalid, reason: identity.ReasonCrit,
 		header: func(t *testing.T) string {
 			return "Bearer " + handMade(map[string]any{"alg": "HS256", "crit": []string{"exp-v2"}, "exp-v2": true}, claims(), hmacSHA256(secret))
+		}},
+	{name: "a claim named twice (the last would win)", kind: identity.ErrInvalid, reason: identity.ReasonDuplicateClaim,
+		header: func(*testing.T) string { return "Bearer " + rawSigned(payload(`,"tier":"enterprise"`)) }},
+	{name: "exp as a numeric string (the library would accept it)", kind: identity.ErrInvalid, reason: identity.ReasonClaimType,
+		header: func(*testing.T) string {
+			return "Bearer " + rawSigned(strings.Replace(payload(""), fmt.Sprintf(`"exp":%d`, t0.Add(time.Hour).Unix()), fmt.Sprintf(`"exp":"%d"`, t0.Add(time.Hour).Unix()), 1))
+		}},
+	{name: "exp far past year 9999", kind: identity.ErrInvalid, reason: identity.ReasonClaimType,
+		header: func(*testing.T) string {
+			return "Bearer " + rawSigned(strings.Replace(payload(""), fmt.Sprintf(`"exp":%d`, t0.Add(time.Hour).Unix()), `"exp":1e30`, 1))
 		}},
 	// header shapes
 	{name: "no header", kind: identity.ErrMissing, reason: identity.ReasonNoHeader,

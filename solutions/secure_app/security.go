@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	admission "github.com/production-go/gateway-lab/solutions/02-admission"
@@ -57,6 +58,7 @@ func newSecurity(s settings, log *slog.Logger) (*security, error) {
 	if err != nil {
 		return nil, err
 	}
+	redisLogOnce.Do(func() { redis.SetLogger(redisLog{log}) }) // the client's own complaints, as JSON like every other line
 	rdb, err := newRedis(s.redisURL, s.cluster)
 	if err != nil {
 		return nil, err
@@ -299,6 +301,17 @@ func detached(f func(context.Context)) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	f(ctx)
+}
+
+// redisLog routes go-redis' log lines (a pool that cannot dial, say) into
+// the service's structured log instead of a line of plain text on stderr.
+type redisLog struct{ log *slog.Logger }
+
+// redisLogOnce sets go-redis' logger, a process-wide setting, once.
+var redisLogOnce sync.Once
+
+func (l redisLog) Printf(ctx context.Context, format string, v ...any) {
+	l.log.WarnContext(ctx, "redis client", "message", fmt.Sprintf(format, v...))
 }
 
 // tierLimiter is lab 07's Redis limiter, one per tier, chosen by the tier

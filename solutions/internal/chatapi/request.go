@@ -115,6 +115,9 @@ func (r *Request) read(name string, v gjson.Result) error {
 		if !v.IsObject() {
 			return invalid(name, "invalid_type", "stream_options must be an object")
 		}
+		if duplicate(v, "include_usage") != "" {
+			return invalid("stream_options.include_usage", "duplicate_field", "stream_options.include_usage appears more than once")
+		}
 		b, err := optionalBool("stream_options.include_usage", v.Get("include_usage"))
 		r.IncludeUsage = b
 		return err
@@ -158,6 +161,9 @@ func checkMessage(i int, m gjson.Result) error {
 	if !m.IsObject() {
 		return invalid(field(""), "invalid_type", field("")+" must be an object")
 	}
+	if dup := duplicate(m, "role", "content"); dup != "" {
+		return invalid(field("."+dup), "duplicate_field", fmt.Sprintf("%s appears more than once", field("."+dup)))
+	}
 	role := m.Get("role")
 	switch {
 	case !role.Exists():
@@ -174,6 +180,27 @@ func checkMessage(i int, m gjson.Result) error {
 		return invalid(field(".content"), "invalid_type", field(".content")+" must be a string, an array of content parts, or null")
 	}
 	return nil
+}
+
+// duplicate returns the first of names that obj holds more than once, or "".
+// gjson (like the gateway) reads the first of two keys and many upstreams
+// the last, so a key the gateway reads must appear once.
+func duplicate(obj gjson.Result, names ...string) string {
+	seen := map[string]bool{}
+	found := ""
+	obj.ForEach(func(k, _ gjson.Result) bool {
+		for _, n := range names {
+			if k.Str == n {
+				if seen[n] {
+					found = n
+					return false
+				}
+				seen[n] = true
+			}
+		}
+		return true
+	})
+	return found
 }
 
 func optionalBool(name string, v gjson.Result) (bool, error) {
