@@ -60,7 +60,7 @@ func (c *Config) Flags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.Grace, "drain-grace", 20*time.Second, "on SIGTERM, how long in-flight requests may finish")
 	fs.DurationVar(&c.ShutdownTimeout, "shutdown-timeout", 5*time.Second, "after the drain, limit on closing connections")
 	fs.DurationVar(&c.BodyTimeout, "body-timeout", 10*time.Second, "limit on reading a request body (408 after)")
-	fs.DurationVar(&c.WriteTimeout, "write-timeout", 30*time.Second, "streams: limit on each write to a client that stopped reading")
+	fs.DurationVar(&c.WriteTimeout, "write-timeout", 10*time.Second, "limit on each write of an answer (whole or streamed) to a client that stopped reading")
 	fs.Int64Var(&c.MaxBody, "max-body-bytes", 1<<20, "largest request body accepted (413 above)")
 	fs.Uint64Var(&c.Seed, "seed", 0, "seed for jitter and simulated providers (0: random; printed at start to replay)")
 	fs.StringVar(&c.LogLevel, "log-level", "info", "debug, info, warn or error")
