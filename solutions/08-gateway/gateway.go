@@ -33,6 +33,7 @@ import (
 	drain "github.com/production-go/gateway-lab/solutions/05-drain"
 	"github.com/production-go/gateway-lab/solutions/06-bridge"
 	"github.com/production-go/gateway-lab/solutions/internal/chatapi"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Request is one generation request.
@@ -237,6 +238,10 @@ type Config struct {
 	MaxProviderCalls int
 
 	Observer Observer // nil: NopObserver
+	// Tracer, if set, records a span for each request's admission and
+	// each attempt, as children of the span in the request's context (the
+	// HTTP layer's). nil records nothing.
+	Tracer trace.TracerProvider
 	// Rand is the jitter source; nil: the global one. The gateway locks it,
 	// so one seeded source may serve every request (a single request's
 	// backoffs replay from the seed; concurrent ones interleave).
@@ -256,6 +261,7 @@ type Gateway struct {
 	obs       Observer
 	tobs      TargetObserver // obs, if it wants targets; else nil
 	rand      *rand.Rand
+	tracer    trace.Tracer // nil: no spans, and no allocation for them
 
 	mu      sync.RWMutex
 	health  map[Target]*breaker.Breaker // per (provider, upstream model), made on first use
@@ -284,6 +290,9 @@ func New(cfg Config, providers ...Provider) (*Gateway, error) {
 		tenants: newTenantCap(cfg.MaxPerTenant), inflight: drain.New(), obs: cfg.Observer,
 		health: map[Target]*breaker.Breaker{}}
 	g.tobs, _ = cfg.Observer.(TargetObserver)
+	if cfg.Tracer != nil {
+		g.tracer = cfg.Tracer.Tracer("github.com/production-go/gateway-lab/solutions/08-gateway")
+	}
 	if cfg.Rand != nil {
 		g.rand = rand.New(&lockedSource{src: cfg.Rand})
 	}

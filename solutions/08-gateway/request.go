@@ -9,6 +9,10 @@ import (
 	admission "github.com/production-go/gateway-lab/solutions/02-admission"
 	"github.com/production-go/gateway-lab/solutions/03-timeouts"
 	"github.com/production-go/gateway-lab/solutions/06-bridge"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	semconv "go.opentelemetry.io/otel/semconv/v1.37.0"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Generate runs one request through the whole path (see the package doc).
@@ -60,7 +64,13 @@ func recovered(p Provider, err *error) {
 // the Response, and the slot given back whatever happens.
 func (g *Gateway) serve(ctx context.Context, req Request, attemptTimeout time.Duration, st *streamer) (Response, error) {
 	r := &run{g: g, req: req, stream: st, caller: ctx}
-	if err := g.enter(ctx, r); err != nil {
+	actx, span := g.span(ctx, "gateway.admission")
+	err := g.enter(actx, r)
+	if span != nil {
+		span.SetAttributes(attribute.Int64("gateway.queue_wait_us", r.queueWait().Microseconds()))
+		endSpan(span, err)
+	}
+	if err != nil {
 		return Response{}, err
 	}
 	defer r.release() // whatever happens below: success, error, panic, cancellation
@@ -94,6 +104,33 @@ type run struct {
 	lastEnd           time.Time
 }
 
+// queueWait is the time the request waited for its slot (0 if refused).
+func (r *run) queueWait() time.Duration {
+	if r.ticket == nil {
+		return 0
+	}
+	return r.ticket.QueueWait
+}
+
+// span starts a child span of ctx's, or returns (ctx, nil) when tracing is
+// off — so a gateway without a tracer pays nothing for it.
+func (g *Gateway) span(ctx context.Context, name string) (context.Context, trace.Span) {
+	if g.tracer == nil {
+		return ctx, nil
+	}
+	return g.tracer.Start(ctx, name)
+}
+
+// endSpan ends a span, marking it failed with err's reason if there is one.
+// The error's text is not recorded: an upstream's message may quote the
+// prompt, and spans never carry prompt text.
+func endSpan(span trace.Span, err error) {
+	if err != nil {
+		span.SetStatus(codes.Error, string(ReasonOf(err)))
+	}
+	span.End()
+}
+
 func (r *run) release() {
 	r.ticket.Release()
 	r.g.tenants.leave(r.req.Tenant)
@@ -125,7 +162,17 @@ func (r *run) attempt(ctx context.Context, n int) error {
 	s := r.plan.steps[k]
 	req := r.req
 	req.Model = s.target.Model
+	ctx, span := r.g.span(ctx, "gateway.attempt")
 	c, err := r.call(ctx, s, req)
+	if span != nil {
+		span.SetAttributes(attribute.Int("gateway.attempt", n),
+			semconv.GenAIProviderNameKey.String(s.target.Provider), semconv.GenAIRequestModelKey.String(s.target.Model),
+			attribute.String("gateway.outcome", Outcome(err)))
+		if err != nil {
+			span.SetAttributes(attribute.String("gateway.failure_reason", string(ReasonOf(err))))
+		}
+		endSpan(span, err)
+	}
 	r.lastEnd = time.Now()
 	took := r.lastEnd.Sub(start)
 	r.upstream += took

@@ -1,10 +1,12 @@
 package app
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"net/http"
 	"os"
+	"time"
 
 	drain "github.com/production-go/gateway-lab/solutions/05-drain"
 	gateway "github.com/production-go/gateway-lab/solutions/08-gateway"
@@ -14,6 +16,11 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
+	"go.opentelemetry.io/otel/sdk/resource"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	semconv "go.opentelemetry.io/otel/semconv/v1.37.0"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Service is a built gateway, ready to serve.
@@ -25,7 +32,11 @@ type Service struct {
 	Metrics  *httpapi.Metrics
 	Registry *prometheus.Registry
 	Log      *slog.Logger
-	closers  []func()
+	// Tracer is the OpenTelemetry tracer provider when
+	// OTEL_EXPORTER_OTLP_ENDPOINT is set (spans go there over OTLP/HTTP);
+	// nil otherwise, and then nothing is traced.
+	Tracer  *sdktrace.TracerProvider
+	closers []func()
 }
 
 // Hooks let a service add to the assembly without copying it.
@@ -45,15 +56,19 @@ type Hooks struct {
 // typed the flags.
 func Build(c Config, log *slog.Logger, hooks Hooks) (*Service, error) {
 	s := &Service{Config: c, Log: log, Registry: prometheus.NewRegistry(), Drainer: drain.New()}
+	s.Registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	s.Metrics = httpapi.NewMetrics(s.Registry)
+	if err := s.tracing(); err != nil {
+		return nil, err
+	}
 	providers, err := s.providers(hooks.Upstream)
 	if err != nil {
 		s.Close()
 		return nil, err
 	}
-	s.Registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	s.Metrics = httpapi.NewMetrics(s.Registry)
 	gc := c.Gateway
 	gc.Observer = s.Metrics
+	gc.Tracer = s.tracerOrNil()
 	if hooks.Gateway != nil {
 		hooks.Gateway(&gc)
 	}
@@ -72,7 +87,7 @@ func Build(c Config, log *slog.Logger, hooks Hooks) (*Service, error) {
 		return nil, err
 	}
 	opts := httpapi.Options{
-		Gateway: s.Gateway, Drainer: s.Drainer, Metrics: s.Metrics, Logger: log, MaxBodyBytes: c.MaxBody,
+		Gateway: s.Gateway, Drainer: s.Drainer, Metrics: s.Metrics, Logger: log, MaxBodyBytes: c.MaxBody, Tracer: s.tracerOrNil(),
 		BodyTimeout: c.BodyTimeout, WriteTimeout: c.WriteTimeout, OverheadHeader: c.OverheadHeader,
 		Stream: gateway.StreamLimits{FirstToken: c.FirstToken, Idle: c.Idle}, Routes: routes,
 	}
@@ -99,6 +114,8 @@ func (s *Service) providers(upstream func(*openaicompat.Config)) ([]gateway.Prov
 		if err != nil {
 			return nil, fmt.Errorf("-upstream: %w", err)
 		}
+		uc.Tracer = s.tracerOrNil()
+		uc.OnTiming = func(t openaicompat.Timing) { s.Metrics.ObserveUpstream(t.Provider, t.Connect, t.Headers) }
 		if upstream != nil {
 			upstream(&uc)
 		}
@@ -126,9 +143,45 @@ func (s *Service) providers(upstream func(*openaicompat.Config)) ([]gateway.Prov
 	return out, nil
 }
 
-// Close releases the upstreams' idle connections.
+// Close releases the upstreams' idle connections and flushes the spans
+// not yet exported.
 func (s *Service) Close() {
 	for _, c := range s.closers {
 		c()
 	}
+	s.closers = nil
+}
+
+// tracing starts an OTLP/HTTP span exporter when OTEL_EXPORTER_OTLP_ENDPOINT
+// names a collector (the exporter reads the OTEL_* variables itself). Off
+// otherwise: an unset variable costs nothing.
+func (s *Service) tracing() error {
+	if os.Getenv("OTEL_EXPORTER_OTLP_ENDPOINT") == "" && os.Getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") == "" {
+		return nil
+	}
+	exp, err := otlptracehttp.New(context.Background())
+	if err != nil {
+		return fmt.Errorf("tracing: %w", err)
+	}
+	name := os.Getenv("OTEL_SERVICE_NAME")
+	if name == "" {
+		name = "gateway"
+	}
+	s.Tracer = sdktrace.NewTracerProvider(sdktrace.WithBatcher(exp),
+		sdktrace.WithResource(resource.NewSchemaless(semconv.ServiceNameKey.String(name))))
+	s.closers = append(s.closers, func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		_ = s.Tracer.Shutdown(ctx)
+	})
+	s.Log.Info("tracing", "exporter", "otlp/http", "service", name)
+	return nil
+}
+
+// tracerOrNil is the tracer provider as the parts take it: nil when off.
+func (s *Service) tracerOrNil() trace.TracerProvider {
+	if s.Tracer == nil {
+		return nil
+	}
+	return s.Tracer
 }

@@ -47,6 +47,7 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
 	}
 	resp, err := s.opts.Gateway.Generate(r.Context(), req)
 	done(resp.Usage, err)
+	traceChat(r.Context(), modelOr(chat.Model, AutoModel), resp)
 	if err != nil {
 		s.fail(w, r, err)
 		return
@@ -104,8 +105,11 @@ func (s *Server) overhead(w http.ResponseWriter, start time.Time, resp gateway.R
 // are framed here, one id and one model for the whole answer.
 func (s *Server) streamChat(w http.ResponseWriter, r *http.Request, req gateway.Request, includeUsage bool) (*gateway.Usage, error) {
 	start := time.Now()
-	st := &sseWriter{w: w, rc: http.NewResponseController(w), timeout: s.opts.WriteTimeout, model: req.Chat.Model}
+	st := &sseWriter{w: w, rc: http.NewResponseController(w), timeout: s.opts.WriteTimeout, model: req.Chat.Model,
+		metrics: s.opts.Metrics, begun: start}
 	resp, err := s.opts.Gateway.Stream(r.Context(), req, s.opts.Stream, st.chunk)
+	traceChat(r.Context(), modelOr(req.Chat.Model, AutoModel), resp)
+	defer st.timeEnd()
 	switch {
 	case err != nil && !st.started:
 		s.fail(w, r, err)
@@ -157,6 +161,32 @@ type sseWriter struct {
 	raw     bool // the provider sent OpenAI chunks: nothing to frame at the end
 	frame   *chatapi.Frame
 	text    strings.Builder
+
+	metrics          *Metrics
+	begun, lastChunk time.Time // the stream's start at the gateway; the last chunk out
+	firstChunk       time.Time
+}
+
+// timeChunk records time to first chunk and the gap since the last one.
+func (st *sseWriter) timeChunk() {
+	if st.metrics == nil {
+		return
+	}
+	now := time.Now()
+	if st.firstChunk.IsZero() {
+		st.firstChunk = now
+		st.metrics.firstChunk.Observe(now.Sub(st.begun).Seconds())
+	} else {
+		st.metrics.chunkGap.Observe(now.Sub(st.lastChunk).Seconds())
+	}
+	st.lastChunk = now
+}
+
+// timeEnd records how long the stream ran after its first chunk.
+func (st *sseWriter) timeEnd() {
+	if st.metrics != nil && !st.firstChunk.IsZero() {
+		st.metrics.streamTime.Observe(time.Since(st.firstChunk).Seconds())
+	}
 }
 
 func (st *sseWriter) start() {
@@ -174,6 +204,7 @@ func (st *sseWriter) start() {
 // chunk is the gateway's emit.
 func (st *sseWriter) chunk(c gateway.Chunk) error {
 	st.start()
+	st.timeChunk()
 	st.text.WriteString(c.Text)
 	if c.Raw != nil {
 		st.raw = true

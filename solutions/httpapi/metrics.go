@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"errors"
 	"strconv"
 	"time"
 
@@ -27,6 +28,11 @@ type Metrics struct {
 	cancellations   prometheus.Counter
 	streamCuts      *prometheus.CounterVec
 	late            *prometheus.CounterVec
+	upConnect       *prometheus.HistogramVec
+	upHeaders       *prometheus.HistogramVec
+	firstChunk      prometheus.Histogram
+	chunkGap        prometheus.Histogram
+	streamTime      prometheus.Histogram
 }
 
 // latencyBuckets span a cached answer (1 ms) to a long generation (60 s).
@@ -72,7 +78,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "gateway_breaker_transitions_total", Help: "Circuit breaker state changes by provider and model.",
 		}, append(target, "from", "to")),
 		timeouts: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "gateway_timeouts_total", Help: "Timeouts by layer: queue, attempt, total.",
+			Name: "gateway_timeouts_total", Help: "Timeouts by layer: queue, attempt, first_token, idle, total.",
 		}, []string{"layer"}),
 		cancellations: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "gateway_cancellations_total", Help: "Requests whose client went away before the answer.",
@@ -84,9 +90,34 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 			Name: "gateway_late_outcomes_total", Help: "Provider calls that finished after their attempt gave up on them, by outcome.",
 		}, []string{"outcome"}),
 	}
+	m.upConnect = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name: "gateway_upstream_connect_seconds", Help: "Dial plus TLS handshake to an upstream, for calls that opened a connection.", Buckets: overheadBuckets,
+	}, []string{"provider"})
+	m.upHeaders = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name: "gateway_upstream_headers_seconds", Help: "From sending a request to an upstream to its response headers (a stream's time to first token, at the upstream).", Buckets: latencyBuckets,
+	}, []string{"provider"})
+	m.firstChunk = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name: "gateway_stream_first_chunk_seconds", Help: "From a stream's start at the gateway to its first chunk to the client: time to first token as the client sees it, queue wait included.", Buckets: latencyBuckets,
+	})
+	m.chunkGap = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name: "gateway_stream_chunk_gap_seconds", Help: "Time between two chunks of a stream (inter-token latency).", Buckets: overheadBuckets,
+	})
+	m.streamTime = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name: "gateway_stream_duration_seconds", Help: "From a stream's first chunk to its end.", Buckets: latencyBuckets,
+	})
 	reg.MustRegister(m.requests, m.duration, m.overhead, m.queueWait, m.rejections, m.attempts, m.attemptDuration,
-		m.retries, m.failures, m.transitions, m.timeouts, m.cancellations, m.streamCuts, m.late)
+		m.retries, m.failures, m.transitions, m.timeouts, m.cancellations, m.streamCuts, m.late,
+		m.upConnect, m.upHeaders, m.firstChunk, m.chunkGap, m.streamTime)
 	return m
+}
+
+// ObserveUpstream records where an upstream call's time went before its
+// body: connect (0 for a pooled connection: not recorded) and headers.
+func (m *Metrics) ObserveUpstream(provider string, connect, headers time.Duration) {
+	if connect > 0 {
+		m.upConnect.WithLabelValues(provider).Observe(connect.Seconds())
+	}
+	m.upHeaders.WithLabelValues(provider).Observe(headers.Seconds())
 }
 
 // WatchGateway adds the metrics read from the gateway on each scrape:
@@ -150,8 +181,20 @@ func (m *Metrics) TargetAttempt(t gateway.Target, attempt int, took time.Duratio
 		m.failures.WithLabelValues(t.Provider, t.Model, string(reason)).Inc()
 	}
 	if reason == gateway.ReasonTimeout {
-		m.timeouts.WithLabelValues("attempt").Inc()
+		m.timeouts.WithLabelValues(timeoutLayer(err)).Inc()
 	}
+}
+
+// timeoutLayer names which limit ended an attempt: a stream's first-token
+// or idle limit, or the attempt's own timeout.
+func timeoutLayer(err error) string {
+	switch {
+	case errors.Is(err, gateway.ErrFirstTokenTimeout):
+		return "first_token"
+	case errors.Is(err, gateway.ErrStreamIdle):
+		return "idle"
+	}
+	return "attempt"
 }
 
 // BreakerChanged implements gateway.Observer (TargetBreakerChanged is what the gateway calls).

@@ -24,6 +24,7 @@ import (
 	drain "github.com/production-go/gateway-lab/solutions/05-drain"
 	gateway "github.com/production-go/gateway-lab/solutions/08-gateway"
 	"github.com/production-go/gateway-lab/solutions/internal/chatapi"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // AutoModel is the public model name that means "any healthy provider".
@@ -66,6 +67,10 @@ type Options struct {
 	// (every provider in priority order) and each provider's own name
 	// (pinned, no fallback) are always there too.
 	Routes []Route
+	// Tracer, if set, records a server span per request — joined to the
+	// caller's trace when it sends a W3C traceparent — under which the
+	// gateway's and the upstream call's spans hang. nil records nothing.
+	Tracer trace.TracerProvider
 	// OverheadHeader adds X-Gateway-Overhead-Ms to non-streamed answers: the
 	// time the gateway itself took (total minus queue wait, upstream calls
 	// and backoffs). Off by default; for debugging.
@@ -115,6 +120,7 @@ type Route struct {
 // Server serves the gateway over HTTP.
 type Server struct {
 	opts   Options
+	tracer trace.Tracer // nil when Options.Tracer is
 	mux    *http.ServeMux
 	routes map[string]Route
 	bodies sync.Pool // *bytes.Buffer for request bodies
@@ -138,6 +144,9 @@ func New(opts Options) *Server {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
 	s := &Server{opts: opts, mux: http.NewServeMux(), routes: map[string]Route{}}
+	if opts.Tracer != nil {
+		s.tracer = opts.Tracer.Tracer("github.com/production-go/gateway-lab/solutions/httpapi")
+	}
 	s.bodies.New = func() any { return new(bytes.Buffer) }
 	for _, r := range opts.Routes {
 		s.routes[r.Name] = r
@@ -216,6 +225,7 @@ func (s *Server) observe(route string, next http.Handler) http.Handler {
 		}
 		w.Header().Set("X-Request-ID", id)
 		rec := &recorder{ResponseWriter: w}
+		r, span := s.serverSpan(r, route, id)
 		next.ServeHTTP(rec, r)
 		status := rec.outcome
 		if status == 0 {
@@ -225,6 +235,7 @@ func (s *Server) observe(route string, next http.Handler) http.Handler {
 			status = http.StatusOK
 		}
 		took := time.Since(start)
+		endServerSpan(span, status)
 		if s.opts.Metrics != nil {
 			s.opts.Metrics.observeRequest(route, status, took)
 		}

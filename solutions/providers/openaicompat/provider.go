@@ -33,6 +33,7 @@ import (
 	gateway "github.com/production-go/gateway-lab/solutions/08-gateway"
 	"github.com/production-go/gateway-lab/solutions/internal/chatapi"
 	"github.com/production-go/gateway-lab/solutions/providers/spec"
+	"go.opentelemetry.io/otel/trace"
 )
 
 var (
@@ -67,6 +68,22 @@ type Config struct {
 	// DialControl, if set, vets every address dialled, after DNS (see
 	// package egress); an error refuses the connection.
 	DialControl func(network, address string, c syscall.RawConn) error
+	// Tracer, if set, records a client span per call and sends its W3C
+	// traceparent to the upstream. nil records nothing.
+	Tracer trace.TracerProvider
+	// OnTiming, if set, is told how long each call took to connect (zero
+	// for a pooled connection) and to get the upstream's response headers.
+	OnTiming func(Timing)
+}
+
+// Timing is where one upstream call's time went before its body.
+type Timing struct {
+	Provider string
+	// Connect is dial plus TLS handshake; 0 when a pooled connection was reused.
+	Connect time.Duration
+	// Headers is from sending the request to the response headers: the
+	// upstream's own queueing and (for a stream) its time to first token.
+	Headers time.Duration
 }
 
 // Provider calls one OpenAI-compatible upstream.
@@ -74,6 +91,7 @@ type Provider struct {
 	cfg      Config
 	endpoint string
 	client   *http.Client
+	tracer   trace.Tracer // nil: no spans
 }
 
 // New validates cfg and builds the upstream's client.
@@ -114,7 +132,11 @@ func New(cfg Config) (*Provider, error) {
 			return fmt.Errorf("openaicompat: refusing redirect to %s: upstream redirects are not followed", req.URL.Redacted())
 		},
 	}
-	return &Provider{cfg: cfg, endpoint: strings.TrimRight(cfg.BaseURL, "/") + "/chat/completions", client: client}, nil
+	p := &Provider{cfg: cfg, endpoint: strings.TrimRight(cfg.BaseURL, "/") + "/chat/completions", client: client}
+	if cfg.Tracer != nil {
+		p.tracer = cfg.Tracer.Tracer("github.com/production-go/gateway-lab/solutions/providers/openaicompat")
+	}
+	return p, nil
 }
 
 func defaults(d *time.Duration, v time.Duration) {
@@ -285,7 +307,11 @@ func (p *Provider) post(ctx context.Context, req gateway.Request, stream bool) (
 	if chat == nil {
 		chat = chatapi.NewRequest(req.Prompt, stream) // the lesson's /v1/generate: a prompt only
 	}
-	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, p.endpoint, bytes.NewReader(chat.WithModel(modelOr(req.Model, p.cfg.Model))))
+	model := modelOr(req.Model, p.cfg.Model)
+	ctx, span := p.span(ctx, model)
+	defer span.end()
+	ctx = p.timed(ctx)
+	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, p.endpoint, bytes.NewReader(chat.WithModel(model)))
 	if err != nil {
 		return nil, err
 	}
@@ -296,10 +322,13 @@ func (p *Provider) post(ctx context.Context, req gateway.Request, stream bool) (
 	if p.cfg.APIKey != "" {
 		hreq.Header.Set("Authorization", "Bearer "+p.cfg.APIKey)
 	}
+	span.inject(hreq.Header)
 	resp, err := p.client.Do(hreq)
 	if err != nil {
+		span.fail("connection")
 		return nil, fmt.Errorf("openaicompat: %s: %w", p.cfg.Name, err) // connection-level: retryable
 	}
+	span.status(resp.StatusCode)
 	if resp.StatusCode >= 200 && resp.StatusCode < 300 {
 		return resp, nil
 	}
