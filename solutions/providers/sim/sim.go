@@ -40,6 +40,14 @@ const (
 // New) fails with 503.
 type Window struct{ Start, End time.Duration }
 
+// Slowdown is a brown-out window: each call in it is Extra slower with
+// probability Share.
+type Slowdown struct {
+	Window
+	Extra time.Duration
+	Share float64
+}
+
 // Config describes one simulated provider.
 type Config struct {
 	Name       string
@@ -51,6 +59,9 @@ type Config struct {
 	ErrorKinds []string      // which failures, chosen uniformly; default 500
 	RetryAfter time.Duration // for 429s; default 1s
 	Outages    []Window
+	// Slowdowns are brown-outs: during each window, a share of the calls
+	// takes Extra longer — the median barely moves while the tail climbs.
+	Slowdowns []Slowdown
 	Seed       uint64 // the same seed replays the same sequence
 }
 
@@ -232,6 +243,12 @@ func (p *Provider) draw() (time.Duration, string) {
 	if p.cfg.ErrorRate > 0 && p.rng.Float64() < p.cfg.ErrorRate {
 		failure = p.cfg.ErrorKinds[p.rng.IntN(len(p.cfg.ErrorKinds))]
 	}
+	since := time.Since(p.start)
+	for _, s := range p.cfg.Slowdowns {
+		if since >= s.Start && since < s.End && p.rng.Float64() < s.Share {
+			latency += s.Extra
+		}
+	}
 	return max(latency, 0), failure
 }
 
@@ -243,6 +260,35 @@ func (p *Provider) inOutage() bool {
 		}
 	}
 	return false
+}
+
+// parseSlowdown reads start-end:extra@share, e.g. 20s-40s:800ms@0.1 (a
+// tenth of the calls between 20 s and 40 s take 800 ms more).
+func parseSlowdown(v string) (Slowdown, error) {
+	bad := errors.New("want start-end:extra@share, e.g. 20s-40s:800ms@0.1")
+	window, rest, ok := strings.Cut(v, ":")
+	extra, share, ok2 := strings.Cut(rest, "@")
+	from, to, ok3 := strings.Cut(window, "-")
+	if !ok || !ok2 || !ok3 {
+		return Slowdown{}, bad
+	}
+	var (
+		s   Slowdown
+		err error
+	)
+	if s.Start, err = time.ParseDuration(from); err != nil {
+		return s, bad
+	}
+	if s.End, err = time.ParseDuration(to); err != nil {
+		return s, bad
+	}
+	if s.Extra, err = time.ParseDuration(extra); err != nil {
+		return s, bad
+	}
+	if s.Share, err = strconv.ParseFloat(share, 64); err != nil || s.Share < 0 || s.Share > 1 {
+		return s, bad
+	}
+	return s, nil
 }
 
 func sleep(ctx context.Context, d time.Duration) error {
@@ -297,8 +343,11 @@ func Parse(s string) (Config, error) {
 				w.End, err = time.ParseDuration(to)
 			}
 			cfg.Outages = append(cfg.Outages, w)
+		case "slow":
+			sd, perr := parseSlowdown(v)
+			cfg.Slowdowns, err = append(cfg.Slowdowns, sd), perr
 		default:
-			return errors.New("unknown field (want name, model, latency, jitter, chunk-delay, error-rate, errors, retry-after, outage, seed)")
+			return errors.New("unknown field (want name, model, latency, jitter, chunk-delay, error-rate, errors, retry-after, outage, slow, seed)")
 		}
 		return err
 	})

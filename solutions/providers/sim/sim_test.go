@@ -151,3 +151,32 @@ func TestOddSchemasNeverCrashTheAnswer(t *testing.T) {
 		}
 	}
 }
+
+func TestSlowdownSlowsAShareOfCallsInItsWindow(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		cfg, err := Parse("name=a,latency=10ms,slow=1s-2s:50ms@0.25,seed=3")
+		require.NoError(t, err)
+		require.Equal(t, []Slowdown{{Window: Window{Start: time.Second, End: 2 * time.Second}, Extra: 50 * time.Millisecond, Share: 0.25}}, cfg.Slowdowns)
+		p, err := New(cfg)
+		require.NoError(t, err)
+		took := func() time.Duration {
+			start := time.Now()
+			_, err := p.Generate(t.Context(), req)
+			require.NoError(t, err)
+			return time.Since(start)
+		}
+		for range 20 {
+			assert.Equal(t, 10*time.Millisecond, took(), "before the window every call is fast")
+		}
+		time.Sleep(time.Second - 200*time.Millisecond)
+		slow := 0
+		for range 40 { // 40 calls of 10–60 ms stay inside the 1 s window
+			if took() > 10*time.Millisecond {
+				slow++
+			}
+		}
+		assert.InDelta(t, 10, slow, 6, "about a quarter of the calls in the window are slow")
+		_, err = Parse("name=a,slow=1s-2s:500ms")
+		assert.ErrorIs(t, err, ErrInvalidConfig)
+	})
+}
