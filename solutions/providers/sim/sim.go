@@ -62,7 +62,7 @@ type Config struct {
 	// Slowdowns are brown-outs: during each window, a share of the calls
 	// takes Extra longer — the median barely moves while the tail climbs.
 	Slowdowns []Slowdown
-	Seed       uint64 // the same seed replays the same sequence
+	Seed      uint64 // the same seed replays the same sequence
 }
 
 // Provider is a simulated upstream. Safe for concurrent use.
