@@ -18,7 +18,7 @@ export GORACE ?= atexit_sleep_ms=0
 
 .DEFAULT_GOAL := help
 .PHONY: help run run-secure test test-sdk sdk-node ci lint vet fmt-check tidy-check no-binaries stress stress-short bench bench-http \
-        integration checklist fuzz progress hint watch verify grade clean $(LABS)
+        integration checklist fuzz scenario progress hint watch verify grade clean $(LABS)
 
 help:
 	@echo "Production Go for AI gateways"
@@ -86,6 +86,12 @@ test-sdk: ## the official OpenAI Go SDK against both services (build tag sdk; a 
 
 sdk-node: ## the official OpenAI Node SDK against make run's gateway (needs node and npm; about 30 s)
 	@scripts/sdk-node.sh
+
+SEED ?= 0
+
+scenario: ## run a scenario and write its report with charts: make scenario NAME=brownout [SEED=7] (NAME=list lists them)
+	@test -n "$(NAME)" || { echo "usage: make scenario NAME=brownout (make scenario NAME=list lists them)"; exit 2; }
+	@if [ "$(NAME)" = list ]; then $(GO) run ./cmd/scenario -list; else $(GO) run ./cmd/scenario -name $(NAME) -seed $(SEED); fi
 
 FUZZTIME ?= 20s
 

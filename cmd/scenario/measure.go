@@ -1,0 +1,180 @@
+package main
+
+import (
+	"context"
+	"net/http"
+	"slices"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+	"github.com/tidwall/gjson"
+	vegeta "github.com/tsenart/vegeta/v12/lib"
+)
+
+// sample is one request's outcome.
+type sample struct {
+	at    float64 // seconds since the scenario started, when it was sent
+	lat   time.Duration
+	code  int
+	model string // the model that answered ("" on an error)
+}
+
+// load is one stream of requests at a constant rate, driven by vegeta.
+type load struct {
+	name    string
+	targets []vegeta.Target // round-robin
+	rate    int             // requests per second
+	dur     time.Duration
+}
+
+// run sends the load and returns every outcome, relative to start.
+func (l load) run(start time.Time) []sample {
+	atk := vegeta.NewAttacker(vegeta.Timeout(30*time.Second), vegeta.KeepAlive(true), vegeta.MaxBody(64<<10),
+		vegeta.Workers(16), vegeta.MaxWorkers(512))
+	var out []sample
+	for res := range atk.Attack(vegeta.NewStaticTargeter(l.targets...), vegeta.Rate{Freq: l.rate, Per: time.Second}, l.dur, l.name) {
+		out = append(out, sample{at: res.Timestamp.Sub(start).Seconds(), lat: res.Latency, code: int(res.Code),
+			model: gjson.GetBytes(res.Body, "model").Str})
+	}
+	return out
+}
+
+// second is the outcomes of requests sent in one second of the scenario.
+type second struct {
+	t             float64
+	p50, p95, p99 float64 // milliseconds, over the answered (2xx) requests
+	ok, limited   int     // 2xx; 429
+	shed, failed  int     // 503; anything else (5xx, 504, network errors)
+	models        map[string]int
+}
+
+// window is how many seconds of answers each point's latency quantiles
+// cover: one second of 40 requests is too few for a p99.
+const window = 5
+
+// bySecond buckets samples by the second they were sent in; latency
+// quantiles are over the window ending at that second.
+func bySecond(samples []sample) []second {
+	buckets := map[int][]sample{}
+	last := 0
+	for _, s := range samples {
+		i := int(s.at)
+		buckets[i] = append(buckets[i], s)
+		last = max(last, i)
+	}
+	out := make([]second, 0, last+1)
+	for i := 0; i <= last; i++ {
+		sec := second{t: float64(i), models: map[string]int{}}
+		var lats []float64
+		for j := max(0, i-window+1); j <= i; j++ {
+			for _, s := range buckets[j] {
+				if s.code >= 200 && s.code < 300 {
+					lats = append(lats, float64(s.lat.Microseconds())/1000)
+				}
+			}
+		}
+		for _, s := range buckets[i] {
+			switch {
+			case s.code >= 200 && s.code < 300:
+				sec.ok++
+				sec.models[s.model]++
+			case s.code == http.StatusTooManyRequests:
+				sec.limited++
+			case s.code == http.StatusServiceUnavailable:
+				sec.shed++
+			default:
+				sec.failed++
+			}
+		}
+		sec.p50, sec.p95, sec.p99 = quantile(lats, 0.50), quantile(lats, 0.95), quantile(lats, 0.99)
+		out = append(out, sec)
+	}
+	return out
+}
+
+func quantile(v []float64, q float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	sort.Float64s(v)
+	return v[min(len(v)-1, int(q*float64(len(v))))]
+}
+
+// scrape is what the gateway's /metrics said at one instant.
+type scrape struct {
+	t         float64
+	queueSum  float64 // gateway_queue_wait_seconds_sum
+	queueN    float64
+	breakers  map[string]float64 // provider/model → 0 closed, 1 open, 2 half-open
+	inFlight  float64
+	admitErrs float64 // gateway_admission_rejections_total, all reasons
+}
+
+// scraper polls a gateway's /metrics every interval until ctx ends.
+type scraper struct {
+	mu   sync.Mutex
+	seen []scrape
+}
+
+func (s *scraper) run(ctx context.Context, url string, start time.Time, every time.Duration) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		if sc, ok := scrapeOnce(ctx, url); ok {
+			sc.t = time.Since(start).Seconds()
+			s.mu.Lock()
+			s.seen = append(s.seen, sc)
+			s.mu.Unlock()
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+func (s *scraper) scrapes() []scrape {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(s.seen)
+}
+
+func scrapeOnce(ctx context.Context, url string) (scrape, bool) {
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return scrape{}, false
+	}
+	defer resp.Body.Close()
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	mfs, err := p.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		return scrape{}, false
+	}
+	sc := scrape{breakers: map[string]float64{}}
+	if mf := mfs["gateway_queue_wait_seconds"]; mf != nil && len(mf.Metric) > 0 {
+		sc.queueSum, sc.queueN = mf.Metric[0].GetHistogram().GetSampleSum(), float64(mf.Metric[0].GetHistogram().GetSampleCount())
+	}
+	if mf := mfs["gateway_breaker_state"]; mf != nil {
+		for _, m := range mf.Metric {
+			var provider, modelName string
+			for _, l := range m.Label {
+				switch l.GetName() {
+				case "provider":
+					provider = l.GetValue()
+				case "model":
+					modelName = l.GetValue()
+				}
+			}
+			sc.breakers[provider+"/"+modelName] = m.GetGauge().GetValue()
+		}
+	}
+	if mf := mfs["gateway_requests_in_flight"]; mf != nil && len(mf.Metric) > 0 {
+		sc.inFlight = mf.Metric[0].GetGauge().GetValue()
+	}
+	return sc, true
+}
