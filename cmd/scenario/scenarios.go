@@ -4,6 +4,10 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
 	"time"
 
 	vegeta "github.com/tsenart/vegeta/v12/lib"
@@ -153,5 +157,192 @@ func burst(ctx context.Context, r *report) error {
 	}
 	r.text("A, rate limit + semaphore:\n\n" + phaseTable(a, [][3]any{{"the burst", 0.0, 16.0}}))
 	r.text("B, semaphore alone:\n\n" + phaseTable(b, [][3]any{{"the burst", 0.0, 16.0}}))
+	return nil
+}
+
+func init() {
+	register(scenario{name: "replicas", title: "three replicas, one tenant: in-process limits vs Redis",
+		lesson: "One tenant's traffic is spread over three replicas, each with a 10 requests/s limit for it. " +
+			"With production_app's in-process token buckets each replica grants its own 10/s: the tenant gets " +
+			"about 30/s, three times its quota. With secure_app the buckets are one, on Redis: about 10/s, " +
+			"whatever the number of replicas.",
+		run: replicas})
+	register(scenario{name: "redis-outage", title: "Redis goes down under secure_app: fail closed vs fail open",
+		lesson: "Redis holds secure_app's shared limits. From 10 s to 20 s it is down. Failing closed (the " +
+			"default) refuses every request with a 503 that says why, at once; failing open (-ratelimit-fail-open) " +
+			"keeps serving with no limits enforced — and every request pays each limit's Redis timeout on the way, " +
+			"so latency rises by that much. Both recover by themselves when Redis returns. The choice is " +
+			"availability against budget, made in advance.",
+		run: redisOutage})
+}
+
+// jwtSecret is the scenarios' dev secret; their tokens live only as long as the run.
+const jwtSecret = "scenario-secret-that-is-at-least-32-bytes-long"
+
+// tieredTarget is a chat completion with a bearer token.
+func tieredTarget(url, token string) vegeta.Target {
+	return vegeta.Target{Method: http.MethodPost, URL: url + "/v1/chat/completions", Body: []byte(chatBody),
+		Header: http.Header{"Content-Type": {"application/json"}, "Authorization": {"Bearer " + token}}}
+}
+
+// mintToken asks a secure_app binary for a dev token.
+func mintToken(ctx context.Context, bin, tenant, tier, tiers string) (string, error) {
+	cmd := exec.CommandContext(ctx, bin, "token", "--tenant", tenant, "--tier", tier, "--tiers", tiers)
+	cmd.Env = append(os.Environ(), "JWT_SECRET="+jwtSecret)
+	out, err := cmd.Output()
+	return strings.TrimSpace(string(out)), err
+}
+
+// oneTier writes a tier policy with one tier of rate 10/s, burst 10.
+func oneTier(dir string) (string, error) {
+	file := filepath.Join(dir, "tiers.yaml")
+	return file, os.WriteFile(file, []byte(`tiers:
+  team:
+    rate_per_second: 10
+    burst: 10
+    max_in_flight: 64
+    max_prompt_bytes: 65536
+    models: ["*"]
+    max_request_timeout: 30s
+    tokens_per_minute: 0
+`), 0o644)
+}
+
+func replicas(ctx context.Context, r *report) error {
+	bin, err := binaries(ctx, r)
+	if err != nil {
+		return err
+	}
+	provider := fmt.Sprintf("name=alpha,latency=20ms,seed=%d", r.seed)
+	var inproc []vegeta.Target
+	for range 3 {
+		g, err := startGateway(ctx, "-provider", provider, "-rate=10", "-burst=10", "-max-per-tenant=0")
+		if err != nil {
+			return err
+		}
+		defer g.stop()
+		inproc = append(inproc, chatTarget(g.url, "one-tenant"))
+	}
+	rs, err := startRedis(ctx, "")
+	if err != nil {
+		return err
+	}
+	defer rs.stop()
+	tiers, err := oneTier(r.dir)
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tiers)
+	token, err := mintToken(ctx, filepath.Join(bin, "secure_app"), "one-tenant", "team", tiers)
+	if err != nil {
+		return fmt.Errorf("minting a token: %w", err)
+	}
+	var shared []vegeta.Target
+	for range 3 {
+		p, err := startProcess(ctx, filepath.Join(bin, "secure_app"), []string{"JWT_SECRET=" + jwtSecret},
+			"-redis-url", rs.url(), "-tiers", tiers, "-provider", provider)
+		if err != nil {
+			return err
+		}
+		defer p.kill()
+		shared = append(shared, tieredTarget(p.url, token))
+	}
+	r.configure("3 × production_app -provider " + provider + " -rate 10 -burst 10   (in-process buckets)")
+	r.configure("3 × secure_app -provider " + provider + " -tiers (rate 10/s, burst 10) -redis-url …   (one bucket on Redis)")
+	r.configure("load: 60 requests/s for 20 s from one tenant, spread round-robin over the three (vegeta)")
+	r.progress("60 requests/s for 20 s over three production_app replicas, then over three secure_app replicas")
+	a := bySecond(load{name: "in-process", targets: inproc, rate: 60, dur: 20 * time.Second}.run(time.Now()))
+	b := bySecond(load{name: "redis", targets: shared, rate: 60, dur: 20 * time.Second}.run(time.Now()))
+	if err := r.chart(chart{Title: "Admitted requests per second for one tenant with a 10/s quota", YLabel: "answered per second", YMax: 40, Series: []series{
+		{Name: "3 replicas, in-process limit", Color: "#d62728", Points: pointsOf(a, func(s second) float64 { return float64(s.ok) })},
+		{Name: "3 replicas, Redis limit", Color: "#2ca02c", Points: pointsOf(b, func(s second) float64 { return float64(s.ok) })},
+		{Name: "the quota", Color: "#888", Dashed: true, Points: []point{{0, 10}, {20, 10}}},
+	}}); err != nil {
+		return err
+	}
+	total := func(secs []second, from float64) (ok int) {
+		for _, s := range secs {
+			if s.t >= from && s.t < 20 {
+				ok += s.ok
+			}
+		}
+		return ok
+	}
+	r.text(fmt.Sprintf("| limit | answered in 5–20 s | per second | × the quota |\n| --- | ---: | ---: | ---: |\n"+
+		"| in-process, 3 replicas | %d | %.1f | %.1f× |\n| Redis, 3 replicas | %d | %.1f | %.1f× |\n\n(The first 5 s are left out: each bucket starts full, a burst of 10 per bucket.)",
+		total(a, 5), float64(total(a, 5))/15, float64(total(a, 5))/15/10, total(b, 5), float64(total(b, 5))/15, float64(total(b, 5))/15/10))
+	return nil
+}
+
+func redisOutage(ctx context.Context, r *report) error {
+	bin, err := binaries(ctx, r)
+	if err != nil {
+		return err
+	}
+	rs, err := startRedis(ctx, "")
+	if err != nil {
+		return err
+	}
+	defer func() { rs.stop() }()
+	provider := fmt.Sprintf("name=alpha,latency=20ms,seed=%d", r.seed)
+	env := []string{"JWT_SECRET=" + jwtSecret}
+	closed, err := startProcess(ctx, filepath.Join(bin, "secure_app"), env, "-redis-url", rs.url(), "-provider", provider, "-redis-prefix", "closed")
+	if err != nil {
+		return err
+	}
+	defer closed.kill()
+	open, err := startProcess(ctx, filepath.Join(bin, "secure_app"), env, "-redis-url", rs.url(), "-provider", provider, "-redis-prefix", "open", "-ratelimit-fail-open")
+	if err != nil {
+		return err
+	}
+	defer open.kill()
+	token, err := mintToken(ctx, filepath.Join(bin, "secure_app"), "steady", "enterprise", "")
+	if err != nil {
+		return fmt.Errorf("minting a token: %w", err)
+	}
+	r.configure("secure_app -provider " + provider + " -redis-url …                       (fail closed, the default)")
+	r.configure("secure_app -provider " + provider + " -redis-url … -ratelimit-fail-open")
+	r.configure("load: 20 requests/s to each for 30 s, one enterprise tenant (vegeta); Redis is killed at 10 s and restarted at 20 s")
+	r.progress("20 requests/s to each for 30 s; Redis is down from 10 s to 20 s")
+	start := time.Now()
+	outage := time.AfterFunc(10*time.Second, func() { rs.stop() })
+	defer outage.Stop()
+	restarted := make(chan error, 1)
+	back := time.AfterFunc(20*time.Second, func() {
+		s, err := startRedis(ctx, rs.addr)
+		if err == nil {
+			rs = s
+		}
+		restarted <- err
+	})
+	defer back.Stop()
+	results := make(chan []second, 2)
+	for _, t := range []vegeta.Target{tieredTarget(closed.url, token), tieredTarget(open.url, token)} {
+		go func() {
+			results <- bySecond(load{name: t.URL, targets: []vegeta.Target{t}, rate: 20, dur: 30 * time.Second}.run(start))
+		}()
+	}
+	a, b := <-results, <-results
+	if len(a) > 0 && len(b) > 0 && a[len(a)/2].ok > b[len(b)/2].ok { // keep "fail closed" first
+		a, b = b, a
+	}
+	if err := <-restarted; err != nil {
+		return err
+	}
+	fault := []band{{From: 10, To: 20, Label: "Redis down"}}
+	if err := r.chart(chart{Title: "Fail closed (default): refused with 503 while Redis is down", YLabel: "requests per second", YMax: 25, Bands: fault, Series: []series{
+		{Name: "answered", Color: "#2ca02c", Points: pointsOf(a, func(s second) float64 { return float64(s.ok) })},
+		{Name: "503", Color: "#d62728", Points: pointsOf(a, func(s second) float64 { return float64(s.shed) })},
+	}}); err != nil {
+		return err
+	}
+	if err := r.chart(chart{Title: "Fail open: served, with no limit enforced, while Redis is down", YLabel: "requests per second", YMax: 25, Bands: fault, Series: []series{
+		{Name: "answered", Color: "#2ca02c", Points: pointsOf(b, func(s second) float64 { return float64(s.ok) })},
+		{Name: "503", Color: "#d62728", Points: pointsOf(b, func(s second) float64 { return float64(s.shed) })},
+	}}); err != nil {
+		return err
+	}
+	r.text("Fail closed:\n\n" + phaseTable(a, [][3]any{{"before", 0.0, 10.0}, {"Redis down", 10.0, 20.0}, {"after", 20.0, 31.0}}))
+	r.text("Fail open:\n\n" + phaseTable(b, [][3]any{{"before", 0.0, 10.0}, {"Redis down", 10.0, 20.0}, {"after", 20.0, 31.0}}))
 	return nil
 }
