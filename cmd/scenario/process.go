@@ -33,9 +33,10 @@ func binaries(ctx context.Context, r *report) (dir string, err error) {
 
 // process is a service running as a child process on a loopback port.
 type process struct {
-	url  string
-	cmd  *exec.Cmd
-	done chan struct{}
+	url      string
+	adminURL string
+	cmd      *exec.Cmd
+	done     chan struct{}
 }
 
 // freePort is a loopback address nothing listens on yet.
@@ -65,7 +66,7 @@ func startProcess(ctx context.Context, bin string, env []string, args ...string)
 	if err := cmd.Start(); err != nil {
 		return nil, err
 	}
-	p := &process{url: "http://" + addr, cmd: cmd, done: make(chan struct{})}
+	p := &process{url: "http://" + addr, adminURL: "http://" + admin, cmd: cmd, done: make(chan struct{})}
 	go func() { _ = cmd.Wait(); close(p.done) }()
 	for range 200 {
 		if resp, err := http.Get("http://" + admin + "/readyz"); err == nil {

@@ -3,11 +3,17 @@ package main
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	neturl "net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	vegeta "github.com/tsenart/vegeta/v12/lib"
@@ -344,5 +350,151 @@ func redisOutage(ctx context.Context, r *report) error {
 	}
 	r.text("Fail closed:\n\n" + phaseTable(a, [][3]any{{"before", 0.0, 10.0}, {"Redis down", 10.0, 20.0}, {"after", 20.0, 31.0}}))
 	r.text("Fail open:\n\n" + phaseTable(b, [][3]any{{"before", 0.0, 10.0}, {"Redis down", 10.0, 20.0}, {"after", 20.0, 31.0}}))
+	return nil
+}
+
+func init() {
+	register(scenario{name: "rolling-deploy", title: "a rolling deploy under load: SIGTERM one of two replicas",
+		lesson: "Two production_app replicas behind a load balancer that follows /readyz. At 10 s replica A " +
+			"gets SIGTERM: its /readyz turns 503 at once, the balancer stops sending it new requests within " +
+			"its next check, and A drains what it holds before it exits. At 13 s its replacement A′ starts " +
+			"and joins when ready. Nothing is lost: no request fails.",
+		run: rollingDeploy})
+}
+
+// balancer round-robins over the backends whose /readyz answers 200,
+// checking every 100 ms — a load balancer in a few lines.
+type balancer struct {
+	mu    sync.Mutex
+	all   map[string]string // backend URL → its readiness URL
+	ready []string
+	next  int
+}
+
+func (b *balancer) add(url, readyz string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.all[url] = readyz
+}
+
+func (b *balancer) check(ctx context.Context) {
+	t := time.NewTicker(100 * time.Millisecond)
+	defer t.Stop()
+	for {
+		b.mu.Lock()
+		all := maps.Clone(b.all)
+		b.mu.Unlock()
+		var ready []string
+		for url, readyz := range all {
+			resp, err := http.Get(readyz)
+			if err == nil {
+				_ = resp.Body.Close()
+				if resp.StatusCode == http.StatusOK {
+					ready = append(ready, url)
+				}
+			}
+		}
+		sort.Strings(ready)
+		b.mu.Lock()
+		b.ready = ready
+		b.mu.Unlock()
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+func (b *balancer) pick() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if len(b.ready) == 0 {
+		return ""
+	}
+	b.next++
+	return b.ready[b.next%len(b.ready)]
+}
+
+func (b *balancer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	url := b.pick()
+	if url == "" {
+		http.Error(w, "no ready backend", http.StatusBadGateway)
+		return
+	}
+	target, _ := neturl.Parse(url)
+	httputil.NewSingleHostReverseProxy(target).ServeHTTP(w, r)
+}
+
+func rollingDeploy(ctx context.Context, r *report) error {
+	bin, err := binaries(ctx, r)
+	if err != nil {
+		return err
+	}
+	provider := fmt.Sprintf("name=alpha,latency=150ms,jitter=30ms,seed=%d", r.seed)
+	args := []string{"-provider", provider, "-rate=1e6", "-burst=1000000", "-max-per-tenant=0", "-drain-grace=5s"}
+	b := &balancer{all: map[string]string{}}
+	startOne := func(name string) (*process, error) {
+		p, err := startProcess(ctx, filepath.Join(bin, "production_app"), nil, args...)
+		if err != nil {
+			return nil, err
+		}
+		r.progress("%s is up at %s", name, p.url)
+		b.add(p.url, p.adminURL+"/readyz")
+		return p, nil
+	}
+	a, err := startOne("A")
+	if err != nil {
+		return err
+	}
+	defer a.kill()
+	bb, err := startOne("B")
+	if err != nil {
+		return err
+	}
+	defer bb.kill()
+	cctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go b.check(cctx)
+	front := httptest.NewServer(b)
+	defer front.Close()
+	time.Sleep(300 * time.Millisecond) // the first readiness checks
+
+	r.configure("2 × production_app -provider " + provider + " -readiness-delay 1s -drain-grace 5s")
+	r.configure("load balancer: round-robin over the backends whose /readyz is 200, checked every 100 ms")
+	r.configure("load: 40 requests/s for 25 s (vegeta); SIGTERM to A at 10 s; A′ started at 13 s")
+	r.progress("40 requests/s for 25 s; A gets SIGTERM at 10 s, A′ starts at 13 s")
+	start := time.Now()
+	term := time.AfterFunc(10*time.Second, a.terminate)
+	defer term.Stop()
+	var replacement *process
+	joined := make(chan error, 1)
+	newA := time.AfterFunc(13*time.Second, func() {
+		p, err := startOne("A′")
+		replacement = p
+		joined <- err
+	})
+	defer newA.Stop()
+	target := chatTarget(front.URL, "deploy")
+	samples := load{name: "deploy", targets: []vegeta.Target{target}, rate: 40, dur: 25 * time.Second}.run(start)
+	if err := <-joined; err != nil {
+		return err
+	}
+	defer replacement.kill()
+	secs := bySecond(samples)
+	fault := []band{{From: 10, To: 13, Label: "A drains; A′ starting"}}
+	if err := r.chart(chart{Title: "Answered and failed requests per second through the deploy", YLabel: "requests per second", YMax: 50, Bands: fault, Series: []series{
+		{Name: "answered", Color: "#2ca02c", Points: pointsOf(secs, func(s second) float64 { return float64(s.ok) })},
+		{Name: "failed (any non-2xx)", Color: "#d62728", Points: pointsOf(secs, func(s second) float64 { return float64(s.failed + s.shed + s.limited) })},
+	}}); err != nil {
+		return err
+	}
+	if err := r.chart(chart{Title: "Latency through the deploy", YLabel: "milliseconds", Bands: fault, Series: []series{
+		{Name: "p50", Color: "#1f77b4", Points: pointsOf(secs, func(s second) float64 { return s.p50 })},
+		{Name: "p99", Color: "#d62728", Points: pointsOf(secs, func(s second) float64 { return s.p99 })},
+	}}); err != nil {
+		return err
+	}
+	r.text(phaseTable(secs, [][3]any{{"before (0–10 s)", 0.0, 10.0}, {"the deploy (10–15 s)", 10.0, 15.0}, {"after (15–25 s)", 15.0, 26.0}}))
 	return nil
 }
