@@ -1,0 +1,59 @@
+package main
+
+import (
+	"bytes"
+	"encoding/xml"
+	"io"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func TestBySecondBucketsOutcomesAndWindowsLatency(t *testing.T) {
+	var samples []sample
+	for i := range 100 { // one second of fast answers, then one of slow ones and refusals
+		samples = append(samples, sample{at: float64(i) / 100, lat: 10 * time.Millisecond, code: 200, model: "a"})
+	}
+	for i := range 10 {
+		samples = append(samples, sample{at: 1 + float64(i)/10, lat: time.Second, code: 200, model: "b"},
+			sample{at: 1.05, code: 429}, sample{at: 1.05, code: 503}, sample{at: 1.05, code: 502})
+	}
+	secs := bySecond(samples)
+	require.Len(t, secs, 2)
+	assert.Equal(t, 100, secs[0].ok)
+	assert.Equal(t, 10.0, secs[0].p99)
+	assert.Equal(t, map[string]int{"b": 10}, secs[1].models)
+	assert.Equal(t, [4]int{10, 10, 10, 10}, [4]int{secs[1].ok, secs[1].limited, secs[1].shed, secs[1].failed})
+	assert.Equal(t, 10.0, secs[1].p50, "second 1's quantiles cover the window ending at it: 100 fast, 10 slow")
+	assert.Equal(t, 1000.0, secs[1].p99)
+}
+
+func TestChartIsWellFormedSVG(t *testing.T) {
+	svg := chart{Title: "a < b & c", YLabel: "ms", Bands: []band{{From: 1, To: 2, Label: "fault"}},
+		Series: []series{{Name: "p50", Color: "#000", Points: []point{{0, 1}, {1, 12.5}, {2, 3}}}}}.svg()
+	d := xml.NewDecoder(strings.NewReader(svg))
+	for {
+		_, err := d.Token()
+		if err == io.EOF {
+			break
+		}
+		require.NoError(t, err, "the SVG parses as XML")
+	}
+	assert.Contains(t, svg, "a &lt; b &amp; c", "text is escaped")
+	assert.NotContains(t, svg, `>12<`, "y ticks are round numbers, not 12.5 printed as 12")
+}
+
+func TestListNamesEveryScenario(t *testing.T) {
+	var out, errOut bytes.Buffer
+	require.Equal(t, 0, run(t.Context(), []string{"-list"}, &out, &errOut))
+	for _, n := range []string{"brownout", "outage", "burst", "rolling-deploy", "redis-outage", "replicas"} {
+		assert.Contains(t, out.String(), n)
+	}
+	assert.Equal(t, 2, run(t.Context(), []string{"-name", "nope"}, &out, &errOut))
+}
