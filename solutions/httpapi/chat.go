@@ -18,11 +18,7 @@ import (
 // the answer comes back as the upstream sent it.
 func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
-	id, r, ok := s.identify(w, r)
-	if !ok {
-		return
-	}
-	buf, ok := s.readBody(w, r)
+	id, r, buf, ok := s.accept(w, r)
 	if !ok {
 		return
 	}

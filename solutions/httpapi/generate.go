@@ -75,11 +75,7 @@ func parseGenerate(body []byte) (generateRequest, *chatapi.Error) {
 
 // generate is POST /v1/generate.
 func (s *Server) generate(w http.ResponseWriter, r *http.Request) {
-	id, r, ok := s.identify(w, r)
-	if !ok {
-		return
-	}
-	buf, ok := s.readBody(w, r)
+	id, r, buf, ok := s.accept(w, r)
 	if !ok {
 		return
 	}

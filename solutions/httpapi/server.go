@@ -335,6 +335,18 @@ func printable(s string) bool {
 	return true
 }
 
+// accept is what every POST does first: name the caller, then read the
+// body. On false the response is written; on true the caller gives the
+// buffer back with s.done.
+func (s *Server) accept(w http.ResponseWriter, r *http.Request) (Identity, *http.Request, *bytes.Buffer, bool) {
+	id, r, ok := s.identify(w, r)
+	if !ok {
+		return Identity{}, r, nil, false
+	}
+	buf, ok := s.readBody(w, r)
+	return id, r, buf, ok
+}
+
 // readBody reads a size- and time-limited body into a pooled buffer. It
 // writes the error response itself (413, 408, 400) and reports whether it
 // succeeded; the caller gives the buffer back with s.done.
