@@ -21,7 +21,6 @@ import (
 	"sort"
 	"strings"
 	"syscall"
-	"time"
 )
 
 // scenario is one experiment.
@@ -170,5 +169,3 @@ func phaseTable(secs []second, phases [][3]any) string {
 	b.WriteString("\n(Latency columns: the median, over the phase's seconds, of the quantile over the 5 s ending at each.)")
 	return b.String()
 }
-
-func since(start time.Time) float64 { return time.Since(start).Seconds() }

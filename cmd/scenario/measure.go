@@ -105,12 +105,11 @@ func quantile(v []float64, q float64) float64 {
 
 // scrape is what the gateway's /metrics said at one instant.
 type scrape struct {
-	t         float64
-	queueSum  float64 // gateway_queue_wait_seconds_sum
-	queueN    float64
-	breakers  map[string]float64 // provider/model → 0 closed, 1 open, 2 half-open
-	inFlight  float64
-	admitErrs float64 // gateway_admission_rejections_total, all reasons
+	t        float64
+	queueSum float64 // gateway_queue_wait_seconds_sum
+	queueN   float64
+	breakers map[string]float64 // provider/model → 0 closed, 1 open, 2 half-open
+	inFlight float64
 }
 
 // scraper polls a gateway's /metrics every interval until ctx ends.
