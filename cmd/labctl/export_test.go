@@ -20,6 +20,7 @@ import (
 // It compiles every lab in the template under -race: about 20–30 s on two
 // cores with a warm module and build cache, so -short skips it.
 func TestExportedTemplateGradesWhatTheLearnerSolved(t *testing.T) {
+	t.Parallel()
 	if testing.Short() {
 		t.Skip("exports a template and compiles every lab in it under -race (~20–30 s)")
 	}

@@ -306,7 +306,7 @@ func TestLearnerMakefileRefusesALearnerTargetThatNeedsADroppedOne(t *testing.T) 
 	t.Parallel()
 	src := "# top\n\nGO ?= go\n\nverify:\n\t$(GO) run ./cmd/labctl verify\n\ngrade: verify ## grade\n\t$(GO) run ./cmd/labctl grade\n"
 	_, _, err := LearnerMakefile([]byte(src))
-	require.ErrorContains(t, err, "grade needs verify")
+	require.ErrorContains(t, err, "target grade needs verify")
 }
 
 // solveAdd makes the fixture's Add work and leaves Sum a stub.

@@ -49,7 +49,7 @@ func LearnerMakefile(src []byte) ([]byte, []string, error) {
 		}
 		for _, pre := range p.prereqs {
 			if defined[pre] && slices.Contains(dropped, pre) {
-				return nil, nil, fmt.Errorf("Makefile: learner target %s needs %s, which a template cannot keep (it needs solutions/ or maintainer tools)", strings.Join(p.targets, " "), pre)
+				return nil, nil, fmt.Errorf("learner Makefile: target %s needs %s, which a template cannot keep (it needs solutions/ or maintainer tools)", strings.Join(p.targets, " "), pre)
 			}
 		}
 	}
