@@ -50,6 +50,8 @@ func init() {
 		{"verify", "", "maintainers: tests identical, stubs red test by test, solutions green, mutants killed", cmdVerify},
 		{"grade", "", "instructors: grade the labs with pristine tests; writes grade.json, junit.xml, grade.md", cmdGrade},
 		{"integration", "", "run the real-Redis tests with REDIS_INTEGRATION_REQUIRED=1; fail if any skips", cmdIntegration},
+		{"classroom", "[run NN TestName]", "instructors: write .github/classroom/autograding.json from the catalogue; run: grade one test", cmdClassroom},
+		{"export", "DIR", "instructors: write the learner template (no solutions/, pristine tests packed) into DIR", cmdExport},
 	}
 }
 

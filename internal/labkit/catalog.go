@@ -35,7 +35,8 @@ type Lab struct {
 	built bool
 }
 
-// Built reports whether both the stub and the solution directories exist.
+// Built reports whether the stub directory exists and its pristine tests
+// can be found: the solution directory, or a template's pristine archive.
 func (l Lab) Built() bool { return l.built }
 
 // LabDir is the learner's directory, relative to the root.
@@ -67,7 +68,7 @@ func LoadCatalog(root string) (*Catalog, error) {
 		if l.Number == "" || l.Dir == "" || l.Package == "" {
 			return nil, fmt.Errorf("%s: entry %d needs number, dir and package", CatalogFile, i+1)
 		}
-		l.built = isDir(filepath.Join(root, l.LabDir())) && isDir(filepath.Join(root, l.SolutionDir()))
+		l.built = isDir(filepath.Join(root, l.LabDir())) && hasPristine(root, *l)
 		if l.Hints == "" {
 			l.Hints = "HINTS.md"
 		}

@@ -23,8 +23,9 @@ type GradeOptions struct {
 	// TestsDir holds an instructor's held-back tests: TestsDir/NN-topic/*_test.go
 	// (or TestsDir/NN/…) are added to that lab for the run.
 	TestsDir string
-	// PristineRef, when set, is a git revision whose solutions/ test files are
-	// the pristine tests; otherwise the working tree's solutions/ are used.
+	// PristineRef, when set, is a git revision whose solutions/ test files
+	// (or, in a template, whose pristine archive) hold the pristine tests;
+	// otherwise the working tree's solutions/ or archive are used.
 	PristineRef string
 	NoRace      bool
 	Log         io.Writer
@@ -217,9 +218,9 @@ func scoreLab(pl gradePlan, p *PackageResult) GradedLab {
 
 func pristineTests(ctx context.Context, opts GradeOptions, l Lab) (map[string][]byte, error) {
 	if opts.PristineRef == "" {
-		return ReadTestSources(filepath.Join(opts.Root, l.SolutionDir()))
+		return PristineTests(opts.Root, l)
 	}
-	return gitFiles(ctx, opts.Root, opts.PristineRef, l.SolutionDir(), func(name string) bool { return strings.HasSuffix(name, "_test.go") })
+	return pristineTestsAt(ctx, opts.Root, opts.PristineRef, l)
 }
 
 func heldBackTests(dir string, l Lab) (map[string][]byte, error) {

@@ -105,13 +105,14 @@ func (d TestDiff) String() string {
 	return strings.Join(parts, "; ")
 }
 
-// CompareTests compares the *_test.go files of a lab and its solution byte by byte.
+// CompareTests compares the *_test.go files of a lab with the pristine ones
+// (its solution's, or a template's archive) byte by byte.
 func CompareTests(root string, l Lab) (TestDiff, error) {
 	lab, err := ReadTestSources(filepath.Join(root, l.LabDir()))
 	if err != nil {
 		return TestDiff{}, err
 	}
-	sol, err := ReadTestSources(filepath.Join(root, l.SolutionDir()))
+	sol, err := PristineTests(root, l)
 	if err != nil {
 		return TestDiff{}, err
 	}

@@ -1,0 +1,199 @@
+package labkit
+
+import (
+	"fmt"
+	"regexp"
+	"slices"
+	"strings"
+)
+
+// LearnerMakefile cuts the course Makefile down to the learner's targets
+// (learnerTargets) for a template. It works on paragraphs — runs of lines
+// between blank lines, a rule with the comment above it, a block of
+// variables — and keeps:
+//
+//   - every paragraph that defines a learner target;
+//   - the variables and exports those paragraphs use (transitively);
+//   - .PHONY, listing only the targets that remain;
+//   - a comment-only paragraph (a section heading) when the paragraph after
+//     it stays, and the file's opening comment.
+//
+// It returns the Makefile and the targets it dropped. A learner target
+// that depends on a dropped one is an error: the template would not work,
+// and the list of learner targets needs a look.
+func LearnerMakefile(src []byte) ([]byte, []string, error) {
+	paras := makeParagraphs(string(src))
+	defined := map[string]bool{}
+	for _, p := range paras {
+		for _, t := range p.targets {
+			defined[t] = true
+		}
+	}
+	keep := make([]bool, len(paras))
+	var kept strings.Builder
+	var dropped []string
+	for i, p := range paras {
+		if len(p.targets) == 0 {
+			continue
+		}
+		if slices.ContainsFunc(p.targets, func(t string) bool { return slices.Contains(learnerTargets, t) }) {
+			keep[i] = true
+			kept.WriteString(p.text)
+			continue
+		}
+		dropped = append(dropped, p.targets...)
+	}
+	for i, p := range paras {
+		if !keep[i] {
+			continue
+		}
+		for _, pre := range p.prereqs {
+			if defined[pre] && slices.Contains(dropped, pre) {
+				return nil, nil, fmt.Errorf("learner Makefile: target %s needs %s, which a template cannot keep (it needs solutions/ or maintainer tools)", strings.Join(p.targets, " "), pre)
+			}
+		}
+	}
+	// Variables: keep a paragraph defining one that kept text uses, until
+	// nothing more is pulled in. Exports set the environment of every
+	// recipe, so they always stay.
+	for changed := true; changed; {
+		changed = false
+		text := kept.String()
+		for i, p := range paras {
+			if keep[i] || len(p.vars) == 0 {
+				continue
+			}
+			if p.export || slices.ContainsFunc(p.vars, func(v string) bool { return usesVar(text, v) }) {
+				keep[i] = true
+				kept.WriteString(p.text)
+				changed = true
+			}
+		}
+	}
+	for i, p := range paras {
+		switch {
+		case p.phony:
+			keep[i] = true
+		case p.commentOnly:
+			keep[i] = i == 0 || (i+1 < len(paras) && keep[i+1])
+		}
+	}
+	var out strings.Builder
+	for i, p := range paras {
+		if !keep[i] {
+			continue
+		}
+		if out.Len() > 0 {
+			out.WriteString("\n")
+		}
+		if p.phony {
+			out.WriteString(rewritePhony(p.text, defined, dropped))
+		} else {
+			out.WriteString(p.text)
+		}
+		if i == 0 && p.commentOnly {
+			out.WriteString("#\n# Learner edition, written by labctl export: the maintainers' targets\n# stay in the course repository, with the reference code they need.\n")
+		}
+	}
+	slices.Sort(dropped)
+	return []byte(out.String()), dropped, nil
+}
+
+type makeParagraph struct {
+	text        string
+	targets     []string // rules it defines
+	prereqs     []string
+	vars        []string // variables it assigns
+	export      bool
+	phony       bool
+	commentOnly bool
+}
+
+var (
+	makeAssign = regexp.MustCompile(`^(?:export\s+)?([A-Za-z_][A-Za-z0-9_.]*)\s*(?::=|::=|\?=|\+=|=)`)
+	makeRule   = regexp.MustCompile(`^([^:=#\t][^:=#]*?)\s*:([^=]|$)`)
+)
+
+func makeParagraphs(src string) []makeParagraph {
+	var paras []makeParagraph
+	var cur []string
+	flush := func() {
+		if len(cur) > 0 {
+			paras = append(paras, parseParagraph(cur))
+			cur = nil
+		}
+	}
+	for _, line := range strings.SplitAfter(src, "\n") {
+		if strings.TrimSpace(line) == "" {
+			flush()
+			continue
+		}
+		cur = append(cur, line)
+	}
+	flush()
+	return paras
+}
+
+func parseParagraph(lines []string) makeParagraph {
+	p := makeParagraph{text: strings.Join(lines, ""), commentOnly: true}
+	continued := false
+	for _, raw := range lines {
+		line := strings.TrimRight(raw, "\n")
+		cont := continued
+		continued = strings.HasSuffix(line, `\`)
+		if strings.HasPrefix(line, "#") {
+			continue
+		}
+		p.commentOnly = false
+		if cont || strings.HasPrefix(line, "\t") {
+			continue
+		}
+		if strings.HasPrefix(line, ".PHONY") {
+			p.phony = true
+			continue
+		}
+		if m := makeAssign.FindStringSubmatch(line); m != nil {
+			p.vars = append(p.vars, m[1])
+			p.export = p.export || strings.HasPrefix(line, "export")
+			continue
+		}
+		if m := makeRule.FindStringSubmatch(line); m != nil {
+			p.targets = append(p.targets, strings.Fields(m[1])...)
+			rest := line[len(m[1]):]
+			rest = strings.TrimPrefix(strings.TrimSpace(rest), ":")
+			if i := strings.Index(rest, "##"); i >= 0 {
+				rest = rest[:i]
+			}
+			p.prereqs = append(p.prereqs, strings.Fields(rest)...)
+		}
+	}
+	return p
+}
+
+func usesVar(text, name string) bool {
+	return strings.Contains(text, "$("+name+")") || strings.Contains(text, "${"+name+"}") || strings.Contains(text, "$$"+name)
+}
+
+// rewritePhony lists in .PHONY only the targets the template keeps.
+func rewritePhony(text string, defined map[string]bool, dropped []string) string {
+	var out []string
+	var names []string
+	inPhony := false
+	for _, raw := range strings.SplitAfter(text, "\n") {
+		line := strings.TrimRight(raw, "\n")
+		if strings.HasPrefix(line, ".PHONY") || inPhony {
+			inPhony = strings.HasSuffix(line, `\`)
+			line = strings.TrimSuffix(strings.TrimPrefix(line, ".PHONY:"), `\`)
+			names = append(names, strings.Fields(line)...)
+			if !inPhony {
+				names = slices.DeleteFunc(names, func(n string) bool { return slices.Contains(dropped, n) || !defined[n] && !strings.HasPrefix(n, "$(") })
+				out = append(out, ".PHONY: "+strings.Join(names, " ")+"\n")
+			}
+			continue
+		}
+		if raw != "" {
+			out = append(out, raw)
+		}
+	}
+	return strings.Join(out, "")
+}
