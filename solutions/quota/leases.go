@@ -48,40 +48,22 @@ var leasesScript = redis.NewScript(leasesLua)
 // racing for the last slot cannot both get it. A lease is released when the
 // request ends, or expires after TTL if its replica died first.
 type Leases struct {
-	rdb     redis.Scripter
-	prefix  string
-	ttl     time.Duration
-	timeout time.Duration
-	fail    failure
+	store
+	ttl time.Duration
 }
 
 // NewLeases validates cfg and returns Leases that runs its script through
 // rdb (a *redis.Client, *redis.ClusterClient or *redis.Ring).
 func NewLeases(rdb redis.Scripter, cfg LeasesConfig) (*Leases, error) {
-	if rdb == nil {
-		return nil, fmt.Errorf("%w: no Redis client", ErrInvalidConfig)
-	}
-	prefix, err := checkPrefix(cfg.Prefix)
+	s, err := newStore(rdb, cfg.Prefix, cfg.Timeout, cfg.FailOpen, cfg.OnError)
 	if err != nil {
 		return nil, err
 	}
-	timeout, err := checkTimeout(cfg.Timeout)
+	ttl, err := checkSpan("lease TTL", cfg.TTL, DefaultLeaseTTL)
 	if err != nil {
 		return nil, err
 	}
-	ttl := cfg.TTL
-	switch {
-	case ttl < 0:
-		return nil, fmt.Errorf("%w: lease TTL %s must not be negative", ErrInvalidConfig, ttl)
-	case ttl == 0:
-		ttl = DefaultLeaseTTL
-	case ttl < time.Millisecond:
-		return nil, fmt.Errorf("%w: lease TTL %s is below the script's 1ms resolution", ErrInvalidConfig, ttl)
-	}
-	return &Leases{
-		rdb: rdb, prefix: prefix, ttl: ttl, timeout: timeout,
-		fail: failure{failOpen: cfg.FailOpen, onError: cfg.OnError},
-	}, nil
+	return &Leases{store: s, ttl: ttl}, nil
 }
 
 // Key returns the name of tenant's lease set, hash-tagged {Prefix:tenant}.

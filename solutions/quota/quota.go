@@ -191,6 +191,43 @@ func runScript(ctx context.Context, rdb redis.Scripter, timeout time.Duration, s
 	return out, nil
 }
 
+// store is what Tokens and Leases share: the client their scripts run
+// through, the keys' prefix, one call's timeout and the way they fail.
+type store struct {
+	rdb     redis.Scripter
+	prefix  string
+	timeout time.Duration
+	fail    failure
+}
+
+func newStore(rdb redis.Scripter, prefix string, timeout time.Duration, failOpen bool, onError func(error)) (store, error) {
+	if rdb == nil {
+		return store{}, fmt.Errorf("%w: no Redis client", ErrInvalidConfig)
+	}
+	prefix, err := checkPrefix(prefix)
+	if err != nil {
+		return store{}, err
+	}
+	if timeout, err = checkTimeout(timeout); err != nil {
+		return store{}, err
+	}
+	return store{rdb: rdb, prefix: prefix, timeout: timeout, fail: failure{failOpen: failOpen, onError: onError}}, nil
+}
+
+// checkSpan validates a lifetime the scripts keep in whole milliseconds
+// (what names it in errors); 0 means def.
+func checkSpan(what string, d, def time.Duration) (time.Duration, error) {
+	switch {
+	case d < 0:
+		return 0, fmt.Errorf("%w: %s %s must not be negative", ErrInvalidConfig, what, d)
+	case d == 0:
+		return def, nil
+	case d < time.Millisecond:
+		return 0, fmt.Errorf("%w: %s %s is below the script's 1ms resolution", ErrInvalidConfig, what, d)
+	}
+	return d, nil
+}
+
 func checkTimeout(d time.Duration) (time.Duration, error) {
 	switch {
 	case d < 0:

@@ -53,40 +53,22 @@ var tokensScript = redis.NewScript(tokensLua)
 // reserves its estimate before the upstream call and settles its actual
 // usage after it.
 type Tokens struct {
-	rdb     redis.Scripter
-	prefix  string
-	timeout time.Duration
-	window  time.Duration
-	fail    failure
+	store
+	window time.Duration
 }
 
 // NewTokens validates cfg and returns Tokens that runs its script through
 // rdb (a *redis.Client, *redis.ClusterClient or *redis.Ring).
 func NewTokens(rdb redis.Scripter, cfg TokensConfig) (*Tokens, error) {
-	if rdb == nil {
-		return nil, fmt.Errorf("%w: no Redis client", ErrInvalidConfig)
-	}
-	prefix, err := checkPrefix(cfg.Prefix)
+	s, err := newStore(rdb, cfg.Prefix, cfg.Timeout, cfg.FailOpen, cfg.OnError)
 	if err != nil {
 		return nil, err
 	}
-	timeout, err := checkTimeout(cfg.Timeout)
+	window, err := checkSpan("settle window", cfg.SettleWindow, DefaultSettleWindow)
 	if err != nil {
 		return nil, err
 	}
-	window := cfg.SettleWindow
-	switch {
-	case window < 0:
-		return nil, fmt.Errorf("%w: settle window %s must not be negative", ErrInvalidConfig, window)
-	case window == 0:
-		window = DefaultSettleWindow
-	case window < time.Millisecond:
-		return nil, fmt.Errorf("%w: settle window %s is below the script's 1ms resolution", ErrInvalidConfig, window)
-	}
-	return &Tokens{
-		rdb: rdb, prefix: prefix, timeout: timeout, window: window,
-		fail: failure{failOpen: cfg.FailOpen, onError: cfg.OnError},
-	}, nil
+	return &Tokens{store: s, window: window}, nil
 }
 
 // Keys returns the names of tenant's two keys: the bucket and its open
