@@ -1,9 +1,11 @@
 // Package testkit holds helpers shared by the exercise and solution tests
-// that are not exercises themselves: replayable randomness for now, and
+// that are not exercises themselves: replayable randomness, a log buffer
+// safe to share with a server's goroutines, and
 // (in redistest) a real Redis for the tests that need one.
 package testkit
 
 import (
+	"bytes"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -11,6 +13,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 )
 
@@ -77,4 +80,25 @@ func Rand(tb testing.TB) *rand.Rand {
 	tb.Helper()
 	seed := Seed(tb)
 	return rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
+}
+
+// LogBuffer is a bytes.Buffer that a logger and a test may share: an
+// slog handler writes to it from the server's goroutines while the test
+// reads what was logged.
+type LogBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *LogBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+// String returns everything written so far.
+func (l *LogBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }

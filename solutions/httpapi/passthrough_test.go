@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/production-go/gateway-lab/internal/testkit"
 	drain "github.com/production-go/gateway-lab/solutions/05-drain"
 	gateway "github.com/production-go/gateway-lab/solutions/08-gateway"
 	"github.com/production-go/gateway-lab/solutions/providers/openaicompat"
@@ -57,7 +58,7 @@ func (u *recording) last(t *testing.T) []byte {
 type passRig struct {
 	srv *Server
 	up  *recording
-	log *syncBuffer
+	log *testkit.LogBuffer
 }
 
 // newPassRig serves the public model "gpt-4o-corpus" from upstream model
@@ -75,7 +76,7 @@ func newPassRig(t *testing.T, answer func(w http.ResponseWriter, body []byte)) *
 	gw, err := gateway.New(cfg, p)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = gw.Close(context.Background()) })
-	log := &syncBuffer{}
+	log := &testkit.LogBuffer{}
 	srv := New(Options{Gateway: gw, Drainer: drain.New(), Logger: slog.New(slog.NewJSONHandler(log, nil)),
 		Stream: gateway.StreamLimits{FirstToken: 5 * time.Second, Idle: 5 * time.Second},
 		Routes: []Route{{Name: "gpt-4o-corpus", Targets: []gateway.Target{{Provider: "up", Model: "up-model-1"}}}}})
@@ -88,24 +89,6 @@ func (r *passRig) post(body []byte) *httptest.ResponseRecorder {
 	rec := httptest.NewRecorder()
 	r.srv.ServeHTTP(rec, req)
 	return rec
-}
-
-// syncBuffer is a log sink safe for the handler and the test.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 func readCorpus(t *testing.T, pattern string) map[string][]byte {

@@ -2,7 +2,6 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"io"
@@ -16,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/production-go/gateway-lab/internal/testkit"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
@@ -27,29 +27,11 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// syncBuffer is a bytes.Buffer safe for the logger and the test to share.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 type instance struct {
 	url            string
 	stop           context.CancelFunc
 	code           chan int
-	stdout, stderr *syncBuffer
+	stdout, stderr *testkit.LogBuffer
 }
 
 func start(t *testing.T, args ...string) *instance {
@@ -57,7 +39,7 @@ func start(t *testing.T, args ...string) *instance {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	ctx, stop := context.WithCancel(t.Context())
-	a := &instance{url: "http://" + ln.Addr().String(), stop: stop, code: make(chan int, 1), stdout: &syncBuffer{}, stderr: &syncBuffer{}}
+	a := &instance{url: "http://" + ln.Addr().String(), stop: stop, code: make(chan int, 1), stdout: &testkit.LogBuffer{}, stderr: &testkit.LogBuffer{}}
 	go func() { a.code <- run(ctx, args, a.stdout, a.stderr, ln) }()
 	t.Cleanup(func() {
 		stop()
@@ -167,26 +149,26 @@ func TestRouteTableFromFlagsAndFile(t *testing.T) {
 	require.Equal(t, http.StatusOK, code, body)
 	assert.Contains(t, body, `"model":"beta-mini"`)
 
-	var out, errOut syncBuffer
+	var out, errOut testkit.LogBuffer
 	assert.Equal(t, 2, run(t.Context(), []string{"-route", "chat=gamma"}, &out, &errOut, nil))
 	assert.Contains(t, errOut.String(), `unknown provider "gamma"`)
 }
 
 func TestBadFlagsAreClearErrors(t *testing.T) {
-	var out, errOut syncBuffer
+	var out, errOut testkit.LogBuffer
 	assert.Equal(t, 2, run(t.Context(), []string{"-provider", "name=x,latency=soon"}, &out, &errOut, nil))
 	assert.Contains(t, errOut.String(), "latency=soon")
-	errOut = syncBuffer{}
+	errOut = testkit.LogBuffer{}
 	assert.Equal(t, 2, run(t.Context(), []string{"-max-concurrent", "0"}, &out, &errOut, nil))
 	assert.Contains(t, errOut.String(), "invalid config")
-	errOut = syncBuffer{}
+	errOut = testkit.LogBuffer{}
 	assert.Equal(t, 0, run(t.Context(), []string{"-h"}, &out, &errOut, nil))
 	assert.Contains(t, errOut.String(), "GATEWAY_<FLAG>", "-h explains the environment variables")
-	errOut = syncBuffer{}
+	errOut = testkit.LogBuffer{}
 	assert.Equal(t, 2, run(t.Context(), []string{"-upstream", "name=u,url=http://x/v1,model=m,key-env=NOPE_NOT_SET"}, &out, &errOut, nil))
 	assert.Contains(t, errOut.String(), "NOPE_NOT_SET")
 	t.Setenv("GATEWAY_MAX_ATTEMPTS", "lots")
-	errOut = syncBuffer{}
+	errOut = testkit.LogBuffer{}
 	assert.Equal(t, 2, run(t.Context(), nil, &out, &errOut, nil))
 	assert.Contains(t, errOut.String(), "GATEWAY_MAX_ATTEMPTS")
 }

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -11,10 +10,10 @@ import (
 	"net/http/httptest"
 	"os"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/production-go/gateway-lab/internal/testkit"
 	"github.com/production-go/gateway-lab/internal/testkit/redistest"
 	"github.com/production-go/gateway-lab/solutions/identity"
 	"github.com/stretchr/testify/assert"
@@ -31,28 +30,11 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m, redistest.StopOnExit()) }
 
 const secret = "test-secret-that-is-at-least-32-bytes-long!"
 
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 type instance struct {
 	url, admin     string
 	stop           context.CancelFunc
 	code           chan int
-	stdout, stderr *syncBuffer
+	stdout, stderr *testkit.LogBuffer
 }
 
 // prefix is a key prefix of the test's own, without the hash-tag braces
@@ -74,7 +56,7 @@ func start(t *testing.T, prefix string, args ...string) *instance {
 	require.NoError(t, adminLn.Close()) // the service opens it again
 	ctx, stop := context.WithCancel(t.Context())
 	in := &instance{url: "http://" + ln.Addr().String(), admin: "http://" + admin, stop: stop, code: make(chan int, 1),
-		stdout: &syncBuffer{}, stderr: &syncBuffer{}}
+		stdout: &testkit.LogBuffer{}, stderr: &testkit.LogBuffer{}}
 	all := append([]string{"-readiness-delay=0", "-redis-url", redistest.URL(t), "-redis-prefix", prefix, "-admin-addr", admin,
 		"-provider", "name=alpha,latency=1ms,chunk-delay=1ms", "-provider", "name=beta,latency=1ms"}, args...)
 	exited := make(chan struct{})
@@ -144,12 +126,12 @@ func errorCode(t *testing.T, body string) string {
 }
 
 func TestRefusesToStartWithoutAStrongSecret(t *testing.T) {
-	var out, errOut syncBuffer
+	var out, errOut testkit.LogBuffer
 	t.Setenv("JWT_SECRET", "")
 	assert.Equal(t, 2, run(t.Context(), []string{"-redis-url", "redis://127.0.0.1:1"}, &out, &errOut, nil))
 	assert.Contains(t, errOut.String(), "JWT_SECRET", "says which variable is missing")
 	t.Setenv("JWT_SECRET", "too-short")
-	errOut = syncBuffer{}
+	errOut = testkit.LogBuffer{}
 	assert.Equal(t, 2, run(t.Context(), []string{"-redis-url", "redis://127.0.0.1:1"}, &out, &errOut, nil))
 	assert.Contains(t, errOut.String(), "32")
 	assert.NotContains(t, errOut.String(), "too-short", "and never prints the secret")
@@ -157,7 +139,7 @@ func TestRefusesToStartWithoutAStrongSecret(t *testing.T) {
 
 func TestTokenCommandPrintsOnlyTheToken(t *testing.T) {
 	t.Setenv("JWT_SECRET", secret)
-	var out, errOut syncBuffer
+	var out, errOut testkit.LogBuffer
 	require.Equal(t, 0, run(t.Context(), []string{"token", "--tenant", "acme", "--tier", "pro", "--ttl", "1h"}, &out, &errOut, nil), errOut.String())
 	tok := strings.TrimSpace(out.String())
 	assert.NotContains(t, tok, "\n", "the token alone on stdout, so $(secure_app token …) works")
@@ -279,7 +261,7 @@ func TestTiersFileErrorsAreLinePrecise(t *testing.T) {
 	file := t.TempDir() + "/tiers.yaml"
 	require.NoError(t, os.WriteFile(file, []byte("tiers:\n  free:\n    rate_per_second: 1\n    brust: 5\n"), 0o644))
 	t.Setenv("JWT_SECRET", secret)
-	var out, errOut syncBuffer
+	var out, errOut testkit.LogBuffer
 	assert.Equal(t, 2, run(t.Context(), []string{"-tiers", file, "-redis-url", "redis://127.0.0.1:1"}, &out, &errOut, nil))
 	assert.Contains(t, errOut.String(), "tiers.yaml:4:", "the start fails naming the file and line")
 }
@@ -349,7 +331,7 @@ func TestIntegrationInFlightCapIsSharedByReplicas(t *testing.T) {
 func TestIntegrationRedisDownFailsClosedOrOpenAsConfigured(t *testing.T) {
 	down := "redis://127.0.0.1:1/0"
 	t.Setenv("JWT_SECRET", secret)
-	var out, errOut syncBuffer
+	var out, errOut testkit.LogBuffer
 	assert.Equal(t, 2, run(t.Context(), []string{"-redis-url", down}, &out, &errOut, nil),
 		"a Redis that does not answer at start stops the start")
 	assert.Contains(t, errOut.String(), "does not answer")
