@@ -135,7 +135,7 @@ func Do[R any](ctx context.Context, h *Hedger, targets []string, call func(ctx c
 		maxAttempts += h.cfg.MaxHedges + h.cfg.MaxRetries
 	}
 
-	results := make(chan outcome[R], maxAttempts) // buffered: an attempt never blocks handing in its outcome
+	results := make(chan outcome[R], maxAttempts)
 	var (
 		wg                sync.WaitGroup
 		cancels           []context.CancelFunc
@@ -143,11 +143,14 @@ func Do[R any](ctx context.Context, h *Hedger, targets []string, call func(ctx c
 		hedges, retries   int
 		last              error
 	)
-	defer func() { // nothing outlives Do: stop every attempt, wait for each
+	defer func() { // nothing outlives Do: stop every attempt, then wait for each
 		for _, cancel := range cancels {
 			cancel()
 		}
-		wg.Wait()
+		for ; inFlight > 0; inFlight-- {
+			<-results // an attempt still running reports when its call returns
+		}
+		wg.Wait() // and its goroutine has ended
 	}()
 
 	var timer *time.Timer

@@ -133,11 +133,20 @@ func TestLoserIsCancelledAndItsSlotReturned(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		h := newHedger(t, Config{Delay: time.Second, MaxHedges: 1})
 		f := newFleet()
-		v, err := Do(t.Context(), h, []string{"alpha", "beta"}, f.call(takes(map[string]time.Duration{"alpha": forever, "beta": 200 * time.Millisecond})))
+		v, err := Do(t.Context(), h, []string{"alpha", "beta"}, f.call(func(ctx context.Context, target string) error {
+			if target == "beta" {
+				return wait(ctx, 200*time.Millisecond)
+			}
+			err := wait(ctx, forever)
+			time.Sleep(10 * time.Millisecond) // a cancelled call takes a moment to close its connection
+			return err
+		}))
 		require.NoError(t, err)
 		assert.Equal(t, "answer from beta", v)
-		assert.Equal(t, 1200*time.Millisecond, time.Since(f.start),
-			"Do must cancel the losing attempt as soon as the hedge wins, not wait for it to finish on its own")
+		assert.NotEqual(t, 1200*time.Millisecond, time.Since(f.start),
+			"Do returned the moment the hedge won, with the loser still running: it must wait for the attempts it started")
+		assert.Equal(t, 1210*time.Millisecond, time.Since(f.start),
+			"Do must cancel the losing attempt as soon as the hedge wins (then wait the 10 ms it takes to stop), not wait for it to finish on its own")
 		assert.Zero(t, f.slots.Load(), "when Do returns, the loser has given its slot back: Do waits for every attempt it started")
 		log := f.log()
 		require.Len(t, log, 2)
