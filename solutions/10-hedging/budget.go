@@ -75,8 +75,9 @@ func (b *Budget) Deposit(key string) {
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	l := b.ledger(key, time.Now())
-	l.deposits = append(l.deposits, time.Now())
+	now := time.Now()
+	l := b.ledger(key, now)
+	l.deposits = append(l.deposits, now)
 }
 
 // Withdraw takes one extra attempt (a retry or a hedge) to key from the
