@@ -23,6 +23,10 @@
 // error to OnError. Fail open where the limiter protects availability (an
 // API gateway's fairness limit); fail closed where it protects money (a
 // spending budget).
+//
+// A caller that leaves is not a Redis failure: when the caller's context is
+// cancelled or past its deadline, Allow returns that context's error and no
+// decision, without OnError or FailOpen.
 package distlimit
 
 import (
@@ -60,7 +64,7 @@ type Decision struct {
 
 // Config configures a Limiter.
 type Config struct {
-	Rate     float64 // tokens per second, > 0
+	Rate     float64 // tokens per second, > 0 and finite
 	Burst    int     // bucket size, ≥ 1
 	Prefix   string  // key prefix, e.g. "rl:"; keys are Prefix{key}
 	FailOpen bool    // when Redis fails: allow (true) or refuse (false, the default)
