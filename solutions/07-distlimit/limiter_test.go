@@ -59,15 +59,15 @@ func (f *fixture) limiter(t *testing.T, cfg Config) *Limiter {
 func newLimiter(t *testing.T, rdb redis.Scripter, cfg Config) *Limiter {
 	t.Helper()
 	l, err := New(rdb, cfg)
-	require.NoError(t, err)
-	require.NotNil(t, l, "New returned nil")
+	require.NoError(t, err, "want New to accept a valid config, got an error")
+	require.NotNil(t, l, "want a Limiter from New, got nil")
 	return l
 }
 
 func allow(t *testing.T, l *Limiter, key string) Decision {
 	t.Helper()
 	d, err := l.Allow(t.Context(), key)
-	require.NoError(t, err)
+	require.NoError(t, err, "want a decision from Allow(%q), got an error", key)
 	return d
 }
 
@@ -295,8 +295,8 @@ func TestNewRejectsBadConfig(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			l, err := New(c.rdb, c.cfg)
-			assert.ErrorIs(t, err, ErrInvalidConfig)
-			assert.Nil(t, l)
+			assert.ErrorIs(t, err, ErrInvalidConfig, "%s: want ErrInvalidConfig from New", c.name)
+			assert.Nil(t, l, "%s: want no Limiter", c.name)
 		})
 	}
 }
