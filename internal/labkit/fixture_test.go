@@ -288,3 +288,11 @@ func TestGradeScoresALabThatDoesNotCompile(t *testing.T) {
 	assert.Equal(t, 0, g.Passed)
 	assert.Equal(t, 2, g.Total)
 }
+
+func TestVerifyChecksEveryTestHasAHint(t *testing.T) {
+	t.Parallel()
+	root := fixture(t)
+	write(t, root, "labs/01-add/HINTS.md", "## 1. Use the plus sign\nTests: TestAddAddsTwoNumbers\n\nReturn a + b.\n")
+	r := checkOnly(t, root)
+	assert.Contains(t, problems(r), "no hint names TestSumAddsEveryNumber", "make lab-NN would show an unrelated hint when this test fails first")
+}

@@ -187,7 +187,10 @@ func (v *verifier) checkTwins(r *LabReport) error {
 	return nil
 }
 
-// checkHints requires every "Tests:" line of the hints to name real tests.
+// checkHints requires every "Tests:" line of the hints to name real tests,
+// and every test to be named by a hint: labctl test shows the hint that
+// names the first failure, and a test no hint names gets whichever hint
+// comes next, unrelated to what failed.
 func (v *verifier) checkHints(r *LabReport) {
 	hints, err := LoadHints(v.Root, r.Lab)
 	if err != nil {
@@ -201,6 +204,11 @@ func (v *verifier) checkHints(r *LabReport) {
 			if !slices.Contains(r.Tests, t) {
 				r.problem("%s: hint %q names %s, which is not a test", r.Lab.Hints, h.Title, t)
 			}
+		}
+	}
+	for _, t := range r.Tests {
+		if HintFor(hints, t) < 0 {
+			r.problem("%s: no hint names %s (add it to the Tests: line of the hint that fixes it)", r.Lab.Hints, t)
 		}
 	}
 }

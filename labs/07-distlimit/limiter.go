@@ -24,6 +24,10 @@
 // API gateway's fairness limit); fail closed where it protects money (a
 // spending budget).
 //
+// A caller that leaves is not a Redis failure: when the caller's context is
+// cancelled or past its deadline, Allow returns that context's error and no
+// decision, without OnError or FailOpen.
+//
 // Lab 07: the types are given; write bucket.lua and the Limiter below.
 // Read README.md, then make `make lab-07` green.
 package distlimit
@@ -63,7 +67,7 @@ type Decision struct {
 
 // Config configures a Limiter.
 type Config struct {
-	Rate     float64 // tokens per second, > 0
+	Rate     float64 // tokens per second, > 0 and finite
 	Burst    int     // bucket size, ≥ 1
 	Prefix   string  // key prefix, e.g. "rl:"; keys are Prefix{key}
 	FailOpen bool    // when Redis fails: allow (true) or refuse (false, the default)
@@ -86,8 +90,9 @@ type Limiter struct{}
 
 // New validates cfg and returns a Limiter that runs its script through rdb.
 //
-// TODO(lab 07): a nil rdb, Rate <= 0, Burst < 1 or a negative Timeout → an
-// error wrapping ErrInvalidConfig; Timeout 0 means DefaultTimeout.
+// TODO(lab 07): a nil rdb, a Rate that is not positive and finite (NaN
+// too), Burst < 1 or a negative Timeout → an error wrapping
+// ErrInvalidConfig; Timeout 0 means DefaultTimeout.
 func New(rdb redis.Scripter, cfg Config) (*Limiter, error) {
 	return &Limiter{}, nil
 }
@@ -103,7 +108,11 @@ func (l *Limiter) Key(key string) string {
 //
 // TODO(lab 07):
 //   - an empty key → an error wrapping ErrInvalidKey (no Redis call, no fail-open);
+//   - the caller's ctx already done → its error, no Redis call;
 //   - bound the call with cfg.Timeout;
+//   - on error, the caller's ctx done (cancelled, or its deadline come) → its error,
+//     no decision: not a Redis failure, so no OnError and no fail-open;
+//   - the limiter's own timeout → ErrUnavailable, not context.DeadlineExceeded;
 //   - bucketScript.Run(ctx, rdb, keys, rate, burst): EVALSHA, EVAL on NOSCRIPT — one round trip;
 //   - read the reply defensively ([]any of three non-negative int64): anything
 //     else is an error, never a panic;

@@ -23,6 +23,10 @@
 // error to OnError. Fail open where the limiter protects availability (an
 // API gateway's fairness limit); fail closed where it protects money (a
 // spending budget).
+//
+// A caller that leaves is not a Redis failure: when the caller's context is
+// cancelled or past its deadline, Allow returns that context's error and no
+// decision, without OnError or FailOpen.
 package distlimit
 
 import (
@@ -60,7 +64,7 @@ type Decision struct {
 
 // Config configures a Limiter.
 type Config struct {
-	Rate     float64 // tokens per second, > 0
+	Rate     float64 // tokens per second, > 0 and finite
 	Burst    int     // bucket size, ≥ 1
 	Prefix   string  // key prefix, e.g. "rl:"; keys are Prefix{key}
 	FailOpen bool    // when Redis fails: allow (true) or refuse (false, the default)
@@ -105,14 +109,30 @@ func New(rdb redis.Scripter, cfg Config) (*Limiter, error) {
 func (l *Limiter) Key(key string) string { return l.cfg.Prefix + "{" + key + "}" }
 
 // Allow takes one token from key's bucket if there is one.
+//
+// When the caller's ctx is cancelled or its deadline passes, before or
+// during the call, Allow returns ctx's error (context.Canceled or
+// context.DeadlineExceeded) and no decision: the caller left, Redis did not
+// fail, so neither OnError nor FailOpen applies. When the limiter's own
+// Timeout runs out first, that is a Redis failure: ErrUnavailable, and not
+// context.DeadlineExceeded — the caller's deadline is not what ran out.
 func (l *Limiter) Allow(ctx context.Context, key string) (Decision, error) {
 	if key == "" {
 		return Decision{}, fmt.Errorf("%w: empty key", ErrInvalidKey)
 	}
-	ctx, cancel := context.WithTimeout(ctx, l.cfg.Timeout)
+	if err := expired(ctx); err != nil {
+		return Decision{}, fmt.Errorf("distlimit: %w", err) // no token spent for a caller who left
+	}
+	rctx, cancel := context.WithTimeout(ctx, l.cfg.Timeout)
 	defer cancel()
-	reply, err := bucketScript.Run(ctx, l.rdb, []string{l.Key(key)}, l.cfg.Rate, l.cfg.Burst).Result()
+	reply, err := bucketScript.Run(rctx, l.rdb, []string{l.Key(key)}, l.cfg.Rate, l.cfg.Burst).Result()
 	if err != nil {
+		if cerr := expired(ctx); cerr != nil {
+			return Decision{}, fmt.Errorf("distlimit: %w", cerr)
+		}
+		if expired(rctx) != nil {
+			return l.failed(fmt.Errorf("%w: no answer within %s", ErrUnavailable, l.cfg.Timeout))
+		}
 		return l.failed(fmt.Errorf("%w: %w", ErrUnavailable, err))
 	}
 	d, err := parseReply(reply)
@@ -120,6 +140,19 @@ func (l *Limiter) Allow(ctx context.Context, key string) (Decision, error) {
 		return l.failed(fmt.Errorf("%w: %w", ErrUnavailable, err))
 	}
 	return d, nil
+}
+
+// expired returns ctx's error, or context.DeadlineExceeded once its deadline
+// has come even if ctx.Err() does not say so yet (a network read times out
+// at the deadline, racing the context's own timer).
+func expired(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if d, ok := ctx.Deadline(); ok && !time.Now().Before(d) {
+		return context.DeadlineExceeded
+	}
+	return nil
 }
 
 func (l *Limiter) failed(err error) (Decision, error) {
