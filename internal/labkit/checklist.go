@@ -286,15 +286,16 @@ func (v ItemVerdict) OK() bool { return len(v.Problems) == 0 }
 //	✓ ADM-3 Queue wait is measured as its own number (2 tests)
 //	✗ ADM-3 Queue wait is measured as its own number (TestX failed | TestY missing)
 func (v ItemVerdict) Line() string {
+	promise := strings.ReplaceAll(v.Item.Promise, "`", "")
 	if v.OK() {
 		n := v.Item.TestCount()
 		s := "s"
 		if n == 1 {
 			s = ""
 		}
-		return fmt.Sprintf("✓ %s %s (%d test%s)", v.Item.ID, v.Item.Promise, n, s)
+		return fmt.Sprintf("✓ %s %s (%d test%s)", v.Item.ID, promise, n, s)
 	}
-	return fmt.Sprintf("✗ %s %s (%s)", v.Item.ID, v.Item.Promise, strings.Join(v.Problems, " | "))
+	return fmt.Sprintf("✗ %s %s (%s)", v.Item.ID, promise, strings.Join(v.Problems, " | "))
 }
 
 // RunChecklist runs every package the checklist names, one at a time,
