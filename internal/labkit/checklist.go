@@ -149,7 +149,7 @@ func ParseChecklist(data []byte) (*Checklist, error) {
 			case "proof":
 				proof.WriteString(strings.TrimSpace(line) + " ")
 			default:
-				errs = append(errs, fmt.Errorf("line %d: %s: a line under an item must start with Why: or Proof:", n, cur.ID))
+				errs = append(errs, fmt.Errorf("line %d: %s: a line under an item must start with Why or Proof (and a colon)", n, cur.ID))
 			}
 			continue
 		}

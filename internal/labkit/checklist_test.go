@@ -65,7 +65,7 @@ func TestParseChecklistRefusesMalformedItems(t *testing.T) {
 		{"a test before any package", "- **A-1** x\n  Why: y\n  Proof: `TestA` `a/b`\n", "before any package"},
 		{"a package without tests", "- **A-1** x\n  Why: y\n  Proof: `a/b` `c/d` `TestA`\n", "a/b names no test"},
 		{"an unknown code span", "- **A-1** x\n  Why: y\n  Proof: `a/b` `goleak`\n", "neither a package"},
-		{"a stray indented line", "- **A-1** x\n  something\n  Why: y\n  Proof: `a/b` `TestA`\n", "must start with Why: or Proof:"},
+		{"a stray indented line", "- **A-1** x\n  something\n  Why: y\n  Proof: `a/b` `TestA`\n", "must start with Why or Proof"},
 	} {
 		t.Run(tc.description, func(t *testing.T) {
 			_, err := ParseChecklist([]byte(tc.text))
