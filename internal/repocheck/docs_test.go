@@ -15,6 +15,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"unicode"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -329,13 +330,20 @@ func TestDocsLinksAndNamesResolve(t *testing.T) {
 		text := stripFences(string(data))
 		for _, m := range mdLink.FindAllStringSubmatch(text, -1) {
 			target := m[1]
-			if strings.Contains(target, "://") || strings.HasPrefix(target, "mailto:") || strings.HasPrefix(target, "#") {
+			if strings.Contains(target, "://") || strings.HasPrefix(target, "mailto:") {
 				continue
 			}
-			target, _, _ = strings.Cut(target, "#")
+			target, anchor, _ := strings.Cut(target, "#")
 			p := filepath.Join(r, filepath.Dir(f), target)
-			_, err := os.Stat(p)
-			assert.NoError(t, err, "%s links to %s, which does not exist", f, m[1])
+			if target == "" {
+				p = filepath.Join(r, f)
+			}
+			if _, err := os.Stat(p); !assert.NoError(t, err, "%s links to %s, which does not exist", f, m[1]) {
+				continue
+			}
+			if anchor != "" && strings.HasSuffix(p, ".md") {
+				assert.Contains(t, headingAnchors(t, p), anchor, "%s links to %s, whose file has no heading with that anchor", f, m[1])
+			}
 		}
 		for _, m := range inlineCode.FindAllStringSubmatch(text, -1) {
 			tok := strings.TrimSpace(m[1])
@@ -348,6 +356,39 @@ func TestDocsLinksAndNamesResolve(t *testing.T) {
 			}
 		}
 	}
+}
+
+// headingAnchors are the anchors GitHub gives a Markdown file's headings:
+// lower case, punctuation dropped, spaces as dashes, -1, -2 … on repeats.
+func headingAnchors(t *testing.T, path string) []string {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	require.NoError(t, err)
+	seen := map[string]int{}
+	var out []string
+	for _, line := range strings.Split(stripFences(string(data)), "\n") {
+		if !strings.HasPrefix(line, "#") {
+			continue
+		}
+		text := strings.TrimSpace(strings.TrimLeft(line, "#"))
+		var b strings.Builder
+		for _, r := range strings.ToLower(text) {
+			switch {
+			case r == ' ':
+				b.WriteRune('-')
+			case r == '-' || r == '_' || unicode.IsLetter(r) || unicode.IsDigit(r):
+				b.WriteRune(r)
+			}
+		}
+		slug := b.String()
+		if n := seen[slug]; n > 0 {
+			out = append(out, fmt.Sprintf("%s-%d", slug, n))
+		} else {
+			out = append(out, slug)
+		}
+		seen[slug]++
+	}
+	return out
 }
 
 // isRepoPath: a path under one of the repository's top directories, naming
