@@ -9,6 +9,7 @@
 //	labctl verify               maintainers: stubs red, solutions green, mutants killed
 //	labctl grade                instructors: JSON, JUnit XML and Markdown reports
 //	labctl integration          the real-Redis tests, which may not skip
+//	labctl checklist            the production-readiness checklist, one line per item
 package main
 
 import (
@@ -49,6 +50,7 @@ func init() {
 		{"watch", "NN", "re-run lab NN's tests on every save (Enter re-runs now, q quits)", cmdWatch},
 		{"verify", "", "maintainers: tests identical, stubs red test by test, solutions green, mutants killed", cmdVerify},
 		{"grade", "", "instructors: grade the labs with pristine tests; writes grade.json, junit.xml, grade.md", cmdGrade},
+		{"checklist", "", "run the tests checklist/PRODUCTION_READINESS.md names; one ✓/✗ line per item, exit 1 on any ✗", cmdChecklist},
 		{"integration", "", "run the real-Redis tests with REDIS_INTEGRATION_REQUIRED=1; fail if any skips", cmdIntegration},
 		{"classroom", "[run NN TestName]", "instructors: write .github/classroom/autograding.json from the catalogue; run: grade one test", cmdClassroom},
 		{"export", "DIR", "instructors: write the learner template (no solutions/, pristine tests packed) into DIR", cmdExport},

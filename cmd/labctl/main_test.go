@@ -265,6 +265,7 @@ func TestGradeWritesReportsAndExitsZeroOnALowScore(t *testing.T) {
 	code, out, errOut := labctl(t, root, "grade", "-no-race", "-out", "r")
 	assert.Equal(t, 0, code, errOut)
 	assert.Contains(t, out, "grade: 0/2 tests")
+	assert.Contains(t, out, "  add: 0/2 checklist items", "grade says which checklist items the lab keeps")
 	for _, f := range []string{"grade.json", "junit.xml", "grade.md"} {
 		assert.FileExists(t, filepath.Join(root, "r", f))
 	}

@@ -171,6 +171,16 @@ func cmdGrade(ctx context.Context, e *env, args []string) error {
 	for _, n := range notes {
 		fmt.Fprintln(e.stdout, n)
 	}
+	var items []string
+	for _, l := range g.Labs {
+		if line := l.ChecklistLine(); line != "" {
+			items = append(items, "  "+line)
+		}
+	}
+	if len(items) > 0 {
+		fmt.Fprintln(e.stdout, "\nproduction promises your code keeps (checklist/PRODUCTION_READINESS.md):")
+		fmt.Fprintln(e.stdout, strings.Join(items, "\n"))
+	}
 	fmt.Fprintf(e.stdout, "\ngrade: %d/%d tests (%.0f%%); reports in %s/{grade.json,junit.xml,grade.md}\n", g.Passed, g.Total, 100*g.Score(), *out)
 	return nil
 }

@@ -185,6 +185,7 @@ func TestExportWritesATemplateWithoutSolutions(t *testing.T) {
 		".github/classroom/autograding.json",
 		".github/workflows/grade.yml",
 		"README.md",
+		"checklist/PRODUCTION_READINESS.md",
 		"cmd/labctl/main.go",
 		"docs/guide.md",
 		"go.mod",

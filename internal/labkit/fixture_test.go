@@ -271,6 +271,11 @@ func TestGradeRestoresTestsAndWritesOneEntryPerTest(t *testing.T) {
 	require.NoError(t, err)
 	assert.Contains(t, string(md), "2/3 tests")
 	assert.Contains(t, string(md), "tests were edited")
+	assert.Contains(t, string(md), "- lab 01 add: 1/2 checklist items (✓ ADD-1, ✗ ADD-2)")
+
+	require.NotNil(t, l.Checklist, "the fixture's checklist names lab 01's tests")
+	assert.Equal(t, "add: 1/2 checklist items", l.ChecklistLine(), "ADD-2 needs TestSumAddsEveryNumber, which fails with the pristine test restored")
+	assert.Equal(t, []string{"TestAddAddsTwoNumbers", "TestSumAddsEveryNumber"}, l.Checklist.Items[1].Tests)
 
 	// The learner's tree is untouched: grading overlays, it does not copy.
 	mine, err := os.ReadFile(filepath.Join(root, "labs/01-add/mine_test.go"))

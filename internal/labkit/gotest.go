@@ -72,6 +72,7 @@ type RunOptions struct {
 	Race     bool
 	Count    int    // -count; 0 leaves the test cache on
 	Run      string // -run
+	Tags     string // -tags
 	Shuffle  bool
 	Overlay  string        // -overlay file
 	Timeout  time.Duration // -timeout; 0 = go test's default
@@ -90,6 +91,9 @@ func (opts RunOptions) args() []string {
 	}
 	if opts.Run != "" {
 		args = append(args, "-run", opts.Run)
+	}
+	if opts.Tags != "" {
+		args = append(args, "-tags", opts.Tags)
 	}
 	if opts.Shuffle {
 		args = append(args, "-shuffle=on")

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"maps"
 	"os"
 	"path/filepath"
@@ -55,6 +56,27 @@ type GradedLab struct {
 	// NoRedis says, in one line, which real-Redis tests skipped and why.
 	NoRedis string       `json:"no_redis,omitempty"`
 	Tests   []GradedTest `json:"tests"`
+	// Checklist is which production-readiness items this lab's tests keep
+	// (checklist/PRODUCTION_READINESS.md); nil when no item names the lab.
+	Checklist *LabChecklist `json:"checklist,omitempty"`
+}
+
+// Name is the lab's directory without its number: "admission".
+func (l GradedLab) Name() string {
+	_, name, ok := strings.Cut(l.Dir, "-")
+	if !ok {
+		return l.Dir
+	}
+	return name
+}
+
+// ChecklistLine is "admission: 5/6 checklist items", or "" when no item
+// names the lab.
+func (l GradedLab) ChecklistLine() string {
+	if l.Checklist == nil {
+		return ""
+	}
+	return fmt.Sprintf("%s: %d/%d checklist items", l.Name(), l.Checklist.Kept, l.Checklist.Total)
 }
 
 // Grade is a whole grade report.
@@ -116,8 +138,21 @@ func RunGrade(ctx context.Context, opts GradeOptions) (*Grade, error) {
 	if err != nil {
 		return nil, err
 	}
+	// A checklist is optional (an old template may lack one); a broken
+	// one is an error, not a silently missing score.
+	cl, err := LoadChecklist(opts.Root)
+	if errors.Is(err, fs.ErrNotExist) {
+		cl, err = nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
 	for _, pl := range plans {
-		gl := scoreLab(pl, run.Package("labs/"+pl.lab.Dir))
+		p := run.Package("labs/" + pl.lab.Dir)
+		gl := scoreLab(pl, p)
+		if cl != nil {
+			gl.Checklist = ScoreLabChecklist(cl, pl.lab.Dir, func(test string) bool { return gl.Build == "" && p.Test(test).Status == Pass })
+		}
 		g.Labs = append(g.Labs, gl)
 		g.Passed += gl.Passed
 		g.Total += gl.Total
@@ -337,6 +372,21 @@ func (g *Grade) Markdown() string {
 			notes = append(notes, "includes held-back tests")
 		}
 		fmt.Fprintf(&b, "| %s | %s | %d | %d | %s |\n", l.Number, l.Title, l.Passed, l.Total, strings.Join(notes, "; "))
+	}
+	var items []string
+	for _, l := range g.Labs {
+		if line := l.ChecklistLine(); line != "" {
+			var marks []string
+			for _, it := range l.Checklist.Items {
+				marks = append(marks, map[bool]string{true: "✓ ", false: "✗ "}[it.Kept]+it.ID)
+			}
+			items = append(items, fmt.Sprintf("- lab %s %s (%s)", l.Number, line, strings.Join(marks, ", ")))
+		}
+	}
+	if len(items) > 0 {
+		b.WriteString("\n### Production-readiness checklist kept\n\n")
+		b.WriteString(strings.Join(items, "\n"))
+		b.WriteString("\n")
 	}
 	var failing []string
 	for _, l := range g.Labs {

@@ -1,0 +1,445 @@
+package labkit
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/production-go/gateway-lab/internal/testkit/redismark"
+)
+
+// ChecklistFile is the production-readiness checklist, relative to the root.
+const ChecklistFile = "checklist/PRODUCTION_READINESS.md"
+
+// ErrBadChecklist is wrapped by every error in the checklist's format.
+var ErrBadChecklist = errors.New("bad checklist")
+
+// ChecklistProof is one package's share of an item's proof: the tests in
+// that package that must pass, and the build tags they need.
+type ChecklistProof struct {
+	Package string   // relative to the root, e.g. solutions/02-admission
+	Tags    string   // -tags value, "" for none
+	Tests   []string // top-level test names
+}
+
+// ChecklistItem is one promise of the checklist.
+type ChecklistItem struct {
+	ID      string // CONC-1, ADM-3, …: stable, never reused
+	Promise string // the line a report prints
+	Why     string
+	Proofs  []ChecklistProof
+	Line    int // where the item starts in the file
+}
+
+// TestCount is how many tests prove the item.
+func (it ChecklistItem) TestCount() int {
+	var n int
+	for _, p := range it.Proofs {
+		n += len(p.Tests)
+	}
+	return n
+}
+
+// Checklist is the parsed checklist, items in file order.
+type Checklist struct {
+	Items []ChecklistItem
+}
+
+var (
+	itemLine   = regexp.MustCompile(`^- \*\*([A-Z]+-[0-9]+)\*\* (.+)$`)
+	itemStart  = regexp.MustCompile(`^- \*\*`)
+	codeSpan   = regexp.MustCompile("`([^`]*)`")
+	pkgToken   = regexp.MustCompile(`^[a-z0-9_.-]+(/[A-Za-z0-9_.-]+)+$`)
+	tagsToken  = regexp.MustCompile(`^-tags ([A-Za-z0-9_,]+)$`)
+	testToken  = regexp.MustCompile(`^(Test|Fuzz)[A-Z0-9_][A-Za-z0-9_]*$`)
+	fieldStart = regexp.MustCompile(`^  (Why|Proof): ?(.*)$`)
+)
+
+// LoadChecklist reads and parses the checklist under root.
+func LoadChecklist(root string) (*Checklist, error) {
+	data, err := os.ReadFile(filepath.Join(root, ChecklistFile))
+	if err != nil {
+		return nil, fmt.Errorf("read checklist: %w", err)
+	}
+	return ParseChecklist(data)
+}
+
+// ParseChecklist reads the checklist's items. An item is a list entry
+//
+//   - **ADM-3** Queue wait is measured as its own number
+//     Why: a slow queue looks like a slow provider unless its wait is a number of its own.
+//     Proof: `solutions/02-admission` `TestA`, `TestB`;
+//     `solutions/08-gateway` `TestC`
+//
+// whose Proof names a package (a path with a slash), optionally `-tags x`,
+// then that package's tests; a continuation line is indented two spaces.
+// Everything else in the file is prose. Any malformed item is an error:
+// a checklist that silently drops a line would print ✓ for less.
+func ParseChecklist(data []byte) (*Checklist, error) {
+	c := &Checklist{}
+	seen := map[string]int{}
+	var errs []error
+	var cur *ChecklistItem
+	var field string // "why" or "proof": where a continuation line goes
+	var proof strings.Builder
+	finish := func() {
+		if cur == nil {
+			return
+		}
+		if err := cur.parseProof(proof.String()); err != nil {
+			errs = append(errs, fmt.Errorf("line %d: %s: %w", cur.Line, cur.ID, err))
+		}
+		if cur.Why == "" {
+			errs = append(errs, fmt.Errorf("line %d: %s has no Why: line", cur.Line, cur.ID))
+		}
+		c.Items = append(c.Items, *cur)
+		cur, field = nil, ""
+		proof.Reset()
+	}
+	sc := bufio.NewScanner(bytes.NewReader(data))
+	inFence := false
+	for n := 1; sc.Scan(); n++ {
+		line := strings.TrimRight(sc.Text(), " \t")
+		if strings.HasPrefix(line, "```") {
+			finish()
+			inFence = !inFence
+			continue
+		}
+		if inFence {
+			continue
+		}
+		if m := itemLine.FindStringSubmatch(line); m != nil {
+			finish()
+			if prev, dup := seen[m[1]]; dup {
+				errs = append(errs, fmt.Errorf("line %d: %s is already used on line %d", n, m[1], prev))
+			}
+			seen[m[1]] = n
+			cur = &ChecklistItem{ID: m[1], Promise: strings.TrimSuffix(strings.TrimSpace(m[2]), "."), Line: n}
+			continue
+		}
+		if itemStart.MatchString(line) {
+			finish()
+			errs = append(errs, fmt.Errorf("line %d: an item starts with - **ID** where ID is like ADM-3: %q", n, line))
+			continue
+		}
+		if cur == nil {
+			continue
+		}
+		if m := fieldStart.FindStringSubmatch(line); m != nil {
+			field = strings.ToLower(m[1])
+			if field == "why" {
+				cur.Why = strings.TrimSpace(m[2])
+			} else {
+				proof.WriteString(m[2] + " ")
+			}
+			continue
+		}
+		if strings.HasPrefix(line, "  ") && strings.TrimSpace(line) != "" {
+			switch field {
+			case "why":
+				cur.Why += " " + strings.TrimSpace(line)
+			case "proof":
+				proof.WriteString(strings.TrimSpace(line) + " ")
+			default:
+				errs = append(errs, fmt.Errorf("line %d: %s: a line under an item must start with Why or Proof (and a colon)", n, cur.ID))
+			}
+			continue
+		}
+		finish()
+	}
+	finish()
+	if err := sc.Err(); err != nil {
+		return nil, err
+	}
+	if len(errs) > 0 {
+		return nil, fmt.Errorf("%w: %s\n%w", ErrBadChecklist, ChecklistFile, errors.Join(errs...))
+	}
+	if len(c.Items) == 0 {
+		return nil, fmt.Errorf("%w: %s has no items (- **ID** promise)", ErrBadChecklist, ChecklistFile)
+	}
+	return c, nil
+}
+
+// parseProof reads the code spans of a Proof: a package, its optional
+// tags, its tests; then the next package. Prose between spans is ignored.
+func (it *ChecklistItem) parseProof(text string) error {
+	if strings.TrimSpace(text) == "" {
+		return errors.New("no Proof: line")
+	}
+	var cur *ChecklistProof
+	for _, m := range codeSpan.FindAllStringSubmatch(text, -1) {
+		tok := m[1]
+		switch {
+		case tagsToken.MatchString(tok):
+			if cur == nil || len(cur.Tests) > 0 {
+				return fmt.Errorf("`%s` must follow a package, before its tests", tok)
+			}
+			cur.Tags = tagsToken.FindStringSubmatch(tok)[1]
+		case pkgToken.MatchString(tok):
+			if cur != nil && len(cur.Tests) == 0 {
+				return fmt.Errorf("package %s names no test", cur.Package)
+			}
+			it.Proofs = append(it.Proofs, ChecklistProof{Package: strings.TrimPrefix(tok, "./")})
+			cur = &it.Proofs[len(it.Proofs)-1]
+		case testToken.MatchString(tok):
+			if cur == nil {
+				return fmt.Errorf("test %s comes before any package", tok)
+			}
+			if slices.Contains(cur.Tests, tok) {
+				return fmt.Errorf("test %s is named twice", tok)
+			}
+			cur.Tests = append(cur.Tests, tok)
+		default:
+			return fmt.Errorf("`%s` in a Proof is neither a package, `-tags x`, nor a test name", tok)
+		}
+	}
+	if cur == nil {
+		return errors.New("the Proof names no package")
+	}
+	if len(cur.Tests) == 0 {
+		return fmt.Errorf("package %s names no test", cur.Package)
+	}
+	return nil
+}
+
+// ChecklistRun is one `go test` of one package for the checklist.
+type ChecklistRun struct {
+	Package string
+	Tags    string
+	Tests   []string
+}
+
+// ChecklistRunner runs one package's tests and returns its result. The
+// real one is GoTestRunner; tests pass a fake.
+type ChecklistRunner func(ctx context.Context, r ChecklistRun) (*PackageResult, error)
+
+// Runs groups the checklist's tests into one run per package and tag set,
+// in file order.
+func (c *Checklist) Runs() []ChecklistRun {
+	var runs []ChecklistRun
+	index := map[[2]string]int{}
+	for _, it := range c.Items {
+		for _, p := range it.Proofs {
+			k := [2]string{p.Package, p.Tags}
+			i, ok := index[k]
+			if !ok {
+				i = len(runs)
+				index[k] = i
+				runs = append(runs, ChecklistRun{Package: p.Package, Tags: p.Tags})
+			}
+			for _, t := range p.Tests {
+				if !slices.Contains(runs[i].Tests, t) {
+					runs[i].Tests = append(runs[i].Tests, t)
+				}
+			}
+		}
+	}
+	return runs
+}
+
+// RunRegexp is the -run pattern selecting exactly these top-level tests.
+func RunRegexp(tests []string) string {
+	q := make([]string, len(tests))
+	for i, t := range tests {
+		q[i] = regexp.QuoteMeta(t)
+	}
+	return "^(" + strings.Join(q, "|") + ")$"
+}
+
+// GoTestRunner runs a package's checklist tests with `go test -json`.
+func GoTestRunner(root string, race bool, count int, onEvent func(Event)) ChecklistRunner {
+	return func(ctx context.Context, r ChecklistRun) (*PackageResult, error) {
+		run, err := RunTests(ctx, RunOptions{
+			Dir: root, Packages: []string{"./" + r.Package}, Race: race, Count: count,
+			Run: RunRegexp(r.Tests), Tags: r.Tags, Timeout: 10 * time.Minute, OnEvent: onEvent,
+		})
+		if err != nil {
+			return nil, err
+		}
+		p := run.Package(r.Package)
+		if p == nil {
+			return nil, fmt.Errorf("go test reported nothing for %s: %s", r.Package, strings.TrimSpace(run.Stderr))
+		}
+		return p, nil
+	}
+}
+
+// ItemVerdict is the checklist's verdict on one item.
+type ItemVerdict struct {
+	Item     ChecklistItem
+	Problems []string // "TestX failed", "TestY missing", "TestZ skipped: …"; empty when kept
+}
+
+// OK reports whether every test that proves the item passed.
+func (v ItemVerdict) OK() bool { return len(v.Problems) == 0 }
+
+// Line is the report's line for the item:
+//
+//	✓ ADM-3 Queue wait is measured as its own number (2 tests)
+//	✗ ADM-3 Queue wait is measured as its own number (TestX failed | TestY missing)
+func (v ItemVerdict) Line() string {
+	promise := strings.ReplaceAll(v.Item.Promise, "`", "")
+	if v.OK() {
+		n := v.Item.TestCount()
+		s := "s"
+		if n == 1 {
+			s = ""
+		}
+		return fmt.Sprintf("✓ %s %s (%d test%s)", v.Item.ID, promise, n, s)
+	}
+	return fmt.Sprintf("✗ %s %s (%s)", v.Item.ID, promise, strings.Join(v.Problems, " | "))
+}
+
+// RunChecklist runs every package the checklist names, one at a time,
+// calling progress before each, and judges every item. An error means the
+// run itself could not go on (the context ended); a package that cannot
+// be tested turns its items ✗ with the reason.
+func RunChecklist(ctx context.Context, c *Checklist, run ChecklistRunner, progress func(i, n int, r ChecklistRun)) ([]ItemVerdict, error) {
+	runs := c.Runs()
+	results := map[[2]string]*PackageResult{}
+	failures := map[[2]string]error{}
+	for i, r := range runs {
+		if progress != nil {
+			progress(i, len(runs), r)
+		}
+		p, err := run(ctx, r)
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		k := [2]string{r.Package, r.Tags}
+		results[k], failures[k] = p, err
+	}
+	verdicts := make([]ItemVerdict, len(c.Items))
+	for i, it := range c.Items {
+		v := ItemVerdict{Item: it}
+		for _, pr := range it.Proofs {
+			k := [2]string{pr.Package, pr.Tags}
+			v.Problems = append(v.Problems, proofProblems(pr, results[k], failures[k])...)
+		}
+		verdicts[i] = v
+	}
+	return verdicts, nil
+}
+
+// proofProblems says what keeps one package's share of a proof from
+// holding. Only a pass counts: a skip, a missing test, a test that never
+// ran and a package that failed around passing tests are all problems.
+func proofProblems(pr ChecklistProof, p *PackageResult, runErr error) []string {
+	if runErr != nil || p == nil {
+		reason := "no result"
+		if runErr != nil {
+			reason = firstLineOf(runErr.Error())
+		}
+		return []string{fmt.Sprintf("%s: %s", pr.Package, reason)}
+	}
+	if p.BuildFailed {
+		return []string{pr.Package + " does not build"}
+	}
+	var problems []string
+	for _, t := range pr.Tests {
+		res := p.Test(t)
+		switch res.Status {
+		case Pass:
+		case Fail:
+			problems = append(problems, t+" failed")
+		case Skip:
+			problems = append(problems, t+" skipped: "+skipReason(res.Output))
+		default:
+			if p.Status == Fail {
+				problems = append(problems, t+" did not run (the package failed before it)")
+			} else {
+				problems = append(problems, t+" missing")
+			}
+		}
+	}
+	// A package that failed with every test in it passing failed around
+	// them (TestMain, goleak, a panic after the last test): what it proved
+	// does not hold. When one of its tests failed, that test says why.
+	anyFailed := false
+	for _, r := range p.Tests {
+		anyFailed = anyFailed || r.Status == Fail || r.Status == NotRun
+	}
+	if !anyFailed && p.Status == Fail {
+		problems = append(problems, pr.Package+" failed outside its tests (TestMain, goleak): "+collapse(LastLines(p.Output, 3)))
+	}
+	return problems
+}
+
+// skipReason is why a test skipped, in a few words.
+func skipReason(output string) string {
+	if r, ok := redismark.SkipReason(output); ok {
+		r, _, _ = strings.Cut(r, " (install")
+		return "no Redis (" + strings.TrimPrefix(r, "no Redis server: ") + ")"
+	}
+	for _, line := range strings.Split(output, "\n") {
+		line = strings.TrimSpace(line)
+		if line == "" || strings.HasPrefix(line, "=== ") || strings.HasPrefix(line, "--- SKIP") {
+			continue
+		}
+		if _, msg, ok := strings.Cut(line, ": "); ok && strings.Contains(line, "_test.go:") {
+			return msg
+		}
+		return line
+	}
+	return "no reason given"
+}
+
+// LabChecklist is what the checklist says about one lab: the items whose
+// proof includes tests of that lab's package.
+type LabChecklist struct {
+	Kept  int             `json:"kept"`
+	Total int             `json:"total"`
+	Items []LabItemResult `json:"items"`
+}
+
+// LabItemResult is one checklist item as far as one lab proves it.
+type LabItemResult struct {
+	ID      string   `json:"id"`
+	Promise string   `json:"promise"`
+	Kept    bool     `json:"kept"`
+	Tests   []string `json:"tests"`
+}
+
+// ForLab lists the items a lab's tests help prove, with the lab's tests
+// for each (the proof in solutions/NN-x or labs/NN-x).
+func (c *Checklist) ForLab(dir string) []LabItemResult {
+	var out []LabItemResult
+	for _, it := range c.Items {
+		var tests []string
+		for _, p := range it.Proofs {
+			if p.Package == "solutions/"+dir || p.Package == "labs/"+dir {
+				tests = append(tests, p.Tests...)
+			}
+		}
+		if len(tests) > 0 {
+			out = append(out, LabItemResult{ID: it.ID, Promise: it.Promise, Tests: tests})
+		}
+	}
+	return out
+}
+
+// ScoreLabChecklist marks the lab's items kept when every one of the lab's
+// tests for it passed; nil when no item names the lab.
+func ScoreLabChecklist(c *Checklist, dir string, passed func(test string) bool) *LabChecklist {
+	items := c.ForLab(dir)
+	if len(items) == 0 {
+		return nil
+	}
+	lc := &LabChecklist{Total: len(items)}
+	for i := range items {
+		items[i].Kept = !slices.ContainsFunc(items[i].Tests, func(t string) bool { return !passed(t) })
+		if items[i].Kept {
+			lc.Kept++
+		}
+	}
+	lc.Items = items
+	return lc
+}

@@ -1,0 +1,199 @@
+package labkit
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/production-go/gateway-lab/internal/testkit/redismark"
+)
+
+const sampleChecklist = "# Checklist\n\nProse with `TestNotAnItem` is ignored.\n\n" +
+	"## Admission\n\n" +
+	"- **ADM-1** Rate limiting comes before a slot.\n" +
+	"  Why: a refused request must not wait for capacity\n" +
+	"  it will never use.\n" +
+	"  Proof: `solutions/02-admission` `TestA`, `TestB`;\n" +
+	"  and the gateway: `solutions/08-gateway` `TestC`\n" +
+	"- **ADM-2** Queue wait is its own number\n" +
+	"  Why: latency hides it.\n" +
+	"  Proof: `solutions/02-admission` `TestB`\n" +
+	"\n" +
+	"```\n- **EX-1** inside a fence is an example, not an item\n```\n\n" +
+	"- **SDK-1** The SDK works\n" +
+	"  Why: users use it.\n" +
+	"  Proof: `solutions/production_app` `-tags sdk` `TestSDK`\n"
+
+func TestParseChecklistReadsIDsPromisesWhysAndProofs(t *testing.T) {
+	c, err := ParseChecklist([]byte(sampleChecklist))
+	require.NoError(t, err)
+	require.Len(t, c.Items, 3, "items inside a code fence are examples")
+
+	adm1 := c.Items[0]
+	assert.Equal(t, "ADM-1", adm1.ID)
+	assert.Equal(t, "Rate limiting comes before a slot", adm1.Promise, "the trailing period is dropped")
+	assert.Equal(t, "a refused request must not wait for capacity it will never use.", adm1.Why, "Why continues on indented lines")
+	assert.Equal(t, []ChecklistProof{
+		{Package: "solutions/02-admission", Tests: []string{"TestA", "TestB"}},
+		{Package: "solutions/08-gateway", Tests: []string{"TestC"}},
+	}, adm1.Proofs, "a Proof continues on indented lines and names several packages")
+	assert.Equal(t, 3, adm1.TestCount())
+	assert.Equal(t, "sdk", c.Items[2].Proofs[0].Tags)
+
+	assert.Equal(t, []ChecklistRun{
+		{Package: "solutions/02-admission", Tests: []string{"TestA", "TestB"}},
+		{Package: "solutions/08-gateway", Tests: []string{"TestC"}},
+		{Package: "solutions/production_app", Tags: "sdk", Tests: []string{"TestSDK"}},
+	}, c.Runs(), "one run per package, each test once")
+	assert.Equal(t, "^(TestA|TestB)$", RunRegexp([]string{"TestA", "TestB"}))
+}
+
+func TestParseChecklistRefusesMalformedItems(t *testing.T) {
+	for _, tc := range []struct {
+		description, text, want string
+	}{
+		{"no items at all", "# nothing\n", "no items"},
+		{"an ID without a number", "- **ADM** x\n  Why: y\n  Proof: `a/b` `TestA`\n", "like ADM-3"},
+		{"a duplicate ID", "- **A-1** x\n  Why: y\n  Proof: `a/b` `TestA`\n- **A-1** z\n  Why: y\n  Proof: `a/b` `TestB`\n", "already used on line 1"},
+		{"no Why", "- **A-1** x\n  Proof: `a/b` `TestA`\n", "no Why"},
+		{"no Proof", "- **A-1** x\n  Why: y\n", "no Proof"},
+		{"a test before any package", "- **A-1** x\n  Why: y\n  Proof: `TestA` `a/b`\n", "before any package"},
+		{"a package without tests", "- **A-1** x\n  Why: y\n  Proof: `a/b` `c/d` `TestA`\n", "a/b names no test"},
+		{"an unknown code span", "- **A-1** x\n  Why: y\n  Proof: `a/b` `goleak`\n", "neither a package"},
+		{"a stray indented line", "- **A-1** x\n  something\n  Why: y\n  Proof: `a/b` `TestA`\n", "must start with Why or Proof"},
+	} {
+		t.Run(tc.description, func(t *testing.T) {
+			_, err := ParseChecklist([]byte(tc.text))
+			require.ErrorIs(t, err, ErrBadChecklist)
+			assert.Contains(t, err.Error(), tc.want)
+		})
+	}
+}
+
+// fakeRunner answers from a table: package → test → status, and records
+// what it was asked to run.
+type fakeRunner struct {
+	results map[string]*PackageResult
+	errs    map[string]error
+	asked   []ChecklistRun
+}
+
+func (f *fakeRunner) run(_ context.Context, r ChecklistRun) (*PackageResult, error) {
+	f.asked = append(f.asked, r)
+	if err := f.errs[r.Package]; err != nil {
+		return nil, err
+	}
+	return f.results[r.Package], nil
+}
+
+func pkgResult(status Status, tests map[string]Status) *PackageResult {
+	p := &PackageResult{Status: status, Tests: map[string]*TestResult{}}
+	for name, s := range tests {
+		p.Tests[name] = &TestResult{Name: name, Status: s}
+	}
+	return p
+}
+
+func TestChecklistVerdictOnlyAPassCounts(t *testing.T) {
+	c, err := ParseChecklist([]byte(sampleChecklist))
+	require.NoError(t, err)
+	skipped := pkgResult(Pass, map[string]Status{"TestA": Pass})
+	skipped.Tests["TestB"] = &TestResult{Name: "TestB", Status: Skip,
+		Output: "    x_test.go:9: " + redismark.SkipMessage("no Redis server: REDIS_URL unset", "REDIS_URL", "REDIS_INTEGRATION_REQUIRED") + "\n"}
+	f := &fakeRunner{
+		results: map[string]*PackageResult{
+			"solutions/02-admission": skipped,
+			"solutions/08-gateway":   pkgResult(Pass, map[string]Status{}), // TestC does not exist
+		},
+		errs: map[string]error{"solutions/production_app": errors.New("go test: exit status 1\nmore")},
+	}
+	var progressed []string
+	v, err := RunChecklist(t.Context(), c, f.run, func(i, n int, r ChecklistRun) {
+		progressed = append(progressed, r.Package)
+	})
+	require.NoError(t, err)
+	assert.Equal(t, []string{"solutions/02-admission", "solutions/08-gateway", "solutions/production_app"}, progressed)
+	assert.Equal(t, "^(TestA|TestB)$", RunRegexp(f.asked[0].Tests))
+
+	require.Len(t, v, 3)
+	assert.False(t, v[0].OK(), "a skipped test is never a pass")
+	assert.Equal(t, "✗ ADM-1 Rate limiting comes before a slot (TestB skipped: no Redis (REDIS_URL unset) | TestC missing)", v[0].Line())
+	assert.Equal(t, "✗ ADM-2 Queue wait is its own number (TestB skipped: no Redis (REDIS_URL unset))", v[1].Line())
+	assert.Equal(t, "✗ SDK-1 The SDK works (solutions/production_app: go test: exit status 1)", v[2].Line(), "a package go test could not run fails its items")
+}
+
+func TestChecklistVerdictFailuresAndPackageFailures(t *testing.T) {
+	c, err := ParseChecklist([]byte(sampleChecklist))
+	require.NoError(t, err)
+
+	leaky := pkgResult(Fail, map[string]Status{"TestA": Pass, "TestB": Pass})
+	leaky.Output = "PASS\ngoleak: Errors on successful test run: found unexpected goroutines\nFAIL\n"
+	panicked := pkgResult(Fail, map[string]Status{"TestC": NotRun})
+	f := &fakeRunner{results: map[string]*PackageResult{
+		"solutions/02-admission":   leaky,
+		"solutions/08-gateway":     panicked,
+		"solutions/production_app": {Status: Fail, BuildFailed: true, Tests: map[string]*TestResult{}},
+	}}
+	v, err := RunChecklist(t.Context(), c, f.run, nil)
+	require.NoError(t, err)
+	assert.Contains(t, v[0].Line(), "solutions/02-admission failed outside its tests", "tests that pass in a package that leaks keep nothing")
+	assert.Contains(t, v[0].Line(), "TestC did not run", "a test cut off by a panic is not a pass")
+	assert.Equal(t, "✗ SDK-1 The SDK works (solutions/production_app does not build)", v[2].Line())
+
+	f.results = map[string]*PackageResult{
+		"solutions/02-admission":   pkgResult(Fail, map[string]Status{"TestA": Fail, "TestB": Pass}),
+		"solutions/08-gateway":     pkgResult(Pass, map[string]Status{"TestC": Pass}),
+		"solutions/production_app": pkgResult(Pass, map[string]Status{"TestSDK": Pass}),
+	}
+	v, err = RunChecklist(t.Context(), c, f.run, nil)
+	require.NoError(t, err)
+	assert.Equal(t, "✗ ADM-1 Rate limiting comes before a slot (TestA failed)", v[0].Line(), "a failing test is named, and the package's own FAIL is not repeated")
+	assert.Equal(t, "✓ ADM-2 Queue wait is its own number (1 test)", v[1].Line())
+	assert.Equal(t, "✓ SDK-1 The SDK works (1 test)", v[2].Line())
+}
+
+func TestChecklistScoresALabByItsOwnTests(t *testing.T) {
+	c, err := ParseChecklist([]byte(sampleChecklist))
+	require.NoError(t, err)
+	passed := map[string]bool{"TestA": true}
+	lc := ScoreLabChecklist(c, "02-admission", func(t string) bool { return passed[t] })
+	require.NotNil(t, lc)
+	assert.Equal(t, 0, lc.Kept, "ADM-1 needs TestB too; ADM-2 is TestB")
+	assert.Equal(t, 2, lc.Total)
+
+	passed["TestB"] = true
+	lc = ScoreLabChecklist(c, "02-admission", func(t string) bool { return passed[t] })
+	assert.Equal(t, 2, lc.Kept, "the gateway's TestC belongs to another package: the lab keeps ADM-1 with its own tests")
+	assert.Equal(t, []string{"TestA", "TestB"}, lc.Items[0].Tests)
+
+	assert.Nil(t, ScoreLabChecklist(c, "05-drain", func(string) bool { return true }), "a lab no item names has no checklist score")
+}
+
+func TestTheRepositoryChecklistParses(t *testing.T) {
+	c, err := LoadChecklist("../..")
+	require.NoError(t, err)
+	ids := map[string]bool{}
+	declared := map[string][]string{}
+	for _, it := range c.Items {
+		ids[strings.Split(it.ID, "-")[0]] = true
+		for _, p := range it.Proofs {
+			if _, ok := declared[p.Package]; !ok {
+				src, err := ReadTestSources(filepath.Join("../..", p.Package))
+				require.NoError(t, err, "%s names package %s", it.ID, p.Package)
+				declared[p.Package], err = TestFuncs(src)
+				require.NoError(t, err)
+			}
+			for _, name := range p.Tests {
+				assert.Contains(t, declared[p.Package], name, "%s names %s in %s, which does not declare it", it.ID, name, p.Package)
+			}
+		}
+	}
+	for _, prefix := range []string{"CONC", "ADM", "TMO", "RETRY", "BRK", "DRAIN", "BRIDGE", "LIMIT", "OBS", "SEC", "DEP"} {
+		assert.True(t, ids[prefix], "the checklist has %s items", prefix)
+	}
+}

@@ -1,0 +1,168 @@
+//go:build k8s
+
+package repocheck
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"sigs.k8s.io/yaml"
+
+	"github.com/production-go/gateway-lab/solutions/identity"
+)
+
+// The manifests in deploy/k8s are decoded with the real Kubernetes API
+// types, strictly (an unknown or misspelt field is an error, as the API
+// server's strict field validation would say), and held against the app
+// they run: every flag exists, every duration parses, the ports are the
+// listeners, the probes hit the real endpoints, and the kubelet's SIGKILL
+// comes after the whole drain. Build tag k8s: the API types are a large
+// compile that `make test` need not pay; `make test-k8s` and `make ci` run it.
+
+func decodeStrict(t *testing.T, file string, obj any) {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(root(t), "deploy/k8s", file))
+	require.NoError(t, err)
+	require.NoError(t, yaml.UnmarshalStrict(data, obj), "deploy/k8s/%s must decode strictly", file)
+}
+
+// secureAppFlags builds secure_app and reads its flags from -h.
+func secureAppFlags(t *testing.T) map[string]bool {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), "secure_app")
+	build := exec.CommandContext(t.Context(), "go", "build", "-o", bin, "./solutions/secure_app")
+	build.Dir = root(t)
+	out, err := build.CombinedOutput()
+	require.NoError(t, err, "build secure_app:\n%s", out)
+	help := exec.CommandContext(t.Context(), bin, "-h")
+	out, err = help.CombinedOutput()
+	require.NoError(t, err, "secure_app -h:\n%s", out)
+	flags := map[string]bool{}
+	for _, m := range regexp.MustCompile(`(?m)^  -([a-z0-9-]+)`).FindAllStringSubmatch(string(out), -1) {
+		flags[m[1]] = true
+	}
+	require.Contains(t, flags, "drain-grace", "secure_app -h lists its flags")
+	return flags
+}
+
+func TestK8sManifestsMatchTheApp(t *testing.T) {
+	var dep appsv1.Deployment
+	var svc corev1.Service
+	var pdb policyv1.PodDisruptionBudget
+	decodeStrict(t, "deployment.yaml", &dep)
+	decodeStrict(t, "service.yaml", &svc)
+	decodeStrict(t, "pdb.yaml", &pdb)
+	assert.Equal(t, "Deployment", dep.Kind)
+	assert.Equal(t, "apps/v1", dep.APIVersion)
+	assert.Equal(t, "Service", svc.Kind)
+	assert.Equal(t, "PodDisruptionBudget", pdb.Kind)
+	assert.Equal(t, "policy/v1", pdb.APIVersion)
+
+	pod := dep.Spec.Template
+	require.Len(t, pod.Spec.Containers, 1)
+	c := pod.Spec.Containers[0]
+
+	// Every argument is a real flag of secure_app, as -name=value.
+	known := secureAppFlags(t)
+	args := map[string]string{}
+	for _, a := range c.Args {
+		name, value, ok := strings.Cut(strings.TrimPrefix(a, "-"), "=")
+		require.True(t, ok && strings.HasPrefix(a, "-"), "argument %q: write flags as -name=value", a)
+		assert.True(t, known[name], "argument %q: secure_app has no flag -%s", a, name)
+		args[name] = value
+	}
+	dur := func(flag string) time.Duration {
+		v, ok := args[flag]
+		require.True(t, ok, "the Deployment sets -%s explicitly: the grace period is computed from it", flag)
+		d, err := time.ParseDuration(v)
+		require.NoError(t, err, "-%s=%s", flag, v)
+		return d
+	}
+
+	// Secrets come from the environment, from Secret objects, never literal.
+	env := map[string]corev1.EnvVar{}
+	for _, e := range c.Env {
+		env[e.Name] = e
+	}
+	for _, name := range []string{identity.EnvSecret, "REDIS_URL"} {
+		e, ok := env[name]
+		if assert.True(t, ok, "the container sets %s", name) {
+			assert.Empty(t, e.Value, "%s must not be a literal in the manifest", name)
+			assert.NotNil(t, e.ValueFrom.SecretKeyRef, "%s comes from a Secret", name)
+		}
+	}
+
+	// Ports: http is -addr's, admin is -admin-addr's, and both listen on
+	// every interface (the kubelet probes the pod IP, not loopback).
+	ports := map[string]int32{}
+	for _, p := range c.Ports {
+		ports[p.Name] = p.ContainerPort
+	}
+	for name, flag := range map[string]string{"http": "addr", "admin": "admin-addr"} {
+		host, port, ok := strings.Cut(args[flag], ":")
+		require.True(t, ok, "-%s is host:port", flag)
+		assert.Equal(t, "0.0.0.0", host, "-%s must listen beyond loopback in a pod", flag)
+		n, err := strconv.Atoi(port)
+		require.NoError(t, err)
+		assert.Equal(t, int32(n), ports[name], "container port %s is -%s's port", name, flag)
+	}
+
+	// Probes: readiness on /readyz, liveness on /healthz, both on the admin
+	// listener, where solutions/app registers them.
+	serve, err := os.ReadFile(filepath.Join(root(t), "solutions/app/serve.go"))
+	require.NoError(t, err)
+	for _, p := range []struct {
+		kind  string
+		probe *corev1.Probe
+		path  string
+	}{{"readiness", c.ReadinessProbe, "/readyz"}, {"liveness", c.LivenessProbe, "/healthz"}} {
+		require.NotNil(t, p.probe, "a %s probe", p.kind)
+		require.NotNil(t, p.probe.HTTPGet, "the %s probe is an HTTP GET", p.kind)
+		assert.Equal(t, p.path, p.probe.HTTPGet.Path, "the %s probe's path", p.kind)
+		assert.Equal(t, "admin", p.probe.HTTPGet.Port.String(), "the %s probe hits the admin port", p.kind)
+		assert.Contains(t, string(serve), `"GET `+p.path+`"`, "solutions/app/serve.go serves %s", p.path)
+	}
+	assert.NotEqual(t, c.ReadinessProbe.HTTPGet.Path, c.LivenessProbe.HTTPGet.Path, "readiness and liveness are separate (DRAIN-2)")
+
+	// The kubelet waits terminationGracePeriodSeconds from the start of
+	// preStop, then SIGKILLs: it must outlast preStop and the whole drain.
+	require.NotNil(t, c.Lifecycle, "a preStop hook")
+	require.NotNil(t, c.Lifecycle.PreStop)
+	require.NotNil(t, c.Lifecycle.PreStop.Sleep, "preStop sleeps (no shell needed in the image)")
+	preStop := time.Duration(c.Lifecycle.PreStop.Sleep.Seconds) * time.Second
+	budget := preStop + dur("readiness-delay") + dur("drain-grace") + dur("shutdown-timeout")
+	require.NotNil(t, pod.Spec.TerminationGracePeriodSeconds)
+	grace := time.Duration(*pod.Spec.TerminationGracePeriodSeconds) * time.Second
+	assert.Greater(t, grace, budget, "terminationGracePeriodSeconds (%s) must exceed preStop + readiness delay + drain grace + shutdown timeout (%s)", grace, budget)
+
+	// The Service and the PDB select these pods; the Service exposes only
+	// the public port (metrics stay off it, SEC-6).
+	podLabels := labels.Set(pod.Labels)
+	assert.True(t, labels.SelectorFromSet(svc.Spec.Selector).Matches(podLabels), "the Service selects the pods")
+	require.Len(t, svc.Spec.Ports, 1, "the Service exposes one port")
+	assert.Equal(t, "http", svc.Spec.Ports[0].TargetPort.String(), "the Service targets the http port, never admin")
+	sel, err := metav1.LabelSelectorAsSelector(pdb.Spec.Selector)
+	require.NoError(t, err)
+	assert.True(t, sel.Matches(podLabels), "the PodDisruptionBudget selects the pods")
+	depSel, err := metav1.LabelSelectorAsSelector(dep.Spec.Selector)
+	require.NoError(t, err)
+	assert.True(t, depSel.Matches(podLabels), "the Deployment's selector matches its template")
+	require.NotNil(t, pdb.Spec.MaxUnavailable)
+	require.NotNil(t, dep.Spec.Replicas)
+	assert.Less(t, pdb.Spec.MaxUnavailable.IntValue(), int(*dep.Spec.Replicas), "the PDB leaves at least one pod serving")
+	require.NotNil(t, dep.Spec.Strategy.RollingUpdate)
+	assert.Equal(t, 0, dep.Spec.Strategy.RollingUpdate.MaxUnavailable.IntValue(), "a rollout never drops below the replica count")
+}
