@@ -38,7 +38,7 @@ func loadCompose(t *testing.T) *types.Project {
 	opts, err := cli.NewProjectOptions([]string{filepath.Join(root, "docker-compose.yml")},
 		cli.WithWorkingDirectory(root), cli.WithEnv(nil), cli.WithConsistency(true), cli.WithResolvedPaths(true))
 	require.NoError(t, err)
-	p, err := cli.ProjectFromOptions(t.Context(), opts)
+	p, err := opts.LoadProject(t.Context())
 	require.NoError(t, err, "docker-compose.yml must load and validate with the Compose reference loader")
 	return p
 }
