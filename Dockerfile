@@ -12,7 +12,7 @@
 # since there is no curl to run one with.
 
 ARG GO_VERSION=1.26
-ARG COLLECTOR_VERSION=0.115.1
+ARG COLLECTOR_VERSION=0.115.0
 
 FROM golang:${GO_VERSION}-bookworm AS build
 WORKDIR /src
