@@ -4,6 +4,7 @@ package stack
 
 import (
 	"bufio"
+	"encoding/json"
 	"flag"
 	"io"
 	"net"
@@ -352,4 +353,57 @@ func prometheusTargets(t *testing.T) map[string]bool {
 		}
 	}
 	return out
+}
+
+// TestDashboardIsWellFormed checks what Grafana would otherwise show
+// broken: unique panel ids, panels inside the 24-column grid and not on top
+// of each other, every panel with a title and at least one query.
+func TestDashboardIsWellFormed(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join(root, "stack/grafana/dashboards/gateway.json"))
+	require.NoError(t, err)
+	var d struct {
+		UID    string `json:"uid"`
+		Title  string `json:"title"`
+		Panels []struct {
+			ID      int    `json:"id"`
+			Type    string `json:"type"`
+			Title   string `json:"title"`
+			GridPos struct{ H, W, X, Y int } `json:"gridPos"`
+			Targets []struct {
+				RefID string `json:"refId"`
+				Expr  string `json:"expr"`
+			} `json:"targets"`
+		} `json:"panels"`
+	}
+	require.NoError(t, json.Unmarshal(b, &d))
+	assert.NotEmpty(t, d.UID)
+	assert.NotEmpty(t, d.Title)
+	ids := map[int]bool{}
+	type cell struct{ x, y int }
+	taken := map[cell]string{}
+	for _, p := range d.Panels {
+		assert.False(t, ids[p.ID], "panel id %d is unique", p.ID)
+		ids[p.ID] = true
+		assert.NotEmpty(t, p.Title, "panel %d has a title", p.ID)
+		g := p.GridPos
+		assert.True(t, g.W > 0 && g.H > 0 && g.X >= 0 && g.X+g.W <= 24, "panel %q fits the 24-column grid: %+v", p.Title, g)
+		for x := g.X; x < g.X+g.W; x++ {
+			for y := g.Y; y < g.Y+g.H; y++ {
+				if other, ok := taken[cell{x, y}]; ok {
+					t.Errorf("panel %q overlaps %q at (%d,%d)", p.Title, other, x, y)
+				}
+				taken[cell{x, y}] = p.Title
+			}
+		}
+		if p.Type == "row" {
+			continue
+		}
+		require.NotEmpty(t, p.Targets, "panel %q has a query", p.Title)
+		refs := map[string]bool{}
+		for _, tg := range p.Targets {
+			assert.NotEmpty(t, tg.Expr, "panel %q: every query has an expression", p.Title)
+			assert.False(t, refs[tg.RefID], "panel %q: refId %s is unique", p.Title, tg.RefID)
+			refs[tg.RefID] = true
+		}
+	}
 }
