@@ -365,9 +365,9 @@ func TestDashboardIsWellFormed(t *testing.T) {
 		UID    string `json:"uid"`
 		Title  string `json:"title"`
 		Panels []struct {
-			ID      int    `json:"id"`
-			Type    string `json:"type"`
-			Title   string `json:"title"`
+			ID      int                      `json:"id"`
+			Type    string                   `json:"type"`
+			Title   string                   `json:"title"`
 			GridPos struct{ H, W, X, Y int } `json:"gridPos"`
 			Targets []struct {
 				RefID string `json:"refId"`
