@@ -33,6 +33,7 @@ type Metrics struct {
 	firstChunk      prometheus.Histogram
 	chunkGap        prometheus.Histogram
 	streamTime      prometheus.Histogram
+	tokens          *prometheus.CounterVec
 }
 
 // latencyBuckets span a cached answer (1 ms) to a long generation (60 s).
@@ -105,7 +106,23 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m.streamTime = prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name: "gateway_stream_duration_seconds", Help: "From a stream's first chunk to its end.", Buckets: latencyBuckets,
 	})
-	reg.MustRegister(m.requests, m.duration, m.overhead, m.queueWait, m.rejections, m.attempts, m.attemptDuration,
+	m.tokens = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "gateway_tokens_total", Help: "Tokens the upstreams reported using, by kind: input (prompt) or output (completion).",
+	}, []string{"kind"})
+	// Series whose labels are known start at zero: a counter that appears
+	// only at its first increment hides that increment from rate(), and its
+	// dashboard panel reads "no data" instead of 0.
+	for _, kind := range []string{"input", "output"} {
+		m.tokens.WithLabelValues(kind)
+	}
+	for _, layer := range []string{"queue", "attempt", "first_token", "idle", "total"} {
+		m.timeouts.WithLabelValues(layer)
+	}
+	for _, reason := range []string{gateway.RejectRateLimited, gateway.RejectTenantBusy, gateway.RejectOverloaded,
+		gateway.RejectClosed, gateway.RejectCancelled, gateway.RejectLimiterFailed} {
+		m.rejections.WithLabelValues(reason)
+	}
+	reg.MustRegister(m.tokens, m.requests, m.duration, m.overhead, m.queueWait, m.rejections, m.attempts, m.attemptDuration,
 		m.retries, m.failures, m.transitions, m.timeouts, m.cancellations, m.streamCuts, m.late,
 		m.upConnect, m.upHeaders, m.firstChunk, m.chunkGap, m.streamTime)
 	return m
@@ -221,6 +238,16 @@ func (m *Metrics) observeRequest(route string, code int, took time.Duration) {
 	case 504:
 		m.timeouts.WithLabelValues("total").Inc()
 	}
+}
+
+// tokensUsed counts an answer's tokens as its upstream reported them (an
+// upstream that reported none adds nothing: no guess is counted).
+func (m *Metrics) tokensUsed(u *gateway.Usage) {
+	if u == nil {
+		return
+	}
+	m.tokens.WithLabelValues("input").Add(float64(max(u.PromptTokens, 0)))
+	m.tokens.WithLabelValues("output").Add(float64(max(u.CompletionTokens, 0)))
 }
 
 func (m *Metrics) streamCut(reason string) { m.streamCuts.WithLabelValues(reason).Inc() }

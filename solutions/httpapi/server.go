@@ -287,6 +287,18 @@ func (s *Server) identify(w http.ResponseWriter, r *http.Request) (Identity, *ht
 // admit runs Options.Admit, if set. The caller must call done (never nil)
 // with the answer's usage when the request ends.
 func (s *Server) admit(w http.ResponseWriter, r *http.Request, id Identity, a Admission) (*http.Request, Done, bool) {
+	r, done, ok := s.admitHook(w, r, id, a)
+	if !ok || s.opts.Metrics == nil {
+		return r, done, ok
+	}
+	return r, func(u *gateway.Usage, err error) {
+		s.opts.Metrics.tokensUsed(u)
+		done(u, err)
+	}, true
+}
+
+// admitHook runs Options.Admit, if set; its done is never nil.
+func (s *Server) admitHook(w http.ResponseWriter, r *http.Request, id Identity, a Admission) (*http.Request, Done, bool) {
 	if s.opts.Admit == nil {
 		return r, func(*gateway.Usage, error) {}, true
 	}

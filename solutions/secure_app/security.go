@@ -82,6 +82,15 @@ func (sec *security) metrics() {
 	sec.redisErrors = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "gateway_redis_limit_errors_total", Help: "Redis failures of the shared limits, by limit and by what was done: failed_open or failed_closed.",
 	}, []string{"limit", "mode"})
+	// Known series start at zero, so rate() sees the first failure and the
+	// dashboard shows 0, not "no data", while Redis is fine.
+	mode := "failed_closed"
+	if sec.failOpen {
+		mode = "failed_open"
+	}
+	for _, limit := range []string{"rate", "tokens", "in_flight"} {
+		sec.redisErrors.WithLabelValues(limit, mode)
+	}
 }
 
 func (sec *security) register(reg prometheus.Registerer) {
