@@ -61,7 +61,7 @@ func load(t *testing.T, l *Limiter, p *provider, clients int, d, timeout time.Du
 	var wg sync.WaitGroup
 	for range clients {
 		wg.Go(func() {
-			for {
+			for ctx.Err() == nil { // not only Acquire's word: a wrong Acquire must not loop for ever
 				tok, err := l.Acquire(ctx)
 				if err != nil || tok == nil {
 					return
