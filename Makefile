@@ -104,7 +104,7 @@ ci: lint test verify test-sdk sdk-node stress-short integration ## what CI runs 
 
 # Lint vets the code behind the build tags too, so the testcontainers path
 # and the SDK test keep compiling though the default build leaves them out.
-LINT_TAGS := testcontainers,sdk
+LINT_TAGS := testcontainers,sdk,failsafe
 
 vet:
 	$(GO) vet -tags $(LINT_TAGS) ./...
