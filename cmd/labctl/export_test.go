@@ -91,7 +91,9 @@ func TestExportedTemplateGradesWhatTheLearnerSolved(t *testing.T) {
 	code, out, errOut = labctl(t, dst, "grade", "--out", reports)
 	require.Equal(t, 0, code, "labctl grade failed:\n%s%s", out, errOut)
 	g := readGrade(t, reports)
-	require.Len(t, g.Labs, 8)
+	cat, err := labkit.LoadCatalog(root)
+	require.NoError(t, err)
+	require.Len(t, g.Labs, len(cat.Labs), "one report per catalogue entry")
 	lab01 := g.Labs[0]
 	assert.Equal(t, "01", lab01.Number)
 	assert.Equal(t, lab01.Total, lab01.Passed, "lab 01 is solved: full marks (failing: %v)", failing(lab01))
