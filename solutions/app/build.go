@@ -66,6 +66,10 @@ func Build(c Config, log *slog.Logger, hooks Hooks) (*Service, error) {
 		s.Close()
 		return nil, err
 	}
+	if providers, err = s.limitProviders(providers, s.Registry); err != nil {
+		s.Close()
+		return nil, err
+	}
 	gc := c.Gateway
 	gc.Observer = s.Metrics
 	gc.Tracer = s.tracerOrNil()

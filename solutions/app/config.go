@@ -41,6 +41,10 @@ type Config struct {
 	Upstreams        []string // OpenAI-compatible upstream specs
 	Routes           []string // -route specs
 	RoutesFile       string
+	// AdaptiveLimit, if set ("aimd" or "gradient"), puts each provider
+	// behind its own adaptive concurrency limit (lab 09), with
+	// Gateway.MaxConcurrent as the ceiling.
+	AdaptiveLimit string
 }
 
 // DefaultProviders are used when no -provider or -upstream flag is given.
@@ -79,6 +83,7 @@ func (c *Config) gatewayFlags(fs *flag.FlagSet) {
 	fs.Float64Var(&g.RatePerSecond, "rate", 10, "requests per second per tenant (token refill rate)")
 	fs.IntVar(&g.Burst, "burst", 20, "burst per tenant (token bucket size)")
 	fs.IntVar(&g.MaxConcurrent, "max-concurrent", 32, "requests in flight at once")
+	fs.StringVar(&c.AdaptiveLimit, "adaptive-limit", "", "per-provider adaptive concurrency limit: aimd or gradient, up to -max-concurrent (\"\": off)")
 	fs.IntVar(&g.MaxPerTenant, "max-per-tenant", -1, "requests one tenant may have in flight (-1: half of -max-concurrent; 0: no cap)")
 	fs.DurationVar(&g.MaxQueueWait, "max-queue-wait", 2*time.Second, "how long a request may wait for a slot (0: don't wait)")
 	fs.IntVar(&g.MaxAttempts, "max-attempts", 3, "attempts per request, the first included")

@@ -1,0 +1,49 @@
+package adaptive
+
+// AIMDConfig configures an AIMD algorithm. Zero Increase and Backoff take
+// the defaults; Min, Max and Initial must be set.
+type AIMDConfig struct {
+	// Min is the floor: a limit this low still lets samples through, so
+	// the limit can recover. At least 1.
+	Min int
+	// Max is the ceiling. At least Min.
+	Max int
+	// Initial is the starting limit, within [Min, Max].
+	Initial int
+	// Increase is added once per round trip: after Limit successes in a
+	// row, the limit grows by Increase. Default 1.
+	Increase int
+	// Backoff multiplies the limit on a drop, in (0, 1). Default 0.9.
+	Backoff float64
+}
+
+// AIMD is additive increase, multiplicative decrease: TCP's congestion
+// avoidance applied to a concurrency limit.
+//
+// TODO(lab 09): add the fields you need: the config, the limit, the
+// successes since the last change and the most permits in use among them.
+type AIMD struct{}
+
+// NewAIMD validates cfg and returns an AIMD.
+//
+// TODO(lab 09): fill in the defaults (Increase 1, Backoff 0.9), then refuse,
+// with an error wrapping ErrInvalidConfig: Min < 1, Max < Min, Initial
+// outside [Min, Max], Increase < 1, Backoff outside (0, 1).
+func NewAIMD(cfg AIMDConfig) (*AIMD, error) {
+	return nil, ErrNotImplemented
+}
+
+// InitialLimit is cfg.Initial.
+func (a *AIMD) InitialLimit() int { return 0 }
+
+// Update takes one sample and returns the new limit.
+//
+// TODO(lab 09): a drop → limit·Backoff, rounded down, never below Min.
+// A success counts towards a round trip; once a full limit's worth of
+// successes is back, add Increase (never above Max) — but only if at least
+// half the limit was in use among them (Sample.InFlight) — and start
+// counting again. (+Increase per success is not additive: it doubles the
+// limit every round trip.)
+func (a *AIMD) Update(s Sample) int {
+	return 0
+}

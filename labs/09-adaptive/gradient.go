@@ -1,0 +1,76 @@
+package adaptive
+
+import (
+	"time"
+)
+
+// GradientConfig configures a Gradient algorithm. Zero values other than
+// Min, Max and Initial take the defaults.
+type GradientConfig struct {
+	// Min is the floor (at least 1), Max the ceiling (at least Min),
+	// Initial the starting limit, within [Min, Max].
+	Min, Max, Initial int
+	// Tolerance is how much slower than the long-window minimum the short
+	// window may be before the limit shrinks, at least 1. Default 1.5.
+	Tolerance float64
+	// Queue is the allowance added at every update: the requests allowed
+	// to wait inside the provider. Without it the limit could only shrink.
+	// At least 1; default 4.
+	Queue int
+	// Smoothing weighs each new limit against the old one, in (0, 1].
+	// Default 0.2.
+	Smoothing float64
+	// Window is how many samples make one short window: the limit moves
+	// once per window. Default 10.
+	Window int
+	// LongWindow is how long a minimum latency is remembered, so a
+	// provider that really got slower sets a new baseline. Default 1 min.
+	LongWindow time.Duration
+	// Backoff multiplies the limit on a drop, in (0, 1). Default 0.9.
+	Backoff float64
+}
+
+// Gradient moves the limit by the ratio of the provider's unloaded latency
+// (the minimum over LongWindow) to its latency now (the mean of the last
+// Window samples). At or under Tolerance times the minimum, nothing queues
+// and the limit grows by Queue; above it, the limit shrinks in proportion.
+//
+// TODO(lab 09): add the fields you need: the config, the limit as a float64
+// (smoothing moves it by fractions), the long window's minimum (two buckets
+// of LongWindow each, so a minimum is forgotten after one to two long
+// windows), and the short window's sum, count and most permits in use.
+type Gradient struct{}
+
+// NewGradient validates cfg and returns a Gradient.
+//
+// TODO(lab 09): fill in the defaults (Tolerance 1.5, Queue 4, Smoothing 0.2,
+// Window 10, LongWindow 1 min, Backoff 0.9), then refuse, with an error
+// wrapping ErrInvalidConfig: Min < 1, Max < Min, Initial outside [Min, Max],
+// Tolerance < 1 (or NaN, or +Inf), Queue < 1, Smoothing outside (0, 1],
+// Window < 1, LongWindow < 0, Backoff outside (0, 1).
+func NewGradient(cfg GradientConfig) (*Gradient, error) {
+	return nil, ErrNotImplemented
+}
+
+// InitialLimit is cfg.Initial.
+func (g *Gradient) InitialLimit() int { return 0 }
+
+// Update folds one sample in; once per Window samples it moves the limit.
+//
+// TODO(lab 09): a drop → limit·Backoff (never below Min) at once, and start
+// a new window. Otherwise: fold the latency into the long-window minimum
+// and the short window; when the window is full, with
+//
+//	gradient = clamp(Tolerance · minLatency / meanLatency, 0.5, 1)
+//	next     = limit·gradient + Queue
+//
+// hold the limit if next would grow it while fewer than half the permits
+// were in use during the window; else set
+//
+//	limit = limit·(1−Smoothing) + next·Smoothing
+//
+// clamped to [Min, Max], and start a new window. The int limit is the
+// float64 one rounded down.
+func (g *Gradient) Update(s Sample) int {
+	return 0
+}
