@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/production-go/gateway-lab/internal/testkit"
 	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
 
 	"github.com/stretchr/testify/assert"
@@ -36,7 +37,7 @@ func TestAdaptiveLimitWrapsEachProviderAndExportsItsLimit(t *testing.T) {
 }
 
 func TestAdaptiveLimitRejectsAnUnknownAlgorithm(t *testing.T) {
-	var out, errOut syncBuffer
+	var out, errOut testkit.LogBuffer
 	assert.Equal(t, 2, run(t.Context(), []string{"-adaptive-limit", "vegas"}, &out, &errOut, nil))
 	assert.Contains(t, errOut.String(), "aimd, gradient")
 }
