@@ -51,7 +51,7 @@ func acquire(t *testing.T, l *Limiter, n int) []*Token {
 func round(t *testing.T, l *Limiter, n int, latency time.Duration, o Outcome) {
 	t.Helper()
 	toks := acquire(t, l, n)
-	time.Sleep(latency)
+	time.Sleep(latency) // always inside synctest.Test: fake time, no real wait
 	for _, tok := range toks {
 		tok.Done(o)
 	}
