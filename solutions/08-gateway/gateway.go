@@ -138,6 +138,10 @@ var (
 	ErrLimiterFailed = errors.New("gateway: rate limiter failed")
 	// ErrInvalidConfig: New was given settings that cannot work.
 	ErrInvalidConfig = errors.New("gateway: invalid config")
+	// ErrRetryBudgetExhausted: Config.RetryBudget refused an attempt after
+	// the first. The error wraps the last attempt's error too, so the caller
+	// hears what the upstream said.
+	ErrRetryBudgetExhausted = errors.New("gateway: retry budget exhausted")
 )
 
 // RateLimitError is returned when the tenant is over its rate (it wraps
@@ -246,6 +250,28 @@ type Config struct {
 	// so one seeded source may serve every request (a single request's
 	// backoffs replay from the seed; concurrent ones interleave).
 	Rand *rand.Rand
+	// RetryBudget, if set, must allow every attempt after a request's
+	// first: the first attempt deposits to its provider, each later one
+	// withdraws from the provider it goes to, and a refusal ends the
+	// request at once with the last attempt's error (wrapped in
+	// ErrRetryBudgetExhausted). nil: MaxAttempts is the only limit.
+	RetryBudget RetryBudget
+}
+
+// RetryBudget keeps retries to a share of recent traffic per provider, so a
+// fleet of gateways cannot multiply an outage (lab 10's *hedging.Budget is
+// one). Safe for concurrent use.
+type RetryBudget interface {
+	// Deposit records one request whose first attempt goes to provider.
+	Deposit(provider string)
+	// Withdraw takes one extra attempt to provider, if the budget has one.
+	Withdraw(provider string) bool
+}
+
+// RetryBudgetObserver is an Observer that also counts the attempts a
+// RetryBudget refused, by the provider they would have gone to.
+type RetryBudgetObserver interface {
+	RetryRefused(provider string)
 }
 
 // Gateway serves Generate. It is safe for concurrent use.

@@ -160,6 +160,9 @@ func (r *run) attempt(ctx context.Context, n int) error {
 		return timeouts.Permanent(err)
 	}
 	s := r.plan.steps[k]
+	if n == 1 && r.g.cfg.RetryBudget != nil {
+		r.g.cfg.RetryBudget.Deposit(s.target.Provider)
+	}
 	req := r.req
 	req.Model = s.target.Model
 	ctx, span := r.g.span(ctx, "gateway.attempt")
@@ -194,7 +197,36 @@ func (r *run) attempt(ctx context.Context, n int) error {
 		done(err)
 	}
 	r.plan.last = k
-	return r.plan.decide(r.caller, k, err)
+	next := r.plan.decide(r.caller, k, err)
+	if _, fo := next.(failover); fo || next == err { // the loop would try again
+		next = r.budget(n, next)
+	}
+	return next
+}
+
+// budget asks the retry budget, if there is one, for the attempt after
+// attempt n — now, before the loop waits a backoff, so that a refusal ends
+// the request at once. The withdrawal goes to the provider the plan would
+// pick next. An attempt the loop will not make (the last one, a caller who
+// left, every breaker open) withdraws nothing.
+func (r *run) budget(n int, next error) error {
+	b := r.g.cfg.RetryBudget
+	limit := r.g.cfg.MaxAttempts
+	if r.plan.pinned {
+		limit = 1
+	}
+	j := r.plan.next()
+	if b == nil || n >= limit || r.caller.Err() != nil || j < 0 {
+		return next
+	}
+	provider := r.plan.steps[j].target.Provider
+	if b.Withdraw(provider) {
+		return next
+	}
+	if o, ok := r.g.obs.(RetryBudgetObserver); ok {
+		o.RetryRefused(provider)
+	}
+	return timeouts.Permanent(fmt.Errorf("%w for %s (the last attempt: %w)", ErrRetryBudgetExhausted, provider, next))
 }
 
 // decide tells the retry loop what a failed attempt means:

@@ -46,23 +46,18 @@ func (s *Service) limitProviders(ps []gateway.Provider, reg prometheus.Registere
 			return nil, fmt.Errorf("-adaptive-limit: %w", err)
 		}
 		limits[p.Name()] = lim
-		out[i] = &limitedProvider{p: p, lim: lim}
+		out[i] = &limitedProvider{wrapped: wrapped{p}, lim: lim}
 	}
 	reg.MustRegister(limitCollector{limits: limits, desc: prometheus.NewDesc("gateway_provider_concurrency_limit",
 		"The adaptive concurrency limit (-adaptive-limit) on calls to each provider.", []string{"provider"}, nil)})
 	return out, nil
 }
 
-// limitedProvider calls p with a permit from lim. It keeps p's optional
-// interfaces: a provider that streams still streams, one that names its
-// default model still does, one that honours its context still is called
-// directly.
+// limitedProvider calls p with a permit from lim.
 type limitedProvider struct {
-	p   gateway.Provider
+	wrapped
 	lim *adaptive.Limiter
 }
-
-func (l *limitedProvider) Name() string { return l.p.Name() }
 
 func (l *limitedProvider) Generate(ctx context.Context, req gateway.Request) (gateway.Completion, error) {
 	tok, err := l.lim.Acquire(ctx)
@@ -75,47 +70,25 @@ func (l *limitedProvider) Generate(ctx context.Context, req gateway.Request) (ga
 }
 
 // Stream holds the permit for the whole stream: a stream is one call.
-// A provider that cannot stream answers whole, sent as one chunk, as the
-// gateway would do without the wrapper.
 func (l *limitedProvider) Stream(ctx context.Context, req gateway.Request, emit func(gateway.Chunk) error) (gateway.Completion, error) {
-	sp, ok := l.p.(gateway.StreamingProvider)
-	if !ok {
-		c, err := l.Generate(ctx, req)
-		if err == nil {
-			err = emit(gateway.Chunk{Text: c.Text, Model: c.Model})
+	return l.streamOrWhole(ctx, req, emit, l.Generate, func(sp gateway.StreamingProvider) (gateway.Completion, error) {
+		tok, err := l.lim.Acquire(ctx)
+		if err != nil {
+			return gateway.Completion{}, fmt.Errorf("%s: waiting for an adaptive-limit permit: %w", l.p.Name(), err)
+		}
+		clientGone := false
+		c, err := sp.Stream(ctx, req, func(ch gateway.Chunk) error {
+			err := emit(ch)
+			clientGone = clientGone || err != nil
+			return err
+		})
+		if clientGone {
+			tok.Done(adaptive.Ignored) // the client left mid-stream: not the provider's doing
+		} else {
+			tok.Done(outcome(err))
 		}
 		return c, err
-	}
-	tok, err := l.lim.Acquire(ctx)
-	if err != nil {
-		return gateway.Completion{}, fmt.Errorf("%s: waiting for an adaptive-limit permit: %w", l.p.Name(), err)
-	}
-	clientGone := false
-	c, err := sp.Stream(ctx, req, func(ch gateway.Chunk) error {
-		err := emit(ch)
-		clientGone = clientGone || err != nil
-		return err
 	})
-	if clientGone {
-		tok.Done(adaptive.Ignored) // the client left mid-stream: not the provider's doing
-	} else {
-		tok.Done(outcome(err))
-	}
-	return c, err
-}
-
-// DefaultModel is p's, or "" (which the gateway reads as "none").
-func (l *limitedProvider) DefaultModel() string {
-	if dm, ok := l.p.(gateway.DefaultModeler); ok {
-		return dm.DefaultModel()
-	}
-	return ""
-}
-
-// HonoursContext is p's: the wrapper itself never outlives its context.
-func (l *limitedProvider) HonoursContext() bool {
-	h, ok := l.p.(gateway.ContextHonourer)
-	return ok && h.HonoursContext()
 }
 
 // outcome is adaptive.OutcomeOf in the gateway's terms: the caller's own

@@ -70,7 +70,18 @@ func Build(c Config, log *slog.Logger, hooks Hooks) (*Service, error) {
 		s.Close()
 		return nil, err
 	}
+	budget, err := s.retryBudget()
+	if err == nil {
+		providers, err = s.hedgeProviders(providers, budget) // outside the limit: a hedge takes a permit of its own
+	}
+	if err != nil {
+		s.Close()
+		return nil, err
+	}
 	gc := c.Gateway
+	if budget != nil {
+		gc.RetryBudget = budget
+	}
 	gc.Observer = s.Metrics
 	gc.Tracer = s.tracerOrNil()
 	if hooks.Gateway != nil {
@@ -82,6 +93,7 @@ func Build(c Config, log *slog.Logger, hooks Hooks) (*Service, error) {
 		return nil, err
 	}
 	s.Metrics.WatchGateway(s.Gateway)
+	s.Metrics.WatchHedging(s.Gateway.Providers(), c.Hedge != HedgeConfig{}, budget != nil)
 	routes, err := LoadRoutes(c.RoutesFile, c.Routes, s.Gateway.Providers())
 	for i := 0; err == nil && i < len(routes); i++ {
 		err = s.Gateway.AddTargets(routes[i].Targets...)

@@ -45,6 +45,22 @@ type Config struct {
 	// behind its own adaptive concurrency limit (lab 09), with
 	// Gateway.MaxConcurrent as the ceiling.
 	AdaptiveLimit string
+	// Hedge and RetryBudget are lab 10 in the gateway; both off when zero.
+	Hedge       HedgeConfig
+	RetryBudget BudgetConfig
+}
+
+// HedgeConfig says when a non-streamed provider call gets a second one.
+type HedgeConfig struct {
+	Delay      time.Duration // hedge a call still running after this long; 0: never hedge
+	Percentile float64       // hedge at this percentile of the provider's recent latencies instead; 0: Delay always
+}
+
+// BudgetConfig is the retry budget every provider gets its own share of.
+type BudgetConfig struct {
+	Percent   float64       // retries and hedges, as a fraction of recent requests; 0: no budget
+	MinPerSec int           // retries a second a quiet provider may make anyway
+	TTL       time.Duration // the sliding window the fraction is taken over
 }
 
 // DefaultProviders are used when no -provider or -upstream flag is given.
@@ -87,6 +103,11 @@ func (c *Config) gatewayFlags(fs *flag.FlagSet) {
 	fs.IntVar(&g.MaxPerTenant, "max-per-tenant", -1, "requests one tenant may have in flight (-1: half of -max-concurrent; 0: no cap)")
 	fs.DurationVar(&g.MaxQueueWait, "max-queue-wait", 2*time.Second, "how long a request may wait for a slot (0: don't wait)")
 	fs.IntVar(&g.MaxAttempts, "max-attempts", 3, "attempts per request, the first included")
+	fs.DurationVar(&c.Hedge.Delay, "hedge-delay", 0, "hedge a non-streamed provider call still running after this long with one more call to the same provider; the first answer wins (0: off)")
+	fs.Float64Var(&c.Hedge.Percentile, "hedge-percentile", 0, "hedge at this percentile (e.g. 0.95) of each provider's last 100 answered calls instead, -hedge-delay until 100 are in (0: always -hedge-delay)")
+	fs.Float64Var(&c.RetryBudget.Percent, "retry-budget", 0, "retries and hedges per provider, as a fraction of its requests over -retry-budget-window, plus -retry-budget-min a second (e.g. 0.1; 0: off)")
+	fs.IntVar(&c.RetryBudget.MinPerSec, "retry-budget-min", 10, "retries a second each provider may make whatever its traffic (with -retry-budget)")
+	fs.DurationVar(&c.RetryBudget.TTL, "retry-budget-window", 10*time.Second, "the sliding window -retry-budget counts requests and retries over")
 	fs.DurationVar(&g.BaseBackoff, "base-backoff", 100*time.Millisecond, "cap on the first retry's jittered backoff")
 	fs.DurationVar(&g.MaxBackoff, "max-backoff", 2*time.Second, "cap on any backoff")
 	fs.DurationVar(&g.AttemptTimeout, "attempt-timeout", 10*time.Second, "limit on one provider call")

@@ -34,6 +34,8 @@ type Metrics struct {
 	chunkGap        prometheus.Histogram
 	streamTime      prometheus.Histogram
 	tokens          *prometheus.CounterVec
+	budgetRefusals  *prometheus.CounterVec
+	hedges          *prometheus.CounterVec
 }
 
 // latencyBuckets span a cached answer (1 ms) to a long generation (60 s).
@@ -109,6 +111,12 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	m.tokens = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "gateway_tokens_total", Help: "Tokens the upstreams reported using, by kind: input (prompt) or output (completion).",
 	}, []string{"kind"})
+	m.budgetRefusals = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "gateway_retry_budget_exhausted_total", Help: "Retries and hedges the retry budget refused, by the provider they would have gone to and kind: retry or hedge.",
+	}, []string{"provider", "kind"})
+	m.hedges = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "gateway_hedges_total", Help: "Hedged provider calls by provider and outcome: started, or won (the hedge answered first).",
+	}, []string{"provider", "outcome"})
 	// Series whose labels are known start at zero: a counter that appears
 	// only at its first increment hides that increment from rate(), and its
 	// dashboard panel reads "no data" instead of 0.
@@ -124,9 +132,42 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}
 	reg.MustRegister(m.tokens, m.requests, m.duration, m.overhead, m.queueWait, m.rejections, m.attempts, m.attemptDuration,
 		m.retries, m.failures, m.transitions, m.timeouts, m.cancellations, m.streamCuts, m.late,
-		m.upConnect, m.upHeaders, m.firstChunk, m.chunkGap, m.streamTime)
+		m.upConnect, m.upHeaders, m.firstChunk, m.chunkGap, m.streamTime, m.budgetRefusals, m.hedges)
 	return m
 }
+
+// WatchHedging starts the hedging and retry-budget series of each provider
+// at zero, for a gateway that hedges or has a retry budget.
+func (m *Metrics) WatchHedging(providers []string, hedging, budget bool) {
+	for _, p := range providers {
+		if hedging {
+			m.hedges.WithLabelValues(p, "started")
+			m.hedges.WithLabelValues(p, "won")
+		}
+		if budget {
+			m.budgetRefusals.WithLabelValues(p, "retry")
+			if hedging {
+				m.budgetRefusals.WithLabelValues(p, "hedge")
+			}
+		}
+	}
+}
+
+// RetryRefused implements gateway.RetryBudgetObserver.
+func (m *Metrics) RetryRefused(provider string) {
+	m.budgetRefusals.WithLabelValues(provider, "retry").Inc()
+}
+
+// HedgeRefused counts a hedge the retry budget did not allow.
+func (m *Metrics) HedgeRefused(provider string) {
+	m.budgetRefusals.WithLabelValues(provider, "hedge").Inc()
+}
+
+// HedgeStarted counts a hedge sent to provider.
+func (m *Metrics) HedgeStarted(provider string) { m.hedges.WithLabelValues(provider, "started").Inc() }
+
+// HedgeWon counts a hedge that answered before the call it hedged.
+func (m *Metrics) HedgeWon(provider string) { m.hedges.WithLabelValues(provider, "won").Inc() }
 
 // ObserveUpstream records where an upstream call's time went before its
 // body: connect (0 for a pooled connection: not recorded) and headers.

@@ -1,0 +1,249 @@
+package app
+
+import (
+	"context"
+	"errors"
+	"net/http"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	gateway "github.com/production-go/gateway-lab/solutions/08-gateway"
+	hedging "github.com/production-go/gateway-lab/solutions/10-hedging"
+	"github.com/production-go/gateway-lab/solutions/httpapi"
+	"github.com/production-go/gateway-lab/solutions/internal/chatapi"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// scripted is a provider whose k-th call (from 1) takes took[k-1] and then
+// answers "call k", or fails with fail[k-1] if that is set. It records how
+// each call ended.
+type scripted struct {
+	took    []time.Duration
+	fail    []error
+	honours bool
+
+	mu     sync.Mutex
+	calls  int
+	ended  []string // per call: "answered", or its context's error
+	stream int
+}
+
+func (s *scripted) Name() string         { return "alpha" }
+func (s *scripted) DefaultModel() string { return "alpha-1" }
+func (s *scripted) HonoursContext() bool { return s.honours }
+
+func (s *scripted) Generate(ctx context.Context, _ gateway.Request) (gateway.Completion, error) {
+	s.mu.Lock()
+	s.calls++
+	k := s.calls
+	s.mu.Unlock()
+	t := time.NewTimer(s.took[k-1])
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		s.end(ctx.Err().Error())
+		return gateway.Completion{}, ctx.Err()
+	case <-t.C:
+	}
+	s.end("answered")
+	if k <= len(s.fail) && s.fail[k-1] != nil {
+		return gateway.Completion{}, s.fail[k-1]
+	}
+	return gateway.Completion{Text: "call " + string(rune('0'+k))}, nil
+}
+
+func (s *scripted) Stream(ctx context.Context, req gateway.Request, emit func(gateway.Chunk) error) (gateway.Completion, error) {
+	s.mu.Lock()
+	s.stream++
+	s.mu.Unlock()
+	c, err := s.Generate(ctx, req)
+	if err == nil {
+		err = emit(gateway.Chunk{Text: c.Text})
+	}
+	return c, err
+}
+
+func (s *scripted) end(how string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.ended = append(s.ended, how)
+}
+
+func (s *scripted) history() (calls int, ended []string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.calls, append([]string(nil), s.ended...)
+}
+
+// hedged wraps p as Build does for hc, with budget.
+func hedged(t *testing.T, p gateway.Provider, hc HedgeConfig, budget *hedging.Budget) (gateway.Provider, *httpapi.Metrics, *prometheus.Registry) {
+	t.Helper()
+	reg := prometheus.NewRegistry()
+	s := &Service{Config: Config{Hedge: hc}, Metrics: httpapi.NewMetrics(reg)}
+	ps, err := s.hedgeProviders([]gateway.Provider{p}, budget)
+	require.NoError(t, err)
+	s.Metrics.WatchHedging([]string{"alpha"}, true, budget != nil)
+	return ps[0], s.Metrics, reg
+}
+
+func count(t *testing.T, reg *prometheus.Registry, name string, labels ...string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	require.NoError(t, err)
+	for _, mf := range mfs {
+		if mf.GetName() != name {
+			continue
+		}
+	next:
+		for _, m := range mf.GetMetric() {
+			for i, lp := range m.GetLabel() {
+				if i*2+1 >= len(labels) || lp.GetName() != labels[i*2] || lp.GetValue() != labels[i*2+1] {
+					continue next
+				}
+			}
+			return m.GetCounter().GetValue()
+		}
+	}
+	t.Fatalf("no series %s%v", name, labels)
+	return 0
+}
+
+func TestHedgeAnswersWhenTheFirstCallIsSlowAndCancelsIt(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := &scripted{took: []time.Duration{time.Second, 30 * time.Millisecond}, honours: true}
+		h, _, reg := hedged(t, p, HedgeConfig{Delay: 100 * time.Millisecond}, nil)
+		start := time.Now()
+		c, err := h.Generate(t.Context(), gateway.Request{Prompt: "hi"})
+		require.NoError(t, err)
+		assert.Equal(t, "call 2", c.Text, "the hedge answered first")
+		assert.Equal(t, 130*time.Millisecond, time.Since(start), "hedged at 100 ms, answered 30 ms later")
+		calls, ended := p.history()
+		assert.Equal(t, 2, calls)
+		assert.Equal(t, []string{"answered", context.Canceled.Error()}, ended,
+			"the slow call was cancelled, and had ended, before Generate returned")
+		assert.Equal(t, 1.0, count(t, reg, "gateway_hedges_total", "outcome", "started", "provider", "alpha"))
+		assert.Equal(t, 1.0, count(t, reg, "gateway_hedges_total", "outcome", "won", "provider", "alpha"))
+	})
+}
+
+func TestNoHedgeForACallThatAnswersWithinTheDelay(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := &scripted{took: []time.Duration{99 * time.Millisecond}, honours: true}
+		h, _, reg := hedged(t, p, HedgeConfig{Delay: 100 * time.Millisecond}, nil)
+		c, err := h.Generate(t.Context(), gateway.Request{Prompt: "hi"})
+		require.NoError(t, err)
+		assert.Equal(t, "call 1", c.Text)
+		calls, _ := p.history()
+		assert.Equal(t, 1, calls)
+		assert.Zero(t, count(t, reg, "gateway_hedges_total", "outcome", "started", "provider", "alpha"))
+	})
+}
+
+func TestTheFirstCallThatWinsAfterAHedgeIsNotCountedAsWon(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := &scripted{took: []time.Duration{150 * time.Millisecond, time.Second}, honours: true}
+		h, _, reg := hedged(t, p, HedgeConfig{Delay: 100 * time.Millisecond}, nil)
+		c, err := h.Generate(t.Context(), gateway.Request{Prompt: "hi"})
+		require.NoError(t, err)
+		assert.Equal(t, "call 1", c.Text)
+		assert.Equal(t, 1.0, count(t, reg, "gateway_hedges_total", "outcome", "started", "provider", "alpha"))
+		assert.Zero(t, count(t, reg, "gateway_hedges_total", "outcome", "won", "provider", "alpha"))
+	})
+}
+
+func TestARefusedHedgeLeavesTheCallAsIfUnhedged(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		upstreamErr := chatapi.NewUpstreamError("alpha", http.StatusServiceUnavailable, []byte(`{"error":{"message":"busy"}}`), 0)
+		p := &scripted{took: []time.Duration{time.Second}, fail: []error{upstreamErr}, honours: true}
+		empty, err := hedging.NewBudget(hedging.BudgetConfig{TTL: time.Second})
+		require.NoError(t, err)
+		h, _, reg := hedged(t, p, HedgeConfig{Delay: 100 * time.Millisecond}, empty)
+		start := time.Now()
+		_, err = h.Generate(t.Context(), gateway.Request{Prompt: "hi"})
+		assert.Same(t, upstreamErr, err, "no hedge ran: the one call's error comes back as it was")
+		assert.Equal(t, time.Second, time.Since(start))
+		calls, _ := p.history()
+		assert.Equal(t, 1, calls)
+		assert.Equal(t, 1.0, count(t, reg, "gateway_retry_budget_exhausted_total", "kind", "hedge", "provider", "alpha"))
+		assert.Zero(t, count(t, reg, "gateway_hedges_total", "outcome", "started", "provider", "alpha"))
+	})
+}
+
+func TestHedgesSpendTheSharedRetryBudget(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := &scripted{took: []time.Duration{time.Second, 10 * time.Millisecond, time.Second, 10 * time.Millisecond}, honours: true}
+		oneASecond, err := hedging.NewBudget(hedging.BudgetConfig{TTL: time.Second, MinRetriesPerSec: 1})
+		require.NoError(t, err)
+		h, _, reg := hedged(t, p, HedgeConfig{Delay: 100 * time.Millisecond}, oneASecond)
+		c, err := h.Generate(t.Context(), gateway.Request{Prompt: "hi"})
+		require.NoError(t, err)
+		assert.Equal(t, "call 2", c.Text, "the floor allows one hedge")
+		assert.Zero(t, oneASecond.Balance("alpha"), "the hedge withdrew from the budget the gateway's retries use")
+		c, err = h.Generate(t.Context(), gateway.Request{Prompt: "hi"})
+		require.NoError(t, err)
+		assert.Equal(t, "call 3", c.Text, "the second hedge was refused: the slow call answers")
+		assert.Equal(t, 1.0, count(t, reg, "gateway_hedges_total", "outcome", "started", "provider", "alpha"))
+		assert.Equal(t, 1.0, count(t, reg, "gateway_retry_budget_exhausted_total", "kind", "hedge", "provider", "alpha"))
+	})
+}
+
+func TestBothCallsFailingReportsAnError(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		e1, e2 := errors.New("first"), errors.New("second")
+		p := &scripted{took: []time.Duration{time.Second, 10 * time.Millisecond}, fail: []error{e1, e2}, honours: true}
+		h, _, _ := hedged(t, p, HedgeConfig{Delay: 100 * time.Millisecond}, nil)
+		start := time.Now()
+		_, err := h.Generate(t.Context(), gateway.Request{Prompt: "hi"})
+		require.ErrorIs(t, err, e1, "the later failure is the last error")
+		assert.Equal(t, time.Second, time.Since(start), "the hedge's failure waits for the call still running")
+	})
+}
+
+func TestTheAttemptDeadlineBoundsTheHedgeToo(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := &scripted{took: []time.Duration{time.Second, time.Second}, honours: true}
+		h, _, _ := hedged(t, p, HedgeConfig{Delay: 100 * time.Millisecond}, nil)
+		ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
+		defer cancel()
+		start := time.Now()
+		_, err := h.Generate(ctx, gateway.Request{Prompt: "hi"})
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+		assert.NotErrorIs(t, err, context.Canceled)
+		assert.Equal(t, 300*time.Millisecond, time.Since(start))
+		_, ended := p.history()
+		assert.Equal(t, []string{context.DeadlineExceeded.Error(), context.DeadlineExceeded.Error()}, ended)
+	})
+}
+
+func TestStreamsAreNotHedged(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := &scripted{took: []time.Duration{time.Second}, honours: true}
+		h, _, _ := hedged(t, p, HedgeConfig{Delay: 100 * time.Millisecond}, nil)
+		sp, ok := h.(gateway.StreamingProvider)
+		require.True(t, ok, "a hedged provider that streams still streams")
+		var got []string
+		_, err := sp.Stream(t.Context(), gateway.Request{Prompt: "hi"}, func(c gateway.Chunk) error { got = append(got, c.Text); return nil })
+		require.NoError(t, err)
+		assert.Equal(t, []string{"call 1"}, got)
+		calls, _ := p.history()
+		assert.Equal(t, 1, calls, "one stream, no hedge: only one may ever reach the client")
+	})
+}
+
+func TestAProviderThatIgnoresItsContextIsNotHedged(t *testing.T) {
+	p := &scripted{took: []time.Duration{0}}
+	h, _, _ := hedged(t, p, HedgeConfig{Delay: 100 * time.Millisecond}, nil)
+	assert.Same(t, gateway.Provider(p), h, "its loser could not be stopped, only waited for")
+}
+
+func TestAWrappedProviderKeepsItsName(t *testing.T) {
+	p := &scripted{took: []time.Duration{0}, honours: true}
+	h, _, _ := hedged(t, p, HedgeConfig{Delay: time.Millisecond}, nil)
+	assert.Equal(t, "alpha", h.Name())
+	assert.Equal(t, "alpha-1", h.(gateway.DefaultModeler).DefaultModel())
+	assert.True(t, h.(gateway.ContextHonourer).HonoursContext())
+}

@@ -1,0 +1,67 @@
+package main
+
+import (
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/production-go/gateway-lab/internal/testkit"
+	"github.com/prometheus/client_golang/prometheus/testutil/promlint"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestRetryBudgetRefusesTheRetryAndSaysSoInMetrics(t *testing.T) {
+	a := start(t, "-readiness-delay=0", "-retry-budget=0.01", "-retry-budget-min=0", "-failure-threshold=100",
+		"-provider", "name=alpha,latency=1ms,error-rate=1,errors=500")
+	assert.Contains(t, metrics(t, a.url), `gateway_retry_budget_exhausted_total{kind="retry",provider="alpha"} 0`,
+		"the series starts at zero")
+	code, body := post(t, a.url+"/v1/chat/completions", `{"model":"auto","messages":[{"role":"user","content":"ping"}]}`)
+	assert.Equal(t, http.StatusBadGateway, code, "the last attempt's error, at once: %s", body)
+	page := metrics(t, a.url)
+	assert.Contains(t, page, `gateway_retry_budget_exhausted_total{kind="retry",provider="alpha"} 1`)
+	assert.Contains(t, page, `gateway_provider_attempts_total{model="alpha-1",outcome="error",provider="alpha"} 1`,
+		"one call: the retry was refused before it began")
+}
+
+func TestHedgingExportsItsCountersAndStillAnswers(t *testing.T) {
+	a := start(t, "-readiness-delay=0", "-hedge-delay=1s", "-retry-budget=0.2",
+		"-provider", "name=alpha,latency=1ms", "-provider", "name=beta,latency=1ms")
+	code, body := post(t, a.url+"/v1/chat/completions", `{"model":"auto","messages":[{"role":"user","content":"ping"}]}`)
+	require.Equal(t, http.StatusOK, code, body)
+	assert.Contains(t, body, `"alpha-1"`, "a hedged provider still names its model")
+	code, body = post(t, a.url+"/v1/chat/completions", `{"model":"auto","stream":true,"messages":[{"role":"user","content":"ping"}]}`)
+	require.Equal(t, http.StatusOK, code, body)
+	assert.Contains(t, body, "data: [DONE]", "a hedged provider still streams")
+
+	page := metrics(t, a.url)
+	for _, series := range []string{
+		`gateway_hedges_total{outcome="started",provider="alpha"} 0`,
+		`gateway_hedges_total{outcome="won",provider="beta"} 0`,
+		`gateway_retry_budget_exhausted_total{kind="hedge",provider="alpha"} 0`,
+		`gateway_retry_budget_exhausted_total{kind="retry",provider="beta"} 0`,
+	} {
+		assert.Contains(t, page, series)
+	}
+	problems, err := promlint.New(strings.NewReader(page)).Lint()
+	require.NoError(t, err)
+	for _, p := range problems {
+		assert.NotContains(t, []string{"gateway_hedges_total", "gateway_retry_budget_exhausted_total"}, p.Metric, "promlint: %s", p.Text)
+	}
+}
+
+func TestHedgeAndBudgetFlagsAreChecked(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-hedge-percentile=0.95"}, "-hedge-delay, -hedge-percentile"},
+		{[]string{"-hedge-delay=100ms", "-hedge-percentile=1"}, "Percentile must be in [0, 1)"},
+		{[]string{"-retry-budget=1.5"}, "-retry-budget"},
+		{[]string{"-retry-budget=0.1", "-retry-budget-window=0s"}, "TTL must be positive"},
+	} {
+		var out, errOut testkit.LogBuffer
+		assert.Equal(t, 2, run(t.Context(), tc.args, &out, &errOut, nil), "%v", tc.args)
+		assert.Contains(t, errOut.String(), tc.want, "%v", tc.args)
+	}
+}
