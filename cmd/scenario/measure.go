@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 	"github.com/tidwall/gjson"
@@ -110,6 +111,12 @@ type scrape struct {
 	queueN   float64
 	breakers map[string]float64 // provider/model → 0 closed, 1 open, 2 half-open
 	inFlight float64
+	// Counters and gauges summed over their labels.
+	attempts      float64 // gateway_provider_attempts_total: provider calls the retry loop made
+	hedgesStarted float64 // gateway_hedges_total{outcome="started"}
+	hedgesWon     float64 // gateway_hedges_total{outcome="won"}
+	refused       float64 // gateway_retry_budget_exhausted_total
+	limit         float64 // gateway_provider_concurrency_limit
 }
 
 // scraper polls a gateway's /metrics every interval until ctx ends.
@@ -175,5 +182,29 @@ func scrapeOnce(ctx context.Context, url string) (scrape, bool) {
 	if mf := mfs["gateway_requests_in_flight"]; mf != nil && len(mf.Metric) > 0 {
 		sc.inFlight = mf.Metric[0].GetGauge().GetValue()
 	}
+	sum := func(name string, keep func(*dto.Metric) bool) float64 {
+		var v float64
+		for _, m := range mfs[name].GetMetric() {
+			if keep == nil || keep(m) {
+				v += m.GetCounter().GetValue() + m.GetGauge().GetValue()
+			}
+		}
+		return v
+	}
+	outcome := func(want string) func(*dto.Metric) bool {
+		return func(m *dto.Metric) bool {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "outcome" {
+					return l.GetValue() == want
+				}
+			}
+			return false
+		}
+	}
+	sc.attempts = sum("gateway_provider_attempts_total", nil)
+	sc.hedgesStarted = sum("gateway_hedges_total", outcome("started"))
+	sc.hedgesWon = sum("gateway_hedges_total", outcome("won"))
+	sc.refused = sum("gateway_retry_budget_exhausted_total", nil)
+	sc.limit = sum("gateway_provider_concurrency_limit", nil)
 	return sc, true
 }

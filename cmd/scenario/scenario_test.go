@@ -52,7 +52,7 @@ func TestChartIsWellFormedSVG(t *testing.T) {
 func TestListNamesEveryScenario(t *testing.T) {
 	var out, errOut bytes.Buffer
 	require.Equal(t, 0, run(t.Context(), []string{"-list"}, &out, &errOut))
-	for _, n := range []string{"brownout", "outage", "burst", "rolling-deploy", "redis-outage", "replicas"} {
+	for _, n := range []string{"brownout", "outage", "burst", "rolling-deploy", "redis-outage", "replicas", "hedging", "retry-budget", "adaptive"} {
 		assert.Contains(t, out.String(), n)
 	}
 	assert.Equal(t, 2, run(t.Context(), []string{"-name", "nope"}, &out, &errOut))

@@ -19,6 +19,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -62,15 +63,21 @@ type Config struct {
 	// Slowdowns are brown-outs: during each window, a share of the calls
 	// takes Extra longer — the median barely moves while the tail climbs.
 	Slowdowns []Slowdown
-	Seed      uint64 // the same seed replays the same sequence
+	// Capacity is how many calls it serves at full speed at once; above
+	// that, a call's latency grows in proportion to the calls in flight
+	// when it starts (n of them: latency × n/Capacity), as a server that
+	// shares its processors does. 0: no limit.
+	Capacity int
+	Seed     uint64 // the same seed replays the same sequence
 }
 
 // Provider is a simulated upstream. Safe for concurrent use.
 type Provider struct {
-	cfg   Config
-	start time.Time
-	mu    sync.Mutex
-	rng   *rand.Rand
+	cfg      Config
+	start    time.Time
+	mu       sync.Mutex
+	rng      *rand.Rand
+	inFlight atomic.Int64 // calls waiting out their latency, for Capacity
 }
 
 // ErrInvalidConfig is returned by New for settings that cannot work.
@@ -84,8 +91,8 @@ func New(cfg Config) (*Provider, error) {
 	if cfg.ErrorRate < 0 || cfg.ErrorRate > 1 {
 		return nil, fmt.Errorf("%w: error rate %v must be within 0..1", ErrInvalidConfig, cfg.ErrorRate)
 	}
-	if cfg.Latency < 0 || cfg.Jitter < 0 || cfg.ChunkDelay < 0 {
-		return nil, fmt.Errorf("%w: durations must not be negative", ErrInvalidConfig)
+	if cfg.Latency < 0 || cfg.Jitter < 0 || cfg.ChunkDelay < 0 || cfg.Capacity < 0 {
+		return nil, fmt.Errorf("%w: durations and capacity must not be negative", ErrInvalidConfig)
 	}
 	for _, k := range cfg.ErrorKinds {
 		switch k {
@@ -192,7 +199,13 @@ func (p *Provider) begin(ctx context.Context, req gateway.Request) (simAnswer, e
 		<-ctx.Done()
 		return simAnswer{}, ctx.Err()
 	}
-	if err := sleep(ctx, latency); err != nil {
+	n := p.inFlight.Add(1)
+	if c := int64(p.cfg.Capacity); c > 0 && n > c {
+		latency = time.Duration(float64(latency) * float64(n) / float64(c))
+	}
+	err := sleep(ctx, latency)
+	p.inFlight.Add(-1)
+	if err != nil {
 		return simAnswer{}, err
 	}
 	if err := p.failure(failure); err != nil {
@@ -307,7 +320,7 @@ func sleep(ctx context.Context, d time.Duration) error {
 
 // Parse reads a provider spec from the command line:
 //
-//	name=alpha,latency=80ms,jitter=40ms,chunk-delay=15ms,error-rate=0.05,errors=500|429,outage=30s-60s,seed=7
+//	name=alpha,latency=80ms,jitter=40ms,chunk-delay=15ms,error-rate=0.05,errors=500|429,outage=30s-60s,capacity=8,seed=7
 //
 // Every field but name is optional; outage may repeat.
 func Parse(s string) (Config, error) {
@@ -333,6 +346,8 @@ func Parse(s string) (Config, error) {
 			cfg.RetryAfter, err = time.ParseDuration(v)
 		case "seed":
 			cfg.Seed, err = strconv.ParseUint(v, 10, 64)
+		case "capacity":
+			cfg.Capacity, err = strconv.Atoi(v)
 		case "outage":
 			from, to, ok := strings.Cut(v, "-")
 			if !ok {
@@ -347,7 +362,7 @@ func Parse(s string) (Config, error) {
 			sd, perr := parseSlowdown(v)
 			cfg.Slowdowns, err = append(cfg.Slowdowns, sd), perr
 		default:
-			return errors.New("unknown field (want name, model, latency, jitter, chunk-delay, error-rate, errors, retry-after, outage, slow, seed)")
+			return errors.New("unknown field (want name, model, latency, jitter, chunk-delay, error-rate, errors, retry-after, outage, slow, capacity, seed)")
 		}
 		return err
 	})

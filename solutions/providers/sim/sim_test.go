@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net/http"
 	"syscall"
+	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -177,6 +178,40 @@ func TestSlowdownSlowsAShareOfCallsInItsWindow(t *testing.T) {
 		}
 		assert.InDelta(t, 10, slow, 6, "about a quarter of the calls in the window are slow")
 		_, err = Parse("name=a,slow=1s-2s:500ms")
+		assert.ErrorIs(t, err, ErrInvalidConfig)
+	})
+}
+
+func TestCapacitySlowsCallsInProportionAboveIt(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		cfg, err := Parse("name=a,latency=100ms,capacity=2")
+		require.NoError(t, err)
+		require.Equal(t, 2, cfg.Capacity)
+		p, err := New(cfg)
+		require.NoError(t, err)
+		took := make([]time.Duration, 4)
+		var wg sync.WaitGroup
+		for i := range took { // four calls start at once, one after another
+			wg.Go(func() {
+				start := time.Now()
+				_, err := p.Generate(t.Context(), req)
+				assert.NoError(t, err)
+				took[i] = time.Since(start)
+			})
+			synctest.Wait()
+		}
+		wg.Wait()
+		assert.Equal(t, []time.Duration{100 * time.Millisecond, 100 * time.Millisecond, 150 * time.Millisecond, 200 * time.Millisecond}, took,
+			"the 1st and 2nd fit the capacity; the 3rd starts with 3 in flight (×1.5), the 4th with 4 (×2)")
+
+		start := time.Now()
+		_, err = p.Generate(t.Context(), req)
+		require.NoError(t, err)
+		assert.Equal(t, 100*time.Millisecond, time.Since(start), "the calls that ended left the capacity free")
+
+		_, err = Parse("name=a,capacity=-1")
+		require.NoError(t, err, "Parse reads; New checks")
+		_, err = New(Config{Name: "a", Capacity: -1})
 		assert.ErrorIs(t, err, ErrInvalidConfig)
 	})
 }
