@@ -208,7 +208,9 @@ func (r *run) attempt(ctx context.Context, n int) error {
 // attempt n — now, before the loop waits a backoff, so that a refusal ends
 // the request at once. The withdrawal goes to the provider the plan would
 // pick next. An attempt the loop will not make (the last one, a caller who
-// left, every breaker open) withdraws nothing.
+// left, every breaker open) withdraws nothing; one the total deadline then
+// leaves no room for has been paid for all the same — the budget errs
+// toward fewer retries, never more.
 func (r *run) budget(n int, next error) error {
 	b := r.g.cfg.RetryBudget
 	limit := r.g.cfg.MaxAttempts

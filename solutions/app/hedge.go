@@ -108,8 +108,10 @@ func (h *hedgedProvider) Generate(ctx context.Context, req gateway.Request) (gat
 	switch {
 	case err == nil && a.hedge:
 		h.m.HedgeWon(name)
-	case err != nil && !hedgeRuns:
-		// No hedge ran: the answer is the one call's, as if unhedged.
+	case err != nil && !hedgeRuns && firstErr != nil:
+		// No hedge ran and the one call failed: its error, as if unhedged.
+		// (Do's error when the call never ran, or answered only after the
+		// context ended.)
 		return gateway.Completion{}, firstErr
 	}
 	return a.c, err

@@ -219,6 +219,28 @@ func TestTheAttemptDeadlineBoundsTheHedgeToo(t *testing.T) {
 	})
 }
 
+func TestAContextAlreadyEndedCallsNothingAndSaysWhy(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		p := &scripted{took: []time.Duration{time.Second}, honours: true}
+		h, _, _ := hedged(t, p, HedgeConfig{Delay: 100 * time.Millisecond}, nil)
+		for _, tc := range []struct {
+			name string
+			ctx  func() (context.Context, context.CancelFunc)
+			want error
+		}{
+			{"cancelled", func() (context.Context, context.CancelFunc) { return context.WithCancel(t.Context()) }, context.Canceled},
+			{"expired", func() (context.Context, context.CancelFunc) { return context.WithTimeout(t.Context(), 0) }, context.DeadlineExceeded},
+		} {
+			ctx, cancel := tc.ctx()
+			cancel()
+			_, err := h.Generate(ctx, gateway.Request{Prompt: "hi"})
+			require.ErrorIs(t, err, tc.want, tc.name)
+		}
+		calls, _ := p.history()
+		assert.Zero(t, calls)
+	})
+}
+
 func TestStreamsAreNotHedged(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		p := &scripted{took: []time.Duration{time.Second}, honours: true}
