@@ -8,7 +8,6 @@ import (
 	"sync"
 	"time"
 
-	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 	"github.com/tidwall/gjson"
@@ -113,8 +112,8 @@ type scrape struct {
 	inFlight float64
 	// Counters and gauges summed over their labels.
 	attempts      float64 // gateway_provider_attempts_total: provider calls the retry loop made
-	hedgesStarted float64 // gateway_hedges_total{outcome="started"}
-	hedgesWon     float64 // gateway_hedges_total{outcome="won"}
+	hedgesStarted float64 // gateway_hedges_total
+	hedgesWon     float64 // gateway_hedge_wins_total
 	refused       float64 // gateway_retry_budget_exhausted_total
 	limit         float64 // gateway_provider_concurrency_limit
 }
@@ -182,29 +181,17 @@ func scrapeOnce(ctx context.Context, url string) (scrape, bool) {
 	if mf := mfs["gateway_requests_in_flight"]; mf != nil && len(mf.Metric) > 0 {
 		sc.inFlight = mf.Metric[0].GetGauge().GetValue()
 	}
-	sum := func(name string, keep func(*dto.Metric) bool) float64 {
+	sum := func(name string) float64 { // a counter's or a gauge's series, summed
 		var v float64
 		for _, m := range mfs[name].GetMetric() {
-			if keep == nil || keep(m) {
-				v += m.GetCounter().GetValue() + m.GetGauge().GetValue()
-			}
+			v += m.GetCounter().GetValue() + m.GetGauge().GetValue()
 		}
 		return v
 	}
-	outcome := func(want string) func(*dto.Metric) bool {
-		return func(m *dto.Metric) bool {
-			for _, l := range m.GetLabel() {
-				if l.GetName() == "outcome" {
-					return l.GetValue() == want
-				}
-			}
-			return false
-		}
-	}
-	sc.attempts = sum("gateway_provider_attempts_total", nil)
-	sc.hedgesStarted = sum("gateway_hedges_total", outcome("started"))
-	sc.hedgesWon = sum("gateway_hedges_total", outcome("won"))
-	sc.refused = sum("gateway_retry_budget_exhausted_total", nil)
-	sc.limit = sum("gateway_provider_concurrency_limit", nil)
+	sc.attempts = sum("gateway_provider_attempts_total")
+	sc.hedgesStarted = sum("gateway_hedges_total")
+	sc.hedgesWon = sum("gateway_hedge_wins_total")
+	sc.refused = sum("gateway_retry_budget_exhausted_total")
+	sc.limit = sum("gateway_provider_concurrency_limit")
 	return sc, true
 }

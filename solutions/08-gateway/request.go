@@ -74,6 +74,10 @@ func (g *Gateway) serve(ctx context.Context, req Request, attemptTimeout time.Du
 		return Response{}, err
 	}
 	defer r.release() // whatever happens below: success, error, panic, cancellation
+	r.deadline = time.Now().Add(g.cfg.TotalTimeout)
+	if d, ok := ctx.Deadline(); ok && d.Before(r.deadline) {
+		r.deadline = d
+	}
 	attempts, err := timeouts.Do(ctx, g.policy(r.plan.pinned, attemptTimeout), r.attempt)
 	resp := Response{Provider: r.used.target.Provider, Model: r.answer.Model, Text: r.answer.Text, Usage: r.answer.Usage,
 		Raw: r.answer.Raw, Attempts: attempts, QueueWait: r.ticket.QueueWait, Latency: time.Since(r.at),
@@ -102,6 +106,7 @@ type run struct {
 	used              step
 	upstream, backoff time.Duration
 	lastEnd           time.Time
+	deadline          time.Time // the total deadline: TotalTimeout from the first attempt, or the caller's if sooner
 }
 
 // queueWait is the time the request waited for its slot (0 if refused).
@@ -198,7 +203,7 @@ func (r *run) attempt(ctx context.Context, n int) error {
 	}
 	r.plan.last = k
 	next := r.plan.decide(r.caller, k, err)
-	if _, fo := next.(failover); fo || next == err { // the loop would try again
+	if _, fo := next.(failover); r.g.cfg.RetryBudget != nil && (fo || !callersFault(err)) { // the loop would try again
 		next = r.budget(n, next)
 	}
 	return next
@@ -208,17 +213,20 @@ func (r *run) attempt(ctx context.Context, n int) error {
 // attempt n — now, before the loop waits a backoff, so that a refusal ends
 // the request at once. The withdrawal goes to the provider the plan would
 // pick next. An attempt the loop will not make (the last one, a caller who
-// left, every breaker open) withdraws nothing; one the total deadline then
-// leaves no room for has been paid for all the same — the budget errs
-// toward fewer retries, never more.
+// left, a total deadline already past, every breaker open) withdraws
+// nothing; one whose backoff then does not fit the deadline has been paid
+// for all the same — the budget errs toward fewer retries, never more.
 func (r *run) budget(n int, next error) error {
 	b := r.g.cfg.RetryBudget
 	limit := r.g.cfg.MaxAttempts
 	if r.plan.pinned {
 		limit = 1
 	}
+	if n >= limit || r.caller.Err() != nil || !time.Now().Before(r.deadline) {
+		return next
+	}
 	j := r.plan.next()
-	if b == nil || n >= limit || r.caller.Err() != nil || j < 0 {
+	if j < 0 {
 		return next
 	}
 	provider := r.plan.steps[j].target.Provider

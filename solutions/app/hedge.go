@@ -4,8 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync/atomic"
 
+	bridge "github.com/production-go/gateway-lab/solutions/06-bridge"
 	gateway "github.com/production-go/gateway-lab/solutions/08-gateway"
 	hedging "github.com/production-go/gateway-lab/solutions/10-hedging"
 	"github.com/production-go/gateway-lab/solutions/httpapi"
@@ -58,7 +58,8 @@ func (s *Service) hedgeProviders(ps []gateway.Provider, budget *hedging.Budget) 
 		if err != nil {
 			return nil, fmt.Errorf("-hedge-delay, -hedge-percentile: %w", err)
 		}
-		out[i] = &hedgedProvider{wrapped: wrapped{p}, h: h, budget: budget, m: s.Metrics, targets: []string{p.Name()}}
+		// Two targets, both p: attempt 0 is "p", the hedge "p (hedge)".
+		out[i] = &hedgedProvider{wrapped: wrapped{p}, h: h, budget: budget, m: s.Metrics, targets: []string{p.Name(), p.Name() + " (hedge)"}}
 	}
 	return out, nil
 }
@@ -71,7 +72,7 @@ type hedgedProvider struct {
 	h       *hedging.Hedger
 	budget  *hedging.Budget // nil: hedges are not budgeted
 	m       *httpapi.Metrics
-	targets []string // p's name: attempt k goes to targets[k mod 1]
+	targets []string // the first call's name and the hedge's, for Do (attempt k goes to targets[k mod 2])
 }
 
 // errHedgeRefused stands for a hedge the budget did not allow: it fails at
@@ -85,14 +86,13 @@ type answer struct {
 
 func (h *hedgedProvider) Generate(ctx context.Context, req gateway.Request) (gateway.Completion, error) {
 	var (
-		calls     atomic.Int32
 		firstErr  error // the unhedged call's; Do waits for it before returning
 		hedgeRuns bool
 	)
 	name := h.p.Name()
-	a, err := hedging.Do(ctx, h.h, h.targets, func(ctx context.Context, _ string) (answer, error) {
-		if calls.Add(1) == 1 {
-			c, err := h.p.Generate(ctx, req)
+	a, err := hedging.Do(ctx, h.h, h.targets, func(ctx context.Context, target string) (answer, error) {
+		if target == h.targets[0] { // attempt 0: Do names each attempt's target, whichever goroutine runs first
+			c, err := h.call(ctx, req)
 			firstErr = err
 			return answer{c: c}, err
 		}
@@ -102,7 +102,7 @@ func (h *hedgedProvider) Generate(ctx context.Context, req gateway.Request) (gat
 		}
 		hedgeRuns = true
 		h.m.HedgeStarted(name)
-		c, err := h.p.Generate(ctx, req)
+		c, err := h.call(ctx, req)
 		return answer{c: c, hedge: true}, err
 	})
 	switch {
@@ -115,6 +115,19 @@ func (h *hedgedProvider) Generate(ctx context.Context, req gateway.Request) (gat
 		return gateway.Completion{}, firstErr
 	}
 	return a.c, err
+}
+
+// call is one call to p on one of Do's goroutines, where the gateway's own
+// recover cannot reach: a panic becomes an error wrapping bridge.ErrPanic,
+// as it would without hedging, so it fails the request and no breaker
+// counts it.
+func (h *hedgedProvider) call(ctx context.Context, req gateway.Request) (c gateway.Completion, err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = fmt.Errorf("gateway: provider %s: %w: %v", h.p.Name(), bridge.ErrPanic, v)
+		}
+	}()
+	return h.p.Generate(ctx, req)
 }
 
 // Stream is not hedged: two streams would race their first chunks, and

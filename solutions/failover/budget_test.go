@@ -165,3 +165,65 @@ func TestRefusedRetryLeavesTheBreakerAsItWas(t *testing.T) {
 		assert.Equal(t, "closed", g.BreakerState("up"))
 	})
 }
+
+func TestRetryBudgetIsNotAskedWhenTheLoopWillNotRetry(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		cases := []struct {
+			name  string
+			setup func(up *upstream, cfg *gateway.Config)
+			ctx   func() (context.Context, context.CancelFunc)
+			want  error
+		}{
+			{"a refusal that is the caller's fault (400)", func(up *upstream, _ *gateway.Config) {
+				up.script("default", status(http.StatusBadRequest, "invalid_request", 0))
+			}, func() (context.Context, context.CancelFunc) { return context.WithCancel(t.Context()) }, nil},
+			{"the total deadline already past", func(up *upstream, cfg *gateway.Config) {
+				cfg.TotalTimeout = time.Second
+				up.script("default", func(ctx context.Context) (gateway.Completion, error) {
+					<-ctx.Done()
+					return gateway.Completion{}, ctx.Err()
+				})
+			}, func() (context.Context, context.CancelFunc) { return context.WithCancel(t.Context()) }, context.DeadlineExceeded},
+			{"the caller's own deadline already past", func(up *upstream, _ *gateway.Config) {
+				up.script("default", func(ctx context.Context) (gateway.Completion, error) {
+					<-ctx.Done()
+					return gateway.Completion{}, ctx.Err()
+				})
+			}, func() (context.Context, context.CancelFunc) { return context.WithTimeout(t.Context(), time.Second) }, context.DeadlineExceeded},
+		}
+		for _, tc := range cases {
+			up := newUpstream("up")
+			budget := &ledger{left: 10}
+			cfg := config()
+			cfg.RetryBudget, cfg.FailureThreshold = budget, 100
+			tc.setup(up, &cfg)
+			g := newGateway(t, cfg, up)
+			ctx, cancel := tc.ctx()
+			_, err := g.Generate(ctx, gateway.Request{Tenant: "acme", Prompt: "hi"})
+			cancel()
+			require.Error(t, err, tc.name)
+			if tc.want != nil {
+				require.ErrorIs(t, err, tc.want, tc.name)
+			}
+			assert.Equal(t, []string{"deposit up"}, budget.history(), "%s: no retry will follow, so none is paid for", tc.name)
+		}
+	})
+}
+
+func TestRetryBudgetIsNotAskedWhenTheCallerLeaves(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		up := newUpstream("up")
+		ctx, cancel := context.WithCancel(t.Context())
+		up.script("default", func(context.Context) (gateway.Completion, error) {
+			cancel() // the caller leaves while the attempt fails
+			return status(http.StatusServiceUnavailable, "", 0)(ctx)
+		})
+		budget := &ledger{left: 10}
+		cfg := config()
+		cfg.RetryBudget, cfg.FailureThreshold = budget, 100
+		g := newGateway(t, cfg, up)
+		_, err := g.Generate(ctx, gateway.Request{Tenant: "acme", Prompt: "hi"})
+		require.Error(t, err)
+		assert.Equal(t, []string{"deposit up"}, budget.history())
+	})
+}

@@ -36,6 +36,7 @@ type Metrics struct {
 	tokens          *prometheus.CounterVec
 	budgetRefusals  *prometheus.CounterVec
 	hedges          *prometheus.CounterVec
+	hedgeWins       *prometheus.CounterVec
 }
 
 // latencyBuckets span a cached answer (1 ms) to a long generation (60 s).
@@ -115,8 +116,11 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		Name: "gateway_retry_budget_exhausted_total", Help: "Retries and hedges the retry budget refused, by the provider they would have gone to and kind: retry or hedge.",
 	}, []string{"provider", "kind"})
 	m.hedges = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "gateway_hedges_total", Help: "Hedged provider calls by provider and outcome: started, or won (the hedge answered first).",
-	}, []string{"provider", "outcome"})
+		Name: "gateway_hedges_total", Help: "Hedges started: second calls to a provider whose first call was slower than the hedge delay.",
+	}, []string{"provider"})
+	m.hedgeWins = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "gateway_hedge_wins_total", Help: "Hedges that answered before the call they hedged.",
+	}, []string{"provider"})
 	// Series whose labels are known start at zero: a counter that appears
 	// only at its first increment hides that increment from rate(), and its
 	// dashboard panel reads "no data" instead of 0.
@@ -132,7 +136,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	}
 	reg.MustRegister(m.tokens, m.requests, m.duration, m.overhead, m.queueWait, m.rejections, m.attempts, m.attemptDuration,
 		m.retries, m.failures, m.transitions, m.timeouts, m.cancellations, m.streamCuts, m.late,
-		m.upConnect, m.upHeaders, m.firstChunk, m.chunkGap, m.streamTime, m.budgetRefusals, m.hedges)
+		m.upConnect, m.upHeaders, m.firstChunk, m.chunkGap, m.streamTime, m.budgetRefusals, m.hedges, m.hedgeWins)
 	return m
 }
 
@@ -141,8 +145,8 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 func (m *Metrics) WatchHedging(providers []string, hedging, budget bool) {
 	for _, p := range providers {
 		if hedging {
-			m.hedges.WithLabelValues(p, "started")
-			m.hedges.WithLabelValues(p, "won")
+			m.hedges.WithLabelValues(p)
+			m.hedgeWins.WithLabelValues(p)
 		}
 		if budget {
 			m.budgetRefusals.WithLabelValues(p, "retry")
@@ -164,10 +168,10 @@ func (m *Metrics) HedgeRefused(provider string) {
 }
 
 // HedgeStarted counts a hedge sent to provider.
-func (m *Metrics) HedgeStarted(provider string) { m.hedges.WithLabelValues(provider, "started").Inc() }
+func (m *Metrics) HedgeStarted(provider string) { m.hedges.WithLabelValues(provider).Inc() }
 
 // HedgeWon counts a hedge that answered before the call it hedged.
-func (m *Metrics) HedgeWon(provider string) { m.hedges.WithLabelValues(provider, "won").Inc() }
+func (m *Metrics) HedgeWon(provider string) { m.hedgeWins.WithLabelValues(provider).Inc() }
 
 // ObserveUpstream records where an upstream call's time went before its
 // body: connect (0 for a pooled connection: not recorded) and headers.

@@ -36,8 +36,8 @@ func TestHedgingExportsItsCountersAndStillAnswers(t *testing.T) {
 
 	page := metrics(t, a.url)
 	for _, series := range []string{
-		`gateway_hedges_total{outcome="started",provider="alpha"} 0`,
-		`gateway_hedges_total{outcome="won",provider="beta"} 0`,
+		`gateway_hedges_total{provider="alpha"} 0`,
+		`gateway_hedge_wins_total{provider="beta"} 0`,
 		`gateway_retry_budget_exhausted_total{kind="hedge",provider="alpha"} 0`,
 		`gateway_retry_budget_exhausted_total{kind="retry",provider="beta"} 0`,
 	} {
@@ -46,8 +46,19 @@ func TestHedgingExportsItsCountersAndStillAnswers(t *testing.T) {
 	problems, err := promlint.New(strings.NewReader(page)).Lint()
 	require.NoError(t, err)
 	for _, p := range problems {
-		assert.NotContains(t, []string{"gateway_hedges_total", "gateway_retry_budget_exhausted_total"}, p.Metric, "promlint: %s", p.Text)
+		assert.NotContains(t, []string{"gateway_hedges_total", "gateway_hedge_wins_total", "gateway_retry_budget_exhausted_total"}, p.Metric, "promlint: %s", p.Text)
 	}
+}
+
+func TestHedgesAskTheGatewaysRetryBudget(t *testing.T) {
+	a := start(t, "-readiness-delay=0", "-hedge-delay=10ms", "-retry-budget=0.01", "-retry-budget-min=0",
+		"-provider", "name=alpha,latency=200ms")
+	code, body := post(t, a.url+"/v1/chat/completions", `{"model":"auto","messages":[{"role":"user","content":"ping"}]}`)
+	require.Equal(t, http.StatusOK, code, body)
+	page := metrics(t, a.url)
+	assert.Contains(t, page, `gateway_retry_budget_exhausted_total{kind="hedge",provider="alpha"} 1`,
+		"one request deposits 0.01 of a retry: the hedge at 10 ms is refused by the budget the retries use")
+	assert.Contains(t, page, `gateway_hedges_total{provider="alpha"} 0`)
 }
 
 func TestHedgeAndBudgetFlagsAreChecked(t *testing.T) {
