@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -43,6 +44,18 @@ func init() {
 type lines []string
 
 func (l *lines) line(s string) { *l = append(*l, s) }
+
+// startPair starts gateway A with args and gateway B with args and extra.
+func startPair(ctx context.Context, args []string, extra ...string) (a, b *gateway, err error) {
+	if a, err = startGateway(ctx, args...); err != nil {
+		return nil, nil, err
+	}
+	if b, err = startGateway(ctx, append(slices.Clip(args), extra...)...); err != nil {
+		a.stop()
+		return nil, nil, err
+	}
+	return a, b, nil
+}
 
 // sideBySide sends the same load to each gateway at once, so both share
 // the machine's noise, and returns each one's outcomes.
@@ -144,15 +157,11 @@ func between(scs []scrape, from, to float64, f func(scrape) float64) float64 {
 func hedgingScenario(ctx context.Context, r *report) error {
 	provider := fmt.Sprintf("name=alpha,latency=40ms,jitter=10ms,slow=0s-1h:800ms@0.04,seed=%d", r.seed)
 	common := []string{"-provider", provider, "-rate=1e6", "-burst=1000000", "-max-concurrent=256", "-max-per-tenant=0"}
-	a, err := startGateway(ctx, common...)
+	a, b, err := startPair(ctx, common, "-hedge-delay=100ms", "-retry-budget=0.1")
 	if err != nil {
 		return err
 	}
 	defer a.stop()
-	b, err := startGateway(ctx, append(common, "-hedge-delay=100ms", "-retry-budget=0.1")...)
-	if err != nil {
-		return err
-	}
 	defer b.stop()
 	const rate, dur = 25, 30 * time.Second
 	r.configure("production_app -provider " + provider + " -rate 1e6 -max-concurrent 256")
@@ -196,15 +205,11 @@ func retryBudgetScenario(ctx context.Context, r *report) error {
 	provider := fmt.Sprintf("name=alpha,latency=20ms,jitter=5ms,outage=10s-25s,seed=%d", r.seed)
 	common := []string{"-provider", provider, "-rate=1e6", "-burst=1000000", "-max-concurrent=256", "-max-per-tenant=0",
 		"-max-attempts=3", "-base-backoff=10ms", "-max-backoff=50ms", "-failure-threshold=1000000"}
-	a, err := startGateway(ctx, common...)
+	a, b, err := startPair(ctx, common, "-retry-budget=0.1", "-retry-budget-min=1")
 	if err != nil {
 		return err
 	}
 	defer a.stop()
-	b, err := startGateway(ctx, append(common, "-retry-budget=0.1", "-retry-budget-min=1")...)
-	if err != nil {
-		return err
-	}
 	defer b.stop()
 	const rate, dur = 40, 35 * time.Second
 	r.configure("production_app -provider " + provider)
@@ -264,15 +269,11 @@ func adaptiveScenario(ctx context.Context, r *report) error {
 	provider := fmt.Sprintf("name=alpha,latency=50ms,jitter=10ms,capacity=8,slow=15s-35s:150ms@1,seed=%d", r.seed)
 	common := []string{"-provider", provider, "-rate=1e6", "-burst=1000000", "-max-concurrent=64", "-max-per-tenant=0",
 		"-attempt-timeout=2s", "-total-timeout=5s"}
-	a, err := startGateway(ctx, common...)
+	a, b, err := startPair(ctx, common, "-adaptive-limit=gradient")
 	if err != nil {
 		return err
 	}
 	defer a.stop()
-	b, err := startGateway(ctx, append(common, "-adaptive-limit=gradient")...)
-	if err != nil {
-		return err
-	}
 	defer b.stop()
 	const rate, dur = 60, 50 * time.Second
 	r.configure("production_app -provider " + provider)

@@ -9,6 +9,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/production-go/gateway-lab/internal/testkit/promtest"
 	bridge "github.com/production-go/gateway-lab/solutions/06-bridge"
 	gateway "github.com/production-go/gateway-lab/solutions/08-gateway"
 	hedging "github.com/production-go/gateway-lab/solutions/10-hedging"
@@ -91,27 +92,7 @@ func hedged(t *testing.T, p gateway.Provider, hc HedgeConfig, budget *hedging.Bu
 	return ps[0], s.Metrics, reg
 }
 
-func count(t *testing.T, reg *prometheus.Registry, name string, labels ...string) float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	require.NoError(t, err)
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-	next:
-		for _, m := range mf.GetMetric() {
-			for i, lp := range m.GetLabel() {
-				if i*2+1 >= len(labels) || lp.GetName() != labels[i*2] || lp.GetValue() != labels[i*2+1] {
-					continue next
-				}
-			}
-			return m.GetCounter().GetValue()
-		}
-	}
-	t.Fatalf("no series %s%v", name, labels)
-	return 0
-}
+var count = promtest.Counter
 
 func TestHedgeAnswersWhenTheFirstCallIsSlowAndCancelsIt(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {

@@ -9,37 +9,13 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
+	"github.com/production-go/gateway-lab/internal/testkit/promtest"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
-// counter reads one labelled series of a counter from the registry; 0 when
-// the series does not exist yet.
-func counter(t *testing.T, reg *prometheus.Registry, name string, labels ...string) float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	require.NoError(t, err)
-	for _, mf := range mfs {
-		if mf.GetName() != name {
-			continue
-		}
-	next:
-		for _, m := range mf.GetMetric() {
-			have := map[string]string{}
-			for _, lp := range m.GetLabel() {
-				have[lp.GetName()] = lp.GetValue()
-			}
-			for i := 0; i+1 < len(labels); i += 2 {
-				if have[labels[i]] != labels[i+1] {
-					continue next
-				}
-			}
-			return m.GetCounter().GetValue()
-		}
-	}
-	return 0
-}
+// counter reads one labelled series of a counter; 0 when it does not exist yet.
+var counter = promtest.Counter
 
 // TestTimeoutsAndCancellationsAreCounted: the numbers an incident needs
 // besides latency — timeouts by layer, and callers who left — are counted,
