@@ -90,7 +90,7 @@ func solve(t *testing.T, root string) {
 func TestRedLabShowsFirstFailureAndItsHint(t *testing.T) {
 	t.Parallel()
 	root := fixture(t)
-	code, out, _ := labctl(t, root, "test", "01", "-no-race")
+	code, out, _ := labctl(t, root, "test", "01")
 	assert.Equal(t, 1, code, "a red lab exits 1")
 	assert.Contains(t, out, "✗ TestAddAddsTwoNumbers")
 	assert.Contains(t, out, "lab 01: 0/2 passing — edit add.go in labs/01-add/")
@@ -105,7 +105,7 @@ func TestUnitFailureComesBeforeTheRealRedisTest(t *testing.T) {
 	// Declared first (its file sorts first) and run first, as in lab 07.
 	addTwinTest(t, root, "a_integration_test.go", "package add\n\nimport \"testing\"\n\n"+
 		"func TestIntegrationAddOnRealRedis(t *testing.T) {\n\tif Add(1, 1) != 2 {\n\t\tt.Fatal(\"Add(1, 1) != 2 on real Redis\")\n\t}\n}\n")
-	code, out, _ := labctl(t, root, "test", "01", "-no-race")
+	code, out, _ := labctl(t, root, "test", "01")
 	assert.Equal(t, 1, code)
 	assert.Contains(t, out, "first failing test: TestAddAddsTwoNumbers", "a unit test names the behaviour; the integration test fails whenever anything does")
 	assert.Contains(t, out, "hint 1/2 — 1. Use the plus sign", "the hint matches the failure shown")
@@ -125,7 +125,7 @@ func TestRealRedisSkipReadsTheSameInTestProgressAndGrade(t *testing.T) {
 		"func TestIntegrationNeedsRedis(t *testing.T) { t.Skip(%q) }\n", skip))
 	line := "TestIntegrationNeedsRedis skipped: " + strings.TrimPrefix(skip, redismark.Skipped)
 
-	code, out, _ := labctl(t, root, "test", "01", "-no-race")
+	code, out, _ := labctl(t, root, "test", "01")
 	assert.Equal(t, 0, code, "nothing failed: %s", out)
 	assert.Contains(t, out, "lab 01: 2/3 pass")
 	assert.Contains(t, out, line, "make lab-NN says which test skipped and why")
@@ -134,7 +134,7 @@ func TestRealRedisSkipReadsTheSameInTestProgressAndGrade(t *testing.T) {
 	assert.Regexp(t, `01\s+Adding numbers\s+2/3\s+in progress, 1 skipped \(no Redis\)`, out)
 	assert.Contains(t, out, "lab 01: "+line, "make progress says it in the same words")
 
-	code, out, errOut := labctl(t, root, "grade", "-no-race", "-out", "r")
+	code, out, errOut := labctl(t, root, "grade", "-out", "r")
 	require.Equal(t, 0, code, errOut)
 	assert.Contains(t, out, "grade: 2/3 tests")
 	assert.Contains(t, out, "lab 01: "+line, "make grade says it in the same words")
@@ -148,7 +148,7 @@ func TestFirstFailureShowsOneAssertionAndCountsTheRest(t *testing.T) {
 	root := fixture(t)
 	addTwinTest(t, root, "many_test.go", "package add\n\nimport \"testing\"\n\n"+
 		"func TestAddManyCases(t *testing.T) {\n\tfor i := range 12 {\n\t\tif got := Add(i, 1); got != i+1 {\n\t\t\tt.Errorf(\"Add(%d, 1) = %d, want %d\", i, got, i+1)\n\t\t}\n\t}\n}\n")
-	_, out, _ := labctl(t, root, "test", "01", "-no-race", "-run", "TestAddManyCases")
+	_, out, _ := labctl(t, root, "test", "01", "-run", "TestAddManyCases")
 	assert.Contains(t, out, "first failing test: TestAddManyCases\n    many_test.go:8: Add(0, 1) = 0, want 1\n")
 	assert.NotContains(t, out, "Add(1, 1) = 0", "only the first assertion is shown")
 	assert.Contains(t, out, "(11 more in this test: go test -run '^TestAddManyCases$' ./labs/01-add)")
@@ -157,7 +157,7 @@ func TestFirstFailureShowsOneAssertionAndCountsTheRest(t *testing.T) {
 func TestHintShownWithAFailureCountsAsSeen(t *testing.T) {
 	t.Parallel()
 	root := fixture(t)
-	_, out, _ := labctl(t, root, "test", "01", "-no-race")
+	_, out, _ := labctl(t, root, "test", "01")
 	require.Contains(t, out, "hint 1/2")
 	_, out, _ = labctl(t, root, "hint", "01")
 	assert.Contains(t, out, "hint 2/2 — 2. Loop", "make hint moves on from the hint make lab-01 showed")
@@ -166,7 +166,7 @@ func TestHintShownWithAFailureCountsAsSeen(t *testing.T) {
 func TestCompilingNoticeWhenTheFirstTestIsSlowToStart(t *testing.T) {
 	defer func(d time.Duration) { compileNotice = d }(compileNotice)
 	compileNotice = time.Nanosecond // every build is slower than that
-	_, out, _ := labctl(t, fixture(t), "test", "01", "-no-race")
+	_, out, _ := labctl(t, fixture(t), "test", "01")
 	assert.Contains(t, out, "compiling lab 01 (the first run downloads and builds dependencies, ~1–2 min)…")
 }
 
@@ -176,7 +176,7 @@ func TestWatchQuitsOnQWithoutEnter(t *testing.T) {
 	in, keys := io.Pipe()
 	var out, errb bytes.Buffer
 	done := make(chan int)
-	go func() { done <- run(t.Context(), []string{"-C", root, "watch", "01", "-no-race"}, in, &out, &errb) }()
+	go func() { done <- run(t.Context(), []string{"-C", root, "watch", "01"}, in, &out, &errb) }()
 	go func() {
 		_, _ = keys.Write([]byte("\n")) // Enter: one run by hand
 		_, _ = keys.Write([]byte("q"))  // q alone quits
@@ -197,7 +197,7 @@ func TestGreenLabAndProgressShowDone(t *testing.T) {
 	root := fixture(t)
 	solve(t, root)
 
-	code, out, _ := labctl(t, root, "test", "01", "-no-race")
+	code, out, _ := labctl(t, root, "test", "01")
 	assert.Equal(t, 0, code, out)
 	assert.Contains(t, out, "all 2 tests pass")
 
@@ -222,7 +222,7 @@ func TestEditedTestsWarnLoudly(t *testing.T) {
 	b, err := os.ReadFile(p)
 	require.NoError(t, err)
 	require.NoError(t, os.WriteFile(p, append(b, []byte("\n// edited\n")...), 0o644))
-	_, _, errOut := labctl(t, root, "test", "01", "-no-race")
+	_, _, errOut := labctl(t, root, "test", "01")
 	assert.Contains(t, errOut, "the test files were edited")
 	assert.Contains(t, errOut, "git checkout -- labs/01-add/'*_test.go'")
 }
@@ -253,7 +253,7 @@ func TestVerifyReportsProblemsAndExitsNonZero(t *testing.T) {
 	root := fixture(t)
 	require.NoError(t, os.WriteFile(filepath.Join(root, "solutions/01-add/testdata/mutants/harmless.patch"),
 		[]byte("--- a/add.go\n+++ b/add.go\n@@ -3,3 +3,3 @@\n \n-// Add returns a+b.\n+// Add returns the sum.\n func Add(a, b int) int { return a + b }\n"), 0o644))
-	code, out, _ := labctl(t, root, "verify", "-no-race")
+	code, out, _ := labctl(t, root, "verify")
 	assert.Equal(t, 1, code)
 	assert.Regexp(t, `harmless\s+SURVIVED`, out)
 	assert.Contains(t, out, "mutant harmless survived")
@@ -262,7 +262,7 @@ func TestVerifyReportsProblemsAndExitsNonZero(t *testing.T) {
 func TestGradeWritesReportsAndExitsZeroOnALowScore(t *testing.T) {
 	t.Parallel()
 	root := fixture(t)
-	code, out, errOut := labctl(t, root, "grade", "-no-race", "-out", "r")
+	code, out, errOut := labctl(t, root, "grade", "-out", "r")
 	assert.Equal(t, 0, code, errOut)
 	assert.Contains(t, out, "grade: 0/2 tests")
 	assert.Contains(t, out, "  add: 0/2 checklist items", "grade says which checklist items the lab keeps")

@@ -81,7 +81,7 @@ func TestGradeOneRunsOnlyThatTestAgainstThePristineFiles(t *testing.T) {
 	// The learner "fixes" the Sum test so it passes.
 	write(t, root, "labs/01-add/add_test.go", "package add\n\nimport \"testing\"\n\nfunc TestAddAddsTwoNumbers(t *testing.T) {}\n\nfunc TestSumAddsEveryNumber(t *testing.T) {}\n")
 	l := fixtureLab(t, root)
-	opts := GradeOptions{Root: root, NoRace: true}
+	opts := GradeOptions{Root: root}
 
 	gl, err := GradeOne(t.Context(), opts, l, "TestAddAddsTwoNumbers")
 	require.NoError(t, err)
@@ -252,7 +252,7 @@ func TestGradeInATemplateTakesThePristineTestsFromTheArchiveOrARef(t *testing.T)
 	gitIn(t, dst, "commit", "-qm", "template")
 	solveAdd(t, dst)
 
-	g, err := RunGrade(t.Context(), GradeOptions{Root: dst, NoRace: true})
+	g, err := RunGrade(t.Context(), GradeOptions{Root: dst})
 	require.NoError(t, err)
 	assert.Equal(t, []Status{Pass, Fail}, statuses(g), "Add solved, Sum not")
 
@@ -263,10 +263,10 @@ func TestGradeInATemplateTakesThePristineTestsFromTheArchiveOrARef(t *testing.T)
 		"add_test.go": []byte("package add\n\nimport \"testing\"\n\nfunc TestAddAddsTwoNumbers(t *testing.T) {}\n\nfunc TestSumAddsEveryNumber(t *testing.T) {}\n"),
 	}}))
 	write(t, dst, PristineArchive, buf.String())
-	g, err = RunGrade(t.Context(), GradeOptions{Root: dst, NoRace: true})
+	g, err = RunGrade(t.Context(), GradeOptions{Root: dst})
 	require.NoError(t, err)
 	assert.Equal(t, []Status{Pass, Pass}, statuses(g), "a doctored archive fools a grade of the working tree: that is why --pristine-ref exists")
-	g, err = RunGrade(t.Context(), GradeOptions{Root: dst, NoRace: true, PristineRef: "HEAD"})
+	g, err = RunGrade(t.Context(), GradeOptions{Root: dst, PristineRef: "HEAD"})
 	require.NoError(t, err)
 	assert.Equal(t, []Status{Pass, Fail}, statuses(g), "--pristine-ref reads the archive as the template's commit has it")
 }

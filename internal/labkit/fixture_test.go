@@ -31,13 +31,13 @@ func write(t *testing.T, root, rel, content string) {
 
 func verifyFixture(t *testing.T, root string) LabReport {
 	t.Helper()
-	return verifyWith(t, VerifyOptions{Root: root, NoRace: true, Fresh: true})
+	return verifyWith(t, VerifyOptions{Root: root, Fresh: true})
 }
 
 // verifyFast checks what needs no solution or mutant run.
 func verifyFast(t *testing.T, root string) LabReport {
 	t.Helper()
-	return verifyWith(t, VerifyOptions{Root: root, NoRace: true, Fresh: true, Fast: true})
+	return verifyWith(t, VerifyOptions{Root: root, Fresh: true, Fast: true})
 }
 
 // checkOnly runs only the file checks (twins, hints) on the fixture's lab.
@@ -53,7 +53,7 @@ func checkOnly(t *testing.T, root string) LabReport {
 func mutantsOnly(t *testing.T, root string) LabReport {
 	t.Helper()
 	reports := []LabReport{{Lab: fixtureLab(t, root)}}
-	v := &verifier{VerifyOptions: VerifyOptions{Root: root, NoRace: true, Fresh: true}}
+	v := &verifier{VerifyOptions: VerifyOptions{Root: root, Fresh: true}}
 	require.NoError(t, v.checkMutants(t.Context(), reports))
 	return reports[0]
 }
@@ -93,7 +93,7 @@ func TestVerifyReusesVerdictsUntilTheirInputsChange(t *testing.T) {
 	verify := func(opts VerifyOptions) (LabReport, string) {
 		t.Helper()
 		var log strings.Builder
-		opts.Root, opts.NoRace, opts.Log = root, true, &log
+		opts.Root, opts.Log = root, &log
 		reports, err := Verify(t.Context(), opts)
 		require.NoError(t, err)
 		return reports[0], log.String()
@@ -211,7 +211,7 @@ func TestVerifyStubsRefUsesPristineStubsFromGit(t *testing.T) {
 	solved, err := os.ReadFile(filepath.Join(root, "solutions/01-add/add.go"))
 	require.NoError(t, err)
 	write(t, root, "labs/01-add/add.go", string(solved))
-	reports, err := Verify(t.Context(), VerifyOptions{Root: root, NoRace: true, Fresh: true, Fast: true, StubsRef: "HEAD"})
+	reports, err := Verify(t.Context(), VerifyOptions{Root: root, Fresh: true, Fast: true, StubsRef: "HEAD"})
 	require.NoError(t, err)
 	assert.True(t, reports[0].OK(), "with --stubs-ref a solved fork still verifies: %s", problems(reports[0]))
 	assert.Equal(t, 2, reports[0].StubsRed)
@@ -232,7 +232,7 @@ func TestGradeRestoresTestsAndWritesOneEntryPerTest(t *testing.T) {
 	require.NoError(t, os.MkdirAll(filepath.Join(held, "01-add"), 0o755))
 	write(t, held, "01-add/heldback_test.go", "package add\n\nimport \"testing\"\n\nfunc TestAddIsCommutative(t *testing.T) {\n\tif Add(1, 2) != Add(2, 1) {\n\t\tt.Fatal(\"not commutative\")\n\t}\n}\n")
 
-	g, err := RunGrade(t.Context(), GradeOptions{Root: root, TestsDir: held, NoRace: true})
+	g, err := RunGrade(t.Context(), GradeOptions{Root: root, TestsDir: held})
 	require.NoError(t, err)
 	require.Len(t, g.Labs, 1)
 	l := g.Labs[0]
@@ -287,7 +287,7 @@ func TestGradeScoresALabThatDoesNotCompile(t *testing.T) {
 	t.Parallel()
 	root := fixture(t)
 	write(t, root, "labs/01-add/add.go", "package add\n\nfunc Add(a, b int) int { return a + }\n")
-	g, err := RunGrade(t.Context(), GradeOptions{Root: root, NoRace: true})
+	g, err := RunGrade(t.Context(), GradeOptions{Root: root})
 	require.NoError(t, err, "a learner's compile error is a score of zero, not a tool error")
 	assert.NotEmpty(t, g.Labs[0].Build)
 	assert.Equal(t, 0, g.Passed)
