@@ -35,6 +35,7 @@ type config struct {
 	retryAfter time.Duration
 	outages    []string
 	slow       []string
+	capacity   int
 	seed       uint64
 }
 
@@ -70,6 +71,7 @@ func (c *config) flags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.retryAfter, "retry-after", time.Second, "Retry-After of a 429")
 	fs.Var(list{&c.outages}, "outage", "an outage window from start: every call in it gets 503, repeatable: 30s-60s")
 	fs.Var(list{&c.slow}, "slow", "a brown-out window from start: a share of calls takes longer, repeatable: start-end:extra@share, e.g. 20s-40s:800ms@0.1")
+	fs.IntVar(&c.capacity, "capacity", 0, "calls served at full speed at once; above that each call slows in proportion (0: no limit)")
 	fs.Uint64Var(&c.seed, "seed", 1, "seed of the latency and failure draws: the same seed replays the same sequence")
 }
 
@@ -78,7 +80,7 @@ func (c *config) spec() string {
 	f := []string{"name=" + c.name, "model=" + c.model,
 		"latency=" + c.latency.String(), "jitter=" + c.jitter.String(), "chunk-delay=" + c.chunkDelay.String(),
 		"error-rate=" + strconv.FormatFloat(c.errorRate, 'g', -1, 64), "errors=" + c.errors,
-		"retry-after=" + c.retryAfter.String(), "seed=" + strconv.FormatUint(c.seed, 10)}
+		"retry-after=" + c.retryAfter.String(), "capacity=" + strconv.Itoa(c.capacity), "seed=" + strconv.FormatUint(c.seed, 10)}
 	for _, o := range c.outages {
 		f = append(f, "outage="+o)
 	}

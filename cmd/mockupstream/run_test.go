@@ -35,6 +35,7 @@ func TestEnvironmentSetsFlagsAndAFlagWins(t *testing.T) {
 		"MOCKUPSTREAM_ERRORS":     "500|429",
 		"MOCKUPSTREAM_SLOW":       "10s-20s:1s@0.5; 30s-40s:2s@0.1",
 		"MOCKUPSTREAM_ADDR":       "0.0.0.0:9000",
+		"MOCKUPSTREAM_CAPACITY":   "8",
 	}
 	lookup := func(k string) (string, bool) { v, ok := env[k]; return v, ok }
 	c, err := parse([]string{"-latency", "50ms"}, io.Discard, lookup)
@@ -43,7 +44,7 @@ func TestEnvironmentSetsFlagsAndAFlagWins(t *testing.T) {
 	assert.InDelta(t, 0.25, c.errorRate, 0, "from MOCKUPSTREAM_ERROR_RATE")
 	assert.Equal(t, "0.0.0.0:9000", c.addr)
 	assert.Equal(t, []string{"10s-20s:1s@0.5", "30s-40s:2s@0.1"}, c.slow, "a repeatable flag takes ;-separated values from the environment")
-	assert.Equal(t, "name=mock,model=mock-1,latency=50ms,jitter=40ms,chunk-delay=15ms,error-rate=0.25,errors=500|429,retry-after=1s,seed=1,slow=10s-20s:1s@0.5,slow=30s-40s:2s@0.1", c.spec())
+	assert.Equal(t, "name=mock,model=mock-1,latency=50ms,jitter=40ms,chunk-delay=15ms,error-rate=0.25,errors=500|429,retry-after=1s,capacity=8,seed=1,slow=10s-20s:1s@0.5,slow=30s-40s:2s@0.1", c.spec())
 }
 
 func TestBadSettingsExitWith2(t *testing.T) {

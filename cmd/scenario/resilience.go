@@ -17,7 +17,8 @@ func init() {
 			"load side by side: A waits for every call; B sends a second call to the provider when the first " +
 			"has taken 100 ms (-hedge-delay), takes whichever answers first and cancels the other. B's p99 " +
 			"falls to about the hedge delay plus an ordinary call (from about 850 ms to about 150 ms with seed 1), for about " +
-			"3 % more upstream calls — and its retry budget caps how many more there can ever be.",
+			"3 % more upstream calls — and its retry budget (10 % of its requests plus 10 a second) caps " +
+			"how many more there can ever be.",
 		run: hedgingScenario})
 	register(scenario{name: "retry-budget", title: "retries during an outage, with and without a retry budget (lab 10)",
 		lesson: "The provider answers 503 from 10 s to 25 s. Both gateways retry up to twice; their breakers are " +

@@ -85,7 +85,7 @@ func (c *Config) Flags(fs *flag.FlagSet) {
 	fs.Uint64Var(&c.Seed, "seed", 0, "seed for jitter and simulated providers (0: random; printed at start to replay)")
 	fs.StringVar(&c.LogLevel, "log-level", "info", "debug, info, warn or error")
 	fs.BoolVar(&c.OverheadHeader, "overhead-header", false, "add X-Gateway-Overhead-Ms (the gateway's own time) to answers, for debugging")
-	fs.Func("provider", "a simulated provider, repeatable, in priority order: name=alpha,latency=80ms,jitter=40ms,chunk-delay=15ms,error-rate=0.05,errors=500|429|reset|timeout|400,outage=30s-60s (default: alpha and beta)",
+	fs.Func("provider", "a simulated provider, repeatable, in priority order: name=alpha,latency=80ms,jitter=40ms,chunk-delay=15ms,error-rate=0.05,errors=500|429|reset|timeout|400,outage=30s-60s,slow=20s-40s:800ms@0.1,capacity=8,seed=7 (default: alpha and beta)",
 		func(v string) error { c.Providers = append(c.Providers, v); return nil })
 	fs.Func("upstream", "an OpenAI-compatible upstream, repeatable, tried before simulated providers: name=up,url=https://host/v1,model=small-1,key-env=UP_API_KEY (the key is read from that environment variable, never from a flag)",
 		func(v string) error { c.Upstreams = append(c.Upstreams, v); return nil })
@@ -104,7 +104,7 @@ func (c *Config) gatewayFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&g.MaxQueueWait, "max-queue-wait", 2*time.Second, "how long a request may wait for a slot (0: don't wait)")
 	fs.IntVar(&g.MaxAttempts, "max-attempts", 3, "attempts per request, the first included")
 	fs.DurationVar(&c.Hedge.Delay, "hedge-delay", 0, "hedge a non-streamed provider call still running after this long with one more call to the same provider; the first answer wins (0: off)")
-	fs.Float64Var(&c.Hedge.Percentile, "hedge-percentile", 0, "hedge at this percentile (e.g. 0.95) of each provider's last 100 answered calls instead, -hedge-delay until 100 are in (0: always -hedge-delay)")
+	fs.Float64Var(&c.Hedge.Percentile, "hedge-percentile", 0, "hedge at this percentile (e.g. 0.95) of each provider's last 100 calls answered without a hedge instead, -hedge-delay until 100 are in (0: always -hedge-delay)")
 	fs.Float64Var(&c.RetryBudget.Percent, "retry-budget", 0, "retries and hedges per provider, as a fraction of its requests over -retry-budget-window, plus -retry-budget-min a second (e.g. 0.1; 0: off)")
 	fs.IntVar(&c.RetryBudget.MinPerSec, "retry-budget-min", 10, "retries a second each provider may make whatever its traffic (with -retry-budget)")
 	fs.DurationVar(&c.RetryBudget.TTL, "retry-budget-window", 10*time.Second, "the sliding window -retry-budget counts requests and retries over")
