@@ -17,7 +17,7 @@ LABS         := lab-01 lab-02 lab-03 lab-04 lab-05 lab-06 lab-07 lab-08 lab-09 l
 export GORACE ?= atexit_sleep_ms=0
 
 .DEFAULT_GOAL := help
-.PHONY: help run run-secure test test-sdk test-k8s test-stack stack-up stack-down sdk-node ci lint vet fmt-check tidy-check no-binaries stress stress-short bench bench-http \
+.PHONY: help run run-secure test test-template test-sdk test-k8s test-stack stack-up stack-down sdk-node ci lint vet fmt-check tidy-check no-binaries stress stress-short bench bench-http \
         integration checklist fuzz scenario progress hint watch verify grade clean $(LABS)
 
 help:
@@ -74,9 +74,12 @@ grade: $(LABCTL) ## grade every lab with pristine tests (TESTS=dir adds held-bac
 # on each package in the same compile) and the lab conventions that need no
 # extra run (identical, black-box, stubs red). `make verify` and `make ci`
 # add the kill matrix, full lint, the SDK test, stress and real Redis.
-test: $(LABCTL) ## solutions and tooling under -race, then labctl verify -fast
-	$(GO) test -race ./solutions/... ./internal/... ./cmd/...
+test: $(LABCTL) ## solutions and tooling under -race (-short: the template round trip is make test-template), then labctl verify -fast
+	$(GO) test -race -short ./solutions/... ./internal/... ./cmd/...
 	@$(LABCTL) verify -fast
+
+test-template: ## export the learner template, solve lab 01 in it and grade it there (compiles every lab under -race)
+	$(GO) test -race -count=1 -run '^TestExportedTemplateGradesWhatTheLearnerSolved$$' ./cmd/labctl/
 
 verify: $(LABCTL) ## tests identical, stubs red one by one, solutions green, every mutant killed (cached)
 	@$(LABCTL) verify
@@ -113,7 +116,7 @@ fuzz: ## run every fuzz target for FUZZTIME each (default 20s); CI runs their se
 	$(GO) test -run '^$$' -fuzz '^FuzzVerify$$' -fuzztime $(FUZZTIME) ./solutions/identity/
 	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./solutions/policy/
 
-ci: lint test verify test-sdk test-k8s test-stack sdk-node stress-short integration checklist ## what CI runs (.ci/run calls this): lint, tests, labs, SDKs, k8s, the stack, stress, real Redis, the checklist
+ci: lint test test-template verify test-sdk test-k8s test-stack sdk-node stress-short integration checklist ## what CI runs (.ci/run calls this): lint, tests, labs, SDKs, k8s, the stack, stress, real Redis, the checklist
 
 # In CI the stack test may not skip: no prometheus (or Redis) fails it.
 ci: export STACK_PROMETHEUS_REQUIRED := 1
