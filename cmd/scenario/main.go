@@ -65,7 +65,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 		sort.Strings(names)
 		for _, n := range names {
-			fmt.Fprintf(stdout, "  %-10s %s\n", n, scenarios[n].title)
+			fmt.Fprintf(stdout, "  %-14s %s\n", n, scenarios[n].title)
 		}
 		if *name == "" && !*list {
 			return 2

@@ -261,7 +261,7 @@ func retryBudgetScenario(ctx context.Context, r *report) error {
 		}
 	}
 	t.line("")
-	t.line("(Calls and refusals from each gateway's /metrics, scraped every second, so a phase's edges are ±1 s.)")
+	t.line("(Calls and refusals from each gateway's /metrics, scraped every second, so a phase's edges are ±1 s: \"before\" misses the calls of the requests still in flight at its last scrape, and \"after\" counts the refusals of the requests sent in the outage's last second.)")
 	r.text(strings.Join(t, "\n"))
 	return nil
 }
@@ -308,7 +308,7 @@ func adaptiveScenario(ctx context.Context, r *report) error {
 	phases := [][3]any{{"before (0–15 s)", 0.0, 15.0}, {"brown-out (15–35 s)", 15.0, 35.0}, {"after (35–50 s)", 35.0, 51.0}}
 	r.text("A, fixed limit:\n\n" + phaseTable(sa, phases))
 	r.text("B, adaptive limit:\n\n" + phaseTable(sb, phases))
-	t := lines{"| phase | B's limit: min / median / max | B's requests in flight: median / max | A's requests in flight: median / max |", "| --- | ---: | ---: | ---: |"}
+	t := lines{"| phase | B's limit (B's calls at the provider, at most): min / median / max | B's requests in flight: median / max | A's requests in flight (every one of them a call at the provider): median / max |", "| --- | ---: | ---: | ---: |"}
 	for _, ph := range phases {
 		var lim, in, inA []float64
 		for _, s := range scs[1].scrapes() {

@@ -31,14 +31,29 @@ func ReportOrder(tests []string) []string {
 	return out
 }
 
-// LabTests lists the exercise tests in a lab's directory, in report order.
+// LabTests lists the exercise tests in a lab's directory, in report order,
+// and within it in the order of the lab's hints — its steps — when its
+// hints file can be read: the first failure a learner is shown belongs to
+// the earliest step not yet done, not to whichever test file sorts first.
 func LabTests(root string, l Lab) ([]string, error) {
 	sources, err := ReadTestSources(filepath.Join(root, l.LabDir()))
 	if err != nil {
 		return nil, err
 	}
 	tests, err := TestFuncs(sources)
-	return ReportOrder(tests), err
+	if err != nil {
+		return nil, err
+	}
+	if hints, herr := LoadHints(root, l); herr == nil {
+		step := func(t string) int {
+			if i := HintFor(hints, t); i >= 0 {
+				return i
+			}
+			return len(hints) // a test no hint names: after the ones that are
+		}
+		slices.SortStableFunc(tests, func(a, b string) int { return step(a) - step(b) })
+	}
+	return ReportOrder(tests), nil
 }
 
 // Outcome is what one run says about a lab's tests. labctl test, progress

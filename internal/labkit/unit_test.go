@@ -2,6 +2,8 @@ package labkit
 
 import (
 	"errors"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -137,4 +139,18 @@ func TestRaceRunsSkipTheExitSleepUnlessToldOtherwise(t *testing.T) {
 	assert.Equal(t, "atexit_sleep_ms=0", noExitSleep(""))
 	assert.Equal(t, "halt_on_error=1 atexit_sleep_ms=0", noExitSleep("halt_on_error=1"), "other options are kept")
 	assert.Equal(t, "atexit_sleep_ms=500", noExitSleep("atexit_sleep_ms=500"), "a value the user chose wins")
+}
+
+func TestLabTestsFollowTheHintsOrder(t *testing.T) {
+	root := t.TempDir()
+	dir := filepath.Join(root, "labs", "01-x")
+	require.NoError(t, os.MkdirAll(dir, 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "a_test.go"), []byte("package x\n\nimport \"testing\"\n\nfunc TestLate(t *testing.T) {}\nfunc TestIntegrationRedis(t *testing.T) {}\nfunc TestUnhinted(t *testing.T) {}\n"), 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "b_test.go"), []byte("package x\n\nimport \"testing\"\n\nfunc TestEarly(t *testing.T) {}\n"), 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "HINTS.md"), []byte("# Hints\n\n## 1. First step\n\nTests: TestEarly, TestIntegrationRedis\n\nDo this.\n\n## 2. Second step\n\nTests: TestLate\n\nThen that.\n"), 0o644))
+	l := Lab{Number: "01", Dir: "01-x", Hints: "HINTS.md"}
+	tests, err := LabTests(root, l)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"TestEarly", "TestLate", "TestUnhinted", "TestIntegrationRedis"}, tests,
+		"step order, not file order; a test no hint names after the rest; the real-Redis test last whatever its hint")
 }

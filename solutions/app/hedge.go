@@ -19,8 +19,15 @@ const hedgeWindow = 100
 // gateway asks it before each retry; the hedges below ask it too.
 func (s *Service) retryBudget() (*hedging.Budget, error) {
 	c := s.Config.RetryBudget
-	if c.Percent == 0 {
+	switch {
+	case !(c.Percent >= 0 && c.Percent <= 1): // NaN too
+		return nil, fmt.Errorf("-retry-budget is the share of requests that may be retried, in [0, 1] (e.g. 0.1; 0: off), got %v", c.Percent)
+	case c.Percent == 0:
 		return nil, nil
+	case c.MinPerSec < 0:
+		return nil, fmt.Errorf("-retry-budget-min must not be negative, got %d", c.MinPerSec)
+	case c.TTL <= 0:
+		return nil, fmt.Errorf("-retry-budget-window must be positive (e.g. 10s), got %v", c.TTL)
 	}
 	b, err := hedging.NewBudget(hedging.BudgetConfig{TTL: c.TTL, MinRetriesPerSec: c.MinPerSec, PercentCanRetry: c.Percent})
 	if err != nil {
@@ -38,7 +45,14 @@ func (s *Service) retryBudget() (*hedging.Budget, error) {
 // hedged: the loser could not be stopped, only waited for.
 func (s *Service) hedgeProviders(ps []gateway.Provider, budget *hedging.Budget) ([]gateway.Provider, error) {
 	c := s.Config.Hedge
-	if c.Delay == 0 && c.Percentile == 0 {
+	switch {
+	case c.Delay < 0:
+		return nil, fmt.Errorf("-hedge-delay must not be negative, got %v", c.Delay)
+	case !(c.Percentile >= 0 && c.Percentile < 1):
+		return nil, fmt.Errorf("-hedge-percentile must be in (0, 1) (e.g. 0.95; 0: off), got %v", c.Percentile)
+	case c.Percentile > 0 && c.Delay == 0:
+		return nil, fmt.Errorf("-hedge-percentile needs -hedge-delay too: the delay used until %d calls are in (e.g. -hedge-delay=150ms)", hedgeWindow)
+	case c.Delay == 0:
 		return ps, nil
 	}
 	cfg := hedging.Config{Delay: c.Delay, Percentile: c.Percentile, MaxHedges: 1}

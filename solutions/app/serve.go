@@ -46,6 +46,15 @@ func (s *Service) Serve(ctx context.Context, ln net.Listener, stdout io.Writer, 
 	if g.Limiter != nil {
 		limits = []any{"rate_limiter", "shared"}
 	}
+	if c := s.Config; c.AdaptiveLimit != "" {
+		limits = append(limits, "adaptive_limit", c.AdaptiveLimit)
+	}
+	if h := s.Config.Hedge; h.Delay > 0 {
+		limits = append(limits, "hedge_delay", h.Delay.String(), "hedge_percentile", h.Percentile)
+	}
+	if b := s.Config.RetryBudget; b.Percent > 0 {
+		limits = append(limits, "retry_budget", b.Percent, "retry_budget_min", b.MinPerSec, "retry_budget_window", b.TTL.String())
+	}
 	s.Log.Info("listening", append([]any{"addr", addr, "providers", s.Gateway.Providers(), "seed", s.Config.Seed,
 		"max_concurrent", g.MaxConcurrent, "max_per_tenant", g.MaxPerTenant}, limits...)...)
 	fmt.Fprintf(stdout, "gateway listening on http://%s  providers: %s  seed: %d\n", addr, strings.Join(s.Gateway.Providers(), ", "), s.Config.Seed)

@@ -30,6 +30,8 @@ func TestHedgingExportsItsCountersAndStillAnswers(t *testing.T) {
 	code, body := post(t, a.url+"/v1/chat/completions", `{"model":"auto","messages":[{"role":"user","content":"ping"}]}`)
 	require.Equal(t, http.StatusOK, code, body)
 	assert.Contains(t, body, `"alpha-1"`, "a hedged provider still names its model")
+	assert.Contains(t, a.stderr.String(), `"hedge_delay":"1s"`, "the startup line says hedging is on")
+	assert.Contains(t, a.stderr.String(), `"retry_budget":0.2`)
 	code, body = post(t, a.url+"/v1/chat/completions", `{"model":"auto","stream":true,"messages":[{"role":"user","content":"ping"}]}`)
 	require.Equal(t, http.StatusOK, code, body)
 	assert.Contains(t, body, "data: [DONE]", "a hedged provider still streams")
@@ -66,10 +68,13 @@ func TestHedgeAndBudgetFlagsAreChecked(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"-hedge-percentile=0.95"}, "-hedge-delay, -hedge-percentile"},
-		{[]string{"-hedge-delay=100ms", "-hedge-percentile=1"}, "Percentile must be in [0, 1)"},
-		{[]string{"-retry-budget=1.5"}, "-retry-budget"},
-		{[]string{"-retry-budget=0.1", "-retry-budget-window=0s"}, "TTL must be positive"},
+		{[]string{"-hedge-percentile=0.95"}, "-hedge-percentile needs -hedge-delay too"},
+		{[]string{"-hedge-delay=100ms", "-hedge-percentile=1"}, "-hedge-percentile must be in (0, 1)"},
+		{[]string{"-hedge-delay=-1s"}, "-hedge-delay must not be negative, got -1s"},
+		{[]string{"-retry-budget=1.5"}, "-retry-budget is the share of requests that may be retried, in [0, 1]"},
+		{[]string{"-retry-budget=NaN"}, "-retry-budget is the share"},
+		{[]string{"-retry-budget=0.1", "-retry-budget-min=-1"}, "-retry-budget-min must not be negative"},
+		{[]string{"-retry-budget=0.1", "-retry-budget-window=0s"}, "-retry-budget-window must be positive"},
 	} {
 		var out, errOut testkit.LogBuffer
 		assert.Equal(t, 2, run(t.Context(), tc.args, &out, &errOut, nil), "%v", tc.args)
