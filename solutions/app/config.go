@@ -141,8 +141,24 @@ func Parse(name string, args []string, stderr io.Writer, extra func(*flag.FlagSe
 	if err := fromEnv(fs, os.LookupEnv); err != nil {
 		return c, err
 	}
+	if err := needs(fs, "retry-budget", "retry-budget-min", "retry-budget-window"); err != nil {
+		return c, err
+	}
 	c.defaults()
 	return c, nil
+}
+
+// needs refuses a flag that does nothing without another one: a setting
+// that is silently ignored is a setting someone believes is on.
+func needs(fs *flag.FlagSet, base string, dependents ...string) error {
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	for _, d := range dependents {
+		if set[d] && (!set[base] || fs.Lookup(base).Value.String() == "0") {
+			return fmt.Errorf("-%s does nothing without -%s (e.g. -%s=0.1)", d, base, base)
+		}
+	}
+	return nil
 }
 
 // fromEnv sets each flag not given on the command line from GATEWAY_<FLAG>.

@@ -75,6 +75,8 @@ func TestHedgeAndBudgetFlagsAreChecked(t *testing.T) {
 		{[]string{"-retry-budget=NaN"}, "-retry-budget is the share"},
 		{[]string{"-retry-budget=0.1", "-retry-budget-min=-1"}, "-retry-budget-min must not be negative"},
 		{[]string{"-retry-budget=0.1", "-retry-budget-window=0s"}, "-retry-budget-window must be positive"},
+		{[]string{"-retry-budget-min=5"}, "-retry-budget-min does nothing without -retry-budget"},
+		{[]string{"-retry-budget=0", "-retry-budget-window=5s"}, "-retry-budget-window does nothing without -retry-budget"},
 	} {
 		var out, errOut testkit.LogBuffer
 		assert.Equal(t, 2, run(t.Context(), tc.args, &out, &errOut, nil), "%v", tc.args)
