@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -44,6 +45,7 @@ func TestExportedTemplateGradesWhatTheLearnerSolved(t *testing.T) {
 		return nil
 	}))
 	assert.Empty(t, leaked, "a learner template must not hold solutions or mutants")
+	assert.Empty(t, brokenLinks(t, dst), "every relative link in the template's Markdown resolves there")
 
 	// The module stands on its own: tidy changes nothing, and the
 	// solutions' dependencies are gone.
@@ -109,6 +111,44 @@ func TestExportedTemplateGradesWhatTheLearnerSolved(t *testing.T) {
 		out, err := cmd.CombinedOutput()
 		assert.NoError(t, err, "the template's Makefile should know its learner targets:\n%s", out)
 	}
+}
+
+// brokenLinks lists the relative Markdown links under root, outside code
+// fences, whose target does not exist.
+func brokenLinks(t *testing.T, root string) []string {
+	t.Helper()
+	link := regexp.MustCompile(`\]\(([^)\s]+)\)`)
+	var broken []string
+	require.NoError(t, filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || !strings.HasSuffix(p, ".md") {
+			return err
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		fenced := false
+		for _, line := range strings.Split(string(b), "\n") {
+			if strings.HasPrefix(strings.TrimSpace(line), "```") {
+				fenced = !fenced
+			}
+			if fenced {
+				continue
+			}
+			for _, m := range link.FindAllStringSubmatch(line, -1) {
+				target, _, _ := strings.Cut(m[1], "#")
+				if target == "" || strings.Contains(target, "://") || strings.HasPrefix(target, "mailto:") {
+					continue
+				}
+				if _, err := os.Stat(filepath.Join(filepath.Dir(p), target)); err != nil {
+					rel, _ := filepath.Rel(root, p)
+					broken = append(broken, rel+" -> "+m[1])
+				}
+			}
+		}
+		return nil
+	}))
+	return broken
 }
 
 func goIn(t *testing.T, dir string, args ...string) {

@@ -36,9 +36,10 @@ type ExportReport struct {
 
 // What a learner template holds. Everything else — solutions/ with its
 // mutants, the apps, scripts/, docker-compose.yml, maintainer CI — stays in
-// the course repository.
+// the course repository. deploy/ goes along because the docs link to its
+// manifests as examples to read.
 var (
-	exportDirs  = []string{"labs/", "docs/", "checklist/", "cmd/labctl/", "internal/"}
+	exportDirs  = []string{"labs/", "docs/", "checklist/", "cmd/labctl/", "internal/", "deploy/"}
 	exportFiles = []string{"Makefile", "go.mod", "go.sum", "README.md", ".gitignore", "LICENSE", ".github/workflows/grade.yml"}
 	// toolDirs lose their own tests and testdata in the template: those
 	// test labctl and the helpers, which a learner does not maintain.
