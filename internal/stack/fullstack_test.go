@@ -367,15 +367,10 @@ func promQuery(t *testing.T, base, expr string) ([]float64, error) {
 // waitQuery polls until expr's first value is at least want.
 func waitQuery(t *testing.T, base, expr string, want float64, within time.Duration) {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	var last []float64
-	for time.Now().Before(deadline) {
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		res, err := promQuery(t, base, expr)
-		if err == nil && len(res) > 0 && res[0] >= want {
-			return
-		}
-		last = res
-		time.Sleep(250 * time.Millisecond)
-	}
-	t.Fatalf("prometheus: %s did not reach %v within %s (last: %v)", expr, want, within, last)
+		require.NoError(c, err)
+		require.NotEmpty(c, res, "prometheus: %s has no value yet", expr)
+		assert.GreaterOrEqual(c, res[0], want, "prometheus: %s did not reach %v within %s", expr, want, within)
+	}, within, 250*time.Millisecond)
 }

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/production-go/gateway-lab/internal/testkit/redistest"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 )
@@ -138,22 +139,14 @@ func tail(s string, n int) string {
 // waitHTTP polls url until it answers 200, for at most within.
 func waitHTTP(t *testing.T, url string, within time.Duration) {
 	t.Helper()
-	deadline := time.Now().Add(within)
 	client := &http.Client{Timeout: time.Second}
-	for {
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		resp, err := client.Get(url)
-		if err == nil {
-			_, _ = io.Copy(io.Discard, resp.Body)
-			_ = resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return
-			}
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s did not answer 200 within %s (last error: %v)", url, within, err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		require.NoError(c, err, "%s did not answer within %s", url, within)
+		_, _ = io.Copy(io.Discard, resp.Body)
+		_ = resp.Body.Close()
+		assert.Equal(c, http.StatusOK, resp.StatusCode, "%s did not answer 200 within %s", url, within)
+	}, within, 100*time.Millisecond)
 }
 
 // dashboard is the part of the Grafana dashboard JSON the tests read.

@@ -218,11 +218,7 @@ func (r *run) attempt(ctx context.Context, n int) error {
 // for all the same — the budget errs toward fewer retries, never more.
 func (r *run) budget(n int, next error) error {
 	b := r.g.cfg.RetryBudget
-	limit := r.g.cfg.MaxAttempts
-	if r.plan.pinned {
-		limit = 1
-	}
-	if n >= limit || r.caller.Err() != nil || !time.Now().Before(r.deadline) {
+	if n >= r.g.policy(r.plan.pinned, 0).MaxAttempts || r.caller.Err() != nil || !time.Now().Before(r.deadline) {
 		return next
 	}
 	j := r.plan.next()
