@@ -1,4 +1,4 @@
-package failover_test
+package router_test
 
 import (
 	"context"
@@ -8,7 +8,9 @@ import (
 	"testing/synctest"
 	"time"
 
-	gateway "github.com/production-go/gateway-lab/solutions/08-gateway"
+	"github.com/production-go/gateway-lab/solutions/chatapi"
+	"github.com/production-go/gateway-lab/solutions/llm"
+	"github.com/production-go/gateway-lab/solutions/router"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -47,7 +49,7 @@ func (l *ledger) history() []string {
 
 // refusals is an Observer that counts the retries a budget refused.
 type refusals struct {
-	gateway.NopObserver
+	router.NopObserver
 	mu sync.Mutex
 	by map[string]int
 }
@@ -66,13 +68,13 @@ func TestRetryBudgetDepositsOncePerRequestAndWithdrawsPerRetry(t *testing.T) {
 		cfg := config()
 		cfg.RetryBudget = budget
 		g := newGateway(t, cfg, primary, fallback)
-		resp, err := g.Generate(t.Context(), gateway.Request{Tenant: "acme", Prompt: "hi"})
+		resp, err := g.Generate(t.Context(), router.Request{Tenant: "acme", Chat: chatapi.NewRequest("hi", false)})
 		require.NoError(t, err)
 		assert.Equal(t, "fallback", resp.Provider)
 		assert.Equal(t, []string{"deposit primary", "withdraw fallback"}, budget.history(),
 			"the request deposits to its first target; the fail-over withdraws from the target it goes to")
 
-		resp, err = g.Generate(t.Context(), gateway.Request{Tenant: "acme", Prompt: "hi", Provider: "fallback"})
+		resp, err = g.Generate(t.Context(), router.Request{Tenant: "acme", Chat: chatapi.NewRequest("hi", false), Provider: "fallback"})
 		require.NoError(t, err)
 		assert.Equal(t, 1, resp.Attempts)
 		assert.Equal(t, []string{"deposit primary", "withdraw fallback", "deposit fallback"}, budget.history(),
@@ -89,16 +91,16 @@ func TestRetryBudgetIsNotAskedForAnAttemptThatWillNotHappen(t *testing.T) {
 		cfg.RetryBudget = budget
 		cfg.FailureThreshold = 100
 		g := newGateway(t, cfg, up)
-		resp, err := g.Generate(t.Context(), gateway.Request{Tenant: "acme", Prompt: "hi"})
+		resp, err := g.Generate(t.Context(), router.Request{Tenant: "acme", Chat: chatapi.NewRequest("hi", false)})
 		require.Error(t, err)
 		assert.Equal(t, 3, resp.Attempts)
 		assert.Equal(t, []string{"deposit up", "withdraw up", "withdraw up"}, budget.history(),
 			"MaxAttempts 3: two retries withdraw; the last failure has nothing after it to pay for")
 
-		_, err = g.Generate(t.Context(), gateway.Request{Tenant: "acme", Prompt: "hi", Provider: "up"})
+		_, err = g.Generate(t.Context(), router.Request{Tenant: "acme", Chat: chatapi.NewRequest("hi", false), Provider: "up"})
 		require.Error(t, err)
-		_, err = g.Generate(t.Context(), gateway.Request{Tenant: "acme", Prompt: "hi", Route: []gateway.Target{{Provider: "nope"}}})
-		require.ErrorIs(t, err, gateway.ErrUnknownProvider, "a request refused before any attempt deposits nothing")
+		_, err = g.Generate(t.Context(), router.Request{Tenant: "acme", Chat: chatapi.NewRequest("hi", false), Route: []router.Target{{Provider: "nope"}}})
+		require.ErrorIs(t, err, router.ErrUnknownProvider, "a request refused before any attempt deposits nothing")
 		assert.Equal(t, []string{"deposit up", "withdraw up", "withdraw up", "deposit up"}, budget.history(),
 			"a pinned request gets one attempt: it deposits and never withdraws")
 	})
@@ -115,9 +117,9 @@ func TestExhaustedRetryBudgetEndsTheRequestWithTheLastError(t *testing.T) {
 		cfg.FailureThreshold = 100 // the breaker stays out of it
 		g := newGateway(t, cfg, up)
 		start := time.Now()
-		resp, err := g.Generate(t.Context(), gateway.Request{Tenant: "acme", Prompt: "hi"})
-		require.ErrorIs(t, err, gateway.ErrRetryBudgetExhausted)
-		var sc gateway.StatusCoder
+		resp, err := g.Generate(t.Context(), router.Request{Tenant: "acme", Chat: chatapi.NewRequest("hi", false)})
+		require.ErrorIs(t, err, router.ErrRetryBudgetExhausted)
+		var sc llm.StatusCoder
 		require.ErrorAs(t, err, &sc, "the caller hears what the upstream said")
 		assert.Equal(t, http.StatusServiceUnavailable, sc.StatusCode())
 		assert.Zero(t, time.Since(start), "a refused retry is not waited for: no backoff")
@@ -132,11 +134,11 @@ func TestRefusedRetryLeavesTheBreakerAsItWas(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		up := newUpstream("up")
 		failing := true
-		up.script("default", func(context.Context) (gateway.Completion, error) {
+		up.script("default", func(context.Context) (llm.Completion, error) {
 			if failing {
 				return status(http.StatusServiceUnavailable, "", 0)(t.Context())
 			}
-			return gateway.Completion{Text: "ok"}, nil
+			return answer("", "ok"), nil
 		})
 		budget := &ledger{left: 0}
 		cfg := config()
@@ -144,15 +146,15 @@ func TestRefusedRetryLeavesTheBreakerAsItWas(t *testing.T) {
 		cfg.FailureThreshold = 3
 		g := newGateway(t, cfg, up)
 		for i := range 2 { // two requests, each one real failure and one refused retry
-			_, err := g.Generate(t.Context(), gateway.Request{Tenant: "acme", Prompt: "hi"})
-			require.ErrorIs(t, err, gateway.ErrRetryBudgetExhausted)
-			require.Equal(t, "closed", g.BreakerState("up"), "after request %d: %d failures of 3", i+1, i+1)
+			_, err := g.Generate(t.Context(), router.Request{Tenant: "acme", Chat: chatapi.NewRequest("hi", false)})
+			require.ErrorIs(t, err, router.ErrRetryBudgetExhausted)
+			require.Equal(t, "closed", state(g, "up"), "after request %d: %d failures of 3", i+1, i+1)
 		}
-		_, err := g.Generate(t.Context(), gateway.Request{Tenant: "acme", Prompt: "hi"})
-		require.ErrorIs(t, err, gateway.ErrNoHealthyProvider, "the third failure opened the breaker: no retry to refuse")
+		_, err := g.Generate(t.Context(), router.Request{Tenant: "acme", Chat: chatapi.NewRequest("hi", false)})
+		require.ErrorIs(t, err, router.ErrNoHealthyProvider, "the third failure opened the breaker: no retry to refuse")
 		assert.Equal(t, 3, up.count("default"))
 		assert.Equal(t, []string{"deposit up", "refused up", "deposit up", "refused up", "deposit up"}, budget.history())
-		assert.Equal(t, "open", g.BreakerState("up"),
+		assert.Equal(t, "open", state(g, "up"),
 			"three real failures in a row open the breaker: a refused retry in between is no success")
 
 		time.Sleep(cfg.RecoveryTimeout)
@@ -160,9 +162,9 @@ func TestRefusedRetryLeavesTheBreakerAsItWas(t *testing.T) {
 		budget.mu.Lock()
 		budget.left = 0
 		budget.mu.Unlock()
-		_, err = g.Generate(t.Context(), gateway.Request{Tenant: "acme", Prompt: "hi"})
+		_, err = g.Generate(t.Context(), router.Request{Tenant: "acme", Chat: chatapi.NewRequest("hi", false)})
 		require.NoError(t, err, "the half-open probe is the request's first attempt: the budget does not gate it")
-		assert.Equal(t, "closed", g.BreakerState("up"))
+		assert.Equal(t, "closed", state(g, "up"))
 	})
 }
 
@@ -170,24 +172,24 @@ func TestRetryBudgetIsNotAskedWhenTheLoopWillNotRetry(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		cases := []struct {
 			name  string
-			setup func(up *upstream, cfg *gateway.Config)
+			setup func(up *upstream, cfg *router.Config)
 			ctx   func() (context.Context, context.CancelFunc)
 			want  error
 		}{
-			{"a refusal that is the caller's fault (400)", func(up *upstream, _ *gateway.Config) {
+			{"a refusal that is the caller's fault (400)", func(up *upstream, _ *router.Config) {
 				up.script("default", status(http.StatusBadRequest, "invalid_request", 0))
 			}, func() (context.Context, context.CancelFunc) { return context.WithCancel(t.Context()) }, nil},
-			{"the total deadline already past", func(up *upstream, cfg *gateway.Config) {
+			{"the total deadline already past", func(up *upstream, cfg *router.Config) {
 				cfg.TotalTimeout = time.Second
-				up.script("default", func(ctx context.Context) (gateway.Completion, error) {
+				up.script("default", func(ctx context.Context) (llm.Completion, error) {
 					<-ctx.Done()
-					return gateway.Completion{}, ctx.Err()
+					return llm.Completion{}, ctx.Err()
 				})
 			}, func() (context.Context, context.CancelFunc) { return context.WithCancel(t.Context()) }, context.DeadlineExceeded},
-			{"the caller's own deadline already past", func(up *upstream, _ *gateway.Config) {
-				up.script("default", func(ctx context.Context) (gateway.Completion, error) {
+			{"the caller's own deadline already past", func(up *upstream, _ *router.Config) {
+				up.script("default", func(ctx context.Context) (llm.Completion, error) {
 					<-ctx.Done()
-					return gateway.Completion{}, ctx.Err()
+					return llm.Completion{}, ctx.Err()
 				})
 			}, func() (context.Context, context.CancelFunc) { return context.WithTimeout(t.Context(), time.Second) }, context.DeadlineExceeded},
 		}
@@ -199,7 +201,7 @@ func TestRetryBudgetIsNotAskedWhenTheLoopWillNotRetry(t *testing.T) {
 			tc.setup(up, &cfg)
 			g := newGateway(t, cfg, up)
 			ctx, cancel := tc.ctx()
-			_, err := g.Generate(ctx, gateway.Request{Tenant: "acme", Prompt: "hi"})
+			_, err := g.Generate(ctx, router.Request{Tenant: "acme", Chat: chatapi.NewRequest("hi", false)})
 			cancel()
 			require.Error(t, err, tc.name)
 			if tc.want != nil {
@@ -214,7 +216,7 @@ func TestRetryBudgetIsNotAskedWhenTheCallerLeaves(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		up := newUpstream("up")
 		ctx, cancel := context.WithCancel(t.Context())
-		up.script("default", func(context.Context) (gateway.Completion, error) {
+		up.script("default", func(context.Context) (llm.Completion, error) {
 			cancel() // the caller leaves while the attempt fails
 			return status(http.StatusServiceUnavailable, "", 0)(ctx)
 		})
@@ -222,7 +224,7 @@ func TestRetryBudgetIsNotAskedWhenTheCallerLeaves(t *testing.T) {
 		cfg := config()
 		cfg.RetryBudget, cfg.FailureThreshold = budget, 100
 		g := newGateway(t, cfg, up)
-		_, err := g.Generate(ctx, gateway.Request{Tenant: "acme", Prompt: "hi"})
+		_, err := g.Generate(ctx, router.Request{Tenant: "acme", Chat: chatapi.NewRequest("hi", false)})
 		require.Error(t, err)
 		assert.Equal(t, []string{"deposit up"}, budget.history())
 	})

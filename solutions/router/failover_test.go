@@ -3,7 +3,7 @@
 // targets share a provider, Retry-After, fallback on a refusal, recovery,
 // per-tenant caps, and a caller who leaves. They run in fake time
 // (testing/synctest) against scripted providers.
-package failover_test
+package router_test
 
 import (
 	"context"
@@ -17,47 +17,45 @@ import (
 	"testing/synctest"
 	"time"
 
-	gateway "github.com/production-go/gateway-lab/solutions/08-gateway"
-	"github.com/production-go/gateway-lab/solutions/internal/chatapi"
+	"github.com/production-go/gateway-lab/solutions/chatapi"
+	"github.com/production-go/gateway-lab/solutions/llm"
+	"github.com/production-go/gateway-lab/solutions/router"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"go.uber.org/goleak"
 )
-
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // upstream is a scripted provider with several models. A model's script
 // answers each call; a model without one answers "<model> ok" at once.
 type upstream struct {
 	name    string
 	mu      sync.Mutex
-	scripts map[string]func(ctx context.Context) (gateway.Completion, error)
+	scripts map[string]func(ctx context.Context) (llm.Completion, error)
 	calls   map[string]int
 	log     []string // "model@elapsed" per call
 	start   time.Time
 }
 
 func newUpstream(name string) *upstream {
-	return &upstream{name: name, scripts: map[string]func(context.Context) (gateway.Completion, error){}, calls: map[string]int{}, start: time.Now()}
+	return &upstream{name: name, scripts: map[string]func(context.Context) (llm.Completion, error){}, calls: map[string]int{}, start: time.Now()}
 }
 
 func (u *upstream) Name() string         { return u.name }
 func (u *upstream) DefaultModel() string { return "default" }
 
-func (u *upstream) script(model string, f func(ctx context.Context) (gateway.Completion, error)) {
+func (u *upstream) script(model string, f func(ctx context.Context) (llm.Completion, error)) {
 	u.mu.Lock()
 	defer u.mu.Unlock()
 	u.scripts[model] = f
 }
 
-func (u *upstream) Generate(ctx context.Context, req gateway.Request) (gateway.Completion, error) {
+func (u *upstream) Generate(ctx context.Context, req llm.Request) (llm.Completion, error) {
 	u.mu.Lock()
 	u.calls[req.Model]++
 	u.log = append(u.log, fmt.Sprintf("%s@%s", req.Model, time.Since(u.start)))
 	f := u.scripts[req.Model]
 	u.mu.Unlock()
 	if f == nil {
-		return gateway.Completion{Text: req.Model + " ok", Model: req.Model}, nil
+		return answer(req.Model, req.Model+" ok"), nil
 	}
 	return f(ctx)
 }
@@ -75,15 +73,15 @@ func (u *upstream) history() []string {
 }
 
 // status is an upstream's HTTP error with its OpenAI code.
-func status(code int, errCode string, retryAfter time.Duration) func(context.Context) (gateway.Completion, error) {
-	return func(context.Context) (gateway.Completion, error) {
+func status(code int, errCode string, retryAfter time.Duration) func(context.Context) (llm.Completion, error) {
+	return func(context.Context) (llm.Completion, error) {
 		body := fmt.Sprintf(`{"error":{"message":"scripted","type":"x","code":%q}}`, errCode)
-		return gateway.Completion{}, chatapi.NewUpstreamError("up", code, []byte(body), retryAfter)
+		return llm.Completion{}, chatapi.NewUpstreamError("up", code, []byte(body), retryAfter)
 	}
 }
 
-func config() gateway.Config {
-	return gateway.Config{
+func config() router.Config {
+	return router.Config{
 		RatePerSecond: 1000, Burst: 1000, MaxConcurrent: 8, MaxQueueWait: time.Second,
 		MaxAttempts: 3, BaseBackoff: 100 * time.Millisecond, MaxBackoff: time.Second,
 		AttemptTimeout: 2 * time.Second, TotalTimeout: 30 * time.Second,
@@ -91,9 +89,9 @@ func config() gateway.Config {
 	}
 }
 
-func newGateway(t *testing.T, cfg gateway.Config, providers ...gateway.Provider) *gateway.Gateway {
+func newGateway(t *testing.T, cfg router.Config, providers ...llm.Provider) *router.Router {
 	t.Helper()
-	g, err := gateway.New(cfg, providers...)
+	g, err := router.New(cfg, providers...)
 	require.NoError(t, err)
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
@@ -103,16 +101,16 @@ func newGateway(t *testing.T, cfg gateway.Config, providers ...gateway.Provider)
 	return g
 }
 
-func route(targets ...string) []gateway.Target {
-	out := make([]gateway.Target, len(targets))
+func route(targets ...string) []router.Target {
+	out := make([]router.Target, len(targets))
 	for i, t := range targets {
-		out[i] = gateway.Target{Provider: "up", Model: t}
+		out[i] = router.Target{Provider: "up", Model: t}
 	}
 	return out
 }
 
-func ask(r []gateway.Target) gateway.Request {
-	return gateway.Request{Tenant: "acme", Prompt: "hi", Route: r}
+func ask(r []router.Target) router.Request {
+	return router.Request{Tenant: "acme", Chat: chatapi.NewRequest("hi", false), Route: r}
 }
 
 func TestOneFailingModelDoesNotTakeDownItsProvider(t *testing.T) {
@@ -124,12 +122,12 @@ func TestOneFailingModelDoesNotTakeDownItsProvider(t *testing.T) {
 			_, err := g.Generate(t.Context(), ask(route("big")))
 			require.Error(t, err)
 		}
-		require.Equal(t, "open", g.TargetState(gateway.Target{Provider: "up", Model: "big"}))
+		require.Equal(t, "open", targetState(g, "up", "big"))
 		resp, err := g.Generate(t.Context(), ask(route("small")))
 		require.NoError(t, err, "small is healthy on the same provider: it must not answer no_healthy_provider")
 		assert.Equal(t, "small", resp.Model)
-		assert.Equal(t, "closed", g.TargetState(gateway.Target{Provider: "up", Model: "small"}))
-		assert.Equal(t, "closed", g.BreakerState("up"), "the provider's default model is its own target too")
+		assert.Equal(t, "closed", targetState(g, "up", "small"))
+		assert.Equal(t, "closed", state(g, "up"), "the provider's default model is its own target too")
 	})
 }
 
@@ -165,11 +163,11 @@ func TestSameTargetIsRetriedOnlyAfterItsRetryAfter(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		up := newUpstream("up")
 		var n atomic.Int32
-		up.script("only", func(ctx context.Context) (gateway.Completion, error) {
+		up.script("only", func(ctx context.Context) (llm.Completion, error) {
 			if n.Add(1) == 1 {
 				return status(http.StatusTooManyRequests, "rate_limit_exceeded", 3*time.Second)(ctx)
 			}
-			return gateway.Completion{Text: "ok", Model: "only"}, nil
+			return answer("only", "ok"), nil
 		})
 		g := newGateway(t, config(), up)
 		start := time.Now()
@@ -225,7 +223,7 @@ func TestRefusalsDoNotOpenTheBreaker(t *testing.T) {
 			_, err := g.Generate(t.Context(), ask(route("m")))
 			require.Error(t, err)
 		}
-		assert.Equal(t, "closed", g.TargetState(gateway.Target{Provider: "up", Model: "m"}),
+		assert.Equal(t, "closed", targetState(g, "up", "m"),
 			"one client's bad requests prove the upstream is up; they must not open its breaker for everyone")
 	})
 }
@@ -244,11 +242,11 @@ func TestEveryBreakerOpenAnswersAtOnceWithRetryAfter(t *testing.T) {
 		before := up.count("a") + up.count("b")
 		start := time.Now()
 		resp, err := g.Generate(t.Context(), ask(route("a", "b")))
-		require.ErrorIs(t, err, gateway.ErrNoHealthyProvider)
+		require.ErrorIs(t, err, router.ErrNoHealthyProvider)
 		assert.Zero(t, time.Since(start), "nothing to try: answer now, no backoff and no retry")
 		assert.Equal(t, before, up.count("a")+up.count("b"), "no upstream call")
 		assert.Equal(t, 1, resp.Attempts, "one pick that found every breaker open")
-		var ra gateway.RetryAfterer
+		var ra llm.RetryAfterer
 		require.ErrorAs(t, err, &ra)
 		assert.InDelta(t, float64(6*time.Second), float64(ra.RetryAfter()), float64(time.Second),
 			"Retry-After is when the first breaker lets a probe through")
@@ -260,11 +258,11 @@ func TestTrafficReturnsToThePrimaryWithinARecoveryTimeoutOfTheOutagesEnd(t *test
 		up := newUpstream("up")
 		var down atomic.Bool
 		down.Store(true)
-		up.script("primary", func(ctx context.Context) (gateway.Completion, error) {
+		up.script("primary", func(ctx context.Context) (llm.Completion, error) {
 			if down.Load() {
 				return status(http.StatusServiceUnavailable, "", 0)(ctx)
 			}
-			return gateway.Completion{Text: "ok", Model: "primary"}, nil
+			return answer("primary", "ok"), nil
 		})
 		g := newGateway(t, config(), up)
 		served := func() string {
@@ -295,10 +293,10 @@ func TestCallerWhoLeavesStopsTheUpstreamCall(t *testing.T) {
 		up := newUpstream("up")
 		stopped := make(chan time.Duration, 1)
 		start := time.Now()
-		up.script("slow", func(ctx context.Context) (gateway.Completion, error) {
+		up.script("slow", func(ctx context.Context) (llm.Completion, error) {
 			<-ctx.Done()
 			stopped <- time.Since(start)
-			return gateway.Completion{}, ctx.Err()
+			return llm.Completion{}, ctx.Err()
 		})
 		g := newGateway(t, config(), up)
 		ctx, cancel := context.WithCancel(t.Context())
@@ -314,9 +312,9 @@ func TestOneTenantCannotHoldEverySlot(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		up := newUpstream("up")
 		gate := make(chan struct{})
-		up.script("slow", func(context.Context) (gateway.Completion, error) {
+		up.script("slow", func(context.Context) (llm.Completion, error) {
 			<-gate
-			return gateway.Completion{Text: "ok"}, nil
+			return answer("", "ok"), nil
 		})
 		cfg := config()
 		cfg.MaxConcurrent, cfg.MaxPerTenant = 4, 2
@@ -327,8 +325,8 @@ func TestOneTenantCannotHoldEverySlot(t *testing.T) {
 		}
 		synctest.Wait()
 		_, err := g.Generate(t.Context(), ask(route("slow")))
-		require.ErrorIs(t, err, gateway.ErrTenantBusy, "a third request of the same tenant is over its in-flight cap")
-		var rl *gateway.RateLimitError
+		require.ErrorIs(t, err, router.ErrTenantBusy, "a third request of the same tenant is over its in-flight cap")
+		var rl *router.RateLimitError
 		require.ErrorAs(t, err, &rl)
 		assert.Positive(t, rl.RetryAfter)
 		other := ask(route("fast"))
@@ -349,29 +347,30 @@ type streamer struct {
 	words      []string
 }
 
-func (s streamer) Name() string { return s.name }
-func (s streamer) Generate(context.Context, gateway.Request) (gateway.Completion, error) {
-	return gateway.Completion{}, errors.New("unused")
+func (s streamer) Name() string         { return s.name }
+func (s streamer) HonoursContext() bool { return true } // so it streams on the request's goroutine
+func (s streamer) Generate(context.Context, llm.Request) (llm.Completion, error) {
+	return llm.Completion{}, errors.New("unused")
 }
 
-func (s streamer) Stream(ctx context.Context, _ gateway.Request, emit func(gateway.Chunk) error) (gateway.Completion, error) {
+func (s streamer) Stream(ctx context.Context, _ llm.Request, emit func(llm.Chunk) error) (llm.Completion, error) {
 	wait := s.first
 	for _, w := range s.words {
 		select {
 		case <-time.After(wait):
 		case <-ctx.Done():
-			return gateway.Completion{}, ctx.Err()
+			return llm.Completion{}, ctx.Err()
 		}
-		if err := emit(gateway.Chunk{Text: w}); err != nil {
-			return gateway.Completion{}, err
+		if err := emit(chunk(w)); err != nil {
+			return llm.Completion{}, err
 		}
 		wait = s.gap
 	}
-	return gateway.Completion{Model: s.name}, nil
+	return llm.Completion{Model: s.name}, nil
 }
 
 func TestAChunkThatWasSentIsNeverCutForBeingLate(t *testing.T) {
-	limits := gateway.StreamLimits{FirstToken: time.Second, Idle: time.Second}
+	limits := router.StreamLimits{FirstToken: time.Second, Idle: time.Second}
 	for i := range 200 {
 		synctest.Test(t, func(t *testing.T) {
 			// Every chunk lands exactly on its watchdog deadline: the chunk
@@ -384,11 +383,11 @@ func TestAChunkThatWasSentIsNeverCutForBeingLate(t *testing.T) {
 			cfg.MaxAttempts = 1
 			g := newGateway(t, cfg, p)
 			var lastSent time.Time
-			_, err := g.Stream(t.Context(), gateway.Request{Tenant: "t", Prompt: "hi"}, limits, func(gateway.Chunk) error {
+			_, err := g.Stream(t.Context(), router.Request{Tenant: "t", Chat: chatapi.NewRequest("hi", false)}, limits, func(llm.Chunk) error {
 				lastSent = time.Now()
 				return nil
 			})
-			if errors.Is(err, gateway.ErrStreamIdle) {
+			if errors.Is(err, router.ErrStreamIdle) {
 				assert.Equal(t, limits.Idle, time.Since(lastSent),
 					"run %d: the stream was cut as idle %s after a chunk went out; the idle limit is %s", i, time.Since(lastSent), limits.Idle)
 			}
@@ -402,8 +401,8 @@ func TestStreamFallsBackBeforeTheFirstChunkOnASharedProviderRoute(t *testing.T) 
 		up.script("big", status(http.StatusServiceUnavailable, "", 0))
 		g := newGateway(t, config(), up)
 		var got []string
-		resp, err := g.Stream(t.Context(), ask(route("big", "small")), gateway.StreamLimits{FirstToken: time.Second, Idle: time.Second},
-			func(c gateway.Chunk) error { got = append(got, c.Text); return nil })
+		resp, err := g.Stream(t.Context(), ask(route("big", "small")), router.StreamLimits{FirstToken: time.Second, Idle: time.Second},
+			func(c llm.Chunk) error { got = append(got, content(t, c)); return nil })
 		require.NoError(t, err)
 		assert.Equal(t, "small", resp.Model)
 		assert.Equal(t, []string{"small ok"}, got)
@@ -419,12 +418,12 @@ func TestManyTenantsLeaveNoStateBehind(t *testing.T) {
 		g := newGateway(t, cfg, instant{})
 		before := liveHeap()
 		for i := range manyTenants {
-			_, err := g.Generate(t.Context(), gateway.Request{Tenant: fmt.Sprintf("t%d", i), Prompt: "hi"})
+			_, err := g.Generate(t.Context(), router.Request{Tenant: fmt.Sprintf("t%d", i), Chat: chatapi.NewRequest("hi", false)})
 			require.NoError(t, err)
 		}
 		assert.Equal(t, manyTenants, g.TenantState(), "each tenant that just spent a token holds a bucket")
 		time.Sleep(2 * time.Second)
-		_, err := g.Generate(t.Context(), gateway.Request{Tenant: "late", Prompt: "hi"})
+		_, err := g.Generate(t.Context(), router.Request{Tenant: "late", Chat: chatapi.NewRequest("hi", false)})
 		require.NoError(t, err)
 		assert.Equal(t, 1, g.TenantState(), "once their buckets are full again the idle tenants are forgotten")
 		grew := int64(liveHeap()) - int64(before)
@@ -437,8 +436,8 @@ func TestManyTenantsLeaveNoStateBehind(t *testing.T) {
 type instant struct{}
 
 func (instant) Name() string { return "instant" }
-func (instant) Generate(context.Context, gateway.Request) (gateway.Completion, error) {
-	return gateway.Completion{Text: "ok"}, nil
+func (instant) Generate(context.Context, llm.Request) (llm.Completion, error) {
+	return answer("", "ok"), nil
 }
 
 // liveHeap is the bytes the heap holds after a collection.
@@ -453,12 +452,13 @@ func liveHeap() uint64 {
 // when streaming.
 type panicky struct{}
 
-func (panicky) Name() string { return "panicky" }
-func (panicky) Generate(context.Context, gateway.Request) (gateway.Completion, error) {
+func (panicky) Name() string         { return "panicky" }
+func (panicky) HonoursContext() bool { return true } // so it streams on the request's goroutine
+func (panicky) Generate(context.Context, llm.Request) (llm.Completion, error) {
 	panic("provider bug")
 }
-func (panicky) Stream(_ context.Context, _ gateway.Request, emit func(gateway.Chunk) error) (gateway.Completion, error) {
-	_ = emit(gateway.Chunk{Text: "half"})
+func (panicky) Stream(_ context.Context, _ llm.Request, emit func(llm.Chunk) error) (llm.Completion, error) {
+	_ = emit(chunk("half"))
 	panic("provider bug mid-stream")
 }
 
@@ -468,16 +468,16 @@ func TestAProviderPanicIsAnErrorAndOpensNoBreaker(t *testing.T) {
 		cfg.FailureThreshold = 1
 		g := newGateway(t, cfg, panicky{})
 		for range 3 {
-			_, err := g.Generate(t.Context(), gateway.Request{Tenant: "attacker", Prompt: "crafted"})
+			_, err := g.Generate(t.Context(), router.Request{Tenant: "attacker", Chat: chatapi.NewRequest("crafted", false)})
 			require.Error(t, err, "a panic becomes an error")
 		}
 		var got []string
-		_, err := g.Stream(t.Context(), gateway.Request{Tenant: "attacker", Prompt: "crafted"}, gateway.StreamLimits{FirstToken: time.Second, Idle: time.Second},
-			func(c gateway.Chunk) error { got = append(got, c.Text); return nil })
+		_, err := g.Stream(t.Context(), router.Request{Tenant: "attacker", Chat: chatapi.NewRequest("crafted", false)}, router.StreamLimits{FirstToken: time.Second, Idle: time.Second},
+			func(c llm.Chunk) error { got = append(got, content(t, c)); return nil })
 		require.Error(t, err, "a panic while streaming is an error too, not a crashed handler")
-		assert.ErrorIs(t, err, gateway.ErrAfterFirstByte, "and the chunk it sent first still counts: no fall-back after it")
+		assert.ErrorIs(t, err, router.ErrAfterFirstByte, "and the chunk it sent first still counts: no fall-back after it")
 		assert.Equal(t, []string{"half"}, got)
-		assert.Equal(t, "closed", g.BreakerState("panicky"),
+		assert.Equal(t, "closed", state(g, "panicky"),
 			"one caller's crafted input that crashes a provider must not open its breaker for every tenant")
 	})
 }

@@ -1,6 +1,6 @@
 //go:build !race
 
-package failover_test
+package router_test
 
 // manyTenants is how many distinct tenants TestManyTenantsLeaveNoStateBehind sends.
 const manyTenants = 100_000

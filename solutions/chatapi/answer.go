@@ -1,0 +1,164 @@
+package chatapi
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"time"
+
+	"github.com/tidwall/gjson"
+)
+
+// Usage is an answer's token accounting.
+type Usage struct {
+	PromptTokens     int `json:"prompt_tokens"`
+	CompletionTokens int `json:"completion_tokens"`
+	TotalTokens      int `json:"total_tokens"`
+}
+
+// Answer is what the gateway reads of an upstream's answer: a whole
+// completion or one streamed chunk.
+type Answer struct {
+	Model string
+	// Text is the first choice's message.content (or delta.content in a chunk).
+	Text string
+	// FinishReason is the first choice's finish_reason that is not null.
+	FinishReason string
+	Usage        *Usage
+}
+
+// ReadAnswer picks the gateway's fields out of an answer. ok is false when
+// b is not a JSON object; err is an *UpstreamError (Status 0) when b is an
+// error object — some upstreams answer 200 or send a stream event with one.
+func ReadAnswer(provider string, b []byte) (a Answer, ok bool, err error) {
+	if !gjson.ValidBytes(b) {
+		return Answer{}, false, nil
+	}
+	root := gjson.ParseBytes(b)
+	if !root.IsObject() {
+		return Answer{}, false, nil
+	}
+	if e := root.Get("error"); e.IsObject() {
+		ue := &UpstreamError{Provider: provider}
+		ue.readObject(e)
+		return Answer{}, true, ue
+	}
+	a.Model = root.Get("model").Str
+	root.Get("choices").ForEach(func(_, c gjson.Result) bool {
+		if a.Text == "" {
+			if t := c.Get("message.content"); t.Type == gjson.String {
+				a.Text = t.Str
+			} else {
+				a.Text = c.Get("delta.content").Str
+			}
+		}
+		if a.FinishReason == "" {
+			a.FinishReason = c.Get("finish_reason").Str
+		}
+		return true
+	})
+	if u := root.Get("usage"); u.IsObject() {
+		a.Usage = &Usage{
+			PromptTokens:     int(u.Get("prompt_tokens").Int()),
+			CompletionTokens: int(u.Get("completion_tokens").Int()),
+			TotalTokens:      int(u.Get("total_tokens").Int()),
+		}
+	}
+	return a, true, nil
+}
+
+// ToolCall is one function call in an answer. Index is set in stream chunks.
+type ToolCall struct {
+	Index    *int         `json:"index,omitempty"`
+	ID       string       `json:"id,omitempty"`
+	Type     string       `json:"type,omitempty"`
+	Function FunctionCall `json:"function"`
+}
+
+// FunctionCall is a tool call's function name and JSON arguments.
+type FunctionCall struct {
+	Name      string `json:"name,omitempty"`
+	Arguments string `json:"arguments"`
+}
+
+// Frame writes the answers of a provider that answers in text (the
+// simulated ones) in the same shape an OpenAI-compatible upstream would:
+// one id, one creation time and one model for every chunk of an answer.
+type Frame struct {
+	ID      string
+	Created int64
+	Model   string
+}
+
+// NewFrame starts an answer from model with a fresh id.
+func NewFrame(model string) Frame {
+	return Frame{ID: "chatcmpl-" + NewID(), Created: time.Now().Unix(), Model: model}
+}
+
+type message struct {
+	Role      string     `json:"role"`
+	Content   *string    `json:"content"`
+	Refusal   *string    `json:"refusal"`
+	ToolCalls []ToolCall `json:"tool_calls,omitempty"`
+}
+
+// Delta is one streamed piece of an answer.
+type Delta struct {
+	Role      string     `json:"role,omitempty"`
+	Content   *string    `json:"content,omitempty"`
+	ToolCalls []ToolCall `json:"tool_calls,omitempty"`
+}
+
+type choice struct {
+	Index        int       `json:"index"`
+	Message      *message  `json:"message,omitempty"`
+	Delta        *Delta    `json:"delta,omitempty"`
+	Logprobs     *struct{} `json:"logprobs"`
+	FinishReason *string   `json:"finish_reason"`
+}
+
+type answer struct {
+	ID      string   `json:"id"`
+	Object  string   `json:"object"`
+	Created int64    `json:"created"`
+	Model   string   `json:"model"`
+	Choices []choice `json:"choices"`
+	Usage   *Usage   `json:"usage,omitempty"`
+}
+
+// Completion is a whole answer (object "chat.completion"). With tool calls
+// the content is null and finish is usually "tool_calls".
+func (f Frame) Completion(text string, calls []ToolCall, finish string, u *Usage) []byte {
+	m := &message{Role: "assistant", ToolCalls: calls}
+	if len(calls) == 0 {
+		m.Content = &text
+	}
+	return f.marshal(answer{Object: "chat.completion", Choices: []choice{{Message: m, FinishReason: &finish}}, Usage: u})
+}
+
+// Chunk is one stream chunk (object "chat.completion.chunk"): a delta,
+// with finish set on the last one.
+func (f Frame) Chunk(d Delta, finish string) []byte {
+	c := choice{Delta: &d}
+	if finish != "" {
+		c.FinishReason = &finish
+	}
+	return f.marshal(answer{Object: "chat.completion.chunk", Choices: []choice{c}})
+}
+
+// UsageChunk is the chunk a stream ends with when the caller asked for
+// stream_options.include_usage: no choices, only the usage.
+func (f Frame) UsageChunk(u Usage) []byte {
+	return f.marshal(answer{Object: "chat.completion.chunk", Choices: []choice{}, Usage: &u})
+}
+
+func (f Frame) marshal(a answer) []byte {
+	a.ID, a.Created, a.Model = f.ID, f.Created, f.Model
+	return marshal(a)
+}
+
+// NewID is 24 random hex characters, for answer and request ids.
+func NewID() string {
+	var b [12]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}

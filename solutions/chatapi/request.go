@@ -1,0 +1,323 @@
+// Package chatapi is the OpenAI chat-completions wire format, as much of it
+// as a gateway needs — and no more.
+//
+// A gateway must not change what its caller asked for. So a request is
+// parsed only for the fields the gateway acts on (model, the shape of the
+// messages, stream and stream_options, the token limit), strictly and with
+// errors that name the field, and the caller's own bytes are what goes
+// upstream: every other field — tools, response_format, seed, logprobs,
+// fields that do not exist yet — passes through untouched. Only "model" is
+// rewritten, to the route target's upstream model, by splicing the bytes
+// rather than re-encoding the body. Answers are read the same way: the few
+// fields the gateway counts (model, usage, finish_reason, the first
+// choice's text) are picked out, and the bytes go back to the caller as
+// they came.
+//
+// It is the one home of the format in this repository: the gateway's HTTP
+// layer, the providers and the mock upstream all parse, frame and write
+// through it — requests (Parse, WithModel), answers (ReadAnswer, Frame,
+// ChunksOf), errors in OpenAI's shape with their headers (Error,
+// WriteError, UpstreamError) and server-sent event streams (EventStream,
+// ReadEvents).
+//
+// Parsing uses github.com/tidwall/gjson: it finds a field's value and its
+// byte offset in one pass without decoding the rest, which is exactly the
+// "decode what you need, keep the rest raw" a proxy wants; encoding/json
+// would either drop unknown fields or decode everything into maps.
+package chatapi
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/tidwall/gjson"
+)
+
+// Request is a chat-completion request as its caller sent it.
+type Request struct {
+	raw      []byte
+	modelAt  int // where the "model" value starts in raw; -1 if there is none
+	modelEnd int
+
+	// Model is the public model name the caller asked for ("" if none).
+	Model string
+	// Stream is the caller's "stream".
+	Stream bool
+	// IncludeUsage is the caller's "stream_options.include_usage".
+	IncludeUsage bool
+	// MaxTokens is "max_completion_tokens", else "max_tokens"; 0 if neither.
+	MaxTokens int
+	// Messages is how many messages the request holds (at least one).
+	Messages int
+}
+
+// The roles a message may have. "function" is deprecated but still sent by
+// older clients, so it is accepted.
+var roles = map[string]bool{"system": true, "developer": true, "user": true, "assistant": true, "tool": true, "function": true}
+
+// The fields the gateway reads. A second occurrence of one is refused: if
+// the gateway honoured the first and the upstream the last, the two would
+// disagree about what was asked (say, which model).
+var readFields = map[string]bool{
+	"model": true, "messages": true, "stream": true, "stream_options": true,
+	"max_tokens": true, "max_completion_tokens": true,
+}
+
+// Parse checks body and returns the request it holds. The Request keeps
+// body (it does not copy it): the caller must not change it afterwards.
+// Every error is an *Error with Status 400 that names the field.
+func Parse(body []byte) (*Request, error) {
+	if err := valid(body); err != nil {
+		return nil, err
+	}
+	root := gjson.ParseBytes(body)
+	if !root.IsObject() {
+		return nil, invalid("", "invalid_type", "the request body must be a JSON object")
+	}
+	r := &Request{raw: body, modelAt: -1}
+	seen := make(map[string]bool, len(readFields))
+	var err error
+	root.ForEach(func(key, value gjson.Result) bool {
+		if !readFields[key.Str] {
+			return true
+		}
+		if seen[key.Str] {
+			err = invalid(key.Str, "duplicate_field", fmt.Sprintf("%q appears more than once", key.Str))
+			return false
+		}
+		seen[key.Str] = true
+		err = r.read(key.Str, value)
+		return err == nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	if !seen["messages"] {
+		return nil, invalid("messages", "missing_required_parameter", "messages is required")
+	}
+	return r, nil
+}
+
+// read checks one field the gateway acts on and keeps its value.
+func (r *Request) read(name string, v gjson.Result) error {
+	switch name {
+	case "model":
+		if v.Type != gjson.String {
+			return invalid(name, "invalid_type", "model must be a string")
+		}
+		r.Model, r.modelAt, r.modelEnd = v.Str, v.Index, v.Index+len(v.Raw)
+	case "messages":
+		return r.readMessages(v)
+	case "stream":
+		b, err := optionalBool(name, v)
+		r.Stream = b
+		return err
+	case "stream_options":
+		if v.Type == gjson.Null {
+			return nil
+		}
+		if !v.IsObject() {
+			return invalid(name, "invalid_type", "stream_options must be an object")
+		}
+		if duplicate(v, "include_usage") != "" {
+			return invalid("stream_options.include_usage", "duplicate_field", "stream_options.include_usage appears more than once")
+		}
+		b, err := optionalBool("stream_options.include_usage", v.Get("include_usage"))
+		r.IncludeUsage = b
+		return err
+	case "max_tokens", "max_completion_tokens":
+		n, err := optionalCount(name, v)
+		if n > 0 && (name == "max_completion_tokens" || r.MaxTokens == 0) {
+			r.MaxTokens = n
+		}
+		return err
+	}
+	return nil
+}
+
+// readMessages checks the shape the gateway relies on: a non-empty array of
+// objects, each with a known role and a content that is a string, an array
+// of parts, null or absent (an assistant message with tool_calls). What is
+// inside the parts is the upstream's business.
+func (r *Request) readMessages(v gjson.Result) error {
+	if !v.IsArray() {
+		return invalid("messages", "invalid_type", "messages must be an array of message objects")
+	}
+	var err error
+	i := 0
+	v.ForEach(func(_, m gjson.Result) bool {
+		err = checkMessage(i, m)
+		i++
+		return err == nil
+	})
+	if err != nil {
+		return err
+	}
+	if i == 0 {
+		return invalid("messages", "invalid_value", "messages must contain at least one message")
+	}
+	r.Messages = i
+	return nil
+}
+
+func checkMessage(i int, m gjson.Result) error {
+	field := func(name string) string { return fmt.Sprintf("messages[%d]%s", i, name) }
+	if !m.IsObject() {
+		return invalid(field(""), "invalid_type", field("")+" must be an object")
+	}
+	if dup := duplicate(m, "role", "content"); dup != "" {
+		return invalid(field("."+dup), "duplicate_field", fmt.Sprintf("%s appears more than once", field("."+dup)))
+	}
+	role := m.Get("role")
+	switch {
+	case !role.Exists():
+		return invalid(field(".role"), "missing_required_parameter", field(".role")+" is required")
+	case role.Type != gjson.String:
+		return invalid(field(".role"), "invalid_type", field(".role")+" must be a string")
+	case !roles[role.Str]:
+		return invalid(field(".role"), "invalid_value",
+			fmt.Sprintf("%s %q is not one of system, developer, user, assistant, tool, function", field(".role"), role.Str))
+	}
+	switch c := m.Get("content"); {
+	case !c.Exists(), c.Type == gjson.Null, c.Type == gjson.String, c.IsArray():
+	default:
+		return invalid(field(".content"), "invalid_type", field(".content")+" must be a string, an array of content parts, or null")
+	}
+	return nil
+}
+
+// duplicate returns the first of names that obj holds more than once, or "".
+// gjson (like the gateway) reads the first of two keys and many upstreams
+// the last, so a key the gateway reads must appear once.
+func duplicate(obj gjson.Result, names ...string) string {
+	seen := map[string]bool{}
+	found := ""
+	obj.ForEach(func(k, _ gjson.Result) bool {
+		for _, n := range names {
+			if k.Str == n {
+				if seen[n] {
+					found = n
+					return false
+				}
+				seen[n] = true
+			}
+		}
+		return true
+	})
+	return found
+}
+
+func optionalBool(name string, v gjson.Result) (bool, error) {
+	switch v.Type {
+	case gjson.True:
+		return true, nil
+	case gjson.False, gjson.Null:
+		return false, nil
+	}
+	if !v.Exists() {
+		return false, nil
+	}
+	return false, invalid(name, "invalid_type", name+" must be true or false")
+}
+
+// optionalCount reads a positive integer or null.
+func optionalCount(name string, v gjson.Result) (int, error) {
+	if v.Type == gjson.Null {
+		return 0, nil
+	}
+	if v.Type != gjson.Number || strings.ContainsAny(v.Raw, ".eE") || v.Num < 1 || v.Num > 1<<31 {
+		return 0, invalid(name, "invalid_value", name+" must be a whole number of at least 1")
+	}
+	return int(v.Num), nil
+}
+
+// valid reports a body that is not JSON, saying where it breaks.
+func valid(body []byte) error {
+	if len(bytes.TrimSpace(body)) == 0 {
+		return invalid("", "invalid_json", "the request body is empty; send a JSON object")
+	}
+	if json.Valid(body) {
+		return nil
+	}
+	var v any
+	err := json.Unmarshal(body, &v)
+	var syntax *json.SyntaxError
+	if errors.As(err, &syntax) {
+		return invalid("", "invalid_json", fmt.Sprintf("the body is not valid JSON: %s (at byte %d)", strings.TrimPrefix(syntax.Error(), "json: "), syntax.Offset))
+	}
+	return invalid("", "invalid_json", "the body is not valid JSON")
+}
+
+// Body is the caller's request, byte for byte.
+func (r *Request) Body() []byte { return r.raw }
+
+// WithModel returns the request with its "model" set to model and every
+// other byte as the caller sent it. It does not change r; each call
+// returns a new slice.
+func (r *Request) WithModel(model string) []byte {
+	quoted, _ := json.Marshal(model) // a string always marshals
+	if r.modelAt < 0 {
+		// No model in the request: add one right after the opening brace.
+		open := bytes.IndexByte(r.raw, '{') + 1
+		out := make([]byte, 0, len(r.raw)+len(quoted)+10)
+		out = append(out, r.raw[:open]...)
+		out = append(out, `"model":`...)
+		out = append(out, quoted...)
+		out = append(out, ',')
+		return append(out, r.raw[open:]...)
+	}
+	out := make([]byte, 0, len(r.raw)-(r.modelEnd-r.modelAt)+len(quoted))
+	out = append(out, r.raw[:r.modelAt]...)
+	out = append(out, quoted...)
+	return append(out, r.raw[r.modelEnd:]...)
+}
+
+// Get returns a field of the request by gjson path ("tools.0.function.name"),
+// for a provider that acts on more than the gateway does.
+func (r *Request) Get(path string) gjson.Result { return gjson.GetBytes(r.raw, path) }
+
+// Text is the text of every message, in order, one per line: string
+// contents and the text of "text" parts. A simulated provider answers from it.
+func (r *Request) Text() string {
+	var b strings.Builder
+	r.Get("messages").ForEach(func(_, m gjson.Result) bool {
+		c := m.Get("content")
+		if c.Type == gjson.String {
+			line(&b, c.Str)
+		}
+		if c.IsArray() {
+			c.ForEach(func(_, part gjson.Result) bool {
+				if part.Get("type").Str == "text" {
+					line(&b, part.Get("text").Str)
+				}
+				return true
+			})
+		}
+		return true
+	})
+	return b.String()
+}
+
+func line(b *strings.Builder, s string) {
+	if b.Len() > 0 {
+		b.WriteByte('\n')
+	}
+	b.WriteString(s)
+}
+
+// NewRequest builds a request from a prompt: one user message. It is what
+// the lesson's /v1/generate sends to an OpenAI-compatible upstream.
+func NewRequest(prompt string, stream bool) *Request {
+	body, _ := json.Marshal(struct {
+		Messages []map[string]string `json:"messages"`
+		Stream   bool                `json:"stream,omitempty"`
+	}{Messages: []map[string]string{{"role": "user", "content": prompt}}, Stream: stream})
+	r, err := Parse(body)
+	if err != nil {
+		panic("chatapi: NewRequest built an invalid request: " + err.Error()) // cannot happen: the body is ours
+	}
+	return r
+}

@@ -1,0 +1,148 @@
+package chatapi
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// sameExceptModel checks out is in byte for byte, except for the value of
+// "model", which is now model. It finds the value by its own means (a
+// search for the quoted old value), not by the code under test.
+func sameExceptModel(t *testing.T, in, out []byte, oldModel, model string) {
+	t.Helper()
+	quoted, _ := json.Marshal(model)
+	if oldModel == "" {
+		require.Truef(t, json.Valid(out), "not JSON: %s", out)
+		var v map[string]json.RawMessage
+		require.NoError(t, json.Unmarshal(out, &v))
+		assert.JSONEq(t, string(quoted), string(v["model"]))
+		return
+	}
+	oldQuoted, _ := json.Marshal(oldModel)
+	back := bytes.Replace(out, quoted, oldQuoted, 1)
+	assert.Equal(t, string(in), string(back), "every byte but the model's value is the caller's")
+}
+
+func TestWithModelChangesOnlyTheModelsValue(t *testing.T) {
+	for name, body := range map[string]string{
+		"model first":                `{"model":"gpt-4o","messages":[{"role":"user","content":"hi"}]}`,
+		"model last":                 `{"messages":[{"role":"user","content":"hi"}],"model":"gpt-4o"}`,
+		"spaces and newlines":        "{\n  \"messages\" : [ {\"role\":\"user\",\"content\":\"hi\"} ],\n  \"model\"\t:  \"gpt-4o\" ,\n  \"seed\": 12345678901234567890\n}",
+		"a field named model inside": `{"model":"gpt-4o","metadata":{"model":"keep me"},"messages":[{"role":"user","content":"model"}]}`,
+		"escapes and unicode":        `{"model":"gpt-4o","messages":[{"role":"user","content":"caf\u00e9 \ud83d\ude00 \"quoted\" \\ back"}],"x":1e-7}`,
+	} {
+		t.Run(name, func(t *testing.T) {
+			r, err := Parse([]byte(body))
+			require.NoError(t, err)
+			assert.Equal(t, "gpt-4o", r.Model)
+			sameExceptModel(t, []byte(body), r.WithModel("up-model-1"), "gpt-4o", "up-model-1")
+			sameExceptModel(t, []byte(body), r.WithModel(`we"ird\model`), "gpt-4o", `we"ird\model`)
+			assert.Equal(t, body, string(r.Body()), "WithModel must not change the request it was called on")
+		})
+	}
+}
+
+func TestWithModelAddsAModelWhenThereIsNone(t *testing.T) {
+	body := `{"messages":[{"role":"user","content":"hi"}],"temperature":0.3}`
+	r, err := Parse([]byte(body))
+	require.NoError(t, err)
+	out := r.WithModel("small-1")
+	sameExceptModel(t, []byte(body), out, "", "small-1")
+	assert.Contains(t, string(out), `"temperature":0.3`)
+}
+
+func TestParseReadsTheFieldsTheGatewayActsOn(t *testing.T) {
+	r, err := Parse([]byte(`{"model":"chat","stream":true,"stream_options":{"include_usage":true},"max_tokens":50,"max_completion_tokens":70,
+		"messages":[{"role":"system","content":"be brief"},{"role":"user","content":[{"type":"text","text":"look"},{"type":"image_url","image_url":{"url":"x"}}]}]}`))
+	require.NoError(t, err)
+	assert.Equal(t, "chat", r.Model)
+	assert.True(t, r.Stream)
+	assert.True(t, r.IncludeUsage)
+	assert.Equal(t, 70, r.MaxTokens, "max_completion_tokens wins over the deprecated max_tokens")
+	assert.Equal(t, 2, r.Messages)
+	assert.Equal(t, "be brief\nlook", r.Text(), "the text of string contents and text parts, in order")
+
+	r, err = Parse([]byte(`{"max_completion_tokens":70,"max_tokens":50,"messages":[{"role":"user","content":"x"}]}`))
+	require.NoError(t, err)
+	assert.Equal(t, 70, r.MaxTokens, "whichever order they come in")
+}
+
+func TestParseErrorsNameTheField(t *testing.T) {
+	for body, param := range map[string]string{
+		`{"messages":[{"role":"user","content":"a"},{"role":"user","content":{}}]}`:             "messages[1].content",
+		`{"messages":[{"role":"user","content":"a"}],"stream_options":{"include_usage":"yes"}}`: "stream_options.include_usage",
+		`{"messages":[{"role":"user","content":"a"}],"max_completion_tokens":-3}`:               "max_completion_tokens",
+		`{"messages":[{"role":"user","content":"a"}],"messages":[]}`:                            "messages",
+	} {
+		_, err := Parse([]byte(body))
+		var e *Error
+		require.True(t, errors.As(err, &e), body)
+		assert.Equal(t, 400, e.Status)
+		assert.Equal(t, param, e.Param, body)
+		assert.Contains(t, e.Message, param, "the message names the field too")
+	}
+}
+
+func TestNewRequestIsOneUserMessage(t *testing.T) {
+	r := NewRequest(`say "hi"`, true)
+	assert.JSONEq(t, `{"model":"m","messages":[{"role":"user","content":"say \"hi\""}],"stream":true}`, string(r.WithModel("m")))
+}
+
+// FuzzParse: whatever the body, Parse does not panic, and a body it accepts
+// leaves WithModel valid JSON equal to the caller's with only the model
+// changed.
+func FuzzParse(f *testing.F) {
+	seeds, _ := filepath.Glob("testdata/requests/*.json")
+	for _, s := range seeds {
+		b, err := os.ReadFile(s)
+		require.NoError(f, err)
+		f.Add(b)
+	}
+	f.Add([]byte(`{"model":"a","model":"b","messages":[]}`))
+	f.Add([]byte(`{"messages":[{"role":"user","content":"x"}]} trailing`))
+	f.Fuzz(func(t *testing.T, body []byte) {
+		r, err := Parse(body)
+		if err != nil {
+			var e *Error
+			require.True(t, errors.As(err, &e), "every refusal is an *Error: %v", err)
+			require.Equal(t, 400, e.Status)
+			return
+		}
+		out := r.WithModel("fuzz-model")
+		require.Truef(t, json.Valid(out), "WithModel made invalid JSON from %q: %q", body, out)
+		var in, got map[string]any
+		require.NoError(t, decodeNumbers(body, &in))
+		require.NoError(t, decodeNumbers(out, &got))
+		in["model"] = "fuzz-model"
+		require.Equal(t, in, got, "only the model changed")
+	})
+}
+
+func decodeNumbers(b []byte, v any) error {
+	d := json.NewDecoder(bytes.NewReader(b))
+	d.UseNumber()
+	return d.Decode(v)
+}
+
+func TestCorpusParses(t *testing.T) {
+	files, err := filepath.Glob("testdata/requests/*.json")
+	require.NoError(t, err)
+	require.NotEmpty(t, files)
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		require.NoError(t, err)
+		_, err = Parse(b)
+		assert.NoError(t, err, strings.TrimSuffix(filepath.Base(f), ".json"))
+	}
+}

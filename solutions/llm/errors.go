@@ -1,0 +1,120 @@
+package llm
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/http"
+	"syscall"
+	"time"
+)
+
+// The interfaces a provider's errors may implement to say what happened.
+// They are found through wrapping (errors.As), so a provider may wrap its
+// errors freely. chatapi.UpstreamError implements all three.
+type (
+	// StatusCoder is an error that carries the upstream's HTTP status.
+	StatusCoder interface{ StatusCode() int }
+	// ErrorCoder is an error that carries the upstream's machine-readable
+	// error code, such as "context_length_exceeded".
+	ErrorCoder interface{ ErrorCode() string }
+	// RetryAfterer is an error that says when to ask again (a 429 or 503
+	// with Retry-After).
+	RetryAfterer interface{ RetryAfter() time.Duration }
+)
+
+// ErrPanic is wrapped by the error a provider call returns when the
+// provider panicked (see Generate and Stream).
+var ErrPanic = errors.New("llm: provider panicked")
+
+// Reason says why a provider call failed, in the words metrics and logs
+// use. ReasonOf is the one place provider errors are classified.
+type Reason string
+
+// The reasons, from the most specific cause to the least.
+const (
+	ReasonNone        Reason = ""             // the call succeeded
+	ReasonCancelled   Reason = "cancelled"    // the caller left (not the provider's fault)
+	ReasonTimeout     Reason = "timeout"      // an attempt, first-token or idle limit ran out
+	ReasonRateLimited Reason = "rate_limited" // the upstream answered 429
+	ReasonServer      Reason = "server_error" // the upstream answered 5xx
+	ReasonClient      Reason = "client_error" // the upstream answered another 4xx
+	ReasonConnection  Reason = "connection"   // no answer: refused, reset, DNS
+	ReasonOther       Reason = "other"        // anything else (a malformed answer, a panic)
+)
+
+// Reasons lists every failure reason, for metrics that start each series at 0.
+var Reasons = []Reason{ReasonCancelled, ReasonTimeout, ReasonRateLimited, ReasonServer, ReasonClient, ReasonConnection, ReasonOther}
+
+// ReasonOf classifies a provider error. A nil error is ReasonNone.
+func ReasonOf(err error) Reason {
+	var netErr net.Error
+	switch status := StatusOf(err); {
+	case err == nil:
+		return ReasonNone
+	case errors.Is(err, context.Canceled):
+		return ReasonCancelled
+	case errors.Is(err, context.DeadlineExceeded):
+		return ReasonTimeout
+	case status == http.StatusTooManyRequests:
+		return ReasonRateLimited
+	case status >= 500:
+		return ReasonServer
+	case status >= 400:
+		return ReasonClient
+	case errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.ECONNREFUSED), errors.As(err, &netErr):
+		return ReasonConnection
+	}
+	return ReasonOther
+}
+
+// Outcome is the short form of a Reason, for attempt counters.
+type Outcome string
+
+// The outcomes.
+const (
+	OutcomeOK        Outcome = "ok"
+	OutcomeError     Outcome = "error"
+	OutcomeTimeout   Outcome = "timeout"
+	OutcomeCancelled Outcome = "cancelled"
+)
+
+// OutcomeOf is err's Outcome.
+func OutcomeOf(err error) Outcome {
+	switch ReasonOf(err) {
+	case ReasonNone:
+		return OutcomeOK
+	case ReasonTimeout:
+		return OutcomeTimeout
+	case ReasonCancelled:
+		return OutcomeCancelled
+	}
+	return OutcomeError
+}
+
+// CallersFault reports whether err is the upstream refusing the request
+// itself: a 4xx other than 408 (timeout) and 429 (rate). The same request
+// fails the same way everywhere, so it is not retried, and it says nothing
+// against the upstream's health.
+func CallersFault(err error) bool {
+	s := StatusOf(err)
+	return s >= 400 && s < 500 && s != http.StatusRequestTimeout && s != http.StatusTooManyRequests
+}
+
+// ErrorCode is the upstream's error code in err, or "".
+func ErrorCode(err error) string {
+	var ec ErrorCoder
+	if errors.As(err, &ec) {
+		return ec.ErrorCode()
+	}
+	return ""
+}
+
+// StatusOf is the upstream HTTP status in err, or 0 when it carries none.
+func StatusOf(err error) int {
+	var sc StatusCoder
+	if errors.As(err, &sc) {
+		return sc.StatusCode()
+	}
+	return 0
+}

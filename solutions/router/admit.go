@@ -1,0 +1,92 @@
+package router
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	admission "github.com/production-go/gateway-lab/solutions/02-admission"
+	"github.com/production-go/gateway-lab/solutions/llm"
+)
+
+// admitted runs everything before the first provider call, under the
+// request's admission span: request checks, the plan, in-flight accounting
+// (refused once closing), the tenant's in-flight cap, its rate limit, and a
+// slot within MaxQueueWait. On success the caller must defer run.release.
+func (r *Router) admitted(ctx context.Context, run *run) error {
+	ctx, span := r.span(ctx, "gateway.admission")
+	err := r.enter(ctx, run)
+	endAdmissionSpan(span, run, err)
+	return err
+}
+
+func (r *Router) enter(ctx context.Context, run *run) error {
+	req := run.req
+	pinned, err := r.check(req)
+	if err != nil {
+		return err
+	}
+	if err := r.plan(run, pinned); err != nil {
+		return err
+	}
+	if !r.inflight.Join() {
+		r.obs.Rejected(req.Tenant, RejectClosed)
+		return ErrClosed
+	}
+	if !r.tenants.enter(req.Tenant) {
+		r.inflight.Leave()
+		r.obs.Rejected(req.Tenant, RejectTenantBusy)
+		return &RateLimitError{RetryAfter: time.Second, busy: true}
+	}
+	ticket, err := r.admit.Admit(ctx, req.Tenant)
+	if err != nil {
+		r.tenants.leave(req.Tenant)
+		r.inflight.Leave()
+		return r.rejected(req.Tenant, err)
+	}
+	r.obs.Admitted(req.Tenant, ticket.QueueWait)
+	run.ticket, run.at = ticket, time.Now()
+	return nil
+}
+
+// check validates a request and resolves its pinned provider.
+func (r *Router) check(req Request) (pinned llm.Provider, err error) {
+	if req.Tenant == "" || req.Chat == nil {
+		return nil, fmt.Errorf("%w: tenant and chat request are required", ErrInvalidRequest)
+	}
+	for _, t := range req.Route {
+		if r.byName[t.Provider] == nil {
+			return nil, fmt.Errorf("%w: route target %q (have %v)", ErrUnknownProvider, t.Provider, r.Providers())
+		}
+	}
+	if req.Provider == "" {
+		return nil, nil
+	}
+	if pinned = r.byName[req.Provider]; pinned == nil {
+		return nil, fmt.Errorf("%w: %q (have %v)", ErrUnknownProvider, req.Provider, r.Providers())
+	}
+	return pinned, nil
+}
+
+// rejected maps an admission error to the router's own, and counts it.
+func (r *Router) rejected(tenant string, err error) error {
+	var rl *admission.RateLimitError
+	switch {
+	case errors.As(err, &rl):
+		r.obs.Rejected(tenant, RejectRateLimited)
+		return &RateLimitError{RetryAfter: rl.RetryAfter}
+	case errors.Is(err, admission.ErrOverloaded):
+		r.obs.Rejected(tenant, RejectOverloaded)
+		return fmt.Errorf("%w: %w", ErrOverloaded, err)
+	case errors.Is(err, admission.ErrClosed):
+		r.obs.Rejected(tenant, RejectClosed)
+		return ErrClosed
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		r.obs.Rejected(tenant, RejectCancelled)
+		return err
+	}
+	// The limiter could not decide (its Redis is down, and it fails closed).
+	r.obs.Rejected(tenant, RejectLimiterFailed)
+	return fmt.Errorf("%w: %w", ErrLimiterFailed, err)
+}

@@ -1,0 +1,54 @@
+package router
+
+import (
+	"time"
+
+	"github.com/production-go/gateway-lab/solutions/04-breaker"
+)
+
+// Observer receives the router's measurements. Methods must be quick and
+// safe for concurrent use. package telemetry implements it with Prometheus.
+type Observer interface {
+	// Admitted: a request got a slot after waiting queueWait.
+	Admitted(tenant string, queueWait time.Duration)
+	// Rejected: a request was refused before any provider call.
+	Rejected(tenant string, reason RejectReason)
+	// Attempt: one provider call ended (err nil on success); attempt
+	// counts from 1.
+	Attempt(t Target, attempt int, took time.Duration, err error)
+	// BreakerChanged: a target's breaker moved from one state to another.
+	BreakerChanged(t Target, from, to breaker.State)
+	// Late: a provider call finished after its attempt had given up on it
+	// (a provider that ignored its context); took is the call's whole
+	// duration.
+	Late(took time.Duration, err error)
+	// RetryRefused: the retry budget refused an attempt to provider.
+	RetryRefused(provider string)
+}
+
+// RejectReason says why a request was refused before any provider call.
+type RejectReason string
+
+// The reasons Observer.Rejected is given.
+const (
+	RejectRateLimited   RejectReason = "rate_limited"  // the tenant is over its rate
+	RejectTenantBusy    RejectReason = "tenant_busy"   // the tenant already has MaxPerTenant requests in flight
+	RejectOverloaded    RejectReason = "overloaded"    // no slot within MaxQueueWait
+	RejectClosed        RejectReason = "closed"        // the router is shutting down
+	RejectCancelled     RejectReason = "cancelled"     // the caller left while queued
+	RejectLimiterFailed RejectReason = "limiter_error" // the rate limiter could not decide, and fails closed
+)
+
+// RejectReasons lists every RejectReason, for metrics that start each
+// series at 0.
+var RejectReasons = []RejectReason{RejectRateLimited, RejectTenantBusy, RejectOverloaded, RejectClosed, RejectCancelled, RejectLimiterFailed}
+
+// NopObserver ignores everything. Embed it to implement only some methods.
+type NopObserver struct{}
+
+func (NopObserver) Admitted(string, time.Duration)                      {}
+func (NopObserver) Rejected(string, RejectReason)                       {}
+func (NopObserver) Attempt(Target, int, time.Duration, error)           {}
+func (NopObserver) BreakerChanged(Target, breaker.State, breaker.State) {}
+func (NopObserver) Late(time.Duration, error)                           {}
+func (NopObserver) RetryRefused(string)                                 {}

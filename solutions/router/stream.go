@@ -1,0 +1,182 @@
+package router
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/production-go/gateway-lab/solutions/03-timeouts"
+	"github.com/production-go/gateway-lab/solutions/06-bridge"
+	"github.com/production-go/gateway-lab/solutions/llm"
+)
+
+// StreamLimits bound a stream where a whole-request timeout cannot: an
+// upstream that accepts the connection and then says nothing.
+type StreamLimits struct {
+	// FirstToken bounds the wait for the first chunk of an attempt
+	// (time to first token). Before the first chunk a failure may still
+	// fall back to another target.
+	FirstToken time.Duration
+	// Idle bounds the gap between two chunks.
+	Idle time.Duration
+}
+
+var (
+	// ErrFirstTokenTimeout: no chunk arrived within StreamLimits.FirstToken.
+	// It wraps context.DeadlineExceeded: a timeout of the attempt, retryable.
+	ErrFirstTokenTimeout = fmt.Errorf("router: no first token in time: %w", context.DeadlineExceeded)
+	// ErrStreamIdle: the stream went silent for longer than StreamLimits.Idle.
+	ErrStreamIdle = fmt.Errorf("router: stream went idle: %w", context.DeadlineExceeded)
+	// ErrAfterFirstByte wraps a failure that happened after the client had
+	// received part of the answer: the router never switches targets then,
+	// and the caller must end the stream with an error, not a clean end.
+	ErrAfterFirstByte = errors.New("router: stream failed after the first byte")
+)
+
+// Stream is Generate for streamed answers: the same admission and retries,
+// with one rule more. Until the first chunk reaches emit, a failed attempt
+// may fall back to the next target; after it, a failure ends the stream
+// with an error wrapping ErrAfterFirstByte — never a silent switch to
+// another target mid-answer. A provider that cannot stream, or that does
+// not honour its context, answers whole (through the bridge, for the
+// latter), and its answer reaches emit as chunks.
+func (r *Router) Stream(ctx context.Context, req Request, limits StreamLimits, emit func(llm.Chunk) error) (Response, error) {
+	if limits.FirstToken <= 0 || limits.Idle <= 0 {
+		return Response{}, fmt.Errorf("%w: stream limits must be positive", ErrInvalidConfig)
+	}
+	st := &streamer{limits: limits, emit: emit}
+	// No per-attempt timeout: a healthy stream may run long. The watchdog
+	// bounds the silence instead, and TotalTimeout bounds the whole.
+	return r.serve(ctx, req, 0, st)
+}
+
+type streamer struct {
+	limits StreamLimits
+	emit   func(llm.Chunk) error
+}
+
+func (st *streamer) attempt(ctx context.Context, r *Router, s step, req llm.Request) (llm.Completion, error) {
+	c, sent, err := st.once(ctx, r, s, req)
+	if err != nil && sent {
+		// The client has part of an answer: no other target may add to it.
+		return c, timeouts.Permanent(fmt.Errorf("%w: %s: %w", ErrAfterFirstByte, s.target, err))
+	}
+	return c, err
+}
+
+// errClientGone marks an attempt ended because the client stopped reading.
+// It wraps context.Canceled, so the provider's breaker does not count it.
+var errClientGone = fmt.Errorf("router: client stopped reading: %w", context.Canceled)
+
+// once runs one streaming attempt under the watchdog and reports whether
+// any chunk reached the client. Only the request's own goroutine ever
+// writes to the client: a provider that honours its context streams on
+// it; any other answers whole through the bridge, where an attempt that
+// gives up on it can leave it behind without it holding the writer.
+func (st *streamer) once(ctx context.Context, r *Router, s step, req llm.Request) (c llm.Completion, sent bool, err error) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	w := newWatchdog(st.limits, cancel)
+	defer w.stop()
+	relay := func(ch llm.Chunk) error {
+		if len(ch.Raw) == 0 {
+			return nil // nothing for the client: not a first byte
+		}
+		if err := w.chunk(ctx); err != nil {
+			return err // the watchdog ended this attempt first
+		}
+		err := st.emit(ch)
+		w.rearm()
+		if err != nil {
+			cancel(errClientGone)
+			return errClientGone
+		}
+		return nil
+	}
+	if s.direct {
+		c, err = llm.Stream(ctx, s.provider, req, relay)
+	} else {
+		c, err = bridge.Call(ctx, r.calls, func(context.Context) (llm.Completion, error) {
+			return llm.Generate(ctx, s.provider, req)
+		})
+		if err == nil {
+			err = llm.EmitWhole(c, req.Chat.IncludeUsage, relay)
+		}
+	}
+	if cause := context.Cause(ctx); cause != nil && errors.Is(err, context.Canceled) {
+		// The provider saw only "canceled"; the cause says why. A watchdog
+		// timeout is the provider's failure (its breaker counts it); a
+		// client that left is not (errClientGone wraps Canceled).
+		err = cause
+	}
+	return c, w.sent(), err
+}
+
+// watchdog ends a streaming attempt that goes silent: no first chunk within
+// FirstToken, or no next chunk within Idle of the last. Each chunk and the
+// timer race for one lock, and whichever takes it first decides: a chunk
+// that wins moves the deadline (the timer, if it fired meanwhile, finds the
+// deadline not reached and does nothing); a timer that wins cancels the
+// attempt, and the chunk is never sent. So a chunk is never sent and then
+// cut for being late.
+type watchdog struct {
+	limits StreamLimits
+	cancel context.CancelCauseFunc
+
+	mu       sync.Mutex
+	deadline time.Time // zero while a chunk is being sent: the client's pace is not the upstream's silence
+	anySent  bool
+	timer    *time.Timer
+}
+
+func newWatchdog(limits StreamLimits, cancel context.CancelCauseFunc) *watchdog {
+	w := &watchdog{limits: limits, cancel: cancel, deadline: time.Now().Add(limits.FirstToken)}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.timer = time.AfterFunc(limits.FirstToken, w.fire)
+	return w
+}
+
+func (w *watchdog) fire() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.deadline.IsZero() || time.Now().Before(w.deadline) {
+		return // a chunk got the lock first and moved the deadline
+	}
+	if w.anySent {
+		w.cancel(ErrStreamIdle)
+	} else {
+		w.cancel(ErrFirstTokenTimeout)
+	}
+}
+
+// chunk claims the right to send one chunk, unless the timer already cut
+// the attempt.
+func (w *watchdog) chunk(ctx context.Context) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if err := context.Cause(ctx); err != nil {
+		return err
+	}
+	w.anySent = true
+	w.deadline = time.Time{}
+	return nil
+}
+
+// rearm starts the idle limit after a chunk went out.
+func (w *watchdog) rearm() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.deadline = time.Now().Add(w.limits.Idle)
+	w.timer.Reset(w.limits.Idle)
+}
+
+func (w *watchdog) sent() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.anySent
+}
+
+func (w *watchdog) stop() { w.timer.Stop() }
