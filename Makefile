@@ -112,7 +112,7 @@ scenario: ## run a scenario and write its report with charts: make scenario NAME
 FUZZTIME ?= 20s
 
 fuzz: ## run every fuzz target for FUZZTIME each (default 20s); CI runs their seed corpora as tests
-	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./solutions/internal/chatapi/
+	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./solutions/chatapi/
 	$(GO) test -run '^$$' -fuzz '^FuzzVerify$$' -fuzztime $(FUZZTIME) ./solutions/identity/
 	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./solutions/policy/
 

@@ -7,7 +7,7 @@ import (
 	"log/slog"
 	"net"
 
-	"github.com/production-go/gateway-lab/solutions/app"
+	"github.com/production-go/gateway-lab/solutions/service"
 )
 
 // gateway is a production_app running in this process on a loopback port.
@@ -18,11 +18,11 @@ type gateway struct {
 
 // startGateway builds and serves production_app with args (its own flags).
 func startGateway(ctx context.Context, args ...string) (*gateway, error) {
-	c, err := app.Parse("scenario", append([]string{"-readiness-delay=0", "-drain-grace=2s", "-log-level=error"}, args...), io.Discard, nil)
+	c, err := service.Parse("scenario", append([]string{"-readiness-delay=0", "-drain-grace=2s", "-log-level=error"}, args...), io.Discard, nil)
 	if err != nil {
 		return nil, fmt.Errorf("gateway flags: %w", err)
 	}
-	svc, err := app.Build(c, slog.New(slog.DiscardHandler), app.Hooks{})
+	svc, err := service.Build(c, slog.New(slog.DiscardHandler), service.Hooks{})
 	if err != nil {
 		return nil, err
 	}

@@ -32,7 +32,7 @@ import (
 	"github.com/production-go/gateway-lab/solutions/04-breaker"
 	drain "github.com/production-go/gateway-lab/solutions/05-drain"
 	"github.com/production-go/gateway-lab/solutions/06-bridge"
-	"github.com/production-go/gateway-lab/solutions/internal/chatapi"
+	"github.com/production-go/gateway-lab/solutions/chatapi"
 	"go.opentelemetry.io/otel/trace"
 )
 

@@ -12,8 +12,8 @@ import (
 	"time"
 
 	drain "github.com/production-go/gateway-lab/solutions/05-drain"
-	gateway "github.com/production-go/gateway-lab/solutions/08-gateway"
 	"github.com/production-go/gateway-lab/solutions/providers/openaicompat"
+	"github.com/production-go/gateway-lab/solutions/router"
 )
 
 // BenchmarkProxyPath puts the gateway's HTTP path and a bare
@@ -41,7 +41,7 @@ func BenchmarkProxyPath(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer p.Close()
-	gw, err := gateway.New(gateway.Config{
+	gw, err := router.New(router.Config{
 		RatePerSecond: 1e9, Burst: 1 << 30, MaxConcurrent: 512, MaxQueueWait: time.Second,
 		MaxAttempts: 3, BaseBackoff: time.Millisecond, MaxBackoff: 10 * time.Millisecond,
 		AttemptTimeout: 10 * time.Second, TotalTimeout: 30 * time.Second, FailureThreshold: 5, RecoveryTimeout: time.Second,
@@ -50,7 +50,7 @@ func BenchmarkProxyPath(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer func() { _ = gw.Close(context.Background()) }()
-	srv := New(Options{Gateway: gw, Drainer: drain.New(), Stream: gateway.StreamLimits{FirstToken: time.Second, Idle: time.Second}})
+	srv := New(Options{Router: gw, Drainer: drain.New(), Stream: router.StreamLimits{FirstToken: time.Second, Idle: time.Second}})
 
 	target, _ := url.Parse(up.URL)
 	rp := httputil.NewSingleHostReverseProxy(target)

@@ -4,33 +4,36 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"math"
 	"net/http"
 	"strconv"
 	"time"
 
 	drain "github.com/production-go/gateway-lab/solutions/05-drain"
-	gateway "github.com/production-go/gateway-lab/solutions/08-gateway"
-	"github.com/production-go/gateway-lab/solutions/internal/chatapi"
+	"github.com/production-go/gateway-lab/solutions/chatapi"
+	"github.com/production-go/gateway-lab/solutions/llm"
+	"github.com/production-go/gateway-lab/solutions/router"
+	"github.com/production-go/gateway-lab/solutions/telemetry"
 )
 
-var errDraining = &chatapi.Error{Status: http.StatusServiceUnavailable, Type: "server_error", Code: "draining",
-	Message: "the gateway is shutting down; retry on another instance"}
+// errDraining is the answer to a request that comes while the server shuts
+// down: retry elsewhere, in a second.
+func errDraining() *chatapi.Error {
+	return &chatapi.Error{Status: http.StatusServiceUnavailable, Type: "server_error", Code: "draining",
+		Message: "the gateway is shutting down; retry on another instance", RetryAfter: time.Second}
+}
 
-// fail writes the error response a gateway error deserves, and logs it
+// fail writes the error response a router error deserves, and logs it
 // without the upstream's message (it may quote the prompt).
 func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
-	e := s.classify(err, context.Cause(r.Context()))
-	if e.Status == statusClientClosed {
+	cause := context.Cause(r.Context())
+	e := classify(err, cause)
+	if e.Status == telemetry.StatusClientClosed {
 		if rec, ok := w.(*recorder); ok {
-			rec.outcome = statusClientClosed
+			rec.outcome = telemetry.StatusClientClosed
 		}
 		return // nobody is listening
 	}
-	if wait := retryAfter(err, e.Status); wait > 0 {
-		w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(wait.Seconds()))))
-	}
-	if e.Code == errDraining.Code {
+	if shutdown(err, cause) {
 		w.Header().Set("Connection", "close")
 	}
 	level := slog.LevelInfo
@@ -42,44 +45,63 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 	s.writeError(w, e)
 }
 
-// classify maps a gateway error to the OpenAI error the caller gets. An
-// upstream's refusal keeps its status, type, code and message (bounded);
-// everything else says what happened in the gateway's words, never its
-// internal error chain.
-func (s *Server) classify(err, cause error) *chatapi.Error {
-	var (
-		rl *gateway.RateLimitError
-		up *chatapi.UpstreamError
-	)
+// shutdown reports whether err ended a request because this server is
+// shutting down: the router closed, or the drain grace cut it (cause is
+// the request context's cause).
+func shutdown(err, cause error) bool {
+	return errors.Is(err, router.ErrClosed) || errors.Is(err, drain.ErrCut) ||
+		(errors.Is(err, context.Canceled) && errors.Is(cause, drain.ErrCut))
+}
+
+// cutOf says why a stream that had started ended with err.
+func cutOf(err, cause error) telemetry.StreamCut {
+	switch {
+	case shutdown(err, cause):
+		return telemetry.CutShutdown
+	case errors.Is(err, context.Canceled):
+		return telemetry.CutClientClosed
+	}
+	return telemetry.CutUpstream
+}
+
+// classify maps a router error to the OpenAI error the caller gets, with
+// its Retry-After. An upstream's refusal keeps its status, type, code and
+// message (bounded); everything else says what happened in the gateway's
+// words, never its internal error chain.
+func classify(err, cause error) *chatapi.Error {
+	e := describe(err, cause)
+	e.RetryAfter = retryAfter(err, e.Status)
+	return e
+}
+
+func describe(err, cause error) *chatapi.Error {
+	var up *chatapi.UpstreamError
 	e := func(status int, typ, code, msg string) *chatapi.Error {
 		return &chatapi.Error{Status: status, Type: typ, Code: code, Message: msg}
 	}
 	switch {
-	case errors.Is(err, gateway.ErrUnknownProvider):
+	case errors.Is(err, router.ErrUnknownProvider):
 		return e(http.StatusNotFound, "invalid_request_error", "model_not_found", "the model names a provider this gateway does not have")
-	case errors.Is(err, gateway.ErrInvalidRequest):
+	case errors.Is(err, router.ErrInvalidRequest):
 		return e(http.StatusBadRequest, "invalid_request_error", "invalid_request", "the request has no prompt or no tenant")
-	case errors.Is(err, gateway.ErrTenantBusy):
+	case errors.Is(err, router.ErrTenantBusy):
 		return e(http.StatusTooManyRequests, "rate_limit_error", "too_many_concurrent_requests", "this tenant has too many requests in flight; see Retry-After")
-	case errors.As(err, &rl):
+	case errors.Is(err, router.ErrRateLimited):
 		return e(http.StatusTooManyRequests, "rate_limit_error", "rate_limited", "rate limit exceeded for this tenant; see Retry-After")
-	case errors.Is(err, gateway.ErrOverloaded):
+	case errors.Is(err, router.ErrOverloaded):
 		return e(http.StatusServiceUnavailable, "server_error", "overloaded", "the gateway is at capacity; retry shortly")
-	case errors.Is(err, gateway.ErrClosed):
-		return errDraining
-	case errors.Is(err, gateway.ErrLimiterFailed):
+	case errors.Is(err, router.ErrLimiterFailed):
 		return e(http.StatusServiceUnavailable, "server_error", "rate_limiter_unavailable", "the rate limiter is unavailable and this gateway fails closed; retry shortly")
-	case errors.Is(err, gateway.ErrNoHealthyProvider):
+	case errors.Is(err, router.ErrNoHealthyProvider):
 		return e(http.StatusServiceUnavailable, "server_error", "no_healthy_provider", "every provider for this model is failing; see Retry-After")
 	case errors.As(err, &up) && up.Status == http.StatusTooManyRequests:
 		return e(http.StatusTooManyRequests, "rate_limit_error", "upstream_rate_limited", "the upstream provider is rate limiting this gateway; retry later")
 	case errors.As(err, &up) && up.Status >= 400 && up.Status < 500:
 		return upstreamRefusal(up)
-	case errors.Is(err, drain.ErrCut), errors.Is(err, context.Canceled) && errors.Is(cause, drain.ErrCut):
-		// Cut by the end of the drain grace, not by the client.
-		return errDraining
+	case shutdown(err, cause):
+		return errDraining()
 	case errors.Is(err, context.Canceled):
-		return e(statusClientClosed, "server_error", "client_closed", "the client closed the request")
+		return e(telemetry.StatusClientClosed, "server_error", "client_closed", "the client closed the request")
 	case errors.Is(err, context.DeadlineExceeded):
 		return e(http.StatusGatewayTimeout, "server_error", "deadline_exceeded", "no provider answered within the deadline")
 	}
@@ -100,11 +122,11 @@ func upstreamRefusal(up *chatapi.UpstreamError) *chatapi.Error {
 
 // retryAfter is how long the caller should wait, for the statuses that say so.
 func retryAfter(err error, status int) time.Duration {
-	var rl *gateway.RateLimitError
+	var rl *router.RateLimitError
 	if errors.As(err, &rl) {
 		return max(rl.RetryAfter, time.Second)
 	}
-	var ra gateway.RetryAfterer
+	var ra llm.RetryAfterer
 	if (status == http.StatusServiceUnavailable || status == http.StatusTooManyRequests) && errors.As(err, &ra) && ra.RetryAfter() > 0 {
 		return ra.RetryAfter()
 	}
@@ -114,19 +136,10 @@ func retryAfter(err error, status int) time.Duration {
 	return 0
 }
 
+// writeError answers with e within the write timeout.
 func (s *Server) writeError(w http.ResponseWriter, e *chatapi.Error) {
 	s.writeDeadline(w)
-	body := e.JSON()
-	if e.RetryAfter > 0 {
-		w.Header().Set("Retry-After", strconv.Itoa(int(math.Ceil(e.RetryAfter.Seconds()))))
-	}
-	if e.Challenge != "" {
-		w.Header().Set("WWW-Authenticate", e.Challenge)
-	}
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Content-Length", strconv.Itoa(len(body)))
-	w.WriteHeader(e.Status)
-	_, _ = w.Write(body)
+	chatapi.WriteError(w, e)
 }
 
 // writeDeadline bounds the writes of a whole (not streamed) answer, so a

@@ -6,8 +6,8 @@ import (
 	"net/http"
 	"strings"
 
-	gateway "github.com/production-go/gateway-lab/solutions/08-gateway"
-	"github.com/production-go/gateway-lab/solutions/internal/chatapi"
+	"github.com/production-go/gateway-lab/solutions/chatapi"
+	"github.com/production-go/gateway-lab/solutions/router"
 	"github.com/tidwall/gjson"
 )
 
@@ -67,41 +67,45 @@ func parseGenerate(body []byte) (generateRequest, *chatapi.Error) {
 		return generateRequest{}, &chatapi.Error{Status: http.StatusBadRequest, Type: "invalid_request_error", Code: "missing_prompt",
 			Param: "prompt", Message: "prompt is required"}
 	}
-	if req.Provider == AutoModel {
+	if req.Provider == router.AutoModel {
 		req.Provider = ""
 	}
 	return req, nil
 }
 
-// generate is POST /v1/generate.
+// generate is POST /v1/generate: the prompt goes to the router as a chat
+// request of one user message, and the answer comes back as its text with
+// the numbers the lesson measures.
 func (s *Server) generate(w http.ResponseWriter, r *http.Request) {
 	id, r, buf, ok := s.accept(w, r)
 	if !ok {
 		return
 	}
 	defer s.done(buf)
-	req, e := parseGenerate(buf.Bytes())
+	body, e := parseGenerate(buf.Bytes())
 	if e != nil {
 		s.writeError(w, e)
 		return
 	}
-	if req.Provider != "" && s.opts.Gateway.TargetState(gateway.Target{Provider: req.Provider}) == "" {
+	req := router.Request{Tenant: id.Key, Provider: body.Provider, Chat: chatapi.NewRequest(body.Prompt, false)}
+	if _, known := s.opts.Router.TargetState(router.Target{Provider: body.Provider}); body.Provider != "" && !known {
 		s.writeError(w, &chatapi.Error{Status: http.StatusNotFound, Type: "invalid_request_error", Code: "model_not_found", Param: "provider",
-			Message: fmt.Sprintf("the provider %q does not exist here; GET /v1/models lists them", req.Provider)})
+			Message: fmt.Sprintf("the provider %q does not exist here; GET /v1/models lists them", body.Provider)})
 		return
 	}
-	r, done, ok := s.admit(w, r, id, Admission{Model: req.Provider, BodyBytes: buf.Len()})
+	r, done, ok := s.admit(w, r, id, Admission{Model: body.Provider, BodyBytes: buf.Len()})
 	if !ok {
 		return
 	}
-	resp, err := s.opts.Gateway.Generate(r.Context(), gateway.Request{Tenant: id.Key, Prompt: req.Prompt, Provider: req.Provider})
+	resp, err := s.opts.Router.Generate(r.Context(), req)
 	done(resp.Usage, err)
 	if err != nil {
 		s.fail(w, r, err)
 		return
 	}
+	answer, _, _ := chatapi.ReadAnswer(resp.Provider, resp.Raw) // an answer is a completion: the router had it from a provider
 	s.writeDeadline(w)
-	writeJSON(w, http.StatusOK, generateResponse{Provider: resp.Provider, Model: resp.Model, Text: resp.Text, Attempts: resp.Attempts,
+	writeJSON(w, http.StatusOK, generateResponse{Provider: resp.Provider, Model: resp.Model, Text: answer.Text, Attempts: resp.Attempts,
 		QueueWaitMS: ms(resp.QueueWait), LatencyMS: ms(resp.Latency)})
 }
 
@@ -122,11 +126,11 @@ func (s *Server) models(w http.ResponseWriter, r *http.Request) {
 	if _, _, ok := s.identify(w, r); !ok {
 		return // the list is no one's business but a caller's
 	}
-	list := modelList{Object: "list", Data: []modelEntry{{ID: AutoModel, Object: "model", OwnedBy: "gateway"}}}
-	for _, r := range s.opts.Routes {
+	list := modelList{Object: "list", Data: []modelEntry{{ID: router.AutoModel, Object: "model", OwnedBy: "gateway"}}}
+	for _, r := range s.opts.Router.Routes() {
 		list.Data = append(list.Data, modelEntry{ID: r.Name, Object: "model", OwnedBy: "gateway"})
 	}
-	for _, p := range s.opts.Gateway.Providers() {
+	for _, p := range s.opts.Router.Providers() {
 		list.Data = append(list.Data, modelEntry{ID: p, Object: "model", OwnedBy: p})
 	}
 	writeJSON(w, http.StatusOK, list)

@@ -18,8 +18,8 @@ import (
 
 	"github.com/production-go/gateway-lab/internal/testkit"
 	drain "github.com/production-go/gateway-lab/solutions/05-drain"
-	gateway "github.com/production-go/gateway-lab/solutions/08-gateway"
 	"github.com/production-go/gateway-lab/solutions/providers/openaicompat"
+	"github.com/production-go/gateway-lab/solutions/router"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -28,9 +28,9 @@ import (
 // a recording upstream on loopback, and check that what the caller sent is
 // what the upstream got, and what the upstream answered is what the caller
 // got — byte for byte, except the model the route chose. The corpus of
-// real-shaped requests and answers is in ../internal/chatapi/testdata.
+// real-shaped requests and answers is in ../chatapi/testdata.
 
-const corpus = "../internal/chatapi/testdata"
+const corpus = "../chatapi/testdata"
 
 // recording is a scripted upstream that keeps every body it was sent.
 type recording struct {
@@ -73,13 +73,13 @@ func newPassRig(t *testing.T, answer func(w http.ResponseWriter, body []byte)) *
 	t.Cleanup(p.Close)
 	cfg := baseConfig()
 	cfg.MaxAttempts = 1
-	gw, err := gateway.New(cfg, p)
+	cfg.Routes = []router.Route{{Name: "gpt-4o-corpus", Targets: []router.Target{{Provider: "up", Model: "up-model-1"}}}}
+	gw, err := router.New(cfg, p)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = gw.Close(context.Background()) })
 	log := &testkit.LogBuffer{}
-	srv := New(Options{Gateway: gw, Drainer: drain.New(), Logger: slog.New(slog.NewJSONHandler(log, nil)),
-		Stream: gateway.StreamLimits{FirstToken: 5 * time.Second, Idle: 5 * time.Second},
-		Routes: []Route{{Name: "gpt-4o-corpus", Targets: []gateway.Target{{Provider: "up", Model: "up-model-1"}}}}})
+	srv := New(Options{Router: gw, Drainer: drain.New(), Logger: slog.New(slog.NewJSONHandler(log, nil)),
+		Stream: router.StreamLimits{FirstToken: 5 * time.Second, Idle: 5 * time.Second}})
 	return &passRig{srv: srv, up: up, log: log}
 }
 

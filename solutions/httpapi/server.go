@@ -2,7 +2,7 @@
 // /v1/chat/completions (streaming and not), /v1/models, the lesson's own
 // /v1/generate, health and readiness, and Prometheus metrics.
 //
-// It only wires HTTP to the gateway. A chat request is forwarded as its
+// It only wires HTTP to the router. A chat request is forwarded as its
 // caller sent it (see package chatapi) and an upstream's answer comes back
 // as it came; bodies are size- and time-limited; errors are JSON in the
 // OpenAI error shape with the status the failure deserves; logs carry no
@@ -11,6 +11,7 @@ package httpapi
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"log/slog"
@@ -22,13 +23,13 @@ import (
 	"time"
 
 	drain "github.com/production-go/gateway-lab/solutions/05-drain"
-	gateway "github.com/production-go/gateway-lab/solutions/08-gateway"
-	"github.com/production-go/gateway-lab/solutions/internal/chatapi"
+	"github.com/production-go/gateway-lab/solutions/chatapi"
+	"github.com/production-go/gateway-lab/solutions/llm"
+	"github.com/production-go/gateway-lab/solutions/router"
+	"github.com/production-go/gateway-lab/solutions/telemetry"
+	"github.com/prometheus/client_golang/prometheus"
 	"go.opentelemetry.io/otel/trace"
 )
-
-// AutoModel is the public model name that means "any healthy provider".
-const AutoModel = "auto"
 
 // MaxTenantBytes is the longest tenant id accepted; a longer one is refused
 // rather than cut, since two cut ids could collide into one quota.
@@ -36,9 +37,11 @@ const MaxTenantBytes = 64
 
 // Options configures a Server.
 type Options struct {
-	Gateway      *gateway.Gateway
-	Drainer      *drain.Drainer
-	Metrics      *Metrics
+	Router  *router.Router
+	Drainer *drain.Drainer
+	// Metrics records the HTTP layer's telemetry; nil: a private registry's,
+	// which nobody reads.
+	Metrics      *telemetry.Metrics
 	MetricsPage  http.Handler // serves /metrics; nil: not served here (e.g. on an admin listener)
 	Logger       *slog.Logger
 	MaxBodyBytes int64 // request bodies larger than this get 413; default 1 MiB
@@ -48,7 +51,7 @@ type Options struct {
 	// WriteTimeout bounds each write of a streamed answer, so a client that
 	// stops reading cannot hold a slot forever; default 30 s.
 	WriteTimeout time.Duration
-	Stream       gateway.StreamLimits
+	Stream       router.StreamLimits
 	TenantHeader string // default "X-Tenant-ID"
 	// Identify, if set, replaces the tenant header: it returns who is asking,
 	// or an error to send (secure_app verifies a token here).
@@ -58,15 +61,10 @@ type Options struct {
 	// tokens and takes a shared in-flight lease here). It returns the
 	// context to serve the request under, a done func the server calls once
 	// when the request ends — with the upstream's usage (nil if none came)
-	// and the gateway's error (nil on success; one wrapping
-	// gateway.ErrAfterFirstByte when a stream was cut after output) — or an
+	// and the router's error (nil on success; one wrapping
+	// router.ErrAfterFirstByte when a stream was cut after output) — or an
 	// error to send instead.
 	Admit func(ctx context.Context, id Identity, a Admission) (context.Context, Done, *chatapi.Error)
-	// Routes are public model names, each an ordered list of (provider,
-	// upstream model) targets: the primary first, then fallbacks. "auto"
-	// (every provider in priority order) and each provider's own name
-	// (pinned, no fallback) are always there too.
-	Routes []Route
 	// Tracer, if set, records a server span per request — joined to the
 	// caller's trace when it sends a W3C traceparent — under which the
 	// gateway's and the upstream call's spans hang. nil records nothing.
@@ -97,7 +95,7 @@ func IdentityFrom(ctx context.Context) (Identity, bool) {
 }
 
 // Done is what Options.Admit returns: called once when the request ends.
-type Done func(usage *gateway.Usage, err error)
+type Done func(usage *llm.Usage, err error)
 
 // Admission is what Options.Admit is shown of a request.
 type Admission struct {
@@ -107,22 +105,11 @@ type Admission struct {
 	Stream    bool
 }
 
-// Route is one public model name and the targets behind it.
-type Route struct {
-	Name    string
-	Targets []gateway.Target
-	// FallbackOn lists upstream error codes or HTTP statuses after which
-	// the next target is tried although the error is the request's own
-	// (another model may take a prompt this one found too long).
-	FallbackOn []string
-}
-
 // Server serves the gateway over HTTP.
 type Server struct {
 	opts   Options
 	tracer trace.Tracer // nil when Options.Tracer is
 	mux    *http.ServeMux
-	routes map[string]Route
 	bodies sync.Pool // *bytes.Buffer for request bodies
 }
 
@@ -143,14 +130,14 @@ func New(opts Options) *Server {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	s := &Server{opts: opts, mux: http.NewServeMux(), routes: map[string]Route{}}
+	if opts.Metrics == nil {
+		opts.Metrics = telemetry.New(prometheus.NewRegistry())
+	}
+	s := &Server{opts: opts, mux: http.NewServeMux()}
 	if opts.Tracer != nil {
 		s.tracer = opts.Tracer.Tracer("github.com/production-go/gateway-lab/solutions/httpapi")
 	}
 	s.bodies.New = func() any { return new(bytes.Buffer) }
-	for _, r := range opts.Routes {
-		s.routes[r.Name] = r
-	}
 	api := func(route string, h http.HandlerFunc) {
 		s.mux.Handle(route, s.observe(route, s.admitting(h)))
 	}
@@ -187,7 +174,7 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) { s.mux.Serve
 type recorder struct {
 	http.ResponseWriter
 	status  int
-	outcome int    // the status metrics and logs record; 0: status
+	outcome int    // the status metrics and logs record; 0: status (telemetry.StatusClientClosed: the client left)
 	tenant  string // who asked, once known
 }
 
@@ -208,11 +195,6 @@ func (r *recorder) Write(b []byte) (int, error) {
 // Unwrap lets http.ResponseController reach the real writer (Flush,
 // deadlines).
 func (r *recorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }
-
-// Outcome statuses that are logged and counted, never sent.
-const (
-	statusClientClosed = 499 // the client went away
-)
 
 // observe measures and logs each request: route, status, duration, tenant.
 // Never the prompt, the answer or an upstream's error text.
@@ -236,9 +218,7 @@ func (s *Server) observe(route string, next http.Handler) http.Handler {
 		}
 		took := time.Since(start)
 		endServerSpan(span, status)
-		if s.opts.Metrics != nil {
-			s.opts.Metrics.observeRequest(route, status, took)
-		}
+		s.opts.Metrics.Request(route, status, took)
 		s.opts.Logger.LogAttrs(r.Context(), slog.LevelInfo, "request",
 			slog.String("route", route), slog.Int("status", status),
 			slog.Float64("duration_ms", ms(took)), slog.String("tenant", rec.tenant),
@@ -253,7 +233,7 @@ func (s *Server) admitting(next http.HandlerFunc) http.Handler {
 		leave, err := s.opts.Drainer.Enter()
 		if err != nil {
 			w.Header().Set("Connection", "close")
-			s.writeError(w, errDraining)
+			s.writeError(w, errDraining())
 			return
 		}
 		defer leave()
@@ -285,35 +265,26 @@ func (s *Server) identify(w http.ResponseWriter, r *http.Request) (Identity, *ht
 }
 
 // admit runs Options.Admit, if set. The caller must call done (never nil)
-// with the answer's usage when the request ends.
+// with the answer's usage when the request ends; done also counts the
+// tokens.
 func (s *Server) admit(w http.ResponseWriter, r *http.Request, id Identity, a Admission) (*http.Request, Done, bool) {
-	r, done, ok := s.admitHook(w, r, id, a)
-	if !ok || s.opts.Metrics == nil {
-		return r, done, ok
+	hook := func(*llm.Usage, error) {}
+	if s.opts.Admit != nil {
+		a.Model = cmp.Or(a.Model, router.AutoModel)
+		ctx, done, err := s.opts.Admit(r.Context(), id, a)
+		if err != nil {
+			s.writeError(w, err)
+			return r, nil, false
+		}
+		if done != nil {
+			hook = done
+		}
+		r = r.WithContext(ctx)
 	}
-	return r, func(u *gateway.Usage, err error) {
-		s.opts.Metrics.tokensUsed(u)
-		done(u, err)
+	return r, func(u *llm.Usage, err error) {
+		s.opts.Metrics.Tokens(u)
+		hook(u, err)
 	}, true
-}
-
-// admitHook runs Options.Admit, if set; its done is never nil.
-func (s *Server) admitHook(w http.ResponseWriter, r *http.Request, id Identity, a Admission) (*http.Request, Done, bool) {
-	if s.opts.Admit == nil {
-		return r, func(*gateway.Usage, error) {}, true
-	}
-	if a.Model == "" {
-		a.Model = AutoModel
-	}
-	ctx, done, err := s.opts.Admit(r.Context(), id, a)
-	if err != nil {
-		s.writeError(w, err)
-		return r, nil, false
-	}
-	if done == nil {
-		done = func(*gateway.Usage, error) {}
-	}
-	return r.WithContext(ctx), done, true
 }
 
 func (s *Server) headerTenant(r *http.Request) (Identity, *chatapi.Error) {

@@ -14,9 +14,11 @@ import (
 	"time"
 
 	drain "github.com/production-go/gateway-lab/solutions/05-drain"
-	gateway "github.com/production-go/gateway-lab/solutions/08-gateway"
-	"github.com/production-go/gateway-lab/solutions/internal/chatapi"
+	"github.com/production-go/gateway-lab/solutions/chatapi"
+	"github.com/production-go/gateway-lab/solutions/llm"
 	"github.com/production-go/gateway-lab/solutions/providers/sim"
+	"github.com/production-go/gateway-lab/solutions/router"
+	"github.com/production-go/gateway-lab/solutions/telemetry"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -32,12 +34,12 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 type rig struct {
 	srv *Server
-	gw  *gateway.Gateway
+	gw  *router.Router
 	reg *prometheus.Registry
 }
 
-func baseConfig() gateway.Config {
-	return gateway.Config{
+func baseConfig() router.Config {
+	return router.Config{
 		RatePerSecond: 100, Burst: 100, MaxConcurrent: 8, MaxQueueWait: time.Second,
 		MaxAttempts: 3, BaseBackoff: 10 * time.Millisecond, MaxBackoff: 100 * time.Millisecond,
 		AttemptTimeout: 2 * time.Second, TotalTimeout: 5 * time.Second,
@@ -45,24 +47,24 @@ func baseConfig() gateway.Config {
 	}
 }
 
-func newRig(t *testing.T, cfg gateway.Config, providers ...gateway.Provider) *rig {
+func newRig(t *testing.T, cfg router.Config, providers ...llm.Provider) *rig {
 	t.Helper()
 	return newRigWith(t, cfg, nil, providers...)
 }
 
 // newRigWith builds the server with options adjusted by opts.
-func newRigWith(t *testing.T, cfg gateway.Config, opts func(*Options), providers ...gateway.Provider) *rig {
+func newRigWith(t *testing.T, cfg router.Config, opts func(*Options), providers ...llm.Provider) *rig {
 	t.Helper()
 	reg := prometheus.NewRegistry()
 	r := &rig{reg: reg}
-	m := NewMetrics(reg)
+	m := telemetry.New(reg)
 	cfg.Observer = m
-	gw, err := gateway.New(cfg, providers...)
+	gw, err := router.New(cfg, providers...)
 	require.NoError(t, err)
 	r.gw = gw
-	m.WatchGateway(gw)
-	o := Options{Gateway: gw, Drainer: drain.New(), Metrics: m, MetricsPage: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}),
-		MaxBodyBytes: 4096, Stream: gateway.StreamLimits{FirstToken: time.Second, Idle: time.Second}}
+	m.WatchRouter(gw)
+	o := Options{Router: gw, Drainer: drain.New(), Metrics: m, MetricsPage: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}),
+		MaxBodyBytes: 4096, Stream: router.StreamLimits{FirstToken: time.Second, Idle: time.Second}}
 	if opts != nil {
 		opts(&o)
 	}
@@ -208,18 +210,19 @@ func TestStreamingHappyPathEndsWithDone(t *testing.T) {
 // brokenStream sends two chunks and then fails.
 type brokenStream struct{ name string }
 
-func (b brokenStream) Name() string { return b.name }
-func (b brokenStream) Generate(context.Context, gateway.Request) (gateway.Completion, error) {
-	return gateway.Completion{}, errors.New("unused")
+func (b brokenStream) Name() string         { return b.name }
+func (b brokenStream) HonoursContext() bool { return true } // streamed on the request's goroutine
+func (b brokenStream) Generate(context.Context, llm.Request) (llm.Completion, error) {
+	return llm.Completion{}, errors.New("unused")
 }
-func (b brokenStream) Stream(ctx context.Context, _ gateway.Request, emit func(gateway.Chunk) error) (gateway.Completion, error) {
+func (b brokenStream) Stream(ctx context.Context, _ llm.Request, emit func(llm.Chunk) error) (llm.Completion, error) {
 	for _, c := range []string{"Half", " an"} {
-		if err := emit(gateway.Chunk{Text: c}); err != nil {
-			return gateway.Completion{}, err
+		if err := emit(llm.Chunk{Raw: chatapi.NewFrame("alpha-1").Chunk(chatapi.Delta{Content: &c}, "")}); err != nil {
+			return llm.Completion{}, err
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	return gateway.Completion{}, errors.New("upstream connection reset mid-stream")
+	return llm.Completion{}, errors.New("upstream connection reset mid-stream")
 }
 
 func TestMidStreamFailureEndsWithAnErrorEventAndNoDone(t *testing.T) {
@@ -240,9 +243,9 @@ func TestMidStreamFailureEndsWithAnErrorEventAndNoDone(t *testing.T) {
 type silent struct{ name string }
 
 func (s silent) Name() string { return s.name }
-func (s silent) Generate(ctx context.Context, _ gateway.Request) (gateway.Completion, error) {
+func (s silent) Generate(ctx context.Context, _ llm.Request) (llm.Completion, error) {
 	<-ctx.Done()
-	return gateway.Completion{}, ctx.Err()
+	return llm.Completion{}, ctx.Err()
 }
 
 func TestSilentUpstreamTimesOutInsteadOfHanging(t *testing.T) {
@@ -407,9 +410,9 @@ func TestRouteTableMapsAPublicNameToTargetsInOrder(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		alpha := simProvider(t, sim.Config{Name: "alpha", ErrorRate: 1}) // the primary is down
 		beta := simProvider(t, sim.Config{Name: "beta"})
-		r := newRigWith(t, baseConfig(), func(o *Options) {
-			o.Routes = []Route{{Name: "chat", Targets: []gateway.Target{{Provider: "alpha", Model: "alpha-large"}, {Provider: "beta", Model: "beta-small"}}}}
-		}, alpha, beta)
+		cfg := baseConfig()
+		cfg.Routes = []router.Route{{Name: "chat", Targets: []router.Target{{Provider: "alpha", Model: "alpha-large"}, {Provider: "beta", Model: "beta-small"}}}}
+		r := newRig(t, cfg, alpha, beta)
 		rec := r.do(http.MethodPost, "/v1/chat/completions", `{"model":"chat","messages":[{"role":"user","content":"hi"}]}`)
 		require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
 		var resp chatResponse
@@ -526,6 +529,7 @@ func TestDrainRefusalIsAnOpenAIError(t *testing.T) {
 		assert.Equal(t, "application/json", rec.Header().Get("Content-Type"), "every error on /v1/chat/completions is JSON, the drain's too")
 		assert.Equal(t, "draining", decodeError(t, rec).code())
 		assert.Equal(t, "close", rec.Header().Get("Connection"))
+		assert.Equal(t, "1", rec.Header().Get("Retry-After"), "and says when to retry, as every 503 does")
 	})
 }
 
@@ -545,10 +549,12 @@ func TestAdmitHookSeesTheRequestAndSettlesWithItsUsage(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var (
 			seen    Admission
-			settled []*gateway.Usage
+			settled []*llm.Usage
 			tenant  string
 		)
-		r := newRigWith(t, baseConfig(), func(o *Options) {
+		cfg := baseConfig()
+		cfg.Routes = []router.Route{{Name: "denied", Targets: []router.Target{{Provider: "alpha"}}}}
+		r := newRigWith(t, cfg, func(o *Options) {
 			o.Admit = func(ctx context.Context, id Identity, a Admission) (context.Context, Done, *chatapi.Error) {
 				seen = a
 				from, _ := IdentityFrom(ctx)
@@ -556,12 +562,11 @@ func TestAdmitHookSeesTheRequestAndSettlesWithItsUsage(t *testing.T) {
 				if a.Model == "denied" {
 					return ctx, nil, &chatapi.Error{Status: http.StatusTooManyRequests, Type: "rate_limit_error", Code: "tokens_per_minute", Message: "over", RetryAfter: 1500 * time.Millisecond}
 				}
-				return ctx, func(u *gateway.Usage, err error) {
+				return ctx, func(u *llm.Usage, err error) {
 					assert.NoError(t, err)
 					settled = append(settled, u)
 				}, nil
 			}
-			o.Routes = []Route{{Name: "denied", Targets: []gateway.Target{{Provider: "alpha"}}}}
 		}, simProvider(t, sim.Config{Name: "alpha"}))
 
 		body := `{"model":"auto","max_tokens":64,"messages":[{"role":"user","content":"count me"}]}`

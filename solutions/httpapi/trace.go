@@ -5,7 +5,7 @@ import (
 	"net/http"
 	"strconv"
 
-	gateway "github.com/production-go/gateway-lab/solutions/08-gateway"
+	"github.com/production-go/gateway-lab/solutions/router"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/propagation"
@@ -43,7 +43,7 @@ func endServerSpan(span trace.Span, status int) {
 // traceChat adds what the GenAI conventions ask of a chat request to the
 // server span: the operation and the model asked for, then the model that
 // answered and its token counts. Never the prompt or the answer.
-func traceChat(ctx context.Context, requested string, resp gateway.Response) {
+func traceChat(ctx context.Context, requested string, resp router.Response) {
 	span := trace.SpanFromContext(ctx)
 	if !span.IsRecording() {
 		return

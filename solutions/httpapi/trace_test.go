@@ -12,8 +12,8 @@ import (
 	"time"
 
 	drain "github.com/production-go/gateway-lab/solutions/05-drain"
-	gateway "github.com/production-go/gateway-lab/solutions/08-gateway"
 	"github.com/production-go/gateway-lab/solutions/providers/openaicompat"
+	"github.com/production-go/gateway-lab/solutions/router"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.opentelemetry.io/otel/codes"
@@ -54,11 +54,11 @@ func TestTraceOfARequestThatRetriedAndFailedOver(t *testing.T) {
 	defer p.Close()
 	cfg := baseConfig()
 	cfg.Tracer = tp
-	gw, err := gateway.New(cfg, p)
+	cfg.Routes = []router.Route{{Name: "chat", Targets: []router.Target{{Provider: "up", Model: "big"}, {Provider: "up", Model: "small"}}}}
+	gw, err := router.New(cfg, p)
 	require.NoError(t, err)
 	defer func() { _ = gw.Close(context.Background()) }()
-	srv := New(Options{Gateway: gw, Drainer: drain.New(), Tracer: tp, Stream: gateway.StreamLimits{FirstToken: time.Second, Idle: time.Second},
-		Routes: []Route{{Name: "chat", Targets: []gateway.Target{{Provider: "up", Model: "big"}, {Provider: "up", Model: "small"}}}}})
+	srv := New(Options{Router: gw, Drainer: drain.New(), Tracer: tp, Stream: router.StreamLimits{FirstToken: time.Second, Idle: time.Second}})
 
 	const callerTrace = "4bf92f3577b34da6a3ce929d0e0e4736"
 	req := httptest.NewRequest(http.MethodPost, "/v1/chat/completions",

@@ -15,7 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-var allReasons = []string{
+var allReasons = []identity.Reason{
 	identity.ReasonNoHeader, identity.ReasonEmptyToken, identity.ReasonNotBearer, identity.ReasonHeaderTooLong,
 	identity.ReasonMalformed, identity.ReasonAlgNone, identity.ReasonAlgMissing, identity.ReasonAlgNotAllowed,
 	identity.ReasonSignature, identity.ReasonCrit, identity.ReasonMissingIssuer, identity.ReasonWrongIssuer,
@@ -51,7 +51,7 @@ func FuzzVerify(f *testing.F) {
 				}
 			}
 			require.Equal(t, 1, n, "a refusal is exactly one of ErrMissing, ErrExpired, ErrInvalid")
-			require.Contains(t, allReasons, identity.Reason(err), "Reason is one of the Reason constants")
+			require.Contains(t, allReasons, identity.ReasonOf(err), "Reason is one of the Reason constants")
 			require.Zero(t, got)
 			return
 		}
@@ -96,6 +96,6 @@ func TestFuzzCorpusValidSeedsStillVerify(t *testing.T) {
 		h, err := strconv.Unquote(strings.TrimSuffix(strings.TrimPrefix(lines[1], "string("), ")"))
 		require.NoError(t, err, name)
 		_, err = v.Verify(h)
-		require.NoError(t, err, "%s must verify at t0; refused: %q", name, identity.Reason(err))
+		require.NoError(t, err, "%s must verify at t0; refused: %q", name, identity.ReasonOf(err))
 	}
 }

@@ -39,7 +39,7 @@
 // exp) or ErrInvalid (everything else). Those three, and so err.Error(), are
 // all a caller should ever learn: telling an attacker which check failed
 // helps the attacker. The precise cause, for server-side logs and metrics, is
-// Reason(err), one of a closed set of Reason* constants. No error text and no
+// ReasonOf(err), one of a closed set of Reason* constants. No error text and no
 // reason ever contains the token or a secret.
 package identity
 
@@ -73,35 +73,41 @@ type kind struct{ text string }
 func (k *kind) Error() string { return k.text }
 func (k *kind) Unwrap() error { return ErrUnauthorized }
 
-// The reasons Reason reports. The set is closed, so a reason is safe as a
+// Reason is the precise cause of a refusal, for server-side logs and
+// metrics; never for the caller.
+type Reason string
+
+// The reasons ReasonOf reports. The set is closed, so a reason is safe as a
 // metric label.
 const (
-	ReasonNoHeader        = "no authorization header"
-	ReasonEmptyToken      = "empty bearer token"
-	ReasonNotBearer       = "scheme not bearer"
-	ReasonHeaderTooLong   = "authorization header too long"
-	ReasonMalformed       = "malformed token"
-	ReasonAlgNone         = "alg none"
-	ReasonAlgMissing      = "alg missing"
-	ReasonAlgNotAllowed   = "alg not allowed"
-	ReasonSignature       = "signature invalid"
-	ReasonCrit            = "unsupported crit header"
-	ReasonMissingIssuer   = "missing issuer"
-	ReasonWrongIssuer     = "wrong issuer"
-	ReasonMissingAudience = "missing audience"
-	ReasonWrongAudience   = "wrong audience"
-	ReasonMissingExp      = "missing exp"
-	ReasonMissingTenant   = "missing tenant"
-	ReasonTenantTooLong   = "tenant too long"
-	ReasonTenantChars     = "tenant not visible ASCII"
-	ReasonMissingTier     = "missing tier"
-	ReasonTierTooLong     = "tier too long"
-	ReasonTierChars       = "tier not visible ASCII"
-	ReasonExpired         = "expired"
-	ReasonNotYetValid     = "not yet valid"
-	ReasonUnverifiable    = "unverifiable"
-	ReasonDuplicateClaim  = "duplicate claim"
-	ReasonClaimType       = "time claim not a number in range"
+	ReasonNoHeader        Reason = "no authorization header"
+	ReasonEmptyToken      Reason = "empty bearer token"
+	ReasonNotBearer       Reason = "scheme not bearer"
+	ReasonHeaderTooLong   Reason = "authorization header too long"
+	ReasonMalformed       Reason = "malformed token"
+	ReasonAlgNone         Reason = "alg none"
+	ReasonAlgMissing      Reason = "alg missing"
+	ReasonAlgNotAllowed   Reason = "alg not allowed"
+	ReasonSignature       Reason = "signature invalid"
+	ReasonCrit            Reason = "unsupported crit header"
+	ReasonMissingIssuer   Reason = "missing issuer"
+	ReasonWrongIssuer     Reason = "wrong issuer"
+	ReasonMissingAudience Reason = "missing audience"
+	ReasonWrongAudience   Reason = "wrong audience"
+	ReasonMissingExp      Reason = "missing exp"
+	ReasonMissingTenant   Reason = "missing tenant"
+	ReasonTenantTooLong   Reason = "tenant too long"
+	ReasonTenantChars     Reason = "tenant not visible ASCII"
+	ReasonMissingTier     Reason = "missing tier"
+	ReasonTierTooLong     Reason = "tier too long"
+	ReasonTierChars       Reason = "tier not visible ASCII"
+	ReasonExpired         Reason = "expired"
+	ReasonNotYetValid     Reason = "not yet valid"
+	ReasonUnverifiable    Reason = "unverifiable"
+	ReasonDuplicateClaim  Reason = "duplicate claim"
+	ReasonClaimType       Reason = "time claim not a number in range"
+	// ReasonNotARefusal: the error did not come from Verify.
+	ReasonNotARefusal Reason = "not a refusal"
 )
 
 // refusal is the error Verify returns: the public kind, and the reason for
@@ -109,18 +115,18 @@ const (
 // caller reveals nothing more than the kind.
 type refusal struct {
 	kind   error
-	reason string
+	reason Reason
 }
 
 func (r *refusal) Error() string { return r.kind.Error() }
 func (r *refusal) Unwrap() error { return r.kind }
 
-func refuse(kind error, reason string) error { return &refusal{kind: kind, reason: reason} }
+func refuse(kind error, reason Reason) error { return &refusal{kind: kind, reason: reason} }
 
-// Reason returns the precise cause of a refusal from Verify, one of the
+// ReasonOf returns the precise cause of a refusal from Verify, one of the
 // Reason* constants, for server-side logs and metrics. It returns "" for nil
-// and "not a refusal" for an error that did not come from Verify.
-func Reason(err error) string {
+// and ReasonNotARefusal for an error that did not come from Verify.
+func ReasonOf(err error) Reason {
 	if err == nil {
 		return ""
 	}
@@ -128,7 +134,7 @@ func Reason(err error) string {
 	if errors.As(err, &r) {
 		return r.reason
 	}
-	return "not a refusal"
+	return ReasonNotARefusal
 }
 
 // MaxHeaderBytes caps the Authorization header Verify will look at; a longer

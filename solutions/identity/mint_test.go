@@ -24,7 +24,7 @@ func TestMintedTokenVerifiesUntilItExpires(t *testing.T) {
 	clock := now
 	v := newVerifier(t, func(c *identity.Config) { c.Now = func() time.Time { return clock } })
 	got, err := v.Verify("Bearer " + tok)
-	require.NoError(t, err, "a minted token verifies; refused: %q", identity.Reason(err))
+	require.NoError(t, err, "a minted token verifies; refused: %q", identity.ReasonOf(err))
 	assert.Equal(t, identity.Claims{Tenant: "acme", Tier: "enterprise", IssuedAt: t0, ExpiresAt: t0.Add(time.Hour)}, got,
 		"times are whole seconds: now truncated, exp = now + ttl")
 
@@ -69,10 +69,10 @@ func TestMintRefusesWhatVerifyWouldRefuse(t *testing.T) {
 		{"short secret", short, testIssuer, testAudience, "acme", "pro", time.Hour, "the secret is 12 bytes; at least 32"},
 		{"empty issuer", secret, "", testAudience, "acme", "pro", time.Hour, "issuer is empty"},
 		{"empty audience", secret, testIssuer, "", "acme", "pro", time.Hour, "audience is empty"},
-		{"empty tenant", secret, testIssuer, testAudience, "", "pro", time.Hour, identity.ReasonMissingTenant},
-		{"long tenant", secret, testIssuer, testAudience, long64 + "x", "pro", time.Hour, identity.ReasonTenantTooLong},
-		{"tenant with a space", secret, testIssuer, testAudience, "a b", "pro", time.Hour, identity.ReasonTenantChars},
-		{"empty tier", secret, testIssuer, testAudience, "acme", "", time.Hour, identity.ReasonMissingTier},
+		{"empty tenant", secret, testIssuer, testAudience, "", "pro", time.Hour, string(identity.ReasonMissingTenant)},
+		{"long tenant", secret, testIssuer, testAudience, long64 + "x", "pro", time.Hour, string(identity.ReasonTenantTooLong)},
+		{"tenant with a space", secret, testIssuer, testAudience, "a b", "pro", time.Hour, string(identity.ReasonTenantChars)},
+		{"empty tier", secret, testIssuer, testAudience, "acme", "", time.Hour, string(identity.ReasonMissingTier)},
 		{"sub-second ttl", secret, testIssuer, testAudience, "acme", "pro", 999 * time.Millisecond, "ttl 999ms is under a second"},
 		{"negative ttl", secret, testIssuer, testAudience, "acme", "pro", -time.Hour, "ttl -1h0m0s is under a second"},
 	}
@@ -102,7 +102,7 @@ func TestRefusalLogsCarryNoSecretOrToken(t *testing.T) {
 		_, err := v.Verify(h)
 		require.Error(t, err, "%s: refused", tc.name)
 		log.LogAttrs(context.Background(), slog.LevelWarn, "request refused",
-			slog.String("reason", identity.Reason(err)), slog.Any("error", err))
+			slog.String("reason", string(identity.ReasonOf(err))), slog.Any("error", err))
 		headers = append(headers, h)
 	}
 	out := buf.String()

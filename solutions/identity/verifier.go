@@ -181,7 +181,7 @@ const maxTime = 253402300799
 // claim named twice (the last would win, so what a reader of the token sees
 // is not what the gateway believes) and time claims that are not plain
 // numbers of seconds (a string, or 1e30 overflowing into the past).
-func checkPayload(tok string) string {
+func checkPayload(tok string) Reason {
 	parts := strings.Split(tok, ".")
 	if len(parts) != 3 {
 		return "" // malformed: the parser says so
@@ -191,7 +191,7 @@ func checkPayload(tok string) string {
 		return "" // malformed: the parser says so
 	}
 	seen := map[string]bool{}
-	reason := ""
+	var reason Reason
 	gjson.ParseBytes(payload).ForEach(func(k, v gjson.Result) bool {
 		switch {
 		case seen[k.Str]:
@@ -257,14 +257,14 @@ func bearerToken(h string) (string, error) {
 }
 
 // checkNames applies the tenant and tier rules, returning a reason or "".
-func checkNames(tenant, tier string) string {
+func checkNames(tenant, tier string) Reason {
 	if r := checkName(tenant, ReasonMissingTenant, ReasonTenantTooLong, ReasonTenantChars); r != "" {
 		return r
 	}
 	return checkName(tier, ReasonMissingTier, ReasonTierTooLong, ReasonTierChars)
 }
 
-func checkName(s, missing, tooLong, chars string) string {
+func checkName(s string, missing, tooLong, chars Reason) Reason {
 	switch {
 	case s == "":
 		return missing

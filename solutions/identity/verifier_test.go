@@ -165,10 +165,10 @@ var kinds = []error{identity.ErrMissing, identity.ErrExpired, identity.ErrInvali
 
 // requireRefusal checks that err is exactly the wanted kind with the wanted
 // reason, and that neither the error text nor the reason leaks the token.
-func requireRefusal(t *testing.T, header string, got identity.Claims, err error, kind error, reason string) {
+func requireRefusal(t *testing.T, header string, got identity.Claims, err error, kind error, reason identity.Reason) {
 	t.Helper()
 	require.Error(t, err, "want a refusal (%s), the token was accepted as %+v", reason, got)
-	assert.Equal(t, reason, identity.Reason(err), "Reason(err)")
+	assert.Equal(t, reason, identity.ReasonOf(err), "Reason(err)")
 	assert.ErrorIs(t, err, identity.ErrUnauthorized, "every refusal matches ErrUnauthorized")
 	for _, k := range kinds {
 		assert.Equal(t, k == kind, errors.Is(err, k), "errors.Is(err, %q) for a %q refusal", k, kind)
@@ -176,7 +176,7 @@ func requireRefusal(t *testing.T, header string, got identity.Claims, err error,
 	assert.Equal(t, kind.Error(), err.Error(), "the error text is the kind's text alone, safe to show the caller")
 	assert.Zero(t, got, "a refusal returns zero Claims")
 	if tok := strings.TrimSpace(header[min(len(header), 7):]); len(tok) >= 8 {
-		assert.NotContains(t, err.Error()+identity.Reason(err), tok, "no error text contains the token")
+		assert.NotContains(t, err.Error()+string(identity.ReasonOf(err)), tok, "no error text contains the token")
 	}
 }
 
@@ -248,7 +248,7 @@ func TestVerifyAcceptsGoodTokens(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			v := newVerifier(t, tc.config...)
 			got, err := v.Verify(tc.header(t))
-			require.NoError(t, err, "want the token accepted; refused because %q", identity.Reason(err))
+			require.NoError(t, err, "want the token accepted; refused because %q", identity.ReasonOf(err))
 			assert.Equal(t, tc.want, got)
 		})
 	}
@@ -265,7 +265,7 @@ type refusal struct {
 	header func(t *testing.T) string
 	config []func(*identity.Config)
 	kind   error
-	reason string
+	reason identity.Reason
 }
 
 var refusals = []refusal{
@@ -478,7 +478,7 @@ func paddedHeader(t *testing.T, n int) string {
 func TestVerifyCapsTheHeaderAtExactly8KiB(t *testing.T) {
 	v := newVerifier(t)
 	_, err := v.Verify(paddedHeader(t, identity.MaxHeaderBytes))
-	require.NoError(t, err, "a valid token in a header of exactly %d bytes must pass; refused: %q", identity.MaxHeaderBytes, identity.Reason(err))
+	require.NoError(t, err, "a valid token in a header of exactly %d bytes must pass; refused: %q", identity.MaxHeaderBytes, identity.ReasonOf(err))
 
 	h := paddedHeader(t, identity.MaxHeaderBytes+1)
 	got, err := v.Verify(h)
@@ -489,13 +489,13 @@ func TestVerifyLeewayIsConfigurable(t *testing.T) {
 	v := newVerifier(t, func(c *identity.Config) { c.Leeway = 5 * time.Second })
 
 	_, err := v.Verify("Bearer " + hs256(t, claims(set("exp", t0.Unix()-4))))
-	require.NoError(t, err, "expired 4s ago is inside a 5s leeway; refused: %q", identity.Reason(err))
+	require.NoError(t, err, "expired 4s ago is inside a 5s leeway; refused: %q", identity.ReasonOf(err))
 	h := "Bearer " + hs256(t, claims(set("exp", t0.Unix()-5)))
 	got, err := v.Verify(h)
 	requireRefusal(t, h, got, err, identity.ErrExpired, identity.ReasonExpired)
 
 	_, err = v.Verify("Bearer " + hs256(t, claims(set("nbf", t0.Unix()+5))))
-	require.NoError(t, err, "nbf 5s ahead is inside a 5s leeway; refused: %q", identity.Reason(err))
+	require.NoError(t, err, "nbf 5s ahead is inside a 5s leeway; refused: %q", identity.ReasonOf(err))
 	h = "Bearer " + hs256(t, claims(set("nbf", t0.Unix()+6)))
 	got, err = v.Verify(h)
 	requireRefusal(t, h, got, err, identity.ErrInvalid, identity.ReasonNotYetValid)
@@ -525,7 +525,7 @@ func TestVerifyWithoutNowUsesTheWallClock(t *testing.T) {
 	good, err := identity.Mint(secret, testIssuer, testAudience, "acme", "pro", time.Hour, wall)
 	require.NoError(t, err)
 	_, err = v.Verify("Bearer " + good)
-	require.NoError(t, err, "a token minted now for an hour verifies on the wall clock; refused: %q", identity.Reason(err))
+	require.NoError(t, err, "a token minted now for an hour verifies on the wall clock; refused: %q", identity.ReasonOf(err))
 
 	old, err := identity.Mint(secret, testIssuer, testAudience, "acme", "pro", time.Hour, wall.Add(-2*time.Hour))
 	require.NoError(t, err)
@@ -544,13 +544,13 @@ func TestVerifyIsSafeForConcurrentUse(t *testing.T) {
 		wg.Go(func() {
 			for range 20 {
 				if c, err := v.Verify(good); err != nil || c.Tenant != "acme" || c.SignedWithPrevious {
-					errs <- "current token: " + identity.Reason(err)
+					errs <- "current token: " + string(identity.ReasonOf(err))
 				}
 				if c, err := v.Verify(old); err != nil || c.Tenant != "globex" || !c.SignedWithPrevious {
-					errs <- "previous token: " + identity.Reason(err)
+					errs <- "previous token: " + string(identity.ReasonOf(err))
 				}
-				if _, err := v.Verify(bad); identity.Reason(err) != identity.ReasonSignature {
-					errs <- "forged token: " + identity.Reason(err)
+				if _, err := v.Verify(bad); identity.ReasonOf(err) != identity.ReasonSignature {
+					errs <- "forged token: " + string(identity.ReasonOf(err))
 				}
 			}
 		})
@@ -563,11 +563,11 @@ func TestVerifyIsSafeForConcurrentUse(t *testing.T) {
 }
 
 func TestReasonOfOtherErrors(t *testing.T) {
-	assert.Equal(t, "", identity.Reason(nil), "Reason(nil)")
-	assert.Equal(t, "not a refusal", identity.Reason(errors.New("boom")), "Reason of a foreign error")
+	assert.Equal(t, identity.Reason(""), identity.ReasonOf(nil), "Reason(nil)")
+	assert.Equal(t, identity.ReasonNotARefusal, identity.ReasonOf(errors.New("boom")), "Reason of a foreign error")
 	_, err := newVerifier(t).Verify("Basic x")
 	wrapped := errors.Join(errors.New("auth"), err)
-	assert.Equal(t, identity.ReasonNotBearer, identity.Reason(wrapped), "Reason sees through wrapping")
+	assert.Equal(t, identity.ReasonNotBearer, identity.ReasonOf(wrapped), "Reason sees through wrapping")
 	assert.ErrorIs(t, wrapped, identity.ErrMissing)
 }
 
@@ -622,8 +622,8 @@ func TestNewVerifierCopiesTheSecrets(t *testing.T) {
 		s[i], p[i] = 'x', 'x' // a caller reusing its buffers (or zeroing them)
 	}
 	_, err = v.Verify("Bearer " + hs256(t, claims()))
-	assert.NoError(t, err, "the verifier must keep its own copy of Secret; refused: %q", identity.Reason(err))
+	assert.NoError(t, err, "the verifier must keep its own copy of Secret; refused: %q", identity.ReasonOf(err))
 	c, err := v.Verify("Bearer " + sign(t, jwt.SigningMethodHS256, prevSecret, claims()))
-	assert.NoError(t, err, "the verifier must keep its own copy of Previous; refused: %q", identity.Reason(err))
+	assert.NoError(t, err, "the verifier must keep its own copy of Previous; refused: %q", identity.ReasonOf(err))
 	assert.True(t, c.SignedWithPrevious)
 }

@@ -68,6 +68,24 @@ var ErrFormat = errors.New("policy: unknown format")
 // MaxFileBytes bounds a policy file.
 const MaxFileBytes = 1 << 20
 
+// Limit names one of a tier's limits: what refused a request, or which
+// shared limit's store failed. The set is closed, so a Limit is safe as a
+// metric label.
+type Limit string
+
+// The limits.
+const (
+	LimitTier        Limit = "tier"         // the token's tier is not in the policy
+	LimitModel       Limit = "model"        // Models
+	LimitPromptBytes Limit = "prompt_bytes" // MaxPromptBytes
+	LimitRate        Limit = "rate"         // RatePerSecond and Burst
+	LimitInFlight    Limit = "in_flight"    // MaxInFlight
+	LimitTokens      Limit = "tokens"       // TokensPerMinute
+)
+
+// Limits lists every Limit.
+var Limits = []Limit{LimitTier, LimitModel, LimitPromptBytes, LimitRate, LimitInFlight, LimitTokens}
+
 // AllModels in Tier.Models allows every model.
 const AllModels = "*"
 

@@ -22,7 +22,7 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/production-go/gateway-lab/solutions/app"
+	"github.com/production-go/gateway-lab/solutions/service"
 )
 
 func main() {
@@ -41,7 +41,7 @@ const try = `try:  curl -s http://{addr}/v1/chat/completions -H 'Content-Type: a
 // It returns the exit code: 0 after a drain, 1 if serving failed, 2 for
 // bad configuration.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer, ln net.Listener) int {
-	c, err := app.Parse("production_app", args, stderr, nil)
+	c, err := service.Parse("production_app", args, stderr, nil)
 	if errors.Is(err, flag.ErrHelp) {
 		return 0
 	}
@@ -49,12 +49,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, ln net.Li
 		fmt.Fprintln(stderr, "production_app:", err)
 		return 2
 	}
-	log, err := app.NewLogger(stderr, c.LogLevel)
+	log, err := service.NewLogger(stderr, c.LogLevel)
 	if err != nil {
 		fmt.Fprintln(stderr, "production_app:", err)
 		return 2
 	}
-	svc, err := app.Build(c, log, app.Hooks{})
+	svc, err := service.Build(c, log, service.Hooks{})
 	if err != nil {
 		fmt.Fprintln(stderr, "production_app:", err)
 		return 2

@@ -7,21 +7,29 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"os"
 	"strings"
+	"sync"
 	"time"
 
-	"github.com/production-go/gateway-lab/solutions/app"
+	"github.com/production-go/gateway-lab/solutions/guard"
+	"github.com/production-go/gateway-lab/solutions/httpapi"
 	"github.com/production-go/gateway-lab/solutions/identity"
+	"github.com/production-go/gateway-lab/solutions/internal/egress"
 	"github.com/production-go/gateway-lab/solutions/policy"
+	"github.com/production-go/gateway-lab/solutions/providers/openaicompat"
+	"github.com/production-go/gateway-lab/solutions/router"
+	"github.com/production-go/gateway-lab/solutions/service"
+	"github.com/production-go/gateway-lab/solutions/telemetry"
 	"github.com/redis/go-redis/v9"
 )
 
 //go:embed tiers.yaml
 var defaultTiers []byte
 
-// settings are secure_app's own flags, on top of app.Config's.
+// settings are secure_app's own flags, on top of service.Config's.
 type settings struct {
 	tiersFile string
 	issuer    string
@@ -54,7 +62,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, ln net.Li
 		return mintToken(args[1:], stdout, stderr)
 	}
 	var s settings
-	c, err := app.Parse("secure_app", args, stderr, s.flags)
+	c, err := service.Parse("secure_app", args, stderr, s.flags)
 	if errors.Is(err, flag.ErrHelp) {
 		return 0
 	}
@@ -64,26 +72,82 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, ln net.Li
 	if c.AdminAddr == "" {
 		c.AdminAddr = "127.0.0.1:9464" // metrics never on the public listener
 	}
-	log, err := app.NewLogger(stderr, c.LogLevel)
+	log, err := service.NewLogger(stderr, c.LogLevel)
 	if err != nil {
 		return fail(stderr, 2, err)
 	}
-	sec, err := newSecurity(s, log)
+	g, metrics, rdb, err := newGuard(s, log)
 	if err != nil {
 		return fail(stderr, 2, err)
 	}
-	defer sec.close()
-	svc, err := app.Build(c, log, sec.hooks())
+	defer func() { _ = rdb.Close() }()
+	svc, err := service.Build(c, log, hooks(g))
 	if err != nil {
 		return fail(stderr, 2, err)
 	}
-	sec.register(svc.Registry)
+	metrics.Register(svc.Registry)
 	report, err := svc.Serve(ctx, ln, stdout, try)
 	if err != nil {
 		return fail(stderr, 1, err)
 	}
 	fmt.Fprintf(stdout, "stopped: drained=%t cut=%d\n", report.Drained, report.Cut)
 	return 0
+}
+
+// newGuard builds the guard over the tier policy, the JWT secrets from the
+// environment and the shared limits' Redis.
+func newGuard(s settings, log *slog.Logger) (*guard.Guard, *telemetry.Guard, redis.UniversalClient, error) {
+	pol, err := loadPolicy(s.tiersFile)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	v, err := newVerifier(s)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	redisLogOnce.Do(func() { redis.SetLogger(redisLog{log}) }) // the client's own complaints, as JSON like every other line
+	rdb, err := newRedis(s.redisURL, s.cluster)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	metrics := telemetry.NewGuard(s.failOpen)
+	g, err := guard.New(guard.Config{Verifier: v, Policy: pol, Redis: rdb, Prefix: s.prefix, FailOpen: s.failOpen, Log: log, Observer: metrics})
+	if err != nil {
+		_ = rdb.Close()
+		return nil, nil, nil, err
+	}
+	return g, metrics, rdb, nil
+}
+
+// hooks wire the guard and the egress guard into the assembly
+// production_app uses.
+func hooks(g *guard.Guard) service.Hooks {
+	return service.Hooks{
+		API: func(o *httpapi.Options) {
+			o.Identify = g.Identify
+			o.Admit = g.Admit
+		},
+		Router: func(c *router.Config) {
+			c.Limiter = g.Limiter()
+			c.MaxPerTenant = 0 // the shared in-flight lease replaces the per-replica cap
+		},
+		Upstream: func(c *openaicompat.Config) {
+			if !c.Local {
+				c.DialControl = egress.Control
+			}
+		},
+	}
+}
+
+// redisLog routes go-redis' log lines (a pool that cannot dial, say) into
+// the service's structured log instead of a line of plain text on stderr.
+type redisLog struct{ log *slog.Logger }
+
+// redisLogOnce sets go-redis' logger, a process-wide setting, once.
+var redisLogOnce sync.Once
+
+func (l redisLog) Printf(ctx context.Context, format string, v ...any) {
+	l.log.WarnContext(ctx, "redis client", "message", fmt.Sprintf(format, v...))
 }
 
 func fail(stderr io.Writer, code int, err error) int {

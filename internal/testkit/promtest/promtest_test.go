@@ -21,3 +21,12 @@ func TestCounterReadsTheSeriesWithTheGivenLabels(t *testing.T) {
 	assert.Zero(t, Counter(t, reg, "x_total", "b", "4"), "no such series: 0")
 	assert.Zero(t, Counter(t, reg, "y_total"), "no such metric: 0")
 }
+
+func TestHasSeesASeriesAtZero(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	c := prometheus.NewCounterVec(prometheus.CounterOpts{Name: "x_total", Help: "x"}, []string{"a"})
+	reg.MustRegister(c)
+	c.WithLabelValues("1")
+	assert.True(t, Has(t, reg, "x_total", "a", "1"), "a series made and never incremented exists")
+	assert.False(t, Has(t, reg, "x_total", "a", "2"))
+}

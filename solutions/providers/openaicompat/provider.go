@@ -16,8 +16,8 @@
 package openaicompat
 
 import (
-	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -30,8 +30,8 @@ import (
 	"syscall"
 	"time"
 
-	gateway "github.com/production-go/gateway-lab/solutions/08-gateway"
-	"github.com/production-go/gateway-lab/solutions/internal/chatapi"
+	"github.com/production-go/gateway-lab/solutions/chatapi"
+	"github.com/production-go/gateway-lab/solutions/llm"
 	"github.com/production-go/gateway-lab/solutions/providers/spec"
 	"go.opentelemetry.io/otel/trace"
 )
@@ -160,27 +160,27 @@ func (p *Provider) DefaultModel() string { return p.cfg.Model }
 
 // Generate asks for a complete answer and returns the upstream's body as
 // Completion.Raw.
-func (p *Provider) Generate(ctx context.Context, req gateway.Request) (gateway.Completion, error) {
+func (p *Provider) Generate(ctx context.Context, req llm.Request) (llm.Completion, error) {
 	resp, err := p.post(ctx, req, false)
 	if err != nil {
-		return gateway.Completion{}, err
+		return llm.Completion{}, err
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, MaxAnswerBytes+1))
 	if err != nil {
-		return gateway.Completion{}, fmt.Errorf("openaicompat: %s: reading the answer: %w", p.cfg.Name, err)
+		return llm.Completion{}, fmt.Errorf("openaicompat: %s: reading the answer: %w", p.cfg.Name, err)
 	}
 	if len(body) > MaxAnswerBytes {
-		return gateway.Completion{}, fmt.Errorf("%w: %s: the answer is larger than %d bytes", ErrMalformed, p.cfg.Name, MaxAnswerBytes)
+		return llm.Completion{}, fmt.Errorf("%w: %s: the answer is larger than %d bytes", ErrMalformed, p.cfg.Name, MaxAnswerBytes)
 	}
 	a, ok, err := chatapi.ReadAnswer(p.cfg.Name, body)
 	switch {
 	case err != nil:
-		return gateway.Completion{}, inBody(err)
+		return llm.Completion{}, inBody(err)
 	case !ok:
-		return gateway.Completion{}, fmt.Errorf("%w: %s: the answer is not a JSON object", ErrMalformed, p.cfg.Name)
+		return llm.Completion{}, fmt.Errorf("%w: %s: the answer is not a JSON object", ErrMalformed, p.cfg.Name)
 	}
-	return gateway.Completion{Text: a.Text, Model: modelOr(a.Model, modelOr(req.Model, p.cfg.Model)), Usage: usage(a.Usage), Raw: body}, nil
+	return llm.Completion{Raw: body, Model: cmp.Or(a.Model, req.Model, p.cfg.Model), Usage: a.Usage}, nil
 }
 
 // inBody marks an error object an upstream sent in a 200 answer or a
@@ -193,28 +193,21 @@ func inBody(err error) error {
 	return err
 }
 
-func usage(u *chatapi.Usage) *gateway.Usage {
-	if u == nil {
-		return nil
-	}
-	return &gateway.Usage{PromptTokens: u.PromptTokens, CompletionTokens: u.CompletionTokens, TotalTokens: u.TotalTokens}
-}
-
 // Stream asks for a streamed answer and relays each event's data to emit,
 // as it came. The answer is complete at [DONE], or when the stream closes
 // after a finish_reason (some upstreams never send [DONE]); a stream that
 // closes before either ends with ErrTruncated, a malformed event with
 // ErrMalformed (nothing of it is passed on), an error event with an
 // *chatapi.UpstreamError.
-func (p *Provider) Stream(ctx context.Context, req gateway.Request, emit func(gateway.Chunk) error) (gateway.Completion, error) {
+func (p *Provider) Stream(ctx context.Context, req llm.Request, emit func(llm.Chunk) error) (llm.Completion, error) {
 	resp, err := p.post(ctx, req, true)
 	if err != nil {
-		return gateway.Completion{}, err
+		return llm.Completion{}, err
 	}
 	defer resp.Body.Close()
-	r := &streamReader{name: p.cfg.Name, model: modelOr(req.Model, p.cfg.Model), emit: emit}
-	err = eachEvent(resp.Body, r.event)
-	c := gateway.Completion{Model: r.model, Usage: usage(r.usage)}
+	r := &streamReader{name: p.cfg.Name, model: cmp.Or(req.Model, p.cfg.Model), emit: emit}
+	err = chatapi.ReadEvents(resp.Body, r.event)
+	c := llm.Completion{Model: r.model, Usage: r.usage}
 	switch {
 	case errors.Is(err, errDone):
 		return c, nil
@@ -228,20 +221,20 @@ func (p *Provider) Stream(ctx context.Context, req gateway.Request, emit func(ga
 	return c, fmt.Errorf("%w: %s", ErrTruncated, p.cfg.Name)
 }
 
-// errDone ends eachEvent at [DONE].
+// errDone ends ReadEvents at [DONE].
 var errDone = errors.New("[DONE]")
 
 // streamReader handles one stream's events.
 type streamReader struct {
 	name     string
 	model    string
-	emit     func(gateway.Chunk) error
+	emit     func(llm.Chunk) error
 	usage    *chatapi.Usage
 	finished bool
 }
 
 func (r *streamReader) event(data []byte) error {
-	if string(data) == "[DONE]" {
+	if bytes.Equal(data, chatapi.DoneData) {
 		return errDone
 	}
 	a, ok, err := chatapi.ReadAnswer(r.name, data)
@@ -251,67 +244,26 @@ func (r *streamReader) event(data []byte) error {
 	case !ok:
 		return fmt.Errorf("%w: %s: an event that is not a JSON object", ErrMalformed, r.name)
 	}
-	r.model = modelOr(a.Model, r.model)
+	r.model = cmp.Or(a.Model, r.model)
 	if a.Usage != nil {
 		r.usage = a.Usage // sent with the last chunk when include_usage is asked for
 	}
 	r.finished = r.finished || a.FinishReason != ""
-	return r.emit(gateway.Chunk{Text: a.Text, Model: r.model, Raw: bytes.Clone(data)})
-}
-
-// eachEvent reads server-sent events and calls fn with each event's data
-// (its data lines joined by newlines). Comments, event names and ids are
-// skipped. It returns fn's first error, or the read error, or nil at EOF.
-func eachEvent(body io.Reader, fn func(data []byte) error) error {
-	sc := bufio.NewScanner(body)
-	sc.Buffer(make([]byte, 0, 64<<10), 4<<20)
-	var data []byte
-	have := false
-	dispatch := func() error {
-		if !have {
-			return nil
-		}
-		err := fn(data)
-		data, have = data[:0], false
-		return err
-	}
-	for sc.Scan() {
-		line := sc.Bytes()
-		if len(line) == 0 {
-			if err := dispatch(); err != nil {
-				return err
-			}
-			continue
-		}
-		v, ok := bytes.CutPrefix(line, []byte("data:"))
-		if !ok {
-			continue // a comment, an event name, an id
-		}
-		v, _ = bytes.CutPrefix(v, []byte(" "))
-		if have {
-			data = append(data, '\n')
-		}
-		data, have = append(data, v...), true
-	}
-	if err := sc.Err(); err != nil {
-		return fmt.Errorf("openaicompat: reading the stream: %w", err)
-	}
-	return dispatch()
+	return r.emit(llm.Chunk{Raw: bytes.Clone(data)})
 }
 
 // post sends the caller's request with the target's model and turns every
 // non-2xx answer into an *chatapi.UpstreamError; on success the caller
 // owns resp.Body.
-func (p *Provider) post(ctx context.Context, req gateway.Request, stream bool) (*http.Response, error) {
-	chat := req.Chat
-	if chat == nil {
-		chat = chatapi.NewRequest(req.Prompt, stream) // the lesson's /v1/generate: a prompt only
+func (p *Provider) post(ctx context.Context, req llm.Request, stream bool) (*http.Response, error) {
+	if req.Chat == nil {
+		return nil, fmt.Errorf("openaicompat: %s: a request without a chat body", p.cfg.Name)
 	}
-	model := modelOr(req.Model, p.cfg.Model)
+	model := cmp.Or(req.Model, p.cfg.Model)
 	ctx, span := p.span(ctx, model)
 	defer span.end()
 	ctx = p.timed(ctx)
-	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, p.endpoint, bytes.NewReader(chat.WithModel(model)))
+	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, p.endpoint, bytes.NewReader(req.Chat.WithModel(model)))
 	if err != nil {
 		return nil, err
 	}
@@ -339,13 +291,6 @@ func (p *Provider) post(ctx context.Context, req gateway.Request, stream bool) (
 		retryAfter = chatapi.ParseRetryAfter(resp.Header.Get("Retry-After"), time.Now())
 	}
 	return nil, chatapi.NewUpstreamError(p.cfg.Name, resp.StatusCode, body, retryAfter)
-}
-
-func modelOr(got, fallback string) string {
-	if got != "" {
-		return got
-	}
-	return fallback
 }
 
 // ParseSpec reads an upstream from the command line:

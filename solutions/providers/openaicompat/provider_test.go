@@ -13,9 +13,9 @@ import (
 	"unicode/utf8"
 
 	"github.com/production-go/gateway-lab/solutions/03-timeouts"
-	gateway "github.com/production-go/gateway-lab/solutions/08-gateway"
-	"github.com/production-go/gateway-lab/solutions/internal/chatapi"
+	"github.com/production-go/gateway-lab/solutions/chatapi"
 	"github.com/production-go/gateway-lab/solutions/internal/egress"
+	"github.com/production-go/gateway-lab/solutions/llm"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
@@ -26,7 +26,10 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-var req = gateway.Request{Tenant: "t", Prompt: "hello"}
+var (
+	req       = llm.Request{Chat: chatapi.NewRequest("hello", false)}
+	streamReq = llm.Request{Chat: chatapi.NewRequest("hello", true)}
+)
 
 func upstream(t *testing.T, h http.HandlerFunc) *Provider {
 	t.Helper()
@@ -48,9 +51,12 @@ func TestGenerateSendsTheRequestAndReadsTheAnswer(t *testing.T) {
 	})
 	c, err := p.Generate(t.Context(), req)
 	require.NoError(t, err)
-	assert.Equal(t, "hi there", c.Text)
+	a, ok, err := chatapi.ReadAnswer("up", c.Raw)
+	require.True(t, ok)
+	require.NoError(t, err)
+	assert.Equal(t, "hi there", a.Text, "the answer is the upstream's own bytes")
 	assert.Equal(t, "small-1-2026", c.Model, "the model that actually answered is passed on")
-	assert.Equal(t, &gateway.Usage{PromptTokens: 9, CompletionTokens: 2, TotalTokens: 11}, c.Usage, "and so is the usage it billed")
+	assert.Equal(t, &llm.Usage{PromptTokens: 9, CompletionTokens: 2, TotalTokens: 11}, c.Usage, "and so is the usage it billed")
 }
 
 func TestRateLimitCarriesRetryAfter(t *testing.T) {
@@ -64,7 +70,7 @@ func TestRateLimitCarriesRetryAfter(t *testing.T) {
 	require.ErrorAs(t, err, &se)
 	assert.Equal(t, http.StatusTooManyRequests, se.Status)
 	assert.Equal(t, 2*time.Second, se.RetryAfter())
-	assert.Equal(t, gateway.ReasonRateLimited, gateway.ReasonOf(err))
+	assert.Equal(t, llm.ReasonRateLimited, llm.ReasonOf(err))
 	var ra timeouts.RetryAfterer
 	assert.True(t, errors.As(err, &ra), "the retry loop must see the Retry-After")
 	assertRetryable(t, err)
@@ -96,7 +102,7 @@ func TestServerErrorsAreRetryable(t *testing.T) {
 	require.ErrorAs(t, err, &se)
 	assert.Equal(t, http.StatusBadGateway, se.Status)
 	assertRetryable(t, err)
-	assert.Equal(t, gateway.ReasonServer, gateway.ReasonOf(err))
+	assert.Equal(t, llm.ReasonServer, llm.ReasonOf(err))
 }
 
 func TestBadRequestCarriesTheUpstreamsTypeCodeAndMessage(t *testing.T) {
@@ -113,7 +119,7 @@ func TestBadRequestCarriesTheUpstreamsTypeCodeAndMessage(t *testing.T) {
 	assert.Equal(t, "messages", se.Param)
 	assert.Equal(t, "This model's maximum context length is 8192 tokens", se.Message, "the reason is kept for the caller")
 	assert.NotContains(t, err.Error(), "maximum context length", "but not in Error(), which is what gets logged: it may quote the prompt")
-	assert.Equal(t, gateway.ReasonClient, gateway.ReasonOf(err), "the gateway, not the provider, decides a 4xx is not retried")
+	assert.Equal(t, llm.ReasonClient, llm.ReasonOf(err), "the gateway, not the provider, decides a 4xx is not retried")
 	assert.NotContains(t, err.Error(), "sk-secret-123", "the API key never appears in an error")
 }
 
@@ -137,12 +143,15 @@ func sse(w http.ResponseWriter, lines ...string) {
 	}
 }
 
-func collect(t *testing.T, p *Provider) ([]string, gateway.Completion, error) {
+func collect(t *testing.T, p *Provider) ([]string, llm.Completion, error) {
 	t.Helper()
 	var chunks []string
-	c, err := p.Stream(t.Context(), req, func(c gateway.Chunk) error {
-		if c.Text != "" {
-			chunks = append(chunks, c.Text)
+	c, err := p.Stream(t.Context(), streamReq, func(c llm.Chunk) error {
+		a, ok, err := chatapi.ReadAnswer("up", c.Raw)
+		require.True(t, ok, "only whole JSON objects are relayed")
+		require.NoError(t, err)
+		if a.Text != "" {
+			chunks = append(chunks, a.Text)
 		}
 		return nil
 	})
@@ -220,7 +229,7 @@ func TestDialControlRefusesAnUpstreamThatResolvesToLoopback(t *testing.T) {
 	t.Cleanup(p.Close)
 	_, err = p.Generate(t.Context(), req)
 	assert.ErrorIs(t, err, egress.ErrForbidden, "checked after DNS: an allowed name that resolves to 127.0.0.1 is refused")
-	assert.Equal(t, gateway.ReasonConnection, gateway.ReasonOf(err))
+	assert.Equal(t, llm.ReasonConnection, llm.ReasonOf(err))
 }
 
 func TestNewRejectsBadConfig(t *testing.T) {

@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"strings"
 
-	gateway "github.com/production-go/gateway-lab/solutions/08-gateway"
-	"github.com/production-go/gateway-lab/solutions/internal/chatapi"
+	"github.com/production-go/gateway-lab/solutions/chatapi"
+	"github.com/production-go/gateway-lab/solutions/llm"
 	"github.com/tidwall/gjson"
 )
 
@@ -27,39 +27,29 @@ func (a simAnswer) finish() string {
 	return "stop"
 }
 
-// wireUsage counts words as tokens: the simulation has no tokenizer.
-func (a simAnswer) wireUsage() chatapi.Usage {
+// usage counts words as tokens: the simulation has no tokenizer.
+func (a simAnswer) usage() llm.Usage {
 	completion := len(a.words)
 	for _, c := range a.calls {
 		completion += len(strings.Fields(c.Function.Arguments)) + 1
 	}
-	return chatapi.Usage{PromptTokens: a.promptTokens, CompletionTokens: completion, TotalTokens: a.promptTokens + completion}
-}
-
-func (a simAnswer) usage() *gateway.Usage {
-	u := a.wireUsage()
-	return &gateway.Usage{PromptTokens: u.PromptTokens, CompletionTokens: u.CompletionTokens, TotalTokens: u.TotalTokens}
+	return llm.Usage{PromptTokens: a.promptTokens, CompletionTokens: completion, TotalTokens: a.promptTokens + completion}
 }
 
 // compose is the deterministic answer to a request, so tests and demos can
 // check it: a tool call if the request offers tools and the conversation
 // does not end with a tool's result; JSON if response_format asks for it;
 // otherwise a sentence that quotes the prompt.
-func compose(name, model string, req gateway.Request) simAnswer {
-	prompt := req.Prompt
-	if req.Chat != nil {
-		prompt = req.Chat.Text()
-	}
+func compose(name, model string, req llm.Request) simAnswer {
+	prompt := req.Chat.Text()
 	a := simAnswer{model: model, promptTokens: len(strings.Fields(prompt))}
-	if req.Chat != nil {
-		if call, ok := toolCall(req.Chat); ok {
-			a.calls = []chatapi.ToolCall{call}
-			return a
-		}
-		if text, ok := structured(req.Chat, name, prompt); ok {
-			a.words = strings.Fields(text)
-			return a
-		}
+	if call, ok := toolCall(req.Chat); ok {
+		a.calls = []chatapi.ToolCall{call}
+		return a
+	}
+	if text, ok := structured(req.Chat, name, prompt); ok {
+		a.words = strings.Fields(text)
+		return a
 	}
 	a.words = strings.Fields(sentence(name, prompt))
 	return a

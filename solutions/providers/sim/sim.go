@@ -23,8 +23,8 @@ import (
 	"syscall"
 	"time"
 
-	gateway "github.com/production-go/gateway-lab/solutions/08-gateway"
-	"github.com/production-go/gateway-lab/solutions/internal/chatapi"
+	"github.com/production-go/gateway-lab/solutions/chatapi"
+	"github.com/production-go/gateway-lab/solutions/llm"
 	"github.com/production-go/gateway-lab/solutions/providers/spec"
 )
 
@@ -128,69 +128,59 @@ func (p *Provider) DefaultModel() string { return p.cfg.Model }
 
 // Generate answers in one piece, after the latency and every chunk delay a
 // stream of the same answer would take.
-func (p *Provider) Generate(ctx context.Context, req gateway.Request) (gateway.Completion, error) {
+func (p *Provider) Generate(ctx context.Context, req llm.Request) (llm.Completion, error) {
 	a, err := p.begin(ctx, req)
 	if err != nil {
-		return gateway.Completion{}, err
+		return llm.Completion{}, err
 	}
 	if err := sleep(ctx, time.Duration(max(len(a.words)-1, 0))*p.cfg.ChunkDelay); err != nil {
-		return gateway.Completion{}, err
+		return llm.Completion{}, err
 	}
-	c := gateway.Completion{Text: a.text(), Model: a.model, Usage: a.usage()}
-	if req.Chat != nil {
-		u := a.wireUsage()
-		c.Raw = chatapi.NewFrame(a.model).Completion(a.text(), a.calls, a.finish(), &u)
-	}
-	return c, nil
+	u := a.usage()
+	return llm.Completion{Raw: chatapi.NewFrame(a.model).Completion(a.text(), a.calls, a.finish(), &u), Model: a.model, Usage: &u}, nil
 }
 
-// Stream answers word by word, ChunkDelay apart; a chat request gets
-// OpenAI chunks, each naming the same model.
-func (p *Provider) Stream(ctx context.Context, req gateway.Request, emit func(gateway.Chunk) error) (gateway.Completion, error) {
+// Stream answers word by word, ChunkDelay apart, in OpenAI chunks that
+// each name the same model: a first chunk with the role (and any tool
+// call), one per word, one with the finish reason, and the usage when the
+// caller asked for it.
+func (p *Provider) Stream(ctx context.Context, req llm.Request, emit func(llm.Chunk) error) (llm.Completion, error) {
 	a, err := p.begin(ctx, req)
 	if err != nil {
-		return gateway.Completion{}, err
+		return llm.Completion{}, err
 	}
-	var frame *chatapi.Frame
-	if req.Chat != nil {
-		f := chatapi.NewFrame(a.model)
-		frame = &f
-		empty := ""
-		if err := emit(gateway.Chunk{Model: a.model, Raw: f.Chunk(chatapi.Delta{Role: "assistant", Content: &empty, ToolCalls: a.calls}, "")}); err != nil {
-			return gateway.Completion{}, err
-		}
+	f := chatapi.NewFrame(a.model)
+	send := func(raw []byte) error { return emit(llm.Chunk{Raw: raw}) }
+	empty := ""
+	if err := send(f.Chunk(chatapi.Delta{Role: "assistant", Content: &empty, ToolCalls: a.calls}, "")); err != nil {
+		return llm.Completion{}, err
 	}
 	for i, w := range a.words {
 		if i > 0 {
 			if err := sleep(ctx, p.cfg.ChunkDelay); err != nil {
-				return gateway.Completion{}, err
+				return llm.Completion{}, err
 			}
 			w = " " + w
 		}
-		c := gateway.Chunk{Text: w, Model: a.model}
-		if frame != nil {
-			c.Raw = frame.Chunk(chatapi.Delta{Content: &w}, "")
-		}
-		if err := emit(c); err != nil {
-			return gateway.Completion{}, err
+		if err := send(f.Chunk(chatapi.Delta{Content: &w}, "")); err != nil {
+			return llm.Completion{}, err
 		}
 	}
-	if frame != nil {
-		if err := emit(gateway.Chunk{Model: a.model, Raw: frame.Chunk(chatapi.Delta{}, a.finish())}); err != nil {
-			return gateway.Completion{}, err
-		}
-		if req.Chat.IncludeUsage {
-			if err := emit(gateway.Chunk{Model: a.model, Raw: frame.UsageChunk(a.wireUsage())}); err != nil {
-				return gateway.Completion{}, err
-			}
+	if err := send(f.Chunk(chatapi.Delta{}, a.finish())); err != nil {
+		return llm.Completion{}, err
+	}
+	u := a.usage()
+	if req.Chat.IncludeUsage {
+		if err := send(f.UsageChunk(u)); err != nil {
+			return llm.Completion{}, err
 		}
 	}
-	return gateway.Completion{Model: a.model, Usage: a.usage()}, nil
+	return llm.Completion{Model: a.model, Usage: &u}, nil
 }
 
 // begin waits out the call's latency and fails it if the draw or an outage
 // says so; otherwise it composes the answer.
-func (p *Provider) begin(ctx context.Context, req gateway.Request) (simAnswer, error) {
+func (p *Provider) begin(ctx context.Context, req llm.Request) (simAnswer, error) {
 	latency, failure := p.draw()
 	if p.inOutage() {
 		failure = "outage"

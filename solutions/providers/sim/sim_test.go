@@ -10,8 +10,8 @@ import (
 	"testing/synctest"
 	"time"
 
-	gateway "github.com/production-go/gateway-lab/solutions/08-gateway"
-	"github.com/production-go/gateway-lab/solutions/internal/chatapi"
+	"github.com/production-go/gateway-lab/solutions/chatapi"
+	"github.com/production-go/gateway-lab/solutions/llm"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
@@ -19,7 +19,7 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-var req = gateway.Request{Tenant: "t", Prompt: "why is the sky blue"}
+var req = llm.Request{Chat: chatapi.NewRequest("why is the sky blue", true)}
 
 func TestStreamsWordsAfterTheLatency(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
@@ -28,12 +28,18 @@ func TestStreamsWordsAfterTheLatency(t *testing.T) {
 		start := time.Now()
 		var chunks []string
 		var first time.Duration
-		c, err := p.Stream(t.Context(), req, func(ch gateway.Chunk) error {
+		c, err := p.Stream(t.Context(), req, func(ch llm.Chunk) error {
+			a, ok, err := chatapi.ReadAnswer("alpha", ch.Raw)
+			require.True(t, ok)
+			require.NoError(t, err)
+			assert.Equal(t, "alpha-1", a.Model, "every chunk names the model")
+			if a.Text == "" {
+				return nil // the role chunk, the finish chunk
+			}
 			if len(chunks) == 0 {
 				first = time.Since(start)
 			}
-			chunks = append(chunks, ch.Text)
-			assert.Equal(t, "alpha-1", ch.Model, "every chunk names the model")
+			chunks = append(chunks, a.Text)
 			return nil
 		})
 		require.NoError(t, err)
@@ -69,23 +75,23 @@ func TestErrorKinds(t *testing.T) {
 				require.ErrorAs(t, err, &e)
 				assert.Equal(t, http.StatusTooManyRequests, e.Status)
 				assert.Equal(t, 2*time.Second, e.RetryAfter())
-				assert.Equal(t, gateway.ReasonRateLimited, gateway.ReasonOf(err))
+				assert.Equal(t, llm.ReasonRateLimited, llm.ReasonOf(err))
 			},
 			KindBadRequest: func(err error) {
 				var e *chatapi.UpstreamError
 				require.ErrorAs(t, err, &e)
 				assert.Equal(t, http.StatusBadRequest, e.Status)
 				assert.Equal(t, "context_length_exceeded", e.Code, "shaped like the real refusal, code included")
-				assert.Equal(t, gateway.ReasonClient, gateway.ReasonOf(err))
+				assert.Equal(t, llm.ReasonClient, llm.ReasonOf(err))
 			},
-			KindServer: func(err error) { assert.Equal(t, gateway.ReasonServer, gateway.ReasonOf(err)) },
+			KindServer: func(err error) { assert.Equal(t, llm.ReasonServer, llm.ReasonOf(err)) },
 			KindTimeout: func(err error) {
 				assert.ErrorIs(t, err, context.DeadlineExceeded)
-				assert.Equal(t, gateway.ReasonTimeout, gateway.ReasonOf(err))
+				assert.Equal(t, llm.ReasonTimeout, llm.ReasonOf(err))
 			},
 			KindReset: func(err error) {
 				assert.ErrorIs(t, err, syscall.ECONNRESET, "a reset is a connection error, as a real one is")
-				assert.Equal(t, gateway.ReasonConnection, gateway.ReasonOf(err))
+				assert.Equal(t, llm.ReasonConnection, llm.ReasonOf(err))
 			},
 		} {
 			p, err := New(Config{Name: "a", ErrorRate: 1, ErrorKinds: []string{kind}, RetryAfter: 2 * time.Second})
@@ -146,7 +152,7 @@ func TestOddSchemasNeverCrashTheAnswer(t *testing.T) {
 			chat, err := chatapi.Parse([]byte(body))
 			require.NoError(t, err, body)
 			require.NotPanics(t, func() {
-				_, err = p.Generate(t.Context(), gateway.Request{Tenant: "t", Chat: chat})
+				_, err = p.Generate(t.Context(), llm.Request{Chat: chat})
 			}, schema)
 			assert.NoError(t, err, schema)
 		}

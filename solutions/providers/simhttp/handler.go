@@ -18,10 +18,9 @@ import (
 	"io"
 	"net/http"
 	"strconv"
-	"time"
 
-	gateway "github.com/production-go/gateway-lab/solutions/08-gateway"
-	"github.com/production-go/gateway-lab/solutions/internal/chatapi"
+	"github.com/production-go/gateway-lab/solutions/chatapi"
+	"github.com/production-go/gateway-lab/solutions/llm"
 	"github.com/production-go/gateway-lab/solutions/providers/sim"
 )
 
@@ -57,7 +56,8 @@ func (h *handler) authorized(w http.ResponseWriter, r *http.Request) bool {
 	if h.opts.APIKey == "" || r.Header.Get("Authorization") == "Bearer "+h.opts.APIKey {
 		return true
 	}
-	writeError(w, http.StatusUnauthorized, "invalid_request_error", "invalid_api_key", "missing or wrong API key", 0)
+	chatapi.WriteError(w, &chatapi.Error{Status: http.StatusUnauthorized, Type: "invalid_request_error", Code: "invalid_api_key",
+		Message: "missing or wrong API key"})
 	return false
 }
 
@@ -76,22 +76,16 @@ func (h *handler) chat(w http.ResponseWriter, r *http.Request) {
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
 	if err != nil {
-		writeError(w, http.StatusRequestEntityTooLarge, "invalid_request_error", "request_too_large", "request body too large or unreadable", 0)
+		chatapi.WriteError(w, &chatapi.Error{Status: http.StatusRequestEntityTooLarge, Type: "invalid_request_error",
+			Code: "request_too_large", Message: "request body too large or unreadable"})
 		return
 	}
 	chat, err := chatapi.Parse(body)
 	if err != nil {
-		var e *chatapi.Error
-		if errors.As(err, &e) {
-			w.Header().Set("Content-Type", "application/json")
-			w.WriteHeader(e.Status)
-			_, _ = w.Write(e.JSON())
-			return
-		}
-		writeError(w, http.StatusBadRequest, "invalid_request_error", "invalid_request", "invalid request", 0)
+		chatapi.WriteError(w, err.(*chatapi.Error)) // Parse's errors are all *chatapi.Error
 		return
 	}
-	req := gateway.Request{Chat: chat, Model: chat.Model}
+	req := llm.Request{Chat: chat, Model: chat.Model}
 	if !chat.Stream {
 		c, err := h.p.Generate(r.Context(), req)
 		if err != nil {
@@ -103,28 +97,17 @@ func (h *handler) chat(w http.ResponseWriter, r *http.Request) {
 		_, _ = w.Write(c.Raw)
 		return
 	}
-	started := false
-	_, err = h.p.Stream(r.Context(), req, func(c gateway.Chunk) error {
-		if !started {
-			started = true
-			w.Header().Set("Content-Type", "text/event-stream")
-			w.Header().Set("Cache-Control", "no-cache")
-			w.WriteHeader(http.StatusOK)
-		}
-		if _, err := io.WriteString(w, "data: "+string(c.Raw)+"\n\n"); err != nil {
-			return err
-		}
-		return http.NewResponseController(w).Flush()
-	})
+	events := chatapi.NewEventStream(w, 0)
+	_, err = h.p.Stream(r.Context(), req, func(c llm.Chunk) error { return events.Send(c.Raw) })
 	switch {
-	case err != nil && !started:
+	case err != nil && !events.Started():
 		fail(w, err)
 	case err != nil:
 		// After the 200 an upstream can only stop; a real one drops the
 		// connection, so this one does too.
 		panic(http.ErrAbortHandler)
 	default:
-		_, _ = io.WriteString(w, "data: [DONE]\n\n")
+		_ = events.Done()
 	}
 }
 
@@ -133,7 +116,7 @@ func fail(w http.ResponseWriter, err error) {
 	var up *chatapi.UpstreamError
 	switch {
 	case errors.As(err, &up):
-		writeError(w, up.Status, up.Type, up.Code, up.Message, up.RetryAfter())
+		chatapi.WriteError(w, &chatapi.Error{Status: up.Status, Type: up.Type, Code: up.Code, Message: up.Message, RetryAfter: up.RetryAfter()})
 	case errors.Is(err, sim.ErrReset):
 		// No answer, the connection closed: what a reset looks like to the
 		// caller. net/http closes the connection on this panic.
@@ -141,17 +124,6 @@ func fail(w http.ResponseWriter, err error) {
 	default:
 		// The caller's context ended (a timeout draw, or it gave up): it is
 		// gone, so nothing it could read is left to say.
-		writeError(w, 499, "server_error", "client_closed", "the caller went away", 0)
+		chatapi.WriteError(w, &chatapi.Error{Status: 499, Type: "server_error", Code: "client_closed", Message: "the caller went away"})
 	}
-}
-
-func writeError(w http.ResponseWriter, status int, typ, code, msg string, retryAfter time.Duration) {
-	if retryAfter > 0 {
-		secs := int((retryAfter + time.Second - 1) / time.Second)
-		w.Header().Set("Retry-After", strconv.Itoa(secs))
-	}
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(status)
-	b, _ := json.Marshal(map[string]any{"error": map[string]any{"message": msg, "type": typ, "code": code}})
-	_, _ = w.Write(append(b, '\n'))
 }

@@ -1,15 +1,13 @@
-package app
+package service
 
 import (
 	"bytes"
 	"encoding/json"
 	"fmt"
 	"os"
-	"slices"
 	"strings"
 
-	gateway "github.com/production-go/gateway-lab/solutions/08-gateway"
-	"github.com/production-go/gateway-lab/solutions/httpapi"
+	"github.com/production-go/gateway-lab/solutions/router"
 )
 
 // routesFile is the -routes file's shape:
@@ -38,9 +36,9 @@ type routesFile struct {
 // failures: a prompt too long for one model may fit the next.
 var DefaultFallbackOn = []string{"context_length_exceeded"}
 
-// LoadRoutes reads the -routes file (if any) and the -route flags, and
-// checks them against the providers.
-func LoadRoutes(file string, flags []string, providers []string) ([]httpapi.Route, error) {
+// LoadRoutes reads the -routes file (if any) and the -route flags. The
+// router checks them against the providers when it is built.
+func LoadRoutes(file string, flags []string) ([]router.Route, error) {
 	routes, err := readRoutesFile(file)
 	if err != nil {
 		return nil, err
@@ -50,10 +48,10 @@ func LoadRoutes(file string, flags []string, providers []string) ([]httpapi.Rout
 		if !ok {
 			return nil, fmt.Errorf("-route %q: want name=provider[:model],provider[:model]", spec)
 		}
-		route := httpapi.Route{Name: name}
+		route := router.Route{Name: name}
 		for _, t := range strings.Split(list, ",") {
 			p, m, _ := strings.Cut(strings.TrimSpace(t), ":")
-			route.Targets = append(route.Targets, gateway.Target{Provider: p, Model: m})
+			route.Targets = append(route.Targets, router.Target{Provider: p, Model: m})
 		}
 		routes = append(routes, route)
 	}
@@ -62,10 +60,10 @@ func LoadRoutes(file string, flags []string, providers []string) ([]httpapi.Rout
 			routes[i].FallbackOn = DefaultFallbackOn
 		}
 	}
-	return routes, checkRoutes(routes, providers)
+	return routes, nil
 }
 
-func readRoutesFile(file string) ([]httpapi.Route, error) {
+func readRoutesFile(file string) ([]router.Route, error) {
 	if file == "" {
 		return nil, nil
 	}
@@ -79,34 +77,13 @@ func readRoutesFile(file string) ([]httpapi.Route, error) {
 	if err := dec.Decode(&f); err != nil {
 		return nil, fmt.Errorf("-routes %s: %w", file, err)
 	}
-	var routes []httpapi.Route
+	var routes []router.Route
 	for _, r := range f.Routes {
-		route := httpapi.Route{Name: r.Model, FallbackOn: r.FallbackOn}
+		route := router.Route{Name: r.Model, FallbackOn: r.FallbackOn}
 		for _, t := range r.Targets {
-			route.Targets = append(route.Targets, gateway.Target{Provider: t.Provider, Model: t.Model})
+			route.Targets = append(route.Targets, router.Target{Provider: t.Provider, Model: t.Model})
 		}
 		routes = append(routes, route)
 	}
 	return routes, nil
-}
-
-func checkRoutes(routes []httpapi.Route, providers []string) error {
-	seen := map[string]bool{}
-	for _, r := range routes {
-		switch {
-		case r.Name == "" || r.Name == httpapi.AutoModel || slices.Contains(providers, r.Name):
-			return fmt.Errorf("route %q: a route needs a name that is not %q and not a provider's name", r.Name, httpapi.AutoModel)
-		case seen[r.Name]:
-			return fmt.Errorf("route %q is defined twice", r.Name)
-		case len(r.Targets) == 0:
-			return fmt.Errorf("route %q has no targets", r.Name)
-		}
-		seen[r.Name] = true
-		for _, t := range r.Targets {
-			if !slices.Contains(providers, t.Provider) {
-				return fmt.Errorf("route %q: unknown provider %q (have %s)", r.Name, t.Provider, strings.Join(providers, ", "))
-			}
-		}
-	}
-	return nil
 }

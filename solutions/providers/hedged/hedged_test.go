@@ -1,4 +1,4 @@
-package app
+package hedged
 
 import (
 	"context"
@@ -9,16 +9,15 @@ import (
 	"testing/synctest"
 	"time"
 
-	"github.com/production-go/gateway-lab/internal/testkit/promtest"
-	bridge "github.com/production-go/gateway-lab/solutions/06-bridge"
-	gateway "github.com/production-go/gateway-lab/solutions/08-gateway"
 	hedging "github.com/production-go/gateway-lab/solutions/10-hedging"
-	"github.com/production-go/gateway-lab/solutions/httpapi"
-	"github.com/production-go/gateway-lab/solutions/internal/chatapi"
-	"github.com/prometheus/client_golang/prometheus"
+	"github.com/production-go/gateway-lab/solutions/chatapi"
+	"github.com/production-go/gateway-lab/solutions/llm"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
 )
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 // scripted is a provider whose k-th call (from 1) takes took[k-1] and then
 // answers "call k", or fails with fail[k-1] if that is set. It records how
@@ -38,7 +37,7 @@ func (s *scripted) Name() string         { return "alpha" }
 func (s *scripted) DefaultModel() string { return "alpha-1" }
 func (s *scripted) HonoursContext() bool { return s.honours }
 
-func (s *scripted) Generate(ctx context.Context, _ gateway.Request) (gateway.Completion, error) {
+func (s *scripted) Generate(ctx context.Context, _ llm.Request) (llm.Completion, error) {
 	s.mu.Lock()
 	s.calls++
 	k := s.calls
@@ -48,23 +47,23 @@ func (s *scripted) Generate(ctx context.Context, _ gateway.Request) (gateway.Com
 	select {
 	case <-ctx.Done():
 		s.end(ctx.Err().Error())
-		return gateway.Completion{}, ctx.Err()
+		return llm.Completion{}, ctx.Err()
 	case <-t.C:
 	}
 	s.end("answered")
 	if k <= len(s.fail) && s.fail[k-1] != nil {
-		return gateway.Completion{}, s.fail[k-1]
+		return llm.Completion{}, s.fail[k-1]
 	}
-	return gateway.Completion{Text: "call " + string(rune('0'+k))}, nil
+	return completion("call " + string(rune('0'+k))), nil
 }
 
-func (s *scripted) Stream(ctx context.Context, req gateway.Request, emit func(gateway.Chunk) error) (gateway.Completion, error) {
+func (s *scripted) Stream(ctx context.Context, req llm.Request, emit func(llm.Chunk) error) (llm.Completion, error) {
 	s.mu.Lock()
 	s.stream++
 	s.mu.Unlock()
 	c, err := s.Generate(ctx, req)
 	if err == nil {
-		err = emit(gateway.Chunk{Text: c.Text})
+		err = emit(llm.Chunk{Raw: c.Raw})
 	}
 	return c, err
 }
@@ -81,59 +80,97 @@ func (s *scripted) history() (calls int, ended []string) {
 	return s.calls, append([]string(nil), s.ended...)
 }
 
-// hedged wraps p as Build does for hc, with budget.
-func hedged(t *testing.T, p gateway.Provider, hc HedgeConfig, budget *hedging.Budget) (gateway.Provider, *httpapi.Metrics, *prometheus.Registry) {
-	t.Helper()
-	reg := prometheus.NewRegistry()
-	s := &Service{Config: Config{Hedge: hc}, Metrics: httpapi.NewMetrics(reg)}
-	ps, err := s.hedgeProviders([]gateway.Provider{p}, budget)
-	require.NoError(t, err)
-	s.Metrics.WatchHedging([]string{"alpha"}, true, budget != nil)
-	return ps[0], s.Metrics, reg
+// ask is a request with a prompt.
+var ask = llm.Request{Chat: chatapi.NewRequest("hi", false)}
+
+// completion is a whole answer whose text is text.
+func completion(text string) llm.Completion {
+	return llm.Completion{Raw: chatapi.NewFrame("alpha-1").Completion(text, nil, "stop", nil), Model: "alpha-1"}
 }
 
-var count = promtest.Counter
+// textOf is an answer's text, read back from its wire format.
+func textOf(t *testing.T, raw []byte) string {
+	t.Helper()
+	a, ok, err := chatapi.ReadAnswer("alpha", raw)
+	require.True(t, ok, "a JSON object: %q", raw)
+	require.NoError(t, err)
+	return a.Text
+}
+
+// counts is an Observer that counts what it hears, per event.
+type counts struct {
+	mu sync.Mutex
+	by map[string]int // "hedged", "won", "refused"
+}
+
+func (c *counts) add(event string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.by == nil {
+		c.by = map[string]int{}
+	}
+	c.by[event]++
+}
+
+func (c *counts) Hedged(provider string)       { c.add("hedged " + provider) }
+func (c *counts) HedgeWon(provider string)     { c.add("won " + provider) }
+func (c *counts) HedgeRefused(provider string) { c.add("refused " + provider) }
+
+func (c *counts) of(event string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.by[event]
+}
+
+// hedged wraps p as the service does for cfg, with budget.
+func hedged(t *testing.T, p llm.Provider, delay time.Duration, budget *hedging.Budget) (llm.Provider, *counts) {
+	t.Helper()
+	obs := &counts{}
+	h, err := Wrap(p, hedging.Config{Delay: delay}, budget, obs)
+	require.NoError(t, err)
+	return h, obs
+}
 
 func TestHedgeAnswersWhenTheFirstCallIsSlowAndCancelsIt(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		p := &scripted{took: []time.Duration{time.Second, 30 * time.Millisecond}, honours: true}
-		h, _, reg := hedged(t, p, HedgeConfig{Delay: 100 * time.Millisecond}, nil)
+		h, obs := hedged(t, p, 100*time.Millisecond, nil)
 		start := time.Now()
-		c, err := h.Generate(t.Context(), gateway.Request{Prompt: "hi"})
+		c, err := h.Generate(t.Context(), ask)
 		require.NoError(t, err)
-		assert.Equal(t, "call 2", c.Text, "the hedge answered first")
+		assert.Equal(t, "call 2", textOf(t, c.Raw), "the hedge answered first")
 		assert.Equal(t, 130*time.Millisecond, time.Since(start), "hedged at 100 ms, answered 30 ms later")
 		calls, ended := p.history()
 		assert.Equal(t, 2, calls)
 		assert.Equal(t, []string{"answered", context.Canceled.Error()}, ended,
 			"the slow call was cancelled, and had ended, before Generate returned")
-		assert.Equal(t, 1.0, count(t, reg, "gateway_hedges_total", "provider", "alpha"))
-		assert.Equal(t, 1.0, count(t, reg, "gateway_hedge_wins_total", "provider", "alpha"))
+		assert.Equal(t, 1.0, float64(obs.of("hedged alpha")))
+		assert.Equal(t, 1.0, float64(obs.of("won alpha")))
 	})
 }
 
 func TestNoHedgeForACallThatAnswersWithinTheDelay(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		p := &scripted{took: []time.Duration{99 * time.Millisecond}, honours: true}
-		h, _, reg := hedged(t, p, HedgeConfig{Delay: 100 * time.Millisecond}, nil)
-		c, err := h.Generate(t.Context(), gateway.Request{Prompt: "hi"})
+		h, obs := hedged(t, p, 100*time.Millisecond, nil)
+		c, err := h.Generate(t.Context(), ask)
 		require.NoError(t, err)
-		assert.Equal(t, "call 1", c.Text)
+		assert.Equal(t, "call 1", textOf(t, c.Raw))
 		calls, _ := p.history()
 		assert.Equal(t, 1, calls)
-		assert.Zero(t, count(t, reg, "gateway_hedges_total", "provider", "alpha"))
+		assert.Zero(t, float64(obs.of("hedged alpha")))
 	})
 }
 
 func TestTheFirstCallThatWinsAfterAHedgeIsNotCountedAsWon(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		p := &scripted{took: []time.Duration{150 * time.Millisecond, time.Second}, honours: true}
-		h, _, reg := hedged(t, p, HedgeConfig{Delay: 100 * time.Millisecond}, nil)
-		c, err := h.Generate(t.Context(), gateway.Request{Prompt: "hi"})
+		h, obs := hedged(t, p, 100*time.Millisecond, nil)
+		c, err := h.Generate(t.Context(), ask)
 		require.NoError(t, err)
-		assert.Equal(t, "call 1", c.Text)
-		assert.Equal(t, 1.0, count(t, reg, "gateway_hedges_total", "provider", "alpha"))
-		assert.Zero(t, count(t, reg, "gateway_hedge_wins_total", "provider", "alpha"))
+		assert.Equal(t, "call 1", textOf(t, c.Raw))
+		assert.Equal(t, 1.0, float64(obs.of("hedged alpha")))
+		assert.Zero(t, float64(obs.of("won alpha")))
 	})
 }
 
@@ -143,15 +180,15 @@ func TestARefusedHedgeLeavesTheCallAsIfUnhedged(t *testing.T) {
 		p := &scripted{took: []time.Duration{time.Second}, fail: []error{upstreamErr}, honours: true}
 		empty, err := hedging.NewBudget(hedging.BudgetConfig{TTL: time.Second})
 		require.NoError(t, err)
-		h, _, reg := hedged(t, p, HedgeConfig{Delay: 100 * time.Millisecond}, empty)
+		h, obs := hedged(t, p, 100*time.Millisecond, empty)
 		start := time.Now()
-		_, err = h.Generate(t.Context(), gateway.Request{Prompt: "hi"})
+		_, err = h.Generate(t.Context(), ask)
 		assert.Same(t, upstreamErr, err, "no hedge ran: the one call's error comes back as it was")
 		assert.Equal(t, time.Second, time.Since(start))
 		calls, _ := p.history()
 		assert.Equal(t, 1, calls)
-		assert.Equal(t, 1.0, count(t, reg, "gateway_retry_budget_exhausted_total", "kind", "hedge", "provider", "alpha"))
-		assert.Zero(t, count(t, reg, "gateway_hedges_total", "provider", "alpha"))
+		assert.Equal(t, 1.0, float64(obs.of("refused alpha")))
+		assert.Zero(t, float64(obs.of("hedged alpha")))
 	})
 }
 
@@ -160,16 +197,16 @@ func TestHedgesSpendTheSharedRetryBudget(t *testing.T) {
 		p := &scripted{took: []time.Duration{time.Second, 10 * time.Millisecond, time.Second, 10 * time.Millisecond}, honours: true}
 		oneASecond, err := hedging.NewBudget(hedging.BudgetConfig{TTL: time.Second, MinRetriesPerSec: 1})
 		require.NoError(t, err)
-		h, _, reg := hedged(t, p, HedgeConfig{Delay: 100 * time.Millisecond}, oneASecond)
-		c, err := h.Generate(t.Context(), gateway.Request{Prompt: "hi"})
+		h, obs := hedged(t, p, 100*time.Millisecond, oneASecond)
+		c, err := h.Generate(t.Context(), ask)
 		require.NoError(t, err)
-		assert.Equal(t, "call 2", c.Text, "the floor allows one hedge")
+		assert.Equal(t, "call 2", textOf(t, c.Raw), "the floor allows one hedge")
 		assert.Zero(t, oneASecond.Balance("alpha"), "the hedge withdrew from the budget the gateway's retries use")
-		c, err = h.Generate(t.Context(), gateway.Request{Prompt: "hi"})
+		c, err = h.Generate(t.Context(), ask)
 		require.NoError(t, err)
-		assert.Equal(t, "call 3", c.Text, "the second hedge was refused: the slow call answers")
-		assert.Equal(t, 1.0, count(t, reg, "gateway_hedges_total", "provider", "alpha"))
-		assert.Equal(t, 1.0, count(t, reg, "gateway_retry_budget_exhausted_total", "kind", "hedge", "provider", "alpha"))
+		assert.Equal(t, "call 3", textOf(t, c.Raw), "the second hedge was refused: the slow call answers")
+		assert.Equal(t, 1.0, float64(obs.of("hedged alpha")))
+		assert.Equal(t, 1.0, float64(obs.of("refused alpha")))
 	})
 }
 
@@ -177,9 +214,9 @@ func TestBothCallsFailingReportsTheLastError(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		e1, e2 := errors.New("first"), errors.New("hedge")
 		p := &scripted{took: []time.Duration{time.Second, 1500 * time.Millisecond}, fail: []error{e1, e2}, honours: true}
-		h, _, _ := hedged(t, p, HedgeConfig{Delay: 100 * time.Millisecond}, nil)
+		h, _ := hedged(t, p, 100*time.Millisecond, nil)
 		start := time.Now()
-		_, err := h.Generate(t.Context(), gateway.Request{Prompt: "hi"})
+		_, err := h.Generate(t.Context(), ask)
 		require.ErrorIs(t, err, e2, "the hedge failed last: its error is the last one")
 		assert.Equal(t, 1600*time.Millisecond, time.Since(start), "the first call's failure waits for the hedge still running")
 	})
@@ -188,13 +225,13 @@ func TestBothCallsFailingReportsTheLastError(t *testing.T) {
 // panicky panics on every call.
 type panicky struct{ scripted }
 
-func (*panicky) Generate(context.Context, gateway.Request) (gateway.Completion, error) { panic("boom") }
+func (*panicky) Generate(context.Context, llm.Request) (llm.Completion, error) { panic("boom") }
 
 func TestAPanicInAHedgedCallIsAnErrorNotACrash(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		h, _, _ := hedged(t, &panicky{scripted{honours: true}}, HedgeConfig{Delay: 100 * time.Millisecond}, nil)
-		_, err := h.Generate(t.Context(), gateway.Request{Prompt: "hi"})
-		require.ErrorIs(t, err, bridge.ErrPanic, "a hedged call runs on Do's goroutine, out of the gateway's recover")
+		h, _ := hedged(t, &panicky{scripted{honours: true}}, 100*time.Millisecond, nil)
+		_, err := h.Generate(t.Context(), ask)
+		require.ErrorIs(t, err, llm.ErrPanic, "a hedged call runs on Do's goroutine, out of the gateway's recover")
 		assert.Contains(t, err.Error(), "boom")
 	})
 }
@@ -202,11 +239,11 @@ func TestAPanicInAHedgedCallIsAnErrorNotACrash(t *testing.T) {
 func TestTheAttemptDeadlineBoundsTheHedgeToo(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		p := &scripted{took: []time.Duration{time.Second, time.Second}, honours: true}
-		h, _, _ := hedged(t, p, HedgeConfig{Delay: 100 * time.Millisecond}, nil)
+		h, _ := hedged(t, p, 100*time.Millisecond, nil)
 		ctx, cancel := context.WithTimeout(t.Context(), 300*time.Millisecond)
 		defer cancel()
 		start := time.Now()
-		_, err := h.Generate(ctx, gateway.Request{Prompt: "hi"})
+		_, err := h.Generate(ctx, ask)
 		require.ErrorIs(t, err, context.DeadlineExceeded)
 		assert.NotErrorIs(t, err, context.Canceled)
 		assert.Equal(t, 300*time.Millisecond, time.Since(start))
@@ -221,7 +258,7 @@ func TestTheAttemptDeadlineBoundsTheHedgeToo(t *testing.T) {
 func TestAContextAlreadyEndedCallsNothingAndSaysWhy(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		p := &scripted{took: []time.Duration{time.Second}, honours: true}
-		h, _, _ := hedged(t, p, HedgeConfig{Delay: 100 * time.Millisecond}, nil)
+		h, _ := hedged(t, p, 100*time.Millisecond, nil)
 		for _, tc := range []struct {
 			name string
 			ctx  func() (context.Context, context.CancelFunc)
@@ -232,7 +269,7 @@ func TestAContextAlreadyEndedCallsNothingAndSaysWhy(t *testing.T) {
 		} {
 			ctx, cancel := tc.ctx()
 			cancel()
-			_, err := h.Generate(ctx, gateway.Request{Prompt: "hi"})
+			_, err := h.Generate(ctx, ask)
 			require.ErrorIs(t, err, tc.want, tc.name)
 		}
 		calls, _ := p.history()
@@ -243,11 +280,11 @@ func TestAContextAlreadyEndedCallsNothingAndSaysWhy(t *testing.T) {
 func TestStreamsAreNotHedged(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		p := &scripted{took: []time.Duration{time.Second}, honours: true}
-		h, _, _ := hedged(t, p, HedgeConfig{Delay: 100 * time.Millisecond}, nil)
-		sp, ok := h.(gateway.StreamingProvider)
+		h, _ := hedged(t, p, 100*time.Millisecond, nil)
+		sp, ok := h.(llm.StreamingProvider)
 		require.True(t, ok, "a hedged provider that streams still streams")
 		var got []string
-		_, err := sp.Stream(t.Context(), gateway.Request{Prompt: "hi"}, func(c gateway.Chunk) error { got = append(got, c.Text); return nil })
+		_, err := sp.Stream(t.Context(), ask, func(c llm.Chunk) error { got = append(got, textOf(t, c.Raw)); return nil })
 		require.NoError(t, err)
 		assert.Equal(t, []string{"call 1"}, got)
 		calls, _ := p.history()
@@ -257,14 +294,14 @@ func TestStreamsAreNotHedged(t *testing.T) {
 
 func TestAProviderThatIgnoresItsContextIsNotHedged(t *testing.T) {
 	p := &scripted{took: []time.Duration{0}}
-	h, _, _ := hedged(t, p, HedgeConfig{Delay: 100 * time.Millisecond}, nil)
-	assert.Same(t, gateway.Provider(p), h, "its loser could not be stopped, only waited for")
+	h, _ := hedged(t, p, 100*time.Millisecond, nil)
+	assert.Same(t, llm.Provider(p), h, "its loser could not be stopped, only waited for")
 }
 
 func TestAWrappedProviderKeepsItsName(t *testing.T) {
 	p := &scripted{took: []time.Duration{0}, honours: true}
-	h, _, _ := hedged(t, p, HedgeConfig{Delay: time.Millisecond}, nil)
+	h, _ := hedged(t, p, time.Millisecond, nil)
 	assert.Equal(t, "alpha", h.Name())
-	assert.Equal(t, "alpha-1", h.(gateway.DefaultModeler).DefaultModel())
-	assert.True(t, h.(gateway.ContextHonourer).HonoursContext())
+	assert.Equal(t, "alpha-1", h.(llm.DefaultModeler).DefaultModel())
+	assert.True(t, h.(llm.ContextHonourer).HonoursContext())
 }

@@ -1,4 +1,4 @@
-package app
+package service
 
 import (
 	"context"
@@ -41,7 +41,7 @@ func (s *Service) Serve(ctx context.Context, ln net.Listener, stdout io.Writer, 
 	}
 	defer admin()
 	addr := ln.Addr().String()
-	g := s.Config.Gateway
+	g := s.Config.Router
 	limits := []any{"rate", g.RatePerSecond, "burst", g.Burst}
 	if g.Limiter != nil {
 		limits = []any{"rate_limiter", "shared"}
@@ -55,9 +55,9 @@ func (s *Service) Serve(ctx context.Context, ln net.Listener, stdout io.Writer, 
 	if b := s.Config.RetryBudget; b.Percent > 0 {
 		limits = append(limits, "retry_budget", b.Percent, "retry_budget_min", b.MinPerSec, "retry_budget_window", b.TTL.String())
 	}
-	s.Log.Info("listening", append([]any{"addr", addr, "providers", s.Gateway.Providers(), "seed", s.Config.Seed,
+	s.Log.Info("listening", append([]any{"addr", addr, "providers", s.Router.Providers(), "seed", s.Config.Seed,
 		"max_concurrent", g.MaxConcurrent, "max_per_tenant", g.MaxPerTenant}, limits...)...)
-	fmt.Fprintf(stdout, "gateway listening on http://%s  providers: %s  seed: %d\n", addr, strings.Join(s.Gateway.Providers(), ", "), s.Config.Seed)
+	fmt.Fprintf(stdout, "gateway listening on http://%s  providers: %s  seed: %d\n", addr, strings.Join(s.Router.Providers(), ", "), s.Config.Seed)
 	if try != "" {
 		fmt.Fprint(stdout, strings.ReplaceAll(try, "{addr}", addr))
 	}
@@ -73,7 +73,7 @@ func (s *Service) Serve(ctx context.Context, ln net.Listener, stdout io.Writer, 
 	}
 	closeCtx, cancel := context.WithTimeout(context.Background(), c.ShutdownTimeout)
 	defer cancel()
-	if cerr := s.Gateway.Close(closeCtx); cerr != nil {
+	if cerr := s.Router.Close(closeCtx); cerr != nil {
 		s.Log.Warn("abandoned provider calls still running at exit", "error", cerr)
 	}
 	s.Close()

@@ -1,9 +1,10 @@
-// Package app is the assembly the reference services share: configuration
-// from flags and GATEWAY_* variables, providers, routes, metrics, the HTTP
-// server and its drain on shutdown. production_app is this package with
-// its defaults; secure_app adds identity, tier policy and shared limits on
-// top — middleware and wiring, not a copy.
-package app
+// Package service is the assembly the two reference services share:
+// configuration from flags and GATEWAY_* variables, the providers and
+// their middlewares, the router with its routes, telemetry, the HTTP API,
+// and serving with a drain on shutdown. production_app is this package
+// with its defaults; secure_app adds identity, tier policy and shared
+// limits through Hooks (package guard) — wiring, not a copy.
+package service
 
 import (
 	"errors"
@@ -15,7 +16,7 @@ import (
 	"strings"
 	"time"
 
-	gateway "github.com/production-go/gateway-lab/solutions/08-gateway"
+	"github.com/production-go/gateway-lab/solutions/router"
 )
 
 // Config is everything a service is started with.
@@ -24,7 +25,7 @@ type Config struct {
 	// AdminAddr, if set, serves /metrics (and the probes) on a listener of
 	// its own, and not on Addr.
 	AdminAddr string
-	Gateway   gateway.Config
+	Router    router.Config
 	// Seed drives the retry jitter and the simulated providers; 0 picks one
 	// at random (printed at start, so a run can be replayed).
 	Seed             uint64
@@ -43,7 +44,7 @@ type Config struct {
 	RoutesFile       string
 	// AdaptiveLimit, if set ("aimd" or "gradient"), puts each provider
 	// behind its own adaptive concurrency limit (lab 09), with
-	// Gateway.MaxConcurrent as the ceiling.
+	// Router.MaxConcurrent as the ceiling.
 	AdaptiveLimit string
 	// Hedge and RetryBudget are lab 10 in the gateway; both off when zero.
 	Hedge       HedgeConfig
@@ -73,7 +74,7 @@ var DefaultProviders = []string{
 func (c *Config) Flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Addr, "addr", "127.0.0.1:8080", "listen address")
 	fs.StringVar(&c.AdminAddr, "admin-addr", "", "serve /metrics, /healthz and /readyz on this address instead of -addr (\"\": on -addr)")
-	c.gatewayFlags(fs)
+	c.routerFlags(fs)
 	fs.DurationVar(&c.FirstToken, "first-token-timeout", 10*time.Second, "streams: limit on the wait for the first chunk")
 	fs.DurationVar(&c.Idle, "stream-idle-timeout", 10*time.Second, "streams: limit on the gap between chunks")
 	fs.DurationVar(&c.ReadinessDelay, "readiness-delay", 2*time.Second, "on SIGTERM, keep serving this long after /readyz turns 503")
@@ -94,8 +95,8 @@ func (c *Config) Flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.RoutesFile, "routes", "", "JSON route table `file`: {\"routes\":[{\"model\":\"chat\",\"targets\":[{\"provider\":\"alpha\",\"model\":\"alpha-large\"}],\"fallback_on\":[\"context_length_exceeded\"]}]}")
 }
 
-func (c *Config) gatewayFlags(fs *flag.FlagSet) {
-	g := &c.Gateway
+func (c *Config) routerFlags(fs *flag.FlagSet) {
+	g := &c.Router
 	fs.Float64Var(&g.RatePerSecond, "rate", 10, "requests per second per tenant (token refill rate)")
 	fs.IntVar(&g.Burst, "burst", 20, "burst per tenant (token bucket size)")
 	fs.IntVar(&g.MaxConcurrent, "max-concurrent", 32, "requests in flight at once")
@@ -184,8 +185,8 @@ func (c *Config) defaults() {
 	if c.Seed == 0 {
 		c.Seed = rand.Uint64()
 	}
-	if c.Gateway.MaxPerTenant < 0 {
-		c.Gateway.MaxPerTenant = max(1, c.Gateway.MaxConcurrent/2)
+	if c.Router.MaxPerTenant < 0 {
+		c.Router.MaxPerTenant = max(1, c.Router.MaxConcurrent/2)
 	}
-	c.Gateway.Rand = rand.New(rand.NewPCG(c.Seed, c.Seed^0x6a177e4))
+	c.Router.Rand = rand.New(rand.NewPCG(c.Seed, c.Seed^0x6a177e4))
 }

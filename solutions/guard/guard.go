@@ -1,0 +1,188 @@
+// Package guard holds each request to who its caller proved to be and what
+// their tier allows: secure_app's identity, tier policy and shared limits,
+// as the hooks the HTTP layer and the router call.
+//
+//   - Identify verifies the bearer token (package identity). A refusal tells
+//     the caller only "missing", "expired" or "invalid"; the precise reason
+//     goes to the log and the Observer.
+//   - Admit holds a parsed request to its tier's policy (package policy), in
+//     the order that takes nothing from a request that will be refused
+//     anyway: what it asks for (model, size), then the tenant's in-flight
+//     lease, then its token reservation (package quota) — both shared by
+//     every replica on Redis. The done func it returns settles the tokens
+//     with the real usage and gives the lease back.
+//   - Limiter is lab 07's Redis rate limiter, one per tier, chosen by the
+//     tier in the request's identity: the router's admission asks it.
+package guard
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	admission "github.com/production-go/gateway-lab/solutions/02-admission"
+	"github.com/production-go/gateway-lab/solutions/07-distlimit"
+	"github.com/production-go/gateway-lab/solutions/chatapi"
+	"github.com/production-go/gateway-lab/solutions/httpapi"
+	"github.com/production-go/gateway-lab/solutions/identity"
+	"github.com/production-go/gateway-lab/solutions/policy"
+	"github.com/production-go/gateway-lab/solutions/quota"
+	"github.com/redis/go-redis/v9"
+)
+
+// Observer hears of every refusal and every failure of a shared limit.
+// Methods must be quick and safe for concurrent use (*telemetry.Guard is
+// one).
+type Observer interface {
+	// AuthRefused: a request refused with 401, by the precise reason.
+	AuthRefused(reason identity.Reason)
+	// TierRefused: a request its tier's policy refused, by limit.
+	TierRefused(limit policy.Limit)
+	// LimitFailed: a shared limit's Redis failed (and the request was
+	// admitted or refused as Config.FailOpen says).
+	LimitFailed(limit policy.Limit)
+}
+
+// Config configures a Guard.
+type Config struct {
+	Verifier *identity.Verifier
+	Policy   *policy.Policy
+	// Redis holds the shared limits: every replica of a deployment uses
+	// the same server (or cluster) and Prefix.
+	Redis  redis.UniversalClient
+	Prefix string
+	// FailOpen admits requests while Redis is down; by default they are
+	// refused with 503.
+	FailOpen bool
+	Log      *slog.Logger // nil: discarded
+	Observer Observer     // nil: nothing is counted
+}
+
+// Guard is secure_app's admission. Safe for concurrent use.
+type Guard struct {
+	cfg    Config
+	limits map[string]*distlimit.Limiter // per tier
+	tokens *quota.Tokens
+	leases *quota.Leases
+}
+
+// New builds the shared limits for every tier of cfg.Policy.
+func New(cfg Config) (*Guard, error) {
+	if cfg.Verifier == nil || cfg.Policy == nil || cfg.Redis == nil {
+		return nil, errors.New("guard: a verifier, a policy and a Redis client are required")
+	}
+	if cfg.Log == nil {
+		cfg.Log = slog.New(slog.DiscardHandler)
+	}
+	if cfg.Observer == nil {
+		cfg.Observer = nopObserver{}
+	}
+	g := &Guard{cfg: cfg, limits: map[string]*distlimit.Limiter{}}
+	if err := g.shared(); err != nil {
+		return nil, err
+	}
+	return g, nil
+}
+
+type nopObserver struct{}
+
+func (nopObserver) AuthRefused(identity.Reason) {}
+func (nopObserver) TierRefused(policy.Limit)    {}
+func (nopObserver) LimitFailed(policy.Limit)    {}
+
+// shared builds the limits every replica shares on Redis: the request rate
+// per tier (lab 07's limiter), the token quota and the in-flight leases.
+func (g *Guard) shared() error {
+	for _, name := range g.cfg.Policy.Names() {
+		t, _ := g.cfg.Policy.Tier(name)
+		l, err := distlimit.New(g.cfg.Redis, distlimit.Config{Rate: t.RatePerSecond, Burst: t.Burst, Prefix: g.cfg.Prefix + ":rate:" + name + ":",
+			FailOpen: g.cfg.FailOpen, OnError: g.onError(policy.LimitRate)})
+		if err != nil {
+			return fmt.Errorf("tier %s: %w", name, err)
+		}
+		g.limits[name] = l
+	}
+	var err error
+	g.tokens, err = quota.NewTokens(g.cfg.Redis, quota.TokensConfig{Prefix: g.cfg.Prefix + ":tokens", FailOpen: g.cfg.FailOpen,
+		OnError: g.onError(policy.LimitTokens)})
+	if err != nil {
+		return err
+	}
+	maxTimeout := time.Duration(0)
+	for _, name := range g.cfg.Policy.Names() {
+		t, _ := g.cfg.Policy.Tier(name)
+		maxTimeout = max(maxTimeout, t.MaxRequestTimeout)
+	}
+	// A lease outlives its request only if the replica holding it died;
+	// no request runs longer than its tier's timeout.
+	g.leases, err = quota.NewLeases(g.cfg.Redis, quota.LeasesConfig{Prefix: g.cfg.Prefix + ":inflight", TTL: maxTimeout + 30*time.Second,
+		FailOpen: g.cfg.FailOpen, OnError: g.onError(policy.LimitInFlight)})
+	return err
+}
+
+// onError is a shared limit's OnError: count and log the Redis failure.
+func (g *Guard) onError(limit policy.Limit) func(error) {
+	mode := "failed_closed"
+	if g.cfg.FailOpen {
+		mode = "failed_open"
+	}
+	return func(err error) {
+		g.cfg.Observer.LimitFailed(limit)
+		g.cfg.Log.Warn("redis limit failed", "limit", string(limit), "mode", mode, "error", err)
+	}
+}
+
+// Identify verifies the bearer token: httpapi.Options.Identify.
+func (g *Guard) Identify(r *http.Request) (httpapi.Identity, *chatapi.Error) {
+	claims, err := g.cfg.Verifier.Verify(r.Header.Get("Authorization"))
+	if err != nil {
+		reason := identity.ReasonOf(err)
+		g.cfg.Observer.AuthRefused(reason)
+		g.cfg.Log.LogAttrs(r.Context(), slog.LevelInfo, "unauthorized", slog.String("reason", string(reason)))
+		code := "invalid_token"
+		switch {
+		case errors.Is(err, identity.ErrMissing):
+			code = "missing_token"
+		case errors.Is(err, identity.ErrExpired):
+			code = "expired_token"
+		}
+		return httpapi.Identity{}, &chatapi.Error{Status: http.StatusUnauthorized, Type: "invalid_request_error", Code: code,
+			Message: err.Error(), Challenge: `Bearer realm="gateway", error="invalid_token"`}
+	}
+	if _, ok := g.cfg.Policy.Tier(claims.Tier); !ok {
+		g.cfg.Observer.TierRefused(policy.LimitTier)
+		return httpapi.Identity{}, &chatapi.Error{Status: http.StatusForbidden, Type: "invalid_request_error", Code: "unknown_tier",
+			Message: "the token's tier is not one this gateway serves"}
+	}
+	return httpapi.Identity{Key: keyOf(claims.Tenant), Tenant: claims.Tenant, Tier: claims.Tier}, nil
+}
+
+// keyOf is a tenant's name as a Redis key part: the limits put the key in
+// a {hash tag}, so the braces a tenant name may contain (any visible ASCII)
+// are escaped — as is the escape character, so two names never share a key.
+func keyOf(tenant string) string {
+	return strings.NewReplacer("%", "%25", "{", "%7B", "}", "%7D").Replace(tenant)
+}
+
+// Limiter is the rate limit of the tier in each request's identity, shared
+// by every replica: the router's Config.Limiter.
+func (g *Guard) Limiter() admission.Limiter { return tierLimiter{g.limits} }
+
+// tierLimiter is lab 07's Redis limiter, one per tier, chosen by the tier
+// the request's identity carries.
+type tierLimiter struct{ byTier map[string]*distlimit.Limiter }
+
+func (l tierLimiter) Allow(ctx context.Context, key string) (admission.Decision, error) {
+	id, _ := httpapi.IdentityFrom(ctx)
+	lim := l.byTier[id.Tier]
+	if lim == nil {
+		return admission.Decision{}, errors.New("guard: no rate limit for tier " + strconv.Quote(id.Tier))
+	}
+	d, err := lim.Allow(ctx, key)
+	return admission.Decision{Allowed: d.Allowed, Remaining: d.Remaining, RetryAfter: d.RetryAfter}, err
+}
