@@ -47,8 +47,9 @@ type Completion struct {
 	Model string // the upstream model that answered, if the provider knows
 }
 
-// Provider generates completions. Generate should honour ctx; one that does
-// not is still bounded, through the bridge, by AttemptTimeout.
+// Provider generates completions. Generate should honour ctx, but every call
+// goes through the bridge all the same: one that does not is still bounded by
+// AttemptTimeout, and the gateway need not know which kind it has.
 type Provider interface {
 	Name() string
 	Generate(ctx context.Context, req Request) (Completion, error)

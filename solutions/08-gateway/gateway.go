@@ -21,6 +21,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"time"
 
 	admission "github.com/production-go/gateway-lab/solutions/02-admission"
@@ -43,8 +44,9 @@ type Completion struct {
 	Model string // the upstream model that answered, if the provider knows
 }
 
-// Provider generates completions. Generate should honour ctx; one that does
-// not is still bounded, through the bridge, by AttemptTimeout.
+// Provider generates completions. Generate should honour ctx, but every call
+// goes through the bridge all the same: one that does not is still bounded by
+// AttemptTimeout, and the gateway need not know which kind it has.
 type Provider interface {
 	Name() string
 	Generate(ctx context.Context, req Request) (Completion, error)
@@ -169,7 +171,7 @@ func build(cfg Config, providers []Provider) (*Gateway, error) {
 	if err != nil {
 		return nil, err
 	}
-	g := &Gateway{providers: providers, byName: map[string]int{}, admit: admit, inflight: drain.New(), calls: calls, obs: obs,
+	g := &Gateway{providers: slices.Clone(providers), byName: map[string]int{}, admit: admit, inflight: drain.New(), calls: calls, obs: obs,
 		retry: timeouts.Policy{MaxAttempts: cfg.MaxAttempts, BaseBackoff: cfg.BaseBackoff, MaxBackoff: cfg.MaxBackoff,
 			AttemptTimeout: cfg.AttemptTimeout, TotalTimeout: cfg.TotalTimeout, Rand: cfg.Rand}}
 	for i, p := range providers {
