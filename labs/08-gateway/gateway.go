@@ -8,8 +8,9 @@
 //	one attempt, no fallback; otherwise the first whose breaker admits, in
 //	priority order, starting after the one that just failed → the attempt,
 //	with its own timeout, through the bridge → success: return | retryable
-//	failure, attempts left, not pinned: full-jitter backoff inside the
-//	deadline, next healthy provider → the slot released, whatever happened.
+//	failure, attempts left, not pinned: at once if the next provider is one
+//	this request has not tried, else after a full-jitter backoff inside the
+//	deadline → the slot released, whatever happened.
 //
 // Metrics go through the small Observer interface, so this package does not
 // depend on Prometheus.
@@ -38,39 +39,17 @@ type Request struct {
 	Tenant   string // who is asking: the rate-limit key
 	Provider string // pinned provider name; "" means any healthy one
 	Prompt   string
-	// Route, if set (and Provider is not), replaces the provider priority
-	// order for this request: the targets are tried in order, each asking
-	// its provider for its own upstream model. The HTTP layer's route table
-	// fills it from the public model name. (Optional in this lab: no
-	// exercise test sets it.)
-	Route []Target
-	// Model is the upstream model the provider should ask for; the gateway
-	// sets it from the route's target for each attempt. "" means the
-	// provider's own default.
-	Model string
-}
-
-// Target is one step of a route: a provider and the upstream model to ask it for.
-type Target struct {
-	Provider string
-	Model    string
 }
 
 // Completion is a provider's answer.
 type Completion struct {
 	Text  string
 	Model string // the upstream model that answered, if the provider knows
-	Usage *Usage // token counts as the upstream reported them; nil if it did not
 }
 
-// Usage is an upstream's token accounting, passed through so a cost
-// dashboard sees what was actually billed (and by which model).
-type Usage struct {
-	PromptTokens, CompletionTokens, TotalTokens int
-}
-
-// Provider generates completions. Generate should honour ctx; one that does
-// not is still bounded, through the bridge, by AttemptTimeout.
+// Provider generates completions. Generate should honour ctx, but every call
+// goes through the bridge all the same: one that does not is still bounded by
+// AttemptTimeout, and the gateway need not know which kind it has.
 type Provider interface {
 	Name() string
 	Generate(ctx context.Context, req Request) (Completion, error)
@@ -81,7 +60,6 @@ type Response struct {
 	Provider string // the provider that answered
 	Model    string
 	Text     string
-	Usage    *Usage // as the answering upstream reported it; nil if it did not
 	Attempts int
 	// QueueWait is the time spent waiting for a slot.
 	QueueWait time.Duration
@@ -171,8 +149,11 @@ type Config struct {
 	// included; 0 means 2 × MaxConcurrent.
 	MaxProviderCalls int
 
-	Observer Observer   // nil: NopObserver
-	Rand     *rand.Rand // jitter source; nil: global. Not shared across goroutines: see Generate.
+	Observer Observer // nil: NopObserver
+	// Rand is the jitter source, seeded to replay a failure; nil: the global
+	// one. A *rand.Rand is not safe for concurrent use: set it only where
+	// requests run one at a time.
+	Rand *rand.Rand
 }
 
 // Gateway serves Generate. It is safe for concurrent use.
@@ -197,18 +178,17 @@ func New(cfg Config, providers ...Provider) (*Gateway, error) {
 // Admit (map its errors to ErrRateLimited/*RateLimitError, ErrOverloaded,
 // ErrClosed); defer the ticket's Release; timeouts.Do with one attempt when
 // pinned; each attempt picks a provider whose breaker admits (pinned: only
-// that one), calls it through bridge.Call, reports to the breaker and the
-// Observer; Response.QueueWait from the ticket, Latency from admission on.
+// that one), calls it through bridge.Call — passing it the attempt's ctx, not
+// the one the bridge hands fn, so a caller who leaves stops the upstream call
+// — and reports to the breaker and the Observer; a retry to a provider this
+// request has not tried goes at once. Response.QueueWait from the ticket,
+// Latency from admission on.
 func (g *Gateway) Generate(ctx context.Context, req Request) (Response, error) {
 	return Response{}, ErrNotImplemented
 }
 
-// Providers lists the provider names in priority order.
-func (g *Gateway) Providers() []string {
-	return nil
-}
-
-// BreakerState reports a provider's breaker state ("closed", "open", "half-open").
+// BreakerState reports a provider's breaker state ("closed", "open",
+// "half-open"), or "" for an unknown provider.
 func (g *Gateway) BreakerState(provider string) string {
 	return ""
 }
@@ -218,13 +198,11 @@ func (g *Gateway) InFlight() int {
 	return -1
 }
 
-// Capacity is MaxConcurrent.
-func (g *Gateway) Capacity() int {
-	return 0
-}
-
 // Close stops admitting requests and waits for those in flight, and for
 // abandoned provider calls, or for ctx.
+//
+// TODO(lab 08): Close the Admitter (requests still queued get ErrClosed),
+// Drain the Drainer, Close the Bridge. Each is safe twice, so Close is too.
 func (g *Gateway) Close(ctx context.Context) error {
 	return ErrNotImplemented
 }
