@@ -13,12 +13,13 @@ import (
 var ErrNotACompletion = errors.New("chatapi: not a chat.completion object")
 
 // ChunksOf turns a whole answer (a chat.completion object) into the stream
-// an upstream would have sent for it: one chunk whose delta for each choice
-// is that choice's message, with its finish_reason and logprobs, and — when
-// the caller asked for usage and the answer has it — a last chunk with the
-// usage and no choices. Every value is copied as it came (the message's
-// tool calls, refusal and unknown fields included); only the wrapping
-// changes.
+// an upstream would have sent for it: one chunk whose choices carry each
+// message as their delta, and — when the caller asked for usage and the
+// answer has it — a last chunk with the usage and no choices. Every other
+// field, top-level or in a choice, is copied as it came and in its order
+// (the message's tool calls and refusal, logprobs, system_fingerprint,
+// service_tier, fields this code has never heard of); only the wrapping
+// changes: "object" names a chunk, "message" becomes "delta".
 func ChunksOf(completion []byte, includeUsage bool) ([][]byte, error) {
 	if !gjson.ValidBytes(completion) {
 		return nil, ErrNotACompletion
@@ -27,69 +28,104 @@ func ChunksOf(completion []byte, includeUsage bool) ([][]byte, error) {
 	if !root.IsObject() || !root.Get("choices").IsArray() {
 		return nil, ErrNotACompletion
 	}
-	type choice struct {
-		Index        json.RawMessage `json:"index"`
-		Delta        json.RawMessage `json:"delta"`
-		Logprobs     json.RawMessage `json:"logprobs"`
-		FinishReason json.RawMessage `json:"finish_reason"`
-	}
-	type chunk struct {
-		ID                string          `json:"id"`
-		Object            string          `json:"object"`
-		Created           int64           `json:"created"`
-		Model             string          `json:"model"`
-		SystemFingerprint json.RawMessage `json:"system_fingerprint,omitempty"`
-		Choices           []choice        `json:"choices"`
-		Usage             json.RawMessage `json:"usage,omitempty"`
-	}
-	head := chunk{ID: root.Get("id").Str, Object: "chat.completion.chunk", Created: root.Get("created").Int(),
-		Model: root.Get("model").Str, SystemFingerprint: raw(root.Get("system_fingerprint")), Choices: []choice{}}
-	body := head
-	root.Get("choices").ForEach(func(i, c gjson.Result) bool {
-		index := raw(c.Get("index"))
-		if index == nil {
-			index = json.RawMessage(i.Raw)
+	usage := root.Get("usage")
+	body := rewrap(root, func(o *object, key string, v gjson.Result) {
+		switch key {
+		case "choices":
+			o.add(key, deltas(v))
+		case "usage": // it goes in a chunk of its own, as a stream sends it
+		default:
+			o.add(key, []byte(v.Raw))
 		}
-		body.Choices = append(body.Choices, choice{Index: index, Delta: orEmpty(raw(c.Get("message"))),
-			Logprobs: orNull(raw(c.Get("logprobs"))), FinishReason: orNull(raw(c.Get("finish_reason")))})
-		return true
 	})
-	out := [][]byte{marshal(body)}
-	if u := raw(root.Get("usage")); includeUsage && u != nil && string(u) != "null" {
-		tail := head
-		tail.Usage = u
-		out = append(out, marshal(tail))
+	out := [][]byte{body}
+	if includeUsage && usage.IsObject() {
+		out = append(out, rewrap(root, func(o *object, key string, v gjson.Result) {
+			switch key {
+			case "choices":
+				o.add(key, []byte("[]"))
+			default:
+				o.add(key, []byte(v.Raw))
+			}
+		}))
 	}
 	return out, nil
 }
 
-// raw is a gjson value's JSON text, or nil if it is absent.
-func raw(r gjson.Result) json.RawMessage {
-	if !r.Exists() {
-		return nil
-	}
-	return json.RawMessage(r.Raw)
+// rewrap writes root's fields again, in order, through field, with
+// "object" naming a chunk.
+func rewrap(root gjson.Result, field func(o *object, key string, v gjson.Result)) []byte {
+	var o object
+	root.ForEach(func(k, v gjson.Result) bool {
+		if k.Str == "object" {
+			o.add(k.Str, []byte(`"chat.completion.chunk"`))
+		} else {
+			field(&o, k.Str, v)
+		}
+		return true
+	})
+	return o.bytes()
 }
 
-func orNull(m json.RawMessage) json.RawMessage {
-	if m == nil {
-		return json.RawMessage("null")
-	}
-	return m
+// deltas is a completion's choices as a chunk's: each "message" becomes
+// "delta", and a finish_reason is there, null if the choice had none.
+func deltas(choices gjson.Result) []byte {
+	var arr bytes.Buffer
+	arr.WriteByte('[')
+	choices.ForEach(func(i, c gjson.Result) bool {
+		if arr.Len() > 1 {
+			arr.WriteByte(',')
+		}
+		var o object
+		c.ForEach(func(k, v gjson.Result) bool {
+			if k.Str == "message" {
+				o.add("delta", []byte(v.Raw))
+			} else {
+				o.add(k.Str, []byte(v.Raw))
+			}
+			return true
+		})
+		if !c.Get("message").Exists() {
+			o.add("delta", []byte("{}"))
+		}
+		if !c.Get("finish_reason").Exists() {
+			o.add("finish_reason", []byte("null"))
+		}
+		arr.Write(o.bytes())
+		return true
+	})
+	arr.WriteByte(']')
+	return arr.Bytes()
 }
 
-func orEmpty(m json.RawMessage) json.RawMessage {
-	if m == nil {
-		return json.RawMessage("{}")
+// object writes a JSON object of raw values, in the order they are added.
+type object struct{ buf bytes.Buffer }
+
+func (o *object) add(key string, raw []byte) {
+	if o.buf.Len() == 0 {
+		o.buf.WriteByte('{')
+	} else {
+		o.buf.WriteByte(',')
 	}
-	return m
+	k, _ := json.Marshal(key) // a string always marshals
+	o.buf.Write(k)
+	o.buf.WriteByte(':')
+	o.buf.Write(raw)
 }
 
-// marshal encodes a chunk without HTML escaping: an answer is not HTML.
+func (o *object) bytes() []byte {
+	if o.buf.Len() == 0 {
+		return []byte("{}")
+	}
+	o.buf.WriteByte('}')
+	return o.buf.Bytes()
+}
+
+// marshal encodes v without HTML escaping: an answer is not HTML.
 func marshal(v any) []byte {
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)
 	enc.SetEscapeHTML(false)
-	_ = enc.Encode(v) // plain structs and valid raw JSON always encode
+	_ = enc.Encode(v) // plain structs always encode
 	return bytes.TrimSuffix(buf.Bytes(), []byte("\n"))
 }
