@@ -59,6 +59,9 @@ type Config struct {
 	// FailOpen admits requests while Redis is down; by default they are
 	// refused with 503.
 	FailOpen bool
+	// Timeout bounds each Redis call of the token quota and the leases;
+	// 0 is quota.DefaultTimeout.
+	Timeout time.Duration
 	Log      *slog.Logger // nil: discarded
 	Observer Observer     // nil: nothing is counted
 }
@@ -109,7 +112,7 @@ func (g *Guard) shared() error {
 	}
 	var err error
 	g.tokens, err = quota.NewTokens(g.cfg.Redis, quota.TokensConfig{Prefix: g.cfg.Prefix + ":tokens", FailOpen: g.cfg.FailOpen,
-		OnError: g.onError(policy.LimitTokens)})
+		Timeout: g.cfg.Timeout, OnError: g.onError(policy.LimitTokens)})
 	if err != nil {
 		return err
 	}
@@ -121,7 +124,7 @@ func (g *Guard) shared() error {
 	// A lease outlives its request only if the replica holding it died;
 	// no request runs longer than its tier's timeout.
 	g.leases, err = quota.NewLeases(g.cfg.Redis, quota.LeasesConfig{Prefix: g.cfg.Prefix + ":inflight", TTL: maxTimeout + 30*time.Second,
-		FailOpen: g.cfg.FailOpen, OnError: g.onError(policy.LimitInFlight)})
+		FailOpen: g.cfg.FailOpen, Timeout: g.cfg.Timeout, OnError: g.onError(policy.LimitInFlight)})
 	return err
 }
 

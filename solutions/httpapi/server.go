@@ -87,6 +87,12 @@ type Identity struct {
 
 type identityKey struct{}
 
+// WithIdentity returns ctx carrying id, as the server passes each request's
+// identity on to the router (and to a limiter that needs the tier, say).
+func WithIdentity(ctx context.Context, id Identity) context.Context {
+	return context.WithValue(ctx, identityKey{}, id)
+}
+
 // IdentityFrom returns the identity the server put in a request's context
 // (for a limiter that needs the tier, say).
 func IdentityFrom(ctx context.Context) (Identity, bool) {
@@ -261,7 +267,7 @@ func (s *Server) identify(w http.ResponseWriter, r *http.Request) (Identity, *ht
 	if rec, ok := w.(*recorder); ok {
 		rec.tenant = id.Tenant
 	}
-	return id, r.WithContext(context.WithValue(r.Context(), identityKey{}, id)), true
+	return id, r.WithContext(WithIdentity(r.Context(), id)), true
 }
 
 // admit runs Options.Admit, if set. The caller must call done (never nil)
