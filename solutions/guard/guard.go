@@ -61,7 +61,7 @@ type Config struct {
 	FailOpen bool
 	// Timeout bounds each Redis call of the token quota and the leases;
 	// 0 is quota.DefaultTimeout.
-	Timeout time.Duration
+	Timeout  time.Duration
 	Log      *slog.Logger // nil: discarded
 	Observer Observer     // nil: nothing is counted
 }

@@ -56,11 +56,15 @@ type seen struct {
 	events []string
 }
 
-func (s *seen) add(e string) { s.mu.Lock(); defer s.mu.Unlock(); s.events = append(s.events, e) }
+func (s *seen) add(e string)                  { s.mu.Lock(); defer s.mu.Unlock(); s.events = append(s.events, e) }
 func (s *seen) AuthRefused(r identity.Reason) { s.add("auth:" + string(r)) }
 func (s *seen) TierRefused(l policy.Limit)    { s.add("tier:" + string(l)) }
 func (s *seen) LimitFailed(l policy.Limit)    { s.add("redis:" + string(l)) }
-func (s *seen) all() []string                 { s.mu.Lock(); defer s.mu.Unlock(); return append([]string(nil), s.events...) }
+func (s *seen) all() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]string(nil), s.events...)
+}
 
 type rig struct {
 	g   *Guard
