@@ -146,16 +146,16 @@ func pointsOf(secs []second, f func(second) float64) []point {
 	return out
 }
 
-// phases summarises seconds [from, to) as a table row set.
-func phaseTable(secs []second, phases [][3]any) string {
+// phaseTable summarises the seconds of each phase, one row a phase, under
+// the phase's label.
+func phaseTable(secs []second, phases []band) string {
 	var b strings.Builder
 	b.WriteString("| phase | p50 | p95 | p99 | answered | 429 | 503 | other errors |\n| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
 	for _, p := range phases {
-		name, from, to := p[0].(string), p[1].(float64), p[2].(float64)
 		var p50, p95, p99 []float64
 		var ok, lim, shed, failed int
 		for _, s := range secs {
-			if s.t < from || s.t >= to {
+			if !p.contains(s.t) {
 				continue
 			}
 			if s.ok > 0 {
@@ -163,7 +163,7 @@ func phaseTable(secs []second, phases [][3]any) string {
 			}
 			ok, lim, shed, failed = ok+s.ok, lim+s.limited, shed+s.shed, failed+s.failed
 		}
-		fmt.Fprintf(&b, "| %s | %.0f ms | %.0f ms | %.0f ms | %d | %d | %d | %d |\n", name,
+		fmt.Fprintf(&b, "| %s | %.0f ms | %.0f ms | %.0f ms | %d | %d | %d | %d |\n", p.Label,
 			quantile(p50, 0.5), quantile(p95, 0.5), quantile(p99, 0.5), ok, lim, shed, failed)
 	}
 	b.WriteString("\n(Latency columns: the median, over the phase's seconds, of the quantile over the 5 s ending at each.)")

@@ -141,14 +141,15 @@ func perSecond(scs []scrape, f func(scrape) float64) []point {
 	return out
 }
 
-// between is how much a cumulative counter grew over [from, to) seconds.
-func between(scs []scrape, from, to float64, f func(scrape) float64) float64 {
+// between is how much a cumulative counter grew over a span: from the last
+// scrape at or before its start to the last at or before its end.
+func between(scs []scrape, span band, f func(scrape) float64) float64 {
 	var a, b float64
 	for _, s := range scs {
-		if s.t <= from {
+		if s.t <= span.From {
 			a = f(s)
 		}
-		if s.t <= to {
+		if s.t <= span.To {
 			b = f(s)
 		}
 	}
@@ -236,14 +237,11 @@ func retryBudgetScenario(ctx context.Context, r *report) error {
 	t.line("| gateway | phase | requests | calls to the provider | calls per request | retries refused | p50 of the failures |")
 	t.line("| --- | --- | ---: | ---: | ---: | ---: | ---: |")
 	for i, name := range []string{"A: no budget", "B: retry budget"} {
-		for _, ph := range []struct {
-			name     string
-			from, to float64
-		}{{"before (0–10 s)", 0, 10}, {"outage (10–25 s)", 10, 25}, {"after (25–35 s)", 25, 36}} {
+		for _, ph := range []band{{From: 0, To: 10, Label: "before (0–10 s)"}, {From: 10, To: 25, Label: "outage (10–25 s)"}, {From: 25, To: 36, Label: "after (25–35 s)"}} {
 			n := 0
 			var failLats []float64
 			for _, s := range out[i] {
-				if s.at >= ph.from && s.at < ph.to {
+				if ph.contains(s.at) {
 					n++
 					if s.code >= 300 {
 						failLats = append(failLats, float64(s.lat.Microseconds())/1000)
@@ -251,13 +249,13 @@ func retryBudgetScenario(ctx context.Context, r *report) error {
 				}
 			}
 			sc := scs[i].scrapes()
-			calls := between(sc, ph.from, ph.to, attempts)
-			refused := between(sc, ph.from, ph.to, func(s scrape) float64 { return s.refused })
+			calls := between(sc, ph, attempts)
+			refused := between(sc, ph, func(s scrape) float64 { return s.refused })
 			failP50 := "—"
 			if len(failLats) > 0 {
 				failP50 = fmt.Sprintf("%.0f ms", quantile(failLats, 0.5))
 			}
-			t.line(fmt.Sprintf("| %s | %s | %d | %.0f | %.2f | %.0f | %s |", name, ph.name, n, calls, calls/float64(max(1, n)), refused, failP50))
+			t.line(fmt.Sprintf("| %s | %s | %d | %.0f | %.2f | %.0f | %s |", name, ph.Label, n, calls, calls/float64(max(1, n)), refused, failP50))
 		}
 	}
 	t.line("")
@@ -305,23 +303,23 @@ func adaptiveScenario(ctx context.Context, r *report) error {
 	}}); err != nil {
 		return err
 	}
-	phases := [][3]any{{"before (0–15 s)", 0.0, 15.0}, {"brown-out (15–35 s)", 15.0, 35.0}, {"after (35–50 s)", 35.0, 51.0}}
+	phases := []band{{From: 0, To: 15, Label: "before (0–15 s)"}, {From: 15, To: 35, Label: "brown-out (15–35 s)"}, {From: 35, To: 51, Label: "after (35–50 s)"}}
 	r.text("A, fixed limit:\n\n" + phaseTable(sa, phases))
 	r.text("B, adaptive limit:\n\n" + phaseTable(sb, phases))
 	t := lines{"| phase | B's limit (B's calls at the provider, at most): min / median / max | B's requests in flight: median / max | A's requests in flight (every one of them a call at the provider): median / max |", "| --- | ---: | ---: | ---: |"}
 	for _, ph := range phases {
 		var lim, in, inA []float64
 		for _, s := range scs[1].scrapes() {
-			if s.t >= ph[1].(float64) && s.t < ph[2].(float64) {
+			if ph.contains(s.t) {
 				lim, in = append(lim, s.limit), append(in, s.inFlight)
 			}
 		}
 		for _, s := range scs[0].scrapes() {
-			if s.t >= ph[1].(float64) && s.t < ph[2].(float64) {
+			if ph.contains(s.t) {
 				inA = append(inA, s.inFlight)
 			}
 		}
-		t.line(fmt.Sprintf("| %s | %.0f / %.0f / %.0f | %.0f / %.0f | %.0f / %.0f |", ph[0], quantile(lim, 0), quantile(lim, 0.5), quantile(lim, 1),
+		t.line(fmt.Sprintf("| %s | %.0f / %.0f / %.0f | %.0f / %.0f | %.0f / %.0f |", ph.Label, quantile(lim, 0), quantile(lim, 0.5), quantile(lim, 1),
 			quantile(in, 0.5), quantile(in, 1), quantile(inA, 0.5), quantile(inA, 1)))
 	}
 	t.line("")

@@ -57,3 +57,17 @@ func TestListNamesEveryScenario(t *testing.T) {
 	}
 	assert.Equal(t, 2, run(t.Context(), []string{"-name", "nope"}, &out, &errOut))
 }
+
+func TestPhaseTableHasARowPerPhaseOverItsSeconds(t *testing.T) {
+	secs := []second{
+		{t: 0, p50: 10, p95: 20, p99: 30, ok: 5, limited: 1},
+		{t: 1, p50: 12, p95: 22, p99: 32, ok: 5, shed: 2},
+		{t: 2, ok: 0, failed: 3}, // no answers: no latency to count
+		{t: 3, p50: 40, p95: 50, p99: 60, ok: 4},
+	}
+	table := phaseTable(secs, []band{{From: 0, To: 2, Label: "first"}, {From: 2, To: 4, Label: "second"}})
+	rows := strings.Split(table, "\n")
+	require.Len(t, rows, 6)
+	assert.Equal(t, "| first | 12 ms | 22 ms | 32 ms | 10 | 1 | 2 | 0 |", rows[2], "a phase covers [From, To)")
+	assert.Equal(t, "| second | 40 ms | 50 ms | 60 ms | 4 | 0 | 0 | 3 |", rows[3], "a second without answers adds counts, not a zero latency")
+}

@@ -69,7 +69,7 @@ func brownout(ctx context.Context, r *report) error {
 	}}); err != nil {
 		return err
 	}
-	r.text(phaseTable(secs, [][3]any{{"before (0–15 s)", 0.0, 15.0}, {"brown-out (15–35 s)", 15.0, 35.0}, {"after (35–50 s)", 35.0, 51.0}}))
+	r.text(phaseTable(secs, []band{{From: 0, To: 15, Label: "before (0–15 s)"}, {From: 15, To: 35, Label: "brown-out (15–35 s)"}, {From: 35, To: 51, Label: "after (35–50 s)"}}))
 	return nil
 }
 
@@ -117,7 +117,7 @@ func outage(ctx context.Context, r *report) error {
 	}}); err != nil {
 		return err
 	}
-	r.text(phaseTable(secs, [][3]any{{"before (0–15 s)", 0.0, 15.0}, {"outage (15–30 s)", 15.0, 30.0}, {"after (30–45 s)", 30.0, 46.0}}))
+	r.text(phaseTable(secs, []band{{From: 0, To: 15, Label: "before (0–15 s)"}, {From: 15, To: 30, Label: "outage (15–30 s)"}, {From: 30, To: 46, Label: "after (30–45 s)"}}))
 	return nil
 }
 
@@ -161,8 +161,9 @@ func burst(ctx context.Context, r *report) error {
 	}}); err != nil {
 		return err
 	}
-	r.text("A, rate limit + semaphore:\n\n" + phaseTable(a, [][3]any{{"the burst", 0.0, 16.0}}))
-	r.text("B, semaphore alone:\n\n" + phaseTable(b, [][3]any{{"the burst", 0.0, 16.0}}))
+	throughout := []band{{From: 0, To: 16, Label: "the burst"}}
+	r.text("A, rate limit + semaphore:\n\n" + phaseTable(a, throughout))
+	r.text("B, semaphore alone:\n\n" + phaseTable(b, throughout))
 	return nil
 }
 
@@ -348,8 +349,9 @@ func redisOutage(ctx context.Context, r *report) error {
 	}}); err != nil {
 		return err
 	}
-	r.text("Fail closed:\n\n" + phaseTable(a, [][3]any{{"before", 0.0, 10.0}, {"Redis down", 10.0, 20.0}, {"after", 20.0, 31.0}}))
-	r.text("Fail open:\n\n" + phaseTable(b, [][3]any{{"before", 0.0, 10.0}, {"Redis down", 10.0, 20.0}, {"after", 20.0, 31.0}}))
+	phases := []band{{From: 0, To: 10, Label: "before"}, {From: 10, To: 20, Label: "Redis down"}, {From: 20, To: 31, Label: "after"}}
+	r.text("Fail closed:\n\n" + phaseTable(a, phases))
+	r.text("Fail open:\n\n" + phaseTable(b, phases))
 	return nil
 }
 
@@ -495,6 +497,6 @@ func rollingDeploy(ctx context.Context, r *report) error {
 	}}); err != nil {
 		return err
 	}
-	r.text(phaseTable(secs, [][3]any{{"before (0–10 s)", 0.0, 10.0}, {"the deploy (10–15 s)", 10.0, 15.0}, {"after (15–25 s)", 15.0, 26.0}}))
+	r.text(phaseTable(secs, []band{{From: 0, To: 10, Label: "before (0–10 s)"}, {From: 10, To: 15, Label: "the deploy (10–15 s)"}, {From: 15, To: 26, Label: "after (15–25 s)"}}))
 	return nil
 }
