@@ -18,21 +18,10 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
-	"sort"
+	"slices"
 	"strings"
 	"syscall"
 )
-
-// scenario is one experiment.
-type scenario struct {
-	name, title string
-	lesson      string // what the charts show, in a sentence or two
-	run         func(ctx context.Context, r *report) error
-}
-
-var scenarios = map[string]scenario{}
-
-func register(s scenario) { scenarios[s.name] = s }
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -59,20 +48,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	if *list || *name == "" {
-		names := make([]string, 0, len(scenarios))
-		for n := range scenarios {
-			names = append(names, n)
-		}
-		sort.Strings(names)
-		for _, n := range names {
-			fmt.Fprintf(stdout, "  %-14s %s\n", n, scenarios[n].title)
+		byName := slices.SortedFunc(slices.Values(scenarios), func(a, b scenario) int { return strings.Compare(a.name, b.name) })
+		for _, s := range byName {
+			fmt.Fprintf(stdout, "  %-14s %s\n", s.name, s.title)
 		}
 		if *name == "" && !*list {
 			return 2
 		}
 		return 0
 	}
-	sc, ok := scenarios[*name]
+	sc, ok := lookup(*name)
 	if !ok {
 		fmt.Fprintf(stderr, "scenario: no scenario %q (-list names them)\n", *name)
 		return 2

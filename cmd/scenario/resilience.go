@@ -11,36 +11,6 @@ import (
 	vegeta "github.com/tsenart/vegeta/v12/lib"
 )
 
-func init() {
-	register(scenario{name: "hedging", title: "hedged calls against a slow tail (lab 10)",
-		lesson: "One call in twenty-five takes 800 ms more; the rest take 30–50 ms. Two gateways take the same " +
-			"load side by side: A waits for every call; B sends a second call to the provider when the first " +
-			"has taken 100 ms (-hedge-delay), takes whichever answers first and cancels the other. B's p99 " +
-			"falls to about the hedge delay plus an ordinary call (from about 850 ms to about 150 ms with seed 1), for about " +
-			"3 % more upstream calls — and its retry budget (10 % of its requests plus 10 a second) caps " +
-			"how many more there can ever be.",
-		run: hedgingScenario})
-	register(scenario{name: "retry-budget", title: "retries during an outage, with and without a retry budget (lab 10)",
-		lesson: "The provider answers 503 from 10 s to 25 s. Both gateways retry up to twice; their breakers are " +
-			"set out of reach, to show what retries alone do. A sends every request three times: the outage " +
-			"triples the load on the provider that is down. B's retry budget (10 % of the last 10 s of " +
-			"requests, plus 1 a second) refuses the rest at once with the upstream's error: the load stays " +
-			"near the traffic itself (1.2 calls a request instead of 2.9 with seed 1), and the callers learn " +
-			"of the outage without the retries' backoffs.",
-		run: retryBudgetScenario})
-	register(scenario{name: "adaptive", title: "an adaptive concurrency limit through a brown-out (lab 09)",
-		lesson: "The provider serves 8 calls at full speed; above that each call slows in proportion, so it " +
-			"answers at most 8 calls per call-time. From 15 s to 35 s every call takes 150 ms more: 40 answers a " +
-			"second at most, against 60 offered. No gateway can make that fit, and neither does: A and B answer " +
-			"as many and shed as many. What the adaptive limit changes is where the queue is. B's gradient " +
-			"limiter finds the provider's capacity — its limit falls from 32 to 8 — and the rest wait at the " +
-			"gateway, where they can be shed, prioritised or sent elsewhere; A pushes all 64 into the provider, " +
-			"where each call takes 64/8 times as long and every other client of that provider waits with them. " +
-			"Before the brown-out the limit stays put (4 of 32 in use is no evidence for more); after it, it " +
-			"climbs only as far as the traffic asks.",
-		run: adaptiveScenario})
-}
-
 // lines is a Markdown table, a row at a time.
 type lines []string
 

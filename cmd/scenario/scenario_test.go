@@ -71,3 +71,17 @@ func TestPhaseTableHasARowPerPhaseOverItsSeconds(t *testing.T) {
 	assert.Equal(t, "| first | 12 ms | 22 ms | 32 ms | 10 | 1 | 2 | 0 |", rows[2], "a phase covers [From, To)")
 	assert.Equal(t, "| second | 40 ms | 50 ms | 60 ms | 4 | 0 | 0 | 3 |", rows[3], "a second without answers adds counts, not a zero latency")
 }
+
+func TestScenarioTableNamesEachOnceAndFillsEveryField(t *testing.T) {
+	seen := map[string]bool{}
+	for _, s := range scenarios {
+		assert.False(t, seen[s.name], "%s is in the table twice: -name would only ever find the first", s.name)
+		seen[s.name] = true
+		assert.NotEmpty(t, s.title, s.name)
+		assert.NotEmpty(t, s.lesson, s.name)
+		assert.NotNil(t, s.run, s.name)
+		found, ok := lookup(s.name)
+		require.True(t, ok, s.name)
+		assert.Equal(t, s.title, found.title)
+	}
+}

@@ -27,28 +27,6 @@ func chatTarget(url, tenant string) vegeta.Target {
 		Header: http.Header{"Content-Type": {"application/json"}, "X-Tenant-ID": {tenant}}}
 }
 
-func init() {
-	register(scenario{name: "brownout", title: "a brown-out: one provider slows for some calls",
-		lesson: "Between 15 s and 35 s, 2% of the provider's calls take 700 ms more. The median does not " +
-			"move, nor does p95; p99 jumps. A dashboard of averages or p50 shows a healthy service while one " +
-			"request in twelve is slow — which is why the gateway exports histograms, and why alerts watch p99.",
-		run: brownout})
-	register(scenario{name: "outage", title: "an outage and its recovery",
-		lesson: "The primary provider answers 503 from 15 s to 30 s. Its breaker opens after three failures " +
-			"and the fallback carries the traffic (the requests that found the primary failing still succeed, " +
-			"one attempt later); every 5 s one probe tests the primary, and once it answers the breaker closes " +
-			"and traffic returns.",
-		run: outage})
-	register(scenario{name: "burst", title: "a burst against the rate limiter vs the semaphore alone",
-		lesson: "One tenant sends 120 requests a second at a provider that takes 200 ms, to two gateways " +
-			"with 16 slots each. With a per-tenant rate limit (20/s) the excess is refused at once (429, in " +
-			"microseconds) and what is admitted is fast. With only the semaphore, everything queues: the " +
-			"queue fills, waits reach the 1 s limit, and requests are shed with 503 after waiting — slow " +
-			"failures instead of fast ones, and every answer a second late. A's 20/s is this tenant's quota, " +
-			"not the gateway's capacity (80/s here): the slots it leaves free are other tenants' to use.",
-		run: burst})
-}
-
 func brownout(ctx context.Context, r *report) error {
 	provider := fmt.Sprintf("name=alpha,latency=40ms,jitter=10ms,slow=15s-35s:700ms@0.02,seed=%d", r.seed)
 	g, err := startGateway(ctx, "-provider", provider, "-rate=1e6", "-burst=1000000", "-max-concurrent=256", "-max-per-tenant=0")
@@ -165,22 +143,6 @@ func burst(ctx context.Context, r *report) error {
 	r.text("A, rate limit + semaphore:\n\n" + phaseTable(a, throughout))
 	r.text("B, semaphore alone:\n\n" + phaseTable(b, throughout))
 	return nil
-}
-
-func init() {
-	register(scenario{name: "replicas", title: "three replicas, one tenant: in-process limits vs Redis",
-		lesson: "One tenant's traffic is spread over three replicas, each with a 10 requests/s limit for it. " +
-			"With production_app's in-process token buckets each replica grants its own 10/s: the tenant gets " +
-			"about 30/s, three times its quota. With secure_app the buckets are one, on Redis: about 10/s, " +
-			"whatever the number of replicas.",
-		run: replicas})
-	register(scenario{name: "redis-outage", title: "Redis goes down under secure_app: fail closed vs fail open",
-		lesson: "Redis holds secure_app's shared limits. From 10 s to 20 s it is down. Failing closed (the " +
-			"default) refuses every request with a 503 that says why, at once; failing open (-ratelimit-fail-open) " +
-			"keeps serving with no limits enforced — and every request pays each limit's Redis timeout on the way, " +
-			"so latency rises by that much. Both recover by themselves when Redis returns. The choice is " +
-			"availability against budget, made in advance.",
-		run: redisOutage})
 }
 
 // jwtSecret is the scenarios' dev secret; their tokens live only as long as the run.
@@ -353,15 +315,6 @@ func redisOutage(ctx context.Context, r *report) error {
 	r.text("Fail closed:\n\n" + phaseTable(a, phases))
 	r.text("Fail open:\n\n" + phaseTable(b, phases))
 	return nil
-}
-
-func init() {
-	register(scenario{name: "rolling-deploy", title: "a rolling deploy under load: SIGTERM one of two replicas",
-		lesson: "Two production_app replicas behind a load balancer that follows /readyz. At 10 s replica A " +
-			"gets SIGTERM: its /readyz turns 503 at once, the balancer stops sending it new requests within " +
-			"its next check, and A drains what it holds before it exits. At 13 s its replacement A′ starts " +
-			"and joins when ready. Nothing is lost: no request fails.",
-		run: rollingDeploy})
 }
 
 // balancer round-robins over the backends whose /readyz answers 200,
