@@ -128,7 +128,7 @@ func (s *scraper) run(ctx context.Context, url string, start time.Time, every ti
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
-		if sc, ok := scrapeOnce(ctx, url); ok {
+		if sc, err := scrapeOnce(ctx, url); err == nil { // else a missed point
 			sc.t = time.Since(start).Seconds()
 			s.mu.Lock()
 			s.seen = append(s.seen, sc)
@@ -148,17 +148,33 @@ func (s *scraper) scrapes() []scrape {
 	return slices.Clone(s.seen)
 }
 
-func scrapeOnce(ctx context.Context, url string) (scrape, bool) {
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	resp, err := http.DefaultClient.Do(req)
+// The scenario's own calls to a service's admin endpoints. Each has a
+// timeout, so a service that hangs costs a missed point or a failed check,
+// never a stuck run.
+var (
+	// probeClient asks /readyz: an answer slower than this is a no, as a
+	// load balancer's or a kubelet's probe would take it.
+	probeClient = &http.Client{Timeout: time.Second}
+	// scrapeClient reads /metrics, which a loaded gateway may be slow to
+	// render: a scrape that takes longer is a missed point.
+	scrapeClient = &http.Client{Timeout: 5 * time.Second}
+)
+
+// scrapeOnce reads a /metrics page.
+func scrapeOnce(ctx context.Context, url string) (scrape, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
-		return scrape{}, false
+		return scrape{}, err
+	}
+	resp, err := scrapeClient.Do(req)
+	if err != nil {
+		return scrape{}, err
 	}
 	defer resp.Body.Close()
 	p := expfmt.NewTextParser(model.UTF8Validation)
 	mfs, err := p.TextToMetricFamilies(resp.Body)
 	if err != nil {
-		return scrape{}, false
+		return scrape{}, err
 	}
 	sc := scrape{breakers: map[string]float64{}}
 	if mf := mfs["gateway_queue_wait_seconds"]; mf != nil && len(mf.Metric) > 0 {
@@ -193,5 +209,5 @@ func scrapeOnce(ctx context.Context, url string) (scrape, bool) {
 	sc.hedgesWon = sum("gateway_hedge_wins_total")
 	sc.refused = sum("gateway_retry_budget_exhausted_total")
 	sc.limit = sum("gateway_provider_concurrency_limit")
-	return sc, true
+	return sc, nil
 }

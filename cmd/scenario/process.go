@@ -68,12 +68,14 @@ func startProcess(ctx context.Context, bin string, env []string, args ...string)
 	}
 	p := &process{url: "http://" + addr, adminURL: "http://" + admin, cmd: cmd, done: make(chan struct{})}
 	go func() { _ = cmd.Wait(); close(p.done) }()
+	readyz, err := http.NewRequestWithContext(ctx, http.MethodGet, p.adminURL+"/readyz", nil)
+	if err != nil {
+		p.kill()
+		return nil, err
+	}
 	for range 200 {
-		if resp, err := http.Get("http://" + admin + "/readyz"); err == nil {
-			_ = resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return p, nil
-			}
+		if ready(readyz) {
+			return p, nil
 		}
 		select {
 		case <-p.done:
@@ -83,6 +85,17 @@ func startProcess(ctx context.Context, bin string, env []string, args ...string)
 	}
 	p.kill()
 	return nil, errors.New(filepath.Base(bin) + " did not become ready")
+}
+
+// ready sends a readiness check (a GET of /readyz, which may be sent again
+// once it has answered) and reports whether it answered 200 in time.
+func ready(readyz *http.Request) bool {
+	resp, err := probeClient.Do(readyz)
+	if err != nil {
+		return false
+	}
+	_ = resp.Body.Close()
+	return resp.StatusCode == http.StatusOK
 }
 
 // terminate sends SIGTERM (a rolling deploy's signal) and returns at once.
@@ -109,7 +122,10 @@ func startRedis(ctx context.Context, addr string) (*redisServer, error) {
 			return nil, err
 		}
 	}
-	_, port, _ := net.SplitHostPort(addr)
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return nil, err
+	}
 	cmd := exec.CommandContext(ctx, "redis-server", "--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no")
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("redis-server (needed by this scenario): %w", err)

@@ -81,7 +81,7 @@ func watch(start time.Time, every time.Duration, urls ...string) (scrapers []*sc
 		cancel()
 		wg.Wait()
 		for i, url := range urls { // and once more, now that every answer is in
-			if sc, ok := scrapeOnce(context.Background(), url+"/metrics"); ok {
+			if sc, err := scrapeOnce(context.Background(), url+"/metrics"); err == nil {
 				sc.t = time.Since(start).Seconds()
 				scrapers[i].mu.Lock()
 				scrapers[i].seen = append(scrapers[i].seen, sc)

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/xml"
 	"io"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -83,5 +85,43 @@ func TestScenarioTableNamesEachOnceAndFillsEveryField(t *testing.T) {
 		found, ok := lookup(s.name)
 		require.True(t, ok, s.name)
 		assert.Equal(t, s.title, found.title)
+	}
+}
+
+func TestBalancerSendsOnlyToReadyBackends(t *testing.T) {
+	backend := func(name string, readyz int) *httptest.Server {
+		s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path == "/readyz" {
+				w.WriteHeader(readyz)
+				return
+			}
+			_, _ = io.WriteString(w, name)
+		}))
+		t.Cleanup(s.Close)
+		return s
+	}
+	up, draining := backend("up", http.StatusOK), backend("draining", http.StatusServiceUnavailable)
+	b := &balancer{}
+	front := httptest.NewServer(b)
+	defer front.Close()
+	get := func() (int, string) {
+		resp, err := front.Client().Get(front.URL + "/v1/chat/completions")
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		body, err := io.ReadAll(resp.Body)
+		require.NoError(t, err)
+		return resp.StatusCode, string(body)
+	}
+
+	code, _ := get()
+	assert.Equal(t, http.StatusBadGateway, code, "no backend has been checked yet")
+	require.NoError(t, b.add(up.URL, up.URL+"/readyz"))
+	require.NoError(t, b.add(draining.URL, draining.URL+"/readyz"))
+	require.Error(t, b.add("http://[::1", "http://[::1/readyz"), "a backend URL that does not parse is refused when it is added")
+	b.refresh(t.Context())
+	for range 4 {
+		code, body := get()
+		assert.Equal(t, http.StatusOK, code)
+		assert.Equal(t, "up", body, "a backend whose /readyz is not 200 gets nothing")
 	}
 }

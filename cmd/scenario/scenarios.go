@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"maps"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -11,7 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sort"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -321,38 +320,39 @@ func redisOutage(ctx context.Context, r *report) error {
 // checking every 100 ms — a load balancer in a few lines.
 type balancer struct {
 	mu    sync.Mutex
-	all   map[string]string // backend URL → its readiness URL
-	ready []string
+	all   []*backend
+	ready []*backend // by URL
 	next  int
 }
 
-func (b *balancer) add(url, readyz string) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.all[url] = readyz
+// backend is one server behind the balancer.
+type backend struct {
+	url    string
+	readyz *http.Request // its readiness check
+	proxy  *httputil.ReverseProxy
 }
 
+func (b *balancer) add(url, readyz string) error {
+	target, err := neturl.Parse(url)
+	if err != nil {
+		return err
+	}
+	check, err := http.NewRequest(http.MethodGet, readyz, nil)
+	if err != nil {
+		return err
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.all = append(b.all, &backend{url: url, readyz: check, proxy: httputil.NewSingleHostReverseProxy(target)})
+	return nil
+}
+
+// check refreshes the ready set every 100 ms until ctx ends.
 func (b *balancer) check(ctx context.Context) {
 	t := time.NewTicker(100 * time.Millisecond)
 	defer t.Stop()
 	for {
-		b.mu.Lock()
-		all := maps.Clone(b.all)
-		b.mu.Unlock()
-		var ready []string
-		for url, readyz := range all {
-			resp, err := http.Get(readyz)
-			if err == nil {
-				_ = resp.Body.Close()
-				if resp.StatusCode == http.StatusOK {
-					ready = append(ready, url)
-				}
-			}
-		}
-		sort.Strings(ready)
-		b.mu.Lock()
-		b.ready = ready
-		b.mu.Unlock()
+		b.refresh(ctx)
 		select {
 		case <-ctx.Done():
 			return
@@ -361,24 +361,40 @@ func (b *balancer) check(ctx context.Context) {
 	}
 }
 
-func (b *balancer) pick() string {
+// refresh asks every backend's /readyz once and routes to those that said yes.
+func (b *balancer) refresh(ctx context.Context) {
+	b.mu.Lock()
+	all := slices.Clone(b.all)
+	b.mu.Unlock()
+	var up []*backend
+	for _, be := range all {
+		if ready(be.readyz.WithContext(ctx)) {
+			up = append(up, be)
+		}
+	}
+	slices.SortFunc(up, func(x, y *backend) int { return strings.Compare(x.url, y.url) })
+	b.mu.Lock()
+	b.ready = up
+	b.mu.Unlock()
+}
+
+func (b *balancer) pick() *backend {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if len(b.ready) == 0 {
-		return ""
+		return nil
 	}
 	b.next++
 	return b.ready[b.next%len(b.ready)]
 }
 
 func (b *balancer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	url := b.pick()
-	if url == "" {
+	be := b.pick()
+	if be == nil {
 		http.Error(w, "no ready backend", http.StatusBadGateway)
 		return
 	}
-	target, _ := neturl.Parse(url)
-	httputil.NewSingleHostReverseProxy(target).ServeHTTP(w, r)
+	be.proxy.ServeHTTP(w, r)
 }
 
 func rollingDeploy(ctx context.Context, r *report) error {
@@ -388,14 +404,17 @@ func rollingDeploy(ctx context.Context, r *report) error {
 	}
 	provider := fmt.Sprintf("name=alpha,latency=150ms,jitter=30ms,seed=%d", r.seed)
 	args := []string{"-provider", provider, "-rate=1e6", "-burst=1000000", "-max-per-tenant=0", "-drain-grace=5s"}
-	b := &balancer{all: map[string]string{}}
+	b := &balancer{}
 	startOne := func(name string) (*process, error) {
 		p, err := startProcess(ctx, filepath.Join(bin, "production_app"), nil, args...)
 		if err != nil {
 			return nil, err
 		}
 		r.progress("%s is up at %s", name, p.url)
-		b.add(p.url, p.adminURL+"/readyz")
+		if err := b.add(p.url, p.adminURL+"/readyz"); err != nil {
+			p.kill()
+			return nil, err
+		}
 		return p, nil
 	}
 	a, err := startOne("A")
