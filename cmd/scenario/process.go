@@ -73,18 +73,60 @@ func startProcess(ctx context.Context, bin string, env []string, args ...string)
 		p.kill()
 		return nil, err
 	}
-	for range 200 {
-		if ready(readyz) {
-			return p, nil
+	switch err := poll(ctx, 10*time.Second, 50*time.Millisecond, p.done, func() bool { return ready(readyz) }); {
+	case err == nil:
+		return p, nil
+	case errors.Is(err, errExited):
+		return nil, fmt.Errorf("%s exited at start", filepath.Base(bin))
+	case errors.Is(err, errTimedOut):
+		p.kill()
+		return nil, errors.New(filepath.Base(bin) + " did not become ready")
+	default:
+		p.kill()
+		return nil, err
+	}
+}
+
+var (
+	errExited   = errors.New("exited while waited for")
+	errTimedOut = errors.New("not in time")
+)
+
+// poll asks ok every interval until it says yes, and gives up when within
+// has passed (errTimedOut), when ctx ends, or when exited closes
+// (errExited: what it waits for has died, so the deadline would only add
+// to the wait; nil waits out the deadline).
+func poll(ctx context.Context, within, every time.Duration, exited <-chan struct{}, ok func() bool) error {
+	deadline := time.NewTimer(within)
+	defer deadline.Stop()
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	for {
+		if ok() {
+			return nil
 		}
 		select {
-		case <-p.done:
-			return nil, fmt.Errorf("%s exited at start", filepath.Base(bin))
-		case <-time.After(50 * time.Millisecond):
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-exited:
+			return errExited
+		case <-deadline.C:
+			return errTimedOut
+		case <-tick.C:
 		}
 	}
-	p.kill()
-	return nil, errors.New(filepath.Base(bin) + " did not become ready")
+}
+
+// at waits until offset after start: a fault's place in the schedule.
+func at(ctx context.Context, start time.Time, offset time.Duration) error {
+	t := time.NewTimer(time.Until(start.Add(offset)))
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
 }
 
 // ready sends a readiness check (a GET of /readyz, which may be sent again
@@ -132,15 +174,19 @@ func startRedis(ctx context.Context, addr string) (*redisServer, error) {
 	}
 	s := &redisServer{addr: addr, cmd: cmd, done: make(chan struct{})}
 	go func() { _ = cmd.Wait(); close(s.done) }()
-	for range 100 {
-		if c, err := net.DialTimeout("tcp", addr, 100*time.Millisecond); err == nil {
-			_ = c.Close()
-			return s, nil
+	listening := func() bool {
+		c, err := net.DialTimeout("tcp", addr, 100*time.Millisecond)
+		if err != nil {
+			return false
 		}
-		time.Sleep(20 * time.Millisecond)
+		_ = c.Close()
+		return true
 	}
-	s.stop()
-	return nil, errors.New("redis-server did not start")
+	if err := poll(ctx, 5*time.Second, 20*time.Millisecond, s.done, listening); err != nil {
+		s.stop()
+		return nil, errors.New("redis-server did not start")
+	}
+	return s, nil
 }
 
 func (s *redisServer) url() string { return "redis://" + s.addr + "/0" }

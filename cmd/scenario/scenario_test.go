@@ -2,12 +2,14 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/xml"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/assert"
@@ -124,4 +126,39 @@ func TestBalancerSendsOnlyToReadyBackends(t *testing.T) {
 		assert.Equal(t, http.StatusOK, code)
 		assert.Equal(t, "up", body, "a backend whose /readyz is not 200 gets nothing")
 	}
+}
+
+func TestPollStopsAtTheFirstYesOrSaysWhyNot(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		start := time.Now()
+		calls := 0
+		require.NoError(t, poll(t.Context(), 10*time.Second, 50*time.Millisecond, nil, func() bool { calls++; return calls == 3 }))
+		assert.Equal(t, 100*time.Millisecond, time.Since(start), "asked at once, then on each tick")
+
+		no := func() bool { return false }
+		start = time.Now()
+		assert.ErrorIs(t, poll(t.Context(), time.Second, 50*time.Millisecond, nil, no), errTimedOut)
+		assert.Equal(t, time.Second, time.Since(start), "the deadline bounds the wait")
+
+		exited := make(chan struct{})
+		close(exited)
+		assert.ErrorIs(t, poll(t.Context(), time.Hour, 50*time.Millisecond, exited, no), errExited, "no waiting out the deadline for a process that has died")
+
+		ctx, cancel := context.WithCancel(t.Context())
+		cancel()
+		assert.ErrorIs(t, poll(ctx, time.Hour, 50*time.Millisecond, nil, no), context.Canceled)
+	})
+}
+
+func TestAtWaitsForItsPlaceInTheSchedule(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		start := time.Now()
+		require.NoError(t, at(t.Context(), start, 10*time.Second))
+		assert.Equal(t, 10*time.Second, time.Since(start))
+		require.NoError(t, at(t.Context(), start, 5*time.Second), "a time already past is now")
+		assert.Equal(t, 10*time.Second, time.Since(start))
+		ctx, cancel := context.WithCancel(t.Context())
+		cancel()
+		assert.ErrorIs(t, at(ctx, start, time.Hour), context.Canceled)
+	})
 }

@@ -273,17 +273,26 @@ func redisOutage(ctx context.Context, r *report) error {
 	r.configure("load: 20 requests/s to each for 30 s, one enterprise tenant (vegeta); Redis is killed at 10 s and restarted at 20 s")
 	r.progress("20 requests/s to each for 30 s; Redis is down from 10 s to 20 s")
 	start := time.Now()
-	outage := time.AfterFunc(10*time.Second, func() { rs.stop() })
-	defer outage.Stop()
+	// The fault, on schedule: Redis stops at 10 s and starts again on the
+	// same address at 20 s. This goroutine owns rs until it reports on
+	// restarted, which every return below waits for.
 	restarted := make(chan error, 1)
-	back := time.AfterFunc(20*time.Second, func() {
+	go func() {
+		if err := at(ctx, start, 10*time.Second); err != nil {
+			restarted <- err
+			return
+		}
+		rs.stop()
+		if err := at(ctx, start, 20*time.Second); err != nil {
+			restarted <- err
+			return
+		}
 		s, err := startRedis(ctx, rs.addr)
 		if err == nil {
 			rs = s
 		}
 		restarted <- err
-	})
-	defer back.Stop()
+	}()
 	results := make(chan []second, 2)
 	for _, t := range []vegeta.Target{tieredTarget(closed.url, token), tieredTarget(open.url, token)} {
 		go func() {
@@ -378,6 +387,12 @@ func (b *balancer) refresh(ctx context.Context) {
 	b.mu.Unlock()
 }
 
+func (b *balancer) readyCount() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.ready)
+}
+
 func (b *balancer) pick() *backend {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -427,12 +442,17 @@ func rollingDeploy(ctx context.Context, r *report) error {
 		return err
 	}
 	defer bb.kill()
+	// The load starts once the balancer routes to both; from then on it
+	// checks on its own.
+	bothReady := func() bool { b.refresh(ctx); return b.readyCount() == 2 }
+	if err := poll(ctx, 5*time.Second, 100*time.Millisecond, nil, bothReady); err != nil {
+		return fmt.Errorf("the load balancer did not see A and B ready: %w", err)
+	}
 	cctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	go b.check(cctx)
 	front := httptest.NewServer(b)
 	defer front.Close()
-	time.Sleep(300 * time.Millisecond) // the first readiness checks
 
 	r.configure("2 × production_app -provider " + provider + " -readiness-delay 1s -drain-grace 5s")
 	r.configure("load balancer: round-robin over the backends whose /readyz is 200, checked every 100 ms")
