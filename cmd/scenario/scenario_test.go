@@ -162,3 +162,25 @@ func TestAtWaitsForItsPlaceInTheSchedule(t *testing.T) {
 		assert.ErrorIs(t, at(ctx, start, time.Hour), context.Canceled)
 	})
 }
+
+func TestScrapeReadsBreakersByUpstreamAndSumsOverLabels(t *testing.T) {
+	metrics := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.WriteString(w, `# TYPE gateway_breaker_state gauge
+gateway_breaker_state{provider="alpha",model="alpha-1"} 1
+gateway_breaker_state{provider="beta",model="beta-1"} 0
+# TYPE gateway_requests_in_flight gauge
+gateway_requests_in_flight 7
+# TYPE gateway_provider_attempts_total counter
+gateway_provider_attempts_total{provider="alpha",outcome="ok"} 10
+gateway_provider_attempts_total{provider="alpha",outcome="error"} 5
+`)
+	}))
+	defer metrics.Close()
+	sc, err := scrapeOnce(t.Context(), metrics.URL)
+	require.NoError(t, err)
+	assert.Equal(t, map[upstream]float64{{"alpha", "alpha-1"}: 1, {"beta", "beta-1"}: 0}, sc.breakers)
+	assert.Equal(t, 7.0, sc.inFlight)
+	assert.Equal(t, 15.0, sc.attempts, "a counter is summed over its labels")
+	_, err = scrapeOnce(t.Context(), "http://[::1")
+	assert.Error(t, err, "a URL that does not parse is an error, not a panic")
+}

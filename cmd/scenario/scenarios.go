@@ -82,7 +82,7 @@ func outage(ctx context.Context, r *report) error {
 	}
 	var state []point
 	for _, s := range sc.scrapes() {
-		state = append(state, point{s.t, s.breakers["alpha/alpha-1"]})
+		state = append(state, point{s.t, s.breakers[upstream{provider: "alpha", model: "alpha-1"}]})
 	}
 	if err := r.chart(chart{Title: "alpha's breaker: 0 closed, 1 open, 2 half-open", YLabel: "state", YMax: 2, Bands: fault,
 		Series: []series{{Name: "alpha/alpha-1", Color: "#9467bd", Points: state}}}); err != nil {
@@ -293,19 +293,13 @@ func redisOutage(ctx context.Context, r *report) error {
 		}
 		restarted <- err
 	}()
-	results := make(chan []second, 2)
-	for _, t := range []vegeta.Target{tieredTarget(closed.url, token), tieredTarget(open.url, token)} {
-		go func() {
-			results <- bySecond(load{name: t.URL, targets: []vegeta.Target{t}, rate: 20, dur: 30 * time.Second}.run(start))
-		}()
-	}
-	a, b := <-results, <-results
-	if len(a) > 0 && len(b) > 0 && a[len(a)/2].ok > b[len(b)/2].ok { // keep "fail closed" first
-		a, b = b, a
-	}
+	failClosed := &side{name: "fail closed", target: tieredTarget(closed.url, token)}
+	failOpen := &side{name: "fail open", target: tieredTarget(open.url, token)}
+	sideBySide(start, 20, 30*time.Second, failClosed, failOpen)
 	if err := <-restarted; err != nil {
 		return err
 	}
+	a, b := bySecond(failClosed.samples), bySecond(failOpen.samples)
 	fault := []band{{From: 10, To: 20, Label: "Redis down"}}
 	if err := r.chart(chart{Title: "Fail closed (default): refused with 503 while Redis is down", YLabel: "requests per second", YMax: 25, Bands: fault, Series: []series{
 		{Name: "answered", Color: "#2ca02c", Points: pointsOf(a, func(s second) float64 { return float64(s.ok) })},
