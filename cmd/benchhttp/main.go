@@ -127,7 +127,10 @@ func ttfb(args []string) error {
 	body := `{"model":"auto","stream":true,"messages":[{"role":"user","content":"hi"}]}`
 	var samples []time.Duration
 	for range *n {
-		req, _ := http.NewRequest(http.MethodPost, *target, strings.NewReader(body))
+		req, err := http.NewRequest(http.MethodPost, *target, strings.NewReader(body))
+		if err != nil {
+			return err
+		}
 		req.Header.Set("Content-Type", "application/json")
 		start := time.Now()
 		resp, err := client.Do(req)

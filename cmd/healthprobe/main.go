@@ -6,7 +6,6 @@
 package main
 
 import (
-	"context"
 	"flag"
 	"fmt"
 	"io"
@@ -32,21 +31,21 @@ func run(args []string, stderr io.Writer) int {
 		fs.Usage()
 		return 2
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
-	defer cancel()
-	if err := probe(ctx, fs.Arg(0)); err != nil {
+	if err := probe(&http.Client{Timeout: *timeout}, fs.Arg(0)); err != nil {
 		fmt.Fprintln(stderr, "healthprobe:", err)
 		return 1
 	}
 	return 0
 }
 
-func probe(ctx context.Context, url string) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+// probe GETs url with client, whose timeout bounds the whole check: the
+// connection, the answer and reading its body.
+func probe(client *http.Client, url string) error {
+	req, err := http.NewRequest(http.MethodGet, url, nil)
 	if err != nil {
 		return err
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := client.Do(req)
 	if err != nil {
 		return err
 	}

@@ -10,7 +10,7 @@ import (
 )
 
 func cmdChecklist(ctx context.Context, e *env, args []string) error {
-	fs := flags(e, "checklist")
+	fs := flags(e)
 	noRace := fs.Bool("no-race", false, "run the tests without the race detector")
 	fresh := fs.Bool("fresh", false, "ignore the test cache (-count=1)")
 	only := fs.String("only", "", "comma-separated item IDs or ID prefixes to run, e.g. ADM,SEC-4 (default: every item)")

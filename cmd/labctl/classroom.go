@@ -14,7 +14,7 @@ import (
 // cmdClassroom writes (or checks) the autograding configuration, and runs
 // one graded test: the command every entry of that configuration runs.
 func cmdClassroom(ctx context.Context, e *env, args []string) error {
-	fs := flags(e, "classroom")
+	fs := flags(e)
 	out := fs.String("o", labkit.AutogradingFile, "`file` to write, relative to the repository root")
 	check := fs.Bool("check", false, "write nothing; fail if the file differs from what the catalogue and the tests give")
 	labPoints := fs.Int("lab-points", 0, "`points` each lab is worth, spread over its tests (0: one point per test, as labctl grade counts)")

@@ -9,7 +9,7 @@ import (
 )
 
 func cmdExport(ctx context.Context, e *env, args []string) error {
-	fs := flags(e, "export")
+	fs := flags(e)
 	skipTidy := fs.Bool("skip-tidy", false, "keep go.mod and go.sum as they are (no go mod tidy)")
 	pos, err := parse(fs, args)
 	if err != nil {

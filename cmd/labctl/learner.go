@@ -15,7 +15,7 @@ import (
 )
 
 func cmdList(ctx context.Context, e *env, args []string) error {
-	fs := flags(e, "list")
+	fs := flags(e)
 	if _, err := parse(fs, args); err != nil {
 		return err
 	}
@@ -115,7 +115,7 @@ func warnEdited(e *env, l labkit.Lab) {
 }
 
 func cmdTest(ctx context.Context, e *env, args []string) error {
-	fs := flags(e, "test")
+	fs := flags(e)
 	noRace := fs.Bool("no-race", false, "run without the race detector (faster, misses data races)")
 	runRe := fs.String("run", "", "only tests matching this regexp")
 	l, _, err := labCommand(e, fs, "test", args)
@@ -299,7 +299,7 @@ func showHint(e *env, l labkit.Lab, test string) {
 }
 
 func cmdHint(ctx context.Context, e *env, args []string) error {
-	fs := flags(e, "hint")
+	fs := flags(e)
 	reset := fs.Bool("reset", false, "forget which hints you have seen")
 	l, rest, err := labCommand(e, fs, "hint", args)
 	if err != nil {

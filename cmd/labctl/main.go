@@ -40,24 +40,25 @@ type command struct {
 	run     func(ctx context.Context, env *env, args []string) error
 }
 
-var commands []command
-
-func init() {
-	commands = []command{
-		{"list", "", "progress table: lab, tests passing/total, status (alias: progress)", cmdList},
-		{"test", "NN", "run lab NN with -race; on red, the first failing test, its message and a hint", cmdTest},
-		{"hint", "NN [k]", "show the next hint for lab NN, or hint k", cmdHint},
-		{"watch", "NN", "re-run lab NN's tests on every save (Enter re-runs now, q quits)", cmdWatch},
-		{"verify", "", "maintainers: tests identical, stubs red test by test, solutions green, mutants killed", cmdVerify},
-		{"grade", "", "instructors: grade the labs with pristine tests; writes grade.json, junit.xml, grade.md", cmdGrade},
-		{"checklist", "", "run the tests checklist/PRODUCTION_READINESS.md names; one ✓/✗ line per item, exit 1 on any ✗", cmdChecklist},
-		{"integration", "", "run the real-Redis tests with REDIS_INTEGRATION_REQUIRED=1; fail if any skips", cmdIntegration},
-		{"classroom", "[run NN TestName]", "instructors: write .github/classroom/autograding.json from the catalogue; run: grade one test", cmdClassroom},
-		{"export", "DIR", "instructors: write the learner template (no solutions/, pristine tests packed) into DIR", cmdExport},
-	}
+// commands is every command, in the order usage lists them. A command
+// finds its own usage line in env.cmd, not here, so that this table can be
+// a plain variable: a lookup from the commands into it would be an
+// initialisation cycle.
+var commands = []command{
+	{"list", "", "progress table: lab, tests passing/total, status (alias: progress)", cmdList},
+	{"test", "NN", "run lab NN with -race; on red, the first failing test, its message and a hint", cmdTest},
+	{"hint", "NN [k]", "show the next hint for lab NN, or hint k", cmdHint},
+	{"watch", "NN", "re-run lab NN's tests on every save (Enter re-runs now, q quits)", cmdWatch},
+	{"verify", "", "maintainers: tests identical, stubs red test by test, solutions green, mutants killed", cmdVerify},
+	{"grade", "", "instructors: grade the labs with pristine tests; writes grade.json, junit.xml, grade.md", cmdGrade},
+	{"checklist", "", "run the tests checklist/PRODUCTION_READINESS.md names; one ✓/✗ line per item, exit 1 on any ✗", cmdChecklist},
+	{"integration", "", "run the real-Redis tests with REDIS_INTEGRATION_REQUIRED=1; fail if any skips", cmdIntegration},
+	{"classroom", "[run NN TestName]", "instructors: write .github/classroom/autograding.json from the catalogue; run: grade one test", cmdClassroom},
+	{"export", "DIR", "instructors: write the learner template (no solutions/, pristine tests packed) into DIR", cmdExport},
 }
 
 type env struct {
+	cmd    command // the command running: its flags' usage names it
 	root   string
 	stdout io.Writer
 	stderr io.Writer
@@ -104,7 +105,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 			fmt.Fprintln(stderr, "labctl:", err)
 			return 2
 		}
-		err = c.run(ctx, &env{root: root, stdout: stdout, stderr: stderr, stdin: stdin}, rest)
+		err = c.run(ctx, &env{cmd: c, root: root, stdout: stdout, stderr: stderr, stdin: stdin}, rest)
 		switch {
 		case err == nil, errors.Is(err, flag.ErrHelp):
 			return 0
@@ -139,23 +140,21 @@ func usage(w io.Writer) {
 // table aligns tab-separated cells in columns two spaces apart; Flush prints it.
 func table(w io.Writer) *tabwriter.Writer { return tabwriter.NewWriter(w, 0, 0, 2, ' ', 0) }
 
-// flags builds a command's flag set with a usage line and its summary.
-func flags(e *env, name string) *flag.FlagSet {
-	fs := flag.NewFlagSet("labctl "+name, flag.ContinueOnError)
+// flags builds the running command's flag set with a usage line and its
+// summary.
+func flags(e *env) *flag.FlagSet {
+	c := e.cmd
+	fs := flag.NewFlagSet("labctl "+c.name, flag.ContinueOnError)
 	fs.SetOutput(e.stderr)
-	for _, c := range commands {
-		if c.name == name {
-			fs.Usage = func() {
-				fmt.Fprintf(e.stdout, "usage: labctl %s %s\n\n%s\n", c.name, c.args, c.summary)
-				var n int
-				fs.VisitAll(func(*flag.Flag) { n++ })
-				if n > 0 {
-					fmt.Fprintln(e.stdout, "\nflags:")
-					fs.SetOutput(e.stdout)
-					fs.PrintDefaults()
-					fs.SetOutput(e.stderr)
-				}
-			}
+	fs.Usage = func() {
+		fmt.Fprintf(e.stdout, "usage: labctl %s %s\n\n%s\n", c.name, c.args, c.summary)
+		var n int
+		fs.VisitAll(func(*flag.Flag) { n++ })
+		if n > 0 {
+			fmt.Fprintln(e.stdout, "\nflags:")
+			fs.SetOutput(e.stdout)
+			fs.PrintDefaults()
+			fs.SetOutput(e.stderr)
 		}
 	}
 	return fs

@@ -44,9 +44,11 @@ func TestHelpListsEveryCommand(t *testing.T) {
 		assert.Contains(t, out, c.name)
 	}
 	for _, c := range commands {
-		code, out, _ := labctl(t, fixture(t), c.name, "-h")
-		assert.Equal(t, 0, code, "%s -h should succeed", c.name)
-		assert.Contains(t, out, "usage: labctl "+c.name)
+		t.Run(c.name, func(t *testing.T) {
+			code, out, _ := labctl(t, fixture(t), c.name, "-h")
+			assert.Equal(t, 0, code, "%s -h should succeed", c.name)
+			assert.Contains(t, out, "usage: labctl "+c.name)
+		})
 	}
 }
 
@@ -282,9 +284,11 @@ func TestMakeTargetsReachLabctl(t *testing.T) {
 		t.Skip("make is not installed")
 	}
 	for _, target := range []string{"lab-01", "lab-08"} {
-		out, err := exec.Command("make", "-C", "../..", "-n", target).CombinedOutput()
-		require.NoError(t, err, string(out))
-		assert.Contains(t, string(out), "labctl test "+strings.TrimPrefix(target, "lab-"), "make %s must run labctl", target)
+		t.Run(target, func(t *testing.T) {
+			out, err := exec.Command("make", "-C", "../..", "-n", target).CombinedOutput()
+			require.NoError(t, err, string(out))
+			assert.Contains(t, string(out), "labctl test "+strings.TrimPrefix(target, "lab-"), "make %s must run labctl", target)
+		})
 	}
 	out, err := exec.Command("make", "-C", "../..", "-n", "run").CombinedOutput()
 	require.NoError(t, err, string(out))

@@ -14,7 +14,7 @@ import (
 )
 
 func cmdVerify(ctx context.Context, e *env, args []string) error {
-	fs := flags(e, "verify")
+	fs := flags(e)
 	stubsRef := fs.String("stubs-ref", "", "git `revision` whose labs/ are the pristine stubs (a fork passes upstream's commit)")
 	noRace := fs.Bool("no-race", false, "run stubs, solutions and mutants without -race")
 	fresh := fs.Bool("fresh", false, "run everything again: ignore the test cache and the mutant verdict cache")
@@ -126,7 +126,7 @@ func mark(ok bool) string {
 }
 
 func cmdGrade(ctx context.Context, e *env, args []string) error {
-	fs := flags(e, "grade")
+	fs := flags(e)
 	out := fs.String("out", "grade-report", "`dir` for grade.json, junit.xml and grade.md")
 	tests := fs.String("tests", "", "`dir` of held-back tests: DIR/NN-topic/*_test.go are added to lab NN")
 	ref := fs.String("pristine-ref", "", "git `revision` whose solutions/ tests are the pristine ones (default: this checkout's solutions/)")
@@ -186,7 +186,7 @@ func cmdGrade(ctx context.Context, e *env, args []string) error {
 }
 
 func cmdIntegration(ctx context.Context, e *env, args []string) error {
-	fs := flags(e, "integration")
+	fs := flags(e)
 	runRe := fs.String("run", "^"+labkit.IntegrationPrefix, "regexp selecting the real-Redis tests")
 	minTests := fs.Int("min", 1, "fail unless at least this many tests ran")
 	require := fs.String("require", "", "comma-separated `tests` that must be among those that ran and passed")

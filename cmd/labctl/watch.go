@@ -16,7 +16,7 @@ import (
 const pollInterval = 500 * time.Millisecond
 
 func cmdWatch(ctx context.Context, e *env, args []string) error {
-	fs := flags(e, "watch")
+	fs := flags(e)
 	interval := fs.Duration("interval", pollInterval, "how often to look for saved files")
 	noRace := fs.Bool("no-race", false, "run without the race detector")
 	l, _, err := labCommand(e, fs, "watch", args)

@@ -19,12 +19,14 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 func TestHelpListsEveryFlagAndItsVariable(t *testing.T) {
 	for _, arg := range []string{"-h", "--help"} {
-		var out, errb bytes.Buffer
-		code := run(t.Context(), []string{arg}, &out, &errb, nil)
-		assert.Equal(t, 0, code, "%s is not an error", arg)
-		for _, want := range []string{"-latency", "-error-rate", "-errors", "-outage", "-slow", "-seed", "MOCKUPSTREAM_ERROR_RATE", "MOCKUPSTREAM_API_KEY", "/healthz"} {
-			assert.Contains(t, errb.String(), want, "%s names %s", arg, want)
-		}
+		t.Run(arg, func(t *testing.T) {
+			var out, errb bytes.Buffer
+			code := run(t.Context(), []string{arg}, &out, &errb, nil)
+			assert.Equal(t, 0, code, "%s is not an error", arg)
+			for _, want := range []string{"-latency", "-error-rate", "-errors", "-outage", "-slow", "-seed", "MOCKUPSTREAM_ERROR_RATE", "MOCKUPSTREAM_API_KEY", "/healthz"} {
+				assert.Contains(t, errb.String(), want, "%s names %s", arg, want)
+			}
+		})
 	}
 }
 
@@ -56,9 +58,11 @@ func TestBadSettingsExitWith2(t *testing.T) {
 		"stray argument":   {"serve"},
 		"bad outage range": {"-outage", "30s"},
 	} {
-		var errb bytes.Buffer
-		assert.Equal(t, 2, run(t.Context(), args, io.Discard, &errb, nil), "%s: %s", name, errb.String())
-		assert.NotEmpty(t, errb.String(), "%s says why", name)
+		t.Run(name, func(t *testing.T) {
+			var errb bytes.Buffer
+			assert.Equal(t, 2, run(t.Context(), args, io.Discard, &errb, nil), "%s: %s", name, errb.String())
+			assert.NotEmpty(t, errb.String(), "%s says why", name)
+		})
 	}
 }
 

@@ -26,10 +26,16 @@ type series struct {
 
 type point struct{ X, Y float64 } // X in seconds since the start
 
+// A band is a span of the scenario's time, in seconds since the start, with
+// a label: shaded on a chart (when the fault was on), or a row of a table
+// (a phase of the run).
 type band struct {
 	From, To float64
 	Label    string
 }
+
+// contains reports whether t falls in the band, [From, To).
+func (b band) contains(t float64) bool { return t >= b.From && t < b.To }
 
 const (
 	width, height          = 760.0, 300.0

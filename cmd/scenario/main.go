@@ -18,21 +18,10 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
-	"sort"
+	"slices"
 	"strings"
 	"syscall"
 )
-
-// scenario is one experiment.
-type scenario struct {
-	name, title string
-	lesson      string // what the charts show, in a sentence or two
-	run         func(ctx context.Context, r *report) error
-}
-
-var scenarios = map[string]scenario{}
-
-func register(s scenario) { scenarios[s.name] = s }
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -59,20 +48,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	if *list || *name == "" {
-		names := make([]string, 0, len(scenarios))
-		for n := range scenarios {
-			names = append(names, n)
-		}
-		sort.Strings(names)
-		for _, n := range names {
-			fmt.Fprintf(stdout, "  %-14s %s\n", n, scenarios[n].title)
+		byName := slices.SortedFunc(slices.Values(scenarios), func(a, b scenario) int { return strings.Compare(a.name, b.name) })
+		for _, s := range byName {
+			fmt.Fprintf(stdout, "  %-14s %s\n", s.name, s.title)
 		}
 		if *name == "" && !*list {
 			return 2
 		}
 		return 0
 	}
-	sc, ok := scenarios[*name]
+	sc, ok := lookup(*name)
 	if !ok {
 		fmt.Fprintf(stderr, "scenario: no scenario %q (-list names them)\n", *name)
 		return 2
@@ -146,16 +131,16 @@ func pointsOf(secs []second, f func(second) float64) []point {
 	return out
 }
 
-// phases summarises seconds [from, to) as a table row set.
-func phaseTable(secs []second, phases [][3]any) string {
+// phaseTable summarises the seconds of each phase, one row a phase, under
+// the phase's label.
+func phaseTable(secs []second, phases []band) string {
 	var b strings.Builder
 	b.WriteString("| phase | p50 | p95 | p99 | answered | 429 | 503 | other errors |\n| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
 	for _, p := range phases {
-		name, from, to := p[0].(string), p[1].(float64), p[2].(float64)
 		var p50, p95, p99 []float64
 		var ok, lim, shed, failed int
 		for _, s := range secs {
-			if s.t < from || s.t >= to {
+			if !p.contains(s.t) {
 				continue
 			}
 			if s.ok > 0 {
@@ -163,7 +148,7 @@ func phaseTable(secs []second, phases [][3]any) string {
 			}
 			ok, lim, shed, failed = ok+s.ok, lim+s.limited, shed+s.shed, failed+s.failed
 		}
-		fmt.Fprintf(&b, "| %s | %.0f ms | %.0f ms | %.0f ms | %d | %d | %d | %d |\n", name,
+		fmt.Fprintf(&b, "| %s | %.0f ms | %.0f ms | %.0f ms | %d | %d | %d | %d |\n", p.Label,
 			quantile(p50, 0.5), quantile(p95, 0.5), quantile(p99, 0.5), ok, lim, shed, failed)
 	}
 	b.WriteString("\n(Latency columns: the median, over the phase's seconds, of the quantile over the 5 s ending at each.)")

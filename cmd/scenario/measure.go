@@ -106,17 +106,19 @@ func quantile(v []float64, q float64) float64 {
 // scrape is what the gateway's /metrics said at one instant.
 type scrape struct {
 	t        float64
-	queueSum float64 // gateway_queue_wait_seconds_sum
-	queueN   float64
-	breakers map[string]float64 // provider/model → 0 closed, 1 open, 2 half-open
-	inFlight float64
+	breakers map[upstream]float64 // 0 closed, 1 open, 2 half-open
 	// Counters and gauges summed over their labels.
+	inFlight      float64 // gateway_requests_in_flight
 	attempts      float64 // gateway_provider_attempts_total: provider calls the retry loop made
 	hedgesStarted float64 // gateway_hedges_total
 	hedgesWon     float64 // gateway_hedge_wins_total
 	refused       float64 // gateway_retry_budget_exhausted_total
 	limit         float64 // gateway_provider_concurrency_limit
 }
+
+// upstream is a provider and one of its models: what a breaker guards, and
+// the labels of gateway_breaker_state.
+type upstream struct{ provider, model string }
 
 // scraper polls a gateway's /metrics every interval until ctx ends.
 type scraper struct {
@@ -128,11 +130,9 @@ func (s *scraper) run(ctx context.Context, url string, start time.Time, every ti
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
-		if sc, ok := scrapeOnce(ctx, url); ok {
+		if sc, err := scrapeOnce(ctx, url); err == nil { // else a missed point
 			sc.t = time.Since(start).Seconds()
-			s.mu.Lock()
-			s.seen = append(s.seen, sc)
-			s.mu.Unlock()
+			s.record(sc)
 		}
 		select {
 		case <-ctx.Done():
@@ -142,44 +142,68 @@ func (s *scraper) run(ctx context.Context, url string, start time.Time, every ti
 	}
 }
 
+func (s *scraper) record(sc scrape) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.seen = append(s.seen, sc)
+}
+
 func (s *scraper) scrapes() []scrape {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return slices.Clone(s.seen)
 }
 
-func scrapeOnce(ctx context.Context, url string) (scrape, bool) {
-	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	resp, err := http.DefaultClient.Do(req)
+// last is the final scrape (zero if there was none).
+func (s *scraper) last() scrape {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.seen) == 0 {
+		return scrape{}
+	}
+	return s.seen[len(s.seen)-1]
+}
+
+// The scenario's own calls to a service's admin endpoints. Each has a
+// timeout, so a service that hangs costs a missed point or a failed check,
+// never a stuck run.
+var (
+	// probeClient asks /readyz: an answer slower than this is a no, as a
+	// load balancer's or a kubelet's probe would take it.
+	probeClient = &http.Client{Timeout: time.Second}
+	// scrapeClient reads /metrics, which a loaded gateway may be slow to
+	// render: a scrape that takes longer is a missed point.
+	scrapeClient = &http.Client{Timeout: 5 * time.Second}
+)
+
+// scrapeOnce reads a /metrics page.
+func scrapeOnce(ctx context.Context, url string) (scrape, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
-		return scrape{}, false
+		return scrape{}, err
+	}
+	resp, err := scrapeClient.Do(req)
+	if err != nil {
+		return scrape{}, err
 	}
 	defer resp.Body.Close()
 	p := expfmt.NewTextParser(model.UTF8Validation)
 	mfs, err := p.TextToMetricFamilies(resp.Body)
 	if err != nil {
-		return scrape{}, false
+		return scrape{}, err
 	}
-	sc := scrape{breakers: map[string]float64{}}
-	if mf := mfs["gateway_queue_wait_seconds"]; mf != nil && len(mf.Metric) > 0 {
-		sc.queueSum, sc.queueN = mf.Metric[0].GetHistogram().GetSampleSum(), float64(mf.Metric[0].GetHistogram().GetSampleCount())
-	}
-	if mf := mfs["gateway_breaker_state"]; mf != nil {
-		for _, m := range mf.Metric {
-			var provider, modelName string
-			for _, l := range m.Label {
-				switch l.GetName() {
-				case "provider":
-					provider = l.GetValue()
-				case "model":
-					modelName = l.GetValue()
-				}
+	sc := scrape{breakers: map[upstream]float64{}}
+	for _, m := range mfs["gateway_breaker_state"].GetMetric() {
+		var u upstream
+		for _, l := range m.Label {
+			switch l.GetName() {
+			case "provider":
+				u.provider = l.GetValue()
+			case "model":
+				u.model = l.GetValue()
 			}
-			sc.breakers[provider+"/"+modelName] = m.GetGauge().GetValue()
 		}
-	}
-	if mf := mfs["gateway_requests_in_flight"]; mf != nil && len(mf.Metric) > 0 {
-		sc.inFlight = mf.Metric[0].GetGauge().GetValue()
+		sc.breakers[u] = m.GetGauge().GetValue()
 	}
 	sum := func(name string) float64 { // a counter's or a gauge's series, summed
 		var v float64
@@ -188,10 +212,11 @@ func scrapeOnce(ctx context.Context, url string) (scrape, bool) {
 		}
 		return v
 	}
+	sc.inFlight = sum("gateway_requests_in_flight")
 	sc.attempts = sum("gateway_provider_attempts_total")
 	sc.hedgesStarted = sum("gateway_hedges_total")
 	sc.hedgesWon = sum("gateway_hedge_wins_total")
 	sc.refused = sum("gateway_retry_budget_exhausted_total")
 	sc.limit = sum("gateway_provider_concurrency_limit")
-	return sc, true
+	return sc, nil
 }

@@ -68,21 +68,76 @@ func startProcess(ctx context.Context, bin string, env []string, args ...string)
 	}
 	p := &process{url: "http://" + addr, adminURL: "http://" + admin, cmd: cmd, done: make(chan struct{})}
 	go func() { _ = cmd.Wait(); close(p.done) }()
-	for range 200 {
-		if resp, err := http.Get("http://" + admin + "/readyz"); err == nil {
-			_ = resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return p, nil
-			}
+	readyz, err := http.NewRequestWithContext(ctx, http.MethodGet, p.adminURL+"/readyz", nil)
+	if err != nil {
+		p.kill()
+		return nil, err
+	}
+	switch err := poll(ctx, 10*time.Second, 50*time.Millisecond, p.done, func() bool { return ready(readyz) }); {
+	case err == nil:
+		return p, nil
+	case errors.Is(err, errExited):
+		return nil, fmt.Errorf("%s exited at start", filepath.Base(bin))
+	case errors.Is(err, errTimedOut):
+		p.kill()
+		return nil, errors.New(filepath.Base(bin) + " did not become ready")
+	default:
+		p.kill()
+		return nil, err
+	}
+}
+
+var (
+	errExited   = errors.New("exited while waited for")
+	errTimedOut = errors.New("not in time")
+)
+
+// poll asks ok every interval until it says yes, and gives up when within
+// has passed (errTimedOut), when ctx ends, or when exited closes
+// (errExited: what it waits for has died, so the deadline would only add
+// to the wait; nil waits out the deadline).
+func poll(ctx context.Context, within, every time.Duration, exited <-chan struct{}, ok func() bool) error {
+	deadline := time.NewTimer(within)
+	defer deadline.Stop()
+	tick := time.NewTicker(every)
+	defer tick.Stop()
+	for {
+		if ok() {
+			return nil
 		}
 		select {
-		case <-p.done:
-			return nil, fmt.Errorf("%s exited at start", filepath.Base(bin))
-		case <-time.After(50 * time.Millisecond):
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-exited:
+			return errExited
+		case <-deadline.C:
+			return errTimedOut
+		case <-tick.C:
 		}
 	}
-	p.kill()
-	return nil, errors.New(filepath.Base(bin) + " did not become ready")
+}
+
+// at waits until offset after start: a fault's place in the schedule.
+func at(ctx context.Context, start time.Time, offset time.Duration) error {
+	t := time.NewTimer(time.Until(start.Add(offset)))
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}
+
+// ready sends a readiness check (a GET of /readyz, which may be sent again
+// once it has answered) and reports whether it answered 200 in time.
+func ready(readyz *http.Request) bool {
+	resp, err := probeClient.Do(readyz)
+	if err != nil {
+		return false
+	}
+	_ = resp.Body.Close()
+	return resp.StatusCode == http.StatusOK
 }
 
 // terminate sends SIGTERM (a rolling deploy's signal) and returns at once.
@@ -109,22 +164,29 @@ func startRedis(ctx context.Context, addr string) (*redisServer, error) {
 			return nil, err
 		}
 	}
-	_, port, _ := net.SplitHostPort(addr)
+	_, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return nil, err
+	}
 	cmd := exec.CommandContext(ctx, "redis-server", "--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly", "no")
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("redis-server (needed by this scenario): %w", err)
 	}
 	s := &redisServer{addr: addr, cmd: cmd, done: make(chan struct{})}
 	go func() { _ = cmd.Wait(); close(s.done) }()
-	for range 100 {
-		if c, err := net.DialTimeout("tcp", addr, 100*time.Millisecond); err == nil {
-			_ = c.Close()
-			return s, nil
+	listening := func() bool {
+		c, err := net.DialTimeout("tcp", addr, 100*time.Millisecond)
+		if err != nil {
+			return false
 		}
-		time.Sleep(20 * time.Millisecond)
+		_ = c.Close()
+		return true
 	}
-	s.stop()
-	return nil, errors.New("redis-server did not start")
+	if err := poll(ctx, 5*time.Second, 20*time.Millisecond, s.done, listening); err != nil {
+		s.stop()
+		return nil, errors.New("redis-server did not start")
+	}
+	return s, nil
 }
 
 func (s *redisServer) url() string { return "redis://" + s.addr + "/0" }

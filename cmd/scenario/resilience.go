@@ -11,36 +11,6 @@ import (
 	vegeta "github.com/tsenart/vegeta/v12/lib"
 )
 
-func init() {
-	register(scenario{name: "hedging", title: "hedged calls against a slow tail (lab 10)",
-		lesson: "One call in twenty-five takes 800 ms more; the rest take 30–50 ms. Two gateways take the same " +
-			"load side by side: A waits for every call; B sends a second call to the provider when the first " +
-			"has taken 100 ms (-hedge-delay), takes whichever answers first and cancels the other. B's p99 " +
-			"falls to about the hedge delay plus an ordinary call (from about 850 ms to about 150 ms with seed 1), for about " +
-			"3 % more upstream calls — and its retry budget (10 % of its requests plus 10 a second) caps " +
-			"how many more there can ever be.",
-		run: hedgingScenario})
-	register(scenario{name: "retry-budget", title: "retries during an outage, with and without a retry budget (lab 10)",
-		lesson: "The provider answers 503 from 10 s to 25 s. Both gateways retry up to twice; their breakers are " +
-			"set out of reach, to show what retries alone do. A sends every request three times: the outage " +
-			"triples the load on the provider that is down. B's retry budget (10 % of the last 10 s of " +
-			"requests, plus 1 a second) refuses the rest at once with the upstream's error: the load stays " +
-			"near the traffic itself (1.2 calls a request instead of 2.9 with seed 1), and the callers learn " +
-			"of the outage without the retries' backoffs.",
-		run: retryBudgetScenario})
-	register(scenario{name: "adaptive", title: "an adaptive concurrency limit through a brown-out (lab 09)",
-		lesson: "The provider serves 8 calls at full speed; above that each call slows in proportion, so it " +
-			"answers at most 8 calls per call-time. From 15 s to 35 s every call takes 150 ms more: 40 answers a " +
-			"second at most, against 60 offered. No gateway can make that fit, and neither does: A and B answer " +
-			"as many and shed as many. What the adaptive limit changes is where the queue is. B's gradient " +
-			"limiter finds the provider's capacity — its limit falls from 32 to 8 — and the rest wait at the " +
-			"gateway, where they can be shed, prioritised or sent elsewhere; A pushes all 64 into the provider, " +
-			"where each call takes 64/8 times as long and every other client of that provider waits with them. " +
-			"Before the brown-out the limit stays put (4 of 32 in use is no evidence for more); after it, it " +
-			"climbs only as far as the traffic asks.",
-		run: adaptiveScenario})
-}
-
 // lines is a Markdown table, a row at a time.
 type lines []string
 
@@ -58,18 +28,33 @@ func startPair(ctx context.Context, args []string, extra ...string) (a, b *gatew
 	return a, b, nil
 }
 
-// sideBySide sends the same load to each gateway at once, so both share
-// the machine's noise, and returns each one's outcomes.
-func sideBySide(start time.Time, rate int, dur time.Duration, urls ...string) [][]sample {
-	out := make([][]sample, len(urls))
+// side is one gateway of a side-by-side comparison and what was measured
+// at it. Each result is kept on the side it came from, so a table row
+// reads its gateway's numbers by the side it describes, never by a
+// position that has to match another list's.
+type side struct {
+	name    string        // as the report's tables name it
+	metrics string        // its /metrics URL, if watch scrapes it
+	target  vegeta.Target // the request the load sends it
+	samples []sample      // every outcome, once sideBySide returns
+	scraper scraper       // its /metrics through the run, once watch's stop returns
+}
+
+// gatewaySide is a side for an in-process gateway, loaded by one tenant.
+func gatewaySide(name string, g *gateway) *side {
+	return &side{name: name, metrics: g.url + "/metrics", target: chatTarget(g.url, "load")}
+}
+
+// sideBySide sends the same load to each side at once, so both share the
+// machine's noise, and keeps each one's outcomes on it.
+func sideBySide(start time.Time, rate int, dur time.Duration, sides ...*side) {
 	var wg sync.WaitGroup
-	for i, url := range urls {
+	for _, s := range sides {
 		wg.Go(func() {
-			out[i] = load{name: fmt.Sprint(i), targets: []vegeta.Target{chatTarget(url, "load")}, rate: rate, dur: dur}.run(start)
+			s.samples = load{name: s.name, targets: []vegeta.Target{s.target}, rate: rate, dur: dur}.run(start)
 		})
 	}
 	wg.Wait()
-	return out
 }
 
 // summary is a whole run's latency quantiles over the answered requests,
@@ -79,13 +64,10 @@ type summary struct {
 	ok, failed         int
 }
 
-func summarise(samples []sample, from, to float64) summary {
+func summarise(samples []sample) summary {
 	var lats []float64
 	var s summary
 	for _, x := range samples {
-		if x.at < from || x.at >= to {
-			continue
-		}
 		if x.code >= 200 && x.code < 300 {
 			s.ok++
 			lats = append(lats, float64(x.lat.Microseconds())/1000)
@@ -97,37 +79,24 @@ func summarise(samples []sample, from, to float64) summary {
 	return s
 }
 
-// watch scrapes each gateway's /metrics every interval until stop is
-// called, and once more then.
-func watch(start time.Time, every time.Duration, urls ...string) (scrapers []*scraper, stop func()) {
+// watch scrapes each side's /metrics every interval until stop is called,
+// and once more then.
+func watch(start time.Time, every time.Duration, sides ...*side) (stop func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
-	for _, url := range urls {
-		sc := &scraper{}
-		scrapers = append(scrapers, sc)
-		wg.Go(func() { sc.run(ctx, url+"/metrics", start, every) })
+	for _, s := range sides {
+		wg.Go(func() { s.scraper.run(ctx, s.metrics, start, every) })
 	}
-	return scrapers, func() {
+	return func() {
 		cancel()
 		wg.Wait()
-		for i, url := range urls { // and once more, now that every answer is in
-			if sc, ok := scrapeOnce(context.Background(), url+"/metrics"); ok {
+		for _, s := range sides { // and once more, now that every answer is in
+			if sc, err := scrapeOnce(context.Background(), s.metrics); err == nil {
 				sc.t = time.Since(start).Seconds()
-				scrapers[i].mu.Lock()
-				scrapers[i].seen = append(scrapers[i].seen, sc)
-				scrapers[i].mu.Unlock()
+				s.scraper.record(sc)
 			}
 		}
 	}
-}
-
-// last is a scraper's final scrape (zero if it saw none).
-func last(sc *scraper) scrape {
-	s := sc.scrapes()
-	if len(s) == 0 {
-		return scrape{}
-	}
-	return s[len(s)-1]
 }
 
 // perSecond turns a cumulative counter into its rate between scrapes.
@@ -141,14 +110,15 @@ func perSecond(scs []scrape, f func(scrape) float64) []point {
 	return out
 }
 
-// between is how much a cumulative counter grew over [from, to) seconds.
-func between(scs []scrape, from, to float64, f func(scrape) float64) float64 {
+// between is how much a cumulative counter grew over a span: from the last
+// scrape at or before its start to the last at or before its end.
+func between(scs []scrape, span band, f func(scrape) float64) float64 {
 	var a, b float64
 	for _, s := range scs {
-		if s.t <= from {
+		if s.t <= span.From {
 			a = f(s)
 		}
-		if s.t <= to {
+		if s.t <= span.To {
 			b = f(s)
 		}
 	}
@@ -158,12 +128,13 @@ func between(scs []scrape, from, to float64, f func(scrape) float64) float64 {
 func hedgingScenario(ctx context.Context, r *report) error {
 	provider := fmt.Sprintf("name=alpha,latency=40ms,jitter=10ms,slow=0s-1h:800ms@0.04,seed=%d", r.seed)
 	common := []string{"-provider", provider, "-rate=1e6", "-burst=1000000", "-max-concurrent=256", "-max-per-tenant=0"}
-	a, b, err := startPair(ctx, common, "-hedge-delay=100ms", "-retry-budget=0.1")
+	ga, gb, err := startPair(ctx, common, "-hedge-delay=100ms", "-retry-budget=0.1")
 	if err != nil {
 		return err
 	}
-	defer a.stop()
-	defer b.stop()
+	defer ga.stop()
+	defer gb.stop()
+	a, b := gatewaySide("A: no hedging", ga), gatewaySide("B: hedge at 100 ms", gb)
 	const rate, dur = 25, 30 * time.Second
 	r.configure("production_app -provider " + provider + " -rate 1e6 -max-concurrent 256")
 	r.configure("  A: no hedging")
@@ -171,10 +142,10 @@ func hedgingScenario(ctx context.Context, r *report) error {
 	r.configure(fmt.Sprintf("load: %d requests/s for %s to each, side by side (vegeta)", rate, dur))
 	r.progress("%d requests/s for %s to A and to B at once", rate, dur)
 	start := time.Now()
-	scs, stop := watch(start, time.Second, a.url, b.url)
-	out := sideBySide(start, rate, dur, a.url, b.url)
+	stop := watch(start, time.Second, a, b)
+	sideBySide(start, rate, dur, a, b)
 	stop()
-	sa, sb := bySecond(out[0]), bySecond(out[1])
+	sa, sb := bySecond(a.samples), bySecond(b.samples)
 	if err := r.chart(chart{Title: "p99 over the last 5 s: every slow call vs the first of two", YLabel: "milliseconds", Series: []series{
 		{Name: "A: no hedging", Color: "#d62728", Points: pointsOf(sa, func(s second) float64 { return s.p99 })},
 		{Name: "B: hedge at 100 ms", Color: "#2ca02c", Points: pointsOf(sb, func(s second) float64 { return s.p99 })},
@@ -183,18 +154,14 @@ func hedgingScenario(ctx context.Context, r *report) error {
 	}}); err != nil {
 		return err
 	}
-	la, lb := last(scs[0]), last(scs[1])
 	var t lines
 	t.line("| gateway | p50 | p95 | p99 | slowest | answered | failed | upstream calls per request | hedges started | hedges won |")
 	t.line("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
-	for _, g := range []struct {
-		name string
-		s    summary
-		m    scrape
-	}{{"A: no hedging", summarise(out[0], 0, 1e9), la}, {"B: hedge at 100 ms", summarise(out[1], 0, 1e9), lb}} {
-		calls := (g.m.attempts + g.m.hedgesStarted) / float64(max(1, g.s.ok+g.s.failed))
+	for _, g := range []*side{a, b} {
+		s, m := summarise(g.samples), g.scraper.last()
+		calls := (m.attempts + m.hedgesStarted) / float64(max(1, s.ok+s.failed))
 		t.line(fmt.Sprintf("| %s | %.0f ms | %.0f ms | %.0f ms | %.0f ms | %d | %d | %.3f | %.0f | %.0f |", g.name,
-			g.s.p50, g.s.p95, g.s.p99, g.s.max, g.s.ok, g.s.failed, calls, g.m.hedgesStarted, g.m.hedgesWon))
+			s.p50, s.p95, s.p99, s.max, s.ok, s.failed, calls, m.hedgesStarted, m.hedgesWon))
 	}
 	t.line("")
 	t.line("(Quantiles over every answered request of the run. Upstream calls: the retry loop's attempts plus the hedges, per request sent.)")
@@ -206,12 +173,13 @@ func retryBudgetScenario(ctx context.Context, r *report) error {
 	provider := fmt.Sprintf("name=alpha,latency=20ms,jitter=5ms,outage=10s-25s,seed=%d", r.seed)
 	common := []string{"-provider", provider, "-rate=1e6", "-burst=1000000", "-max-concurrent=256", "-max-per-tenant=0",
 		"-max-attempts=3", "-base-backoff=10ms", "-max-backoff=50ms", "-failure-threshold=1000000"}
-	a, b, err := startPair(ctx, common, "-retry-budget=0.1", "-retry-budget-min=1")
+	ga, gb, err := startPair(ctx, common, "-retry-budget=0.1", "-retry-budget-min=1")
 	if err != nil {
 		return err
 	}
-	defer a.stop()
-	defer b.stop()
+	defer ga.stop()
+	defer gb.stop()
+	a, b := gatewaySide("A: no budget", ga), gatewaySide("B: retry budget", gb)
 	const rate, dur = 40, 35 * time.Second
 	r.configure("production_app -provider " + provider)
 	r.configure("               -max-attempts 3 -base-backoff 10ms -max-backoff 50ms -failure-threshold 1000000")
@@ -220,14 +188,14 @@ func retryBudgetScenario(ctx context.Context, r *report) error {
 	r.configure(fmt.Sprintf("load: %d requests/s for %s to each, side by side (vegeta)", rate, dur))
 	r.progress("%d requests/s for %s to A and to B at once; alpha answers 503 from 10 s to 25 s", rate, dur)
 	start := time.Now()
-	scs, stop := watch(start, time.Second, a.url, b.url)
-	out := sideBySide(start, rate, dur, a.url, b.url)
+	stop := watch(start, time.Second, a, b)
+	sideBySide(start, rate, dur, a, b)
 	stop()
 	fault := []band{{From: 10, To: 25, Label: "alpha answers 503"}}
 	attempts := func(s scrape) float64 { return s.attempts }
 	if err := r.chart(chart{Title: "Calls reaching the provider per second: the outage triples them, unless a budget says no", YLabel: "calls per second", Bands: fault, Series: []series{
-		{Name: "A: no budget", Color: "#d62728", Points: perSecond(scs[0].scrapes(), attempts)},
-		{Name: "B: retry budget 10 % + 1/s", Color: "#2ca02c", Points: perSecond(scs[1].scrapes(), attempts)},
+		{Name: "A: no budget", Color: "#d62728", Points: perSecond(a.scraper.scrapes(), attempts)},
+		{Name: "B: retry budget 10 % + 1/s", Color: "#2ca02c", Points: perSecond(b.scraper.scrapes(), attempts)},
 		{Name: "requests sent (each)", Color: "#7f7f7f", Dashed: true, Points: []point{{0, rate}, {dur.Seconds(), rate}}},
 	}}); err != nil {
 		return err
@@ -235,29 +203,26 @@ func retryBudgetScenario(ctx context.Context, r *report) error {
 	var t lines
 	t.line("| gateway | phase | requests | calls to the provider | calls per request | retries refused | p50 of the failures |")
 	t.line("| --- | --- | ---: | ---: | ---: | ---: | ---: |")
-	for i, name := range []string{"A: no budget", "B: retry budget"} {
-		for _, ph := range []struct {
-			name     string
-			from, to float64
-		}{{"before (0–10 s)", 0, 10}, {"outage (10–25 s)", 10, 25}, {"after (25–35 s)", 25, 36}} {
+	for _, g := range []*side{a, b} {
+		sc := g.scraper.scrapes()
+		for _, ph := range []band{{From: 0, To: 10, Label: "before (0–10 s)"}, {From: 10, To: 25, Label: "outage (10–25 s)"}, {From: 25, To: 36, Label: "after (25–35 s)"}} {
 			n := 0
 			var failLats []float64
-			for _, s := range out[i] {
-				if s.at >= ph.from && s.at < ph.to {
+			for _, s := range g.samples {
+				if ph.contains(s.at) {
 					n++
 					if s.code >= 300 {
 						failLats = append(failLats, float64(s.lat.Microseconds())/1000)
 					}
 				}
 			}
-			sc := scs[i].scrapes()
-			calls := between(sc, ph.from, ph.to, attempts)
-			refused := between(sc, ph.from, ph.to, func(s scrape) float64 { return s.refused })
+			calls := between(sc, ph, attempts)
+			refused := between(sc, ph, func(s scrape) float64 { return s.refused })
 			failP50 := "—"
 			if len(failLats) > 0 {
 				failP50 = fmt.Sprintf("%.0f ms", quantile(failLats, 0.5))
 			}
-			t.line(fmt.Sprintf("| %s | %s | %d | %.0f | %.2f | %.0f | %s |", name, ph.name, n, calls, calls/float64(max(1, n)), refused, failP50))
+			t.line(fmt.Sprintf("| %s | %s | %d | %.0f | %.2f | %.0f | %s |", g.name, ph.Label, n, calls, calls/float64(max(1, n)), refused, failP50))
 		}
 	}
 	t.line("")
@@ -270,12 +235,13 @@ func adaptiveScenario(ctx context.Context, r *report) error {
 	provider := fmt.Sprintf("name=alpha,latency=50ms,jitter=10ms,capacity=8,slow=15s-35s:150ms@1,seed=%d", r.seed)
 	common := []string{"-provider", provider, "-rate=1e6", "-burst=1000000", "-max-concurrent=64", "-max-per-tenant=0",
 		"-attempt-timeout=2s", "-total-timeout=5s"}
-	a, b, err := startPair(ctx, common, "-adaptive-limit=gradient")
+	ga, gb, err := startPair(ctx, common, "-adaptive-limit=gradient")
 	if err != nil {
 		return err
 	}
-	defer a.stop()
-	defer b.stop()
+	defer ga.stop()
+	defer gb.stop()
+	a, b := gatewaySide("A: fixed limit", ga), gatewaySide("B: adaptive limit", gb)
 	const rate, dur = 60, 50 * time.Second
 	r.configure("production_app -provider " + provider)
 	r.configure("               -max-concurrent 64 -attempt-timeout 2s -total-timeout 5s")
@@ -284,13 +250,13 @@ func adaptiveScenario(ctx context.Context, r *report) error {
 	r.configure(fmt.Sprintf("load: %d requests/s for %s to each, side by side (vegeta)", rate, dur))
 	r.progress("%d requests/s for %s to A and to B at once; every call is 150 ms slower from 15 s to 35 s", rate, dur)
 	start := time.Now()
-	scs, stop := watch(start, 250*time.Millisecond, a.url, b.url)
-	out := sideBySide(start, rate, dur, a.url, b.url)
+	stop := watch(start, 250*time.Millisecond, a, b)
+	sideBySide(start, rate, dur, a, b)
 	stop()
-	sa, sb := bySecond(out[0]), bySecond(out[1])
+	sa, sb := bySecond(a.samples), bySecond(b.samples)
 	fault := []band{{From: 15, To: 35, Label: "every call +150 ms"}}
 	var limit, inFlight []point
-	for _, s := range scs[1].scrapes() {
+	for _, s := range b.scraper.scrapes() {
 		limit, inFlight = append(limit, point{s.t, s.limit}), append(inFlight, point{s.t, s.inFlight})
 	}
 	if err := r.chart(chart{Title: "B: the limit falls to the provider's capacity, and the excess waits at the gateway", YLabel: "calls at once", Bands: fault, Series: []series{
@@ -305,23 +271,23 @@ func adaptiveScenario(ctx context.Context, r *report) error {
 	}}); err != nil {
 		return err
 	}
-	phases := [][3]any{{"before (0–15 s)", 0.0, 15.0}, {"brown-out (15–35 s)", 15.0, 35.0}, {"after (35–50 s)", 35.0, 51.0}}
+	phases := []band{{From: 0, To: 15, Label: "before (0–15 s)"}, {From: 15, To: 35, Label: "brown-out (15–35 s)"}, {From: 35, To: 51, Label: "after (35–50 s)"}}
 	r.text("A, fixed limit:\n\n" + phaseTable(sa, phases))
 	r.text("B, adaptive limit:\n\n" + phaseTable(sb, phases))
 	t := lines{"| phase | B's limit (B's calls at the provider, at most): min / median / max | B's requests in flight: median / max | A's requests in flight (every one of them a call at the provider): median / max |", "| --- | ---: | ---: | ---: |"}
 	for _, ph := range phases {
 		var lim, in, inA []float64
-		for _, s := range scs[1].scrapes() {
-			if s.t >= ph[1].(float64) && s.t < ph[2].(float64) {
+		for _, s := range b.scraper.scrapes() {
+			if ph.contains(s.t) {
 				lim, in = append(lim, s.limit), append(in, s.inFlight)
 			}
 		}
-		for _, s := range scs[0].scrapes() {
-			if s.t >= ph[1].(float64) && s.t < ph[2].(float64) {
+		for _, s := range a.scraper.scrapes() {
+			if ph.contains(s.t) {
 				inA = append(inA, s.inFlight)
 			}
 		}
-		t.line(fmt.Sprintf("| %s | %.0f / %.0f / %.0f | %.0f / %.0f | %.0f / %.0f |", ph[0], quantile(lim, 0), quantile(lim, 0.5), quantile(lim, 1),
+		t.line(fmt.Sprintf("| %s | %.0f / %.0f / %.0f | %.0f / %.0f | %.0f / %.0f |", ph.Label, quantile(lim, 0), quantile(lim, 0.5), quantile(lim, 1),
 			quantile(in, 0.5), quantile(in, 1), quantile(inA, 0.5), quantile(inA, 1)))
 	}
 	t.line("")

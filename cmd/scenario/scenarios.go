@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"maps"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -11,7 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sort"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -25,28 +24,6 @@ const chatBody = `{"model":"auto","messages":[{"role":"user","content":"how does
 func chatTarget(url, tenant string) vegeta.Target {
 	return vegeta.Target{Method: http.MethodPost, URL: url + "/v1/chat/completions", Body: []byte(chatBody),
 		Header: http.Header{"Content-Type": {"application/json"}, "X-Tenant-ID": {tenant}}}
-}
-
-func init() {
-	register(scenario{name: "brownout", title: "a brown-out: one provider slows for some calls",
-		lesson: "Between 15 s and 35 s, 2% of the provider's calls take 700 ms more. The median does not " +
-			"move, nor does p95; p99 jumps. A dashboard of averages or p50 shows a healthy service while one " +
-			"request in twelve is slow — which is why the gateway exports histograms, and why alerts watch p99.",
-		run: brownout})
-	register(scenario{name: "outage", title: "an outage and its recovery",
-		lesson: "The primary provider answers 503 from 15 s to 30 s. Its breaker opens after three failures " +
-			"and the fallback carries the traffic (the requests that found the primary failing still succeed, " +
-			"one attempt later); every 5 s one probe tests the primary, and once it answers the breaker closes " +
-			"and traffic returns.",
-		run: outage})
-	register(scenario{name: "burst", title: "a burst against the rate limiter vs the semaphore alone",
-		lesson: "One tenant sends 120 requests a second at a provider that takes 200 ms, to two gateways " +
-			"with 16 slots each. With a per-tenant rate limit (20/s) the excess is refused at once (429, in " +
-			"microseconds) and what is admitted is fast. With only the semaphore, everything queues: the " +
-			"queue fills, waits reach the 1 s limit, and requests are shed with 503 after waiting — slow " +
-			"failures instead of fast ones, and every answer a second late. A's 20/s is this tenant's quota, " +
-			"not the gateway's capacity (80/s here): the slots it leaves free are other tenants' to use.",
-		run: burst})
 }
 
 func brownout(ctx context.Context, r *report) error {
@@ -69,7 +46,7 @@ func brownout(ctx context.Context, r *report) error {
 	}}); err != nil {
 		return err
 	}
-	r.text(phaseTable(secs, [][3]any{{"before (0–15 s)", 0.0, 15.0}, {"brown-out (15–35 s)", 15.0, 35.0}, {"after (35–50 s)", 35.0, 51.0}}))
+	r.text(phaseTable(secs, []band{{From: 0, To: 15, Label: "before (0–15 s)"}, {From: 15, To: 35, Label: "brown-out (15–35 s)"}, {From: 35, To: 51, Label: "after (35–50 s)"}}))
 	return nil
 }
 
@@ -105,7 +82,7 @@ func outage(ctx context.Context, r *report) error {
 	}
 	var state []point
 	for _, s := range sc.scrapes() {
-		state = append(state, point{s.t, s.breakers["alpha/alpha-1"]})
+		state = append(state, point{s.t, s.breakers[upstream{provider: "alpha", model: "alpha-1"}]})
 	}
 	if err := r.chart(chart{Title: "alpha's breaker: 0 closed, 1 open, 2 half-open", YLabel: "state", YMax: 2, Bands: fault,
 		Series: []series{{Name: "alpha/alpha-1", Color: "#9467bd", Points: state}}}); err != nil {
@@ -117,7 +94,7 @@ func outage(ctx context.Context, r *report) error {
 	}}); err != nil {
 		return err
 	}
-	r.text(phaseTable(secs, [][3]any{{"before (0–15 s)", 0.0, 15.0}, {"outage (15–30 s)", 15.0, 30.0}, {"after (30–45 s)", 30.0, 46.0}}))
+	r.text(phaseTable(secs, []band{{From: 0, To: 15, Label: "before (0–15 s)"}, {From: 15, To: 30, Label: "outage (15–30 s)"}, {From: 30, To: 46, Label: "after (30–45 s)"}}))
 	return nil
 }
 
@@ -161,25 +138,10 @@ func burst(ctx context.Context, r *report) error {
 	}}); err != nil {
 		return err
 	}
-	r.text("A, rate limit + semaphore:\n\n" + phaseTable(a, [][3]any{{"the burst", 0.0, 16.0}}))
-	r.text("B, semaphore alone:\n\n" + phaseTable(b, [][3]any{{"the burst", 0.0, 16.0}}))
+	throughout := []band{{From: 0, To: 16, Label: "the burst"}}
+	r.text("A, rate limit + semaphore:\n\n" + phaseTable(a, throughout))
+	r.text("B, semaphore alone:\n\n" + phaseTable(b, throughout))
 	return nil
-}
-
-func init() {
-	register(scenario{name: "replicas", title: "three replicas, one tenant: in-process limits vs Redis",
-		lesson: "One tenant's traffic is spread over three replicas, each with a 10 requests/s limit for it. " +
-			"With production_app's in-process token buckets each replica grants its own 10/s: the tenant gets " +
-			"about 30/s, three times its quota. With secure_app the buckets are one, on Redis: about 10/s, " +
-			"whatever the number of replicas.",
-		run: replicas})
-	register(scenario{name: "redis-outage", title: "Redis goes down under secure_app: fail closed vs fail open",
-		lesson: "Redis holds secure_app's shared limits. From 10 s to 20 s it is down. Failing closed (the " +
-			"default) refuses every request with a 503 that says why, at once; failing open (-ratelimit-fail-open) " +
-			"keeps serving with no limits enforced — and every request pays each limit's Redis timeout on the way, " +
-			"so latency rises by that much. Both recover by themselves when Redis returns. The choice is " +
-			"availability against budget, made in advance.",
-		run: redisOutage})
 }
 
 // jwtSecret is the scenarios' dev secret; their tokens live only as long as the run.
@@ -311,30 +273,33 @@ func redisOutage(ctx context.Context, r *report) error {
 	r.configure("load: 20 requests/s to each for 30 s, one enterprise tenant (vegeta); Redis is killed at 10 s and restarted at 20 s")
 	r.progress("20 requests/s to each for 30 s; Redis is down from 10 s to 20 s")
 	start := time.Now()
-	outage := time.AfterFunc(10*time.Second, func() { rs.stop() })
-	defer outage.Stop()
+	// The fault, on schedule: Redis stops at 10 s and starts again on the
+	// same address at 20 s. This goroutine owns rs until it reports on
+	// restarted, which every return below waits for.
 	restarted := make(chan error, 1)
-	back := time.AfterFunc(20*time.Second, func() {
+	go func() {
+		if err := at(ctx, start, 10*time.Second); err != nil {
+			restarted <- err
+			return
+		}
+		rs.stop()
+		if err := at(ctx, start, 20*time.Second); err != nil {
+			restarted <- err
+			return
+		}
 		s, err := startRedis(ctx, rs.addr)
 		if err == nil {
 			rs = s
 		}
 		restarted <- err
-	})
-	defer back.Stop()
-	results := make(chan []second, 2)
-	for _, t := range []vegeta.Target{tieredTarget(closed.url, token), tieredTarget(open.url, token)} {
-		go func() {
-			results <- bySecond(load{name: t.URL, targets: []vegeta.Target{t}, rate: 20, dur: 30 * time.Second}.run(start))
-		}()
-	}
-	a, b := <-results, <-results
-	if len(a) > 0 && len(b) > 0 && a[len(a)/2].ok > b[len(b)/2].ok { // keep "fail closed" first
-		a, b = b, a
-	}
+	}()
+	failClosed := &side{name: "fail closed", target: tieredTarget(closed.url, token)}
+	failOpen := &side{name: "fail open", target: tieredTarget(open.url, token)}
+	sideBySide(start, 20, 30*time.Second, failClosed, failOpen)
 	if err := <-restarted; err != nil {
 		return err
 	}
+	a, b := bySecond(failClosed.samples), bySecond(failOpen.samples)
 	fault := []band{{From: 10, To: 20, Label: "Redis down"}}
 	if err := r.chart(chart{Title: "Fail closed (default): refused with 503 while Redis is down", YLabel: "requests per second", YMax: 25, Bands: fault, Series: []series{
 		{Name: "answered", Color: "#2ca02c", Points: pointsOf(a, func(s second) float64 { return float64(s.ok) })},
@@ -348,56 +313,49 @@ func redisOutage(ctx context.Context, r *report) error {
 	}}); err != nil {
 		return err
 	}
-	r.text("Fail closed:\n\n" + phaseTable(a, [][3]any{{"before", 0.0, 10.0}, {"Redis down", 10.0, 20.0}, {"after", 20.0, 31.0}}))
-	r.text("Fail open:\n\n" + phaseTable(b, [][3]any{{"before", 0.0, 10.0}, {"Redis down", 10.0, 20.0}, {"after", 20.0, 31.0}}))
+	phases := []band{{From: 0, To: 10, Label: "before"}, {From: 10, To: 20, Label: "Redis down"}, {From: 20, To: 31, Label: "after"}}
+	r.text("Fail closed:\n\n" + phaseTable(a, phases))
+	r.text("Fail open:\n\n" + phaseTable(b, phases))
 	return nil
-}
-
-func init() {
-	register(scenario{name: "rolling-deploy", title: "a rolling deploy under load: SIGTERM one of two replicas",
-		lesson: "Two production_app replicas behind a load balancer that follows /readyz. At 10 s replica A " +
-			"gets SIGTERM: its /readyz turns 503 at once, the balancer stops sending it new requests within " +
-			"its next check, and A drains what it holds before it exits. At 13 s its replacement A′ starts " +
-			"and joins when ready. Nothing is lost: no request fails.",
-		run: rollingDeploy})
 }
 
 // balancer round-robins over the backends whose /readyz answers 200,
 // checking every 100 ms — a load balancer in a few lines.
 type balancer struct {
 	mu    sync.Mutex
-	all   map[string]string // backend URL → its readiness URL
-	ready []string
+	all   []*backend
+	ready []*backend // by URL
 	next  int
 }
 
-func (b *balancer) add(url, readyz string) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.all[url] = readyz
+// backend is one server behind the balancer.
+type backend struct {
+	url    string
+	readyz *http.Request // its readiness check
+	proxy  *httputil.ReverseProxy
 }
 
+func (b *balancer) add(url, readyz string) error {
+	target, err := neturl.Parse(url)
+	if err != nil {
+		return err
+	}
+	check, err := http.NewRequest(http.MethodGet, readyz, nil)
+	if err != nil {
+		return err
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.all = append(b.all, &backend{url: url, readyz: check, proxy: httputil.NewSingleHostReverseProxy(target)})
+	return nil
+}
+
+// check refreshes the ready set every 100 ms until ctx ends.
 func (b *balancer) check(ctx context.Context) {
 	t := time.NewTicker(100 * time.Millisecond)
 	defer t.Stop()
 	for {
-		b.mu.Lock()
-		all := maps.Clone(b.all)
-		b.mu.Unlock()
-		var ready []string
-		for url, readyz := range all {
-			resp, err := http.Get(readyz)
-			if err == nil {
-				_ = resp.Body.Close()
-				if resp.StatusCode == http.StatusOK {
-					ready = append(ready, url)
-				}
-			}
-		}
-		sort.Strings(ready)
-		b.mu.Lock()
-		b.ready = ready
-		b.mu.Unlock()
+		b.refresh(ctx)
 		select {
 		case <-ctx.Done():
 			return
@@ -406,24 +364,46 @@ func (b *balancer) check(ctx context.Context) {
 	}
 }
 
-func (b *balancer) pick() string {
+// refresh asks every backend's /readyz once and routes to those that said yes.
+func (b *balancer) refresh(ctx context.Context) {
+	b.mu.Lock()
+	all := slices.Clone(b.all)
+	b.mu.Unlock()
+	var up []*backend
+	for _, be := range all {
+		if ready(be.readyz.WithContext(ctx)) {
+			up = append(up, be)
+		}
+	}
+	slices.SortFunc(up, func(x, y *backend) int { return strings.Compare(x.url, y.url) })
+	b.mu.Lock()
+	b.ready = up
+	b.mu.Unlock()
+}
+
+func (b *balancer) readyCount() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.ready)
+}
+
+func (b *balancer) pick() *backend {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if len(b.ready) == 0 {
-		return ""
+		return nil
 	}
 	b.next++
 	return b.ready[b.next%len(b.ready)]
 }
 
 func (b *balancer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	url := b.pick()
-	if url == "" {
+	be := b.pick()
+	if be == nil {
 		http.Error(w, "no ready backend", http.StatusBadGateway)
 		return
 	}
-	target, _ := neturl.Parse(url)
-	httputil.NewSingleHostReverseProxy(target).ServeHTTP(w, r)
+	be.proxy.ServeHTTP(w, r)
 }
 
 func rollingDeploy(ctx context.Context, r *report) error {
@@ -433,14 +413,17 @@ func rollingDeploy(ctx context.Context, r *report) error {
 	}
 	provider := fmt.Sprintf("name=alpha,latency=150ms,jitter=30ms,seed=%d", r.seed)
 	args := []string{"-provider", provider, "-rate=1e6", "-burst=1000000", "-max-per-tenant=0", "-drain-grace=5s"}
-	b := &balancer{all: map[string]string{}}
+	b := &balancer{}
 	startOne := func(name string) (*process, error) {
 		p, err := startProcess(ctx, filepath.Join(bin, "production_app"), nil, args...)
 		if err != nil {
 			return nil, err
 		}
 		r.progress("%s is up at %s", name, p.url)
-		b.add(p.url, p.adminURL+"/readyz")
+		if err := b.add(p.url, p.adminURL+"/readyz"); err != nil {
+			p.kill()
+			return nil, err
+		}
 		return p, nil
 	}
 	a, err := startOne("A")
@@ -453,12 +436,17 @@ func rollingDeploy(ctx context.Context, r *report) error {
 		return err
 	}
 	defer bb.kill()
+	// The load starts once the balancer routes to both; from then on it
+	// checks on its own.
+	bothReady := func() bool { b.refresh(ctx); return b.readyCount() == 2 }
+	if err := poll(ctx, 5*time.Second, 100*time.Millisecond, nil, bothReady); err != nil {
+		return fmt.Errorf("the load balancer did not see A and B ready: %w", err)
+	}
 	cctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	go b.check(cctx)
 	front := httptest.NewServer(b)
 	defer front.Close()
-	time.Sleep(300 * time.Millisecond) // the first readiness checks
 
 	r.configure("2 × production_app -provider " + provider + " -readiness-delay 1s -drain-grace 5s")
 	r.configure("load balancer: round-robin over the backends whose /readyz is 200, checked every 100 ms")
@@ -495,6 +483,6 @@ func rollingDeploy(ctx context.Context, r *report) error {
 	}}); err != nil {
 		return err
 	}
-	r.text(phaseTable(secs, [][3]any{{"before (0–10 s)", 0.0, 10.0}, {"the deploy (10–15 s)", 10.0, 15.0}, {"after (15–25 s)", 15.0, 26.0}}))
+	r.text(phaseTable(secs, []band{{From: 0, To: 10, Label: "before (0–10 s)"}, {From: 10, To: 15, Label: "the deploy (10–15 s)"}, {From: 15, To: 26, Label: "after (15–25 s)"}}))
 	return nil
 }

@@ -84,88 +84,117 @@ func LoadChecklist(root string) (*Checklist, error) {
 // Everything else in the file is prose. Any malformed item is an error:
 // a checklist that silently drops a line would print ✓ for less.
 func ParseChecklist(data []byte) (*Checklist, error) {
-	c := &Checklist{}
-	seen := map[string]int{}
-	var errs []error
-	var cur *ChecklistItem
-	var field string // "why" or "proof": where a continuation line goes
-	var proof strings.Builder
-	finish := func() {
-		if cur == nil {
-			return
-		}
-		if err := cur.parseProof(proof.String()); err != nil {
-			errs = append(errs, fmt.Errorf("line %d: %s: %w", cur.Line, cur.ID, err))
-		}
-		if cur.Why == "" {
-			errs = append(errs, fmt.Errorf("line %d: %s has no Why: line", cur.Line, cur.ID))
-		}
-		c.Items = append(c.Items, *cur)
-		cur, field = nil, ""
-		proof.Reset()
-	}
+	p := &checklistParser{seen: map[string]int{}}
 	sc := bufio.NewScanner(bytes.NewReader(data))
-	inFence := false
 	for n := 1; sc.Scan(); n++ {
-		line := strings.TrimRight(sc.Text(), " \t")
-		if strings.HasPrefix(line, "```") {
-			finish()
-			inFence = !inFence
-			continue
-		}
-		if inFence {
-			continue
-		}
-		if m := itemLine.FindStringSubmatch(line); m != nil {
-			finish()
-			if prev, dup := seen[m[1]]; dup {
-				errs = append(errs, fmt.Errorf("line %d: %s is already used on line %d", n, m[1], prev))
-			}
-			seen[m[1]] = n
-			cur = &ChecklistItem{ID: m[1], Promise: strings.TrimSuffix(strings.TrimSpace(m[2]), "."), Line: n}
-			continue
-		}
-		if itemStart.MatchString(line) {
-			finish()
-			errs = append(errs, fmt.Errorf("line %d: an item starts with - **ID** where ID is like ADM-3: %q", n, line))
-			continue
-		}
-		if cur == nil {
-			continue
-		}
-		if m := fieldStart.FindStringSubmatch(line); m != nil {
-			field = strings.ToLower(m[1])
-			if field == "why" {
-				cur.Why = strings.TrimSpace(m[2])
-			} else {
-				proof.WriteString(m[2] + " ")
-			}
-			continue
-		}
-		if strings.HasPrefix(line, "  ") && strings.TrimSpace(line) != "" {
-			switch field {
-			case "why":
-				cur.Why += " " + strings.TrimSpace(line)
-			case "proof":
-				proof.WriteString(strings.TrimSpace(line) + " ")
-			default:
-				errs = append(errs, fmt.Errorf("line %d: %s: a line under an item must start with Why or Proof (and a colon)", n, cur.ID))
-			}
-			continue
-		}
-		finish()
+		p.line(n, strings.TrimRight(sc.Text(), " \t"))
 	}
-	finish()
+	p.finish()
 	if err := sc.Err(); err != nil {
 		return nil, err
 	}
-	if len(errs) > 0 {
-		return nil, fmt.Errorf("%w: %s\n%w", ErrBadChecklist, ChecklistFile, errors.Join(errs...))
+	if len(p.errs) > 0 {
+		return nil, fmt.Errorf("%w: %s\n%w", ErrBadChecklist, ChecklistFile, errors.Join(p.errs...))
 	}
-	if len(c.Items) == 0 {
+	if len(p.items) == 0 {
 		return nil, fmt.Errorf("%w: %s has no items (- **ID** promise)", ErrBadChecklist, ChecklistFile)
 	}
-	return c, nil
+	return &Checklist{Items: p.items}, nil
+}
+
+// checklistParser is ParseChecklist's state between lines: the items read
+// so far, the one being read and which of its fields a continuation line
+// extends, and every error found (all are reported, not just the first).
+type checklistParser struct {
+	items   []ChecklistItem
+	seen    map[string]int // ID → the line that used it
+	errs    []error
+	inFence bool
+	cur     *ChecklistItem
+	field   string // "why" or "proof": where a continuation line goes
+	proof   strings.Builder
+}
+
+// line reads line n: a code fence, an item's first line, one of its
+// fields or their continuation, or prose (which ends the item).
+func (p *checklistParser) line(n int, line string) {
+	if strings.HasPrefix(line, "```") {
+		p.finish()
+		p.inFence = !p.inFence
+		return
+	}
+	if p.inFence {
+		return
+	}
+	if m := itemLine.FindStringSubmatch(line); m != nil {
+		p.start(n, m[1], m[2])
+		return
+	}
+	if itemStart.MatchString(line) {
+		p.finish()
+		p.errs = append(p.errs, fmt.Errorf("line %d: an item starts with - **ID** where ID is like ADM-3: %q", n, line))
+		return
+	}
+	if p.cur == nil {
+		return
+	}
+	if m := fieldStart.FindStringSubmatch(line); m != nil {
+		p.startField(m[1], m[2])
+		return
+	}
+	if strings.HasPrefix(line, "  ") && strings.TrimSpace(line) != "" {
+		p.continueField(n, line)
+		return
+	}
+	p.finish()
+}
+
+// start begins item id on line n, after finishing the one before.
+func (p *checklistParser) start(n int, id, promise string) {
+	p.finish()
+	if prev, dup := p.seen[id]; dup {
+		p.errs = append(p.errs, fmt.Errorf("line %d: %s is already used on line %d", n, id, prev))
+	}
+	p.seen[id] = n
+	p.cur = &ChecklistItem{ID: id, Promise: strings.TrimSuffix(strings.TrimSpace(promise), "."), Line: n}
+}
+
+// startField reads a "Why:" or "Proof:" line.
+func (p *checklistParser) startField(name, text string) {
+	p.field = strings.ToLower(name)
+	if p.field == "why" {
+		p.cur.Why = strings.TrimSpace(text)
+	} else {
+		p.proof.WriteString(text + " ")
+	}
+}
+
+// continueField adds an indented line to the field above it.
+func (p *checklistParser) continueField(n int, line string) {
+	switch p.field {
+	case "why":
+		p.cur.Why += " " + strings.TrimSpace(line)
+	case "proof":
+		p.proof.WriteString(strings.TrimSpace(line) + " ")
+	default:
+		p.errs = append(p.errs, fmt.Errorf("line %d: %s: a line under an item must start with Why or Proof (and a colon)", n, p.cur.ID))
+	}
+}
+
+// finish checks the item being read, if any, and adds it to the list.
+func (p *checklistParser) finish() {
+	if p.cur == nil {
+		return
+	}
+	if err := p.cur.parseProof(p.proof.String()); err != nil {
+		p.errs = append(p.errs, fmt.Errorf("line %d: %s: %w", p.cur.Line, p.cur.ID, err))
+	}
+	if p.cur.Why == "" {
+		p.errs = append(p.errs, fmt.Errorf("line %d: %s has no Why: line", p.cur.Line, p.cur.ID))
+	}
+	p.items = append(p.items, *p.cur)
+	p.cur, p.field = nil, ""
+	p.proof.Reset()
 }
 
 // parseProof reads the code spans of a Proof: a package, its optional

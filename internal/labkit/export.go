@@ -61,72 +61,18 @@ func Export(ctx context.Context, opts ExportOptions) (*ExportReport, error) {
 	if err != nil {
 		return nil, err
 	}
-	c, err := LoadCatalog(root)
-	if err != nil {
-		return nil, err
-	}
-	pristine := map[string]map[string][]byte{}
 	rep := &ExportReport{Dir: dir}
-	for _, l := range c.BuiltLabs() {
-		d, err := CompareTests(root, l)
-		if err != nil {
-			return nil, err
-		}
-		if !d.Empty() {
-			return nil, fmt.Errorf("lab %s: the test files in labs/ and the pristine ones differ (%s); a template must ship the tests it grades with: run labctl verify %s", l.Number, d, l.Number)
-		}
-		if pristine[l.Dir], err = PristineTests(root, l); err != nil {
-			return nil, err
-		}
-		rep.Labs = append(rep.Labs, l.Dir)
-		rep.Tests += len(pristine[l.Dir])
-	}
-	files, err := courseFiles(ctx, root)
+	pristine, err := pristineOfLabs(root, rep)
 	if err != nil {
 		return nil, err
 	}
 	if out, err := gitOutput(ctx, root, "rev-parse", "HEAD"); err == nil {
 		rep.Commit = strings.TrimSpace(string(out))
 	}
-	for _, rel := range files {
-		if !exported(rel) {
-			continue
-		}
-		src := filepath.Join(root, filepath.FromSlash(rel))
-		fi, err := os.Stat(src)
-		if err != nil {
-			if os.IsNotExist(err) {
-				continue // deleted in the working tree, still in the index
-			}
-			return nil, err
-		}
-		if !fi.Mode().IsRegular() {
-			continue
-		}
-		data, err := os.ReadFile(src)
-		if err != nil {
-			return nil, err
-		}
-		switch rel {
-		case "Makefile":
-			var dropped []string
-			if data, dropped, err = LearnerMakefile(data); err != nil {
-				return nil, err
-			}
-			rep.Dropped = dropped
-		case "README.md":
-			data = append(learnerNotice(rep.Commit), data...)
-		}
-		if err := writeFile(dir, rel, data, fi.Mode().Perm()); err != nil {
-			return nil, err
-		}
-		rep.Files++
-	}
-	var archive bytes.Buffer
-	if err := WritePristineArchive(&archive, pristine); err != nil {
+	if err := copyCourse(ctx, root, dir, rep); err != nil {
 		return nil, err
 	}
-	if err := writeFile(dir, PristineArchive, archive.Bytes(), 0o644); err != nil {
+	if err := exportArchive(dir, pristine); err != nil {
 		return nil, err
 	}
 	rep.Files++
@@ -143,6 +89,98 @@ func Export(ctx context.Context, opts ExportOptions) (*ExportReport, error) {
 		}
 	}
 	return rep, nil
+}
+
+// pristineOfLabs reads the pristine test files of every built lab, lab
+// directory → file name → content, and notes the labs and the count in
+// rep. A lab whose tests in labs/ differ from them is an error: a template
+// must ship the tests it grades with.
+func pristineOfLabs(root string, rep *ExportReport) (map[string]map[string][]byte, error) {
+	c, err := LoadCatalog(root)
+	if err != nil {
+		return nil, err
+	}
+	pristine := map[string]map[string][]byte{}
+	for _, l := range c.BuiltLabs() {
+		d, err := CompareTests(root, l)
+		if err != nil {
+			return nil, err
+		}
+		if !d.Empty() {
+			return nil, fmt.Errorf("lab %s: the test files in labs/ and the pristine ones differ (%s); a template must ship the tests it grades with: run labctl verify %s", l.Number, d, l.Number)
+		}
+		if pristine[l.Dir], err = PristineTests(root, l); err != nil {
+			return nil, err
+		}
+		rep.Labs = append(rep.Labs, l.Dir)
+		rep.Tests += len(pristine[l.Dir])
+	}
+	return pristine, nil
+}
+
+// copyCourse copies the course files a template holds (see exported) from
+// root into dir, each in its learner's edition, and counts them in rep.
+func copyCourse(ctx context.Context, root, dir string, rep *ExportReport) error {
+	files, err := courseFiles(ctx, root)
+	if err != nil {
+		return err
+	}
+	for _, rel := range files {
+		if !exported(rel) {
+			continue
+		}
+		src := filepath.Join(root, filepath.FromSlash(rel))
+		fi, err := os.Stat(src)
+		if err != nil {
+			if os.IsNotExist(err) {
+				continue // deleted in the working tree, still in the index
+			}
+			return err
+		}
+		if !fi.Mode().IsRegular() {
+			continue
+		}
+		data, err := os.ReadFile(src)
+		if err != nil {
+			return err
+		}
+		if data, err = learnerEdition(rel, data, rep); err != nil {
+			return err
+		}
+		if err := writeFile(dir, rel, data, fi.Mode().Perm()); err != nil {
+			return err
+		}
+		rep.Files++
+	}
+	return nil
+}
+
+// learnerEdition is a course file as the template holds it: the Makefile
+// cut to the learner's targets (the ones it drops noted in rep), the README
+// under a notice that says what is missing; every other file as it is.
+func learnerEdition(rel string, data []byte, rep *ExportReport) ([]byte, error) {
+	switch rel {
+	case "Makefile":
+		mk, dropped, err := LearnerMakefile(data)
+		if err != nil {
+			return nil, err
+		}
+		rep.Dropped = dropped
+		return mk, nil
+	case "README.md":
+		return append(learnerNotice(rep.Commit), data...), nil
+	}
+	return data, nil
+}
+
+// exportArchive packs the pristine tests into the template's
+// PristineArchive, which grading and the edited-tests banner read there.
+func exportArchive(dir string, pristine map[string]map[string][]byte) error {
+	var archive bytes.Buffer
+	if err := WritePristineArchive(&archive, pristine); err != nil {
+		return err
+	}
+	return writeFile(dir, PristineArchive, archive.Bytes(), 0o644)
 }
 
 // exportPaths resolves the root and the destination, which must be empty

@@ -22,72 +22,121 @@ import (
 // that depends on a dropped one is an error: the template would not work,
 // and the list of learner targets needs a look.
 func LearnerMakefile(src []byte) ([]byte, []string, error) {
-	paras := makeParagraphs(string(src))
-	defined := map[string]bool{}
-	for _, p := range paras {
+	m := newMakefileCut(src)
+	m.keepLearnerRules()
+	if err := m.refuseDroppedPrereqs(); err != nil {
+		return nil, nil, err
+	}
+	m.keepUsedVariables()
+	m.keepPhonyAndHeadings()
+	out := m.render()
+	slices.Sort(m.dropped)
+	return out, m.dropped, nil
+}
+
+// makefileCut is LearnerMakefile's work: the Makefile's paragraphs and
+// which of them stay, decided a step at a time.
+type makefileCut struct {
+	paras   []makeParagraph
+	keep    []bool          // paras[i] stays
+	defined map[string]bool // every target the Makefile defines
+	dropped []string        // the targets of the rules that go
+	kept    strings.Builder // the text kept so far: the variables it uses stay too
+}
+
+func newMakefileCut(src []byte) *makefileCut {
+	m := &makefileCut{paras: makeParagraphs(string(src)), defined: map[string]bool{}}
+	m.keep = make([]bool, len(m.paras))
+	for _, p := range m.paras {
 		for _, t := range p.targets {
-			defined[t] = true
+			m.defined[t] = true
 		}
 	}
-	keep := make([]bool, len(paras))
-	var kept strings.Builder
-	var dropped []string
-	for i, p := range paras {
+	return m
+}
+
+// keepLearnerRules keeps every paragraph that defines a learner target and
+// drops every other rule.
+func (m *makefileCut) keepLearnerRules() {
+	for i, p := range m.paras {
 		if len(p.targets) == 0 {
 			continue
 		}
 		if slices.ContainsFunc(p.targets, func(t string) bool { return slices.Contains(learnerTargets, t) }) {
-			keep[i] = true
-			kept.WriteString(p.text)
+			m.keepParagraph(i)
 			continue
 		}
-		dropped = append(dropped, p.targets...)
+		m.dropped = append(m.dropped, p.targets...)
 	}
-	for i, p := range paras {
-		if !keep[i] {
+}
+
+// refuseDroppedPrereqs fails when a kept rule needs a dropped one: the
+// template's Makefile would not work.
+func (m *makefileCut) refuseDroppedPrereqs() error {
+	for i, p := range m.paras {
+		if !m.keep[i] {
 			continue
 		}
 		for _, pre := range p.prereqs {
-			if defined[pre] && slices.Contains(dropped, pre) {
-				return nil, nil, fmt.Errorf("learner Makefile: target %s needs %s, which a template cannot keep (it needs solutions/ or maintainer tools)", strings.Join(p.targets, " "), pre)
+			if m.defined[pre] && slices.Contains(m.dropped, pre) {
+				return fmt.Errorf("learner Makefile: target %s needs %s, which a template cannot keep (it needs solutions/ or maintainer tools)", strings.Join(p.targets, " "), pre)
 			}
 		}
 	}
-	// Variables: keep a paragraph defining one that kept text uses, until
-	// nothing more is pulled in. Exports set the environment of every
-	// recipe, so they always stay.
+	return nil
+}
+
+// keepUsedVariables keeps a paragraph defining a variable that kept text
+// uses, until nothing more is pulled in. Exports set the environment of
+// every recipe, so they always stay.
+func (m *makefileCut) keepUsedVariables() {
 	for changed := true; changed; {
 		changed = false
-		text := kept.String()
-		for i, p := range paras {
-			if keep[i] || len(p.vars) == 0 {
+		text := m.kept.String()
+		for i, p := range m.paras {
+			if m.keep[i] || len(p.vars) == 0 {
 				continue
 			}
 			if p.export || slices.ContainsFunc(p.vars, func(v string) bool { return usesVar(text, v) }) {
-				keep[i] = true
-				kept.WriteString(p.text)
+				m.keepParagraph(i)
 				changed = true
 			}
 		}
 	}
-	for i, p := range paras {
+}
+
+// keepPhonyAndHeadings keeps .PHONY (render lists only the kept targets in
+// it), the file's opening comment, and a heading whose next paragraph
+// stays.
+func (m *makefileCut) keepPhonyAndHeadings() {
+	for i, p := range m.paras {
 		switch {
 		case p.phony:
-			keep[i] = true
+			m.keep[i] = true
 		case p.commentOnly:
-			keep[i] = i == 0 || (i+1 < len(paras) && keep[i+1])
+			m.keep[i] = i == 0 || (i+1 < len(m.paras) && m.keep[i+1])
 		}
 	}
+}
+
+func (m *makefileCut) keepParagraph(i int) {
+	m.keep[i] = true
+	m.kept.WriteString(m.paras[i].text)
+}
+
+// render writes the kept paragraphs, a blank line apart, and says under
+// the opening comment that this is the learner's edition.
+func (m *makefileCut) render() []byte {
 	var out strings.Builder
-	for i, p := range paras {
-		if !keep[i] {
+	for i, p := range m.paras {
+		if !m.keep[i] {
 			continue
 		}
 		if out.Len() > 0 {
 			out.WriteString("\n")
 		}
 		if p.phony {
-			out.WriteString(rewritePhony(p.text, defined, dropped))
+			out.WriteString(rewritePhony(p.text, m.defined, m.dropped))
 		} else {
 			out.WriteString(p.text)
 		}
@@ -95,8 +144,7 @@ func LearnerMakefile(src []byte) ([]byte, []string, error) {
 			out.WriteString("#\n# Learner edition, written by labctl export: the maintainers' targets\n# stay in the course repository, with the reference code they need.\n")
 		}
 	}
-	slices.Sort(dropped)
-	return []byte(out.String()), dropped, nil
+	return []byte(out.String())
 }
 
 type makeParagraph struct {

@@ -103,10 +103,18 @@ func TestFailureMessageDropsGoroutineDumps(t *testing.T) {
 func TestCatalogFindNamesValidLabs(t *testing.T) {
 	c, err := LoadCatalog("testdata/fixture")
 	require.NoError(t, err)
-	for _, name := range []string{"1", "01", "01-add", "lab-01", "labs/01-add/"} {
-		l, err := c.Find(name)
-		require.NoError(t, err, name)
-		assert.Equal(t, "01", l.Number)
+	for _, tc := range []struct{ description, name string }{
+		{"the number", "1"},
+		{"the number, two digits", "01"},
+		{"the directory's name", "01-add"},
+		{"the make target", "lab-01"},
+		{"the directory's path", "labs/01-add/"},
+	} {
+		t.Run(tc.description, func(t *testing.T) {
+			l, err := c.Find(tc.name)
+			require.NoError(t, err, tc.name)
+			assert.Equal(t, "01", l.Number)
+		})
 	}
 	_, err = c.Find("7")
 	require.True(t, errors.Is(err, ErrUnknownLab))

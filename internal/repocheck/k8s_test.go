@@ -112,12 +112,14 @@ func TestK8sManifestsMatchTheApp(t *testing.T) {
 		ports[p.Name] = p.ContainerPort
 	}
 	for name, flag := range map[string]string{"http": "addr", "admin": "admin-addr"} {
-		host, port, ok := strings.Cut(args[flag], ":")
-		require.True(t, ok, "-%s is host:port", flag)
-		assert.Equal(t, "0.0.0.0", host, "-%s must listen beyond loopback in a pod", flag)
-		n, err := strconv.Atoi(port)
-		require.NoError(t, err)
-		assert.Equal(t, int32(n), ports[name], "container port %s is -%s's port", name, flag)
+		t.Run("port "+name, func(t *testing.T) {
+			host, port, ok := strings.Cut(args[flag], ":")
+			require.True(t, ok, "-%s is host:port", flag)
+			assert.Equal(t, "0.0.0.0", host, "-%s must listen beyond loopback in a pod", flag)
+			n, err := strconv.Atoi(port)
+			require.NoError(t, err)
+			assert.Equal(t, int32(n), ports[name], "container port %s is -%s's port", name, flag)
+		})
 	}
 
 	// Probes: readiness on /readyz, liveness on /healthz, both on the admin
@@ -129,11 +131,16 @@ func TestK8sManifestsMatchTheApp(t *testing.T) {
 		probe *corev1.Probe
 		path  string
 	}{{"readiness", c.ReadinessProbe, "/readyz"}, {"liveness", c.LivenessProbe, "/healthz"}} {
-		require.NotNil(t, p.probe, "a %s probe", p.kind)
-		require.NotNil(t, p.probe.HTTPGet, "the %s probe is an HTTP GET", p.kind)
-		assert.Equal(t, p.path, p.probe.HTTPGet.Path, "the %s probe's path", p.kind)
-		assert.Equal(t, "admin", p.probe.HTTPGet.Port.String(), "the %s probe hits the admin port", p.kind)
-		assert.Contains(t, string(serve), `"GET `+p.path+`"`, "solutions/app/serve.go serves %s", p.path)
+		t.Run(p.kind+" probe", func(t *testing.T) {
+			require.NotNil(t, p.probe, "a %s probe", p.kind)
+			require.NotNil(t, p.probe.HTTPGet, "the %s probe is an HTTP GET", p.kind)
+			assert.Equal(t, p.path, p.probe.HTTPGet.Path, "the %s probe's path", p.kind)
+			assert.Equal(t, "admin", p.probe.HTTPGet.Port.String(), "the %s probe hits the admin port", p.kind)
+			assert.Contains(t, string(serve), `"GET `+p.path+`"`, "solutions/app/serve.go serves %s", p.path)
+		})
+		if p.probe == nil || p.probe.HTTPGet == nil {
+			t.FailNow() // the subtest says which; the checks below read both probes
+		}
 	}
 	assert.NotEqual(t, c.ReadinessProbe.HTTPGet.Path, c.LivenessProbe.HTTPGet.Path, "readiness and liveness are separate (DRAIN-2)")
 

@@ -179,10 +179,15 @@ func traffic(t *testing.T, reps []replica, pro, free string) int {
 	return n
 }
 
+// localClient reads the replicas' /metrics and Prometheus's query API, all
+// on loopback: a call that takes longer than this is a hung service, and
+// fails the test instead of hanging it.
+var localClient = &http.Client{Timeout: 10 * time.Second}
+
 // scrape returns a replica's /metrics page.
 func scrape(t *testing.T, r replica) []byte {
 	t.Helper()
-	resp, err := http.Get("http://" + r.admin + "/metrics")
+	resp, err := localClient.Get("http://" + r.admin + "/metrics")
 	require.NoError(t, err)
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
@@ -331,7 +336,7 @@ func startPrometheus(t *testing.T, bin string, reps []replica) string {
 // promQuery evaluates expr now and returns each series' value.
 func promQuery(t *testing.T, base, expr string) ([]float64, error) {
 	t.Helper()
-	resp, err := http.Get(base + "/api/v1/query?query=" + url.QueryEscape(expr))
+	resp, err := localClient.Get(base + "/api/v1/query?query=" + url.QueryEscape(expr))
 	if err != nil {
 		return nil, err
 	}
