@@ -123,8 +123,8 @@ func TestK8sManifestsMatchTheApp(t *testing.T) {
 	}
 
 	// Probes: readiness on /readyz, liveness on /healthz, both on the admin
-	// listener, where solutions/app registers them.
-	serve, err := os.ReadFile(filepath.Join(root(t), "solutions/app/serve.go"))
+	// listener, where solutions/service registers them.
+	serve, err := os.ReadFile(filepath.Join(root(t), "solutions/service/serve.go"))
 	require.NoError(t, err)
 	for _, p := range []struct {
 		kind  string
@@ -136,7 +136,7 @@ func TestK8sManifestsMatchTheApp(t *testing.T) {
 			require.NotNil(t, p.probe.HTTPGet, "the %s probe is an HTTP GET", p.kind)
 			assert.Equal(t, p.path, p.probe.HTTPGet.Path, "the %s probe's path", p.kind)
 			assert.Equal(t, "admin", p.probe.HTTPGet.Port.String(), "the %s probe hits the admin port", p.kind)
-			assert.Contains(t, string(serve), `"GET `+p.path+`"`, "solutions/app/serve.go serves %s", p.path)
+			assert.Contains(t, string(serve), `"GET `+p.path+`"`, "solutions/service/serve.go serves %s", p.path)
 		})
 		if p.probe == nil || p.probe.HTTPGet == nil {
 			t.FailNow() // the subtest says which; the checks below read both probes

@@ -19,7 +19,7 @@ import (
 
 	"github.com/compose-spec/compose-go/v2/cli"
 	"github.com/compose-spec/compose-go/v2/types"
-	"github.com/production-go/gateway-lab/solutions/app"
+	"github.com/production-go/gateway-lab/solutions/service"
 	"github.com/production-go/gateway-lab/solutions/identity"
 	"github.com/production-go/gateway-lab/solutions/providers/openaicompat"
 	"github.com/production-go/gateway-lab/solutions/providers/sim"
@@ -94,7 +94,7 @@ func publishes(s types.ServiceConfig, target string) bool {
 }
 
 // registerOthers registers, as plain strings, the flags secure_app has on
-// top of app.Config's, so app.Parse accepts their GATEWAY_* variables.
+// top of service.Config's, so service.Parse accepts their GATEWAY_* variables.
 func registerOthers(fs *flag.FlagSet, names map[string]bool) {
 	for n := range names {
 		if fs.Lookup(n) == nil {
@@ -177,7 +177,7 @@ func TestGatewayReplicasMatchSecureAppsFlags(t *testing.T) {
 					t.Setenv(k, env(s, k))
 				}
 			}
-			_, err = app.Parse("secure_app", nil, io.Discard, func(fs *flag.FlagSet) { registerOthers(fs, flags) })
+			_, err = service.Parse("secure_app", nil, io.Discard, func(fs *flag.FlagSet) { registerOthers(fs, flags) })
 			require.NoError(t, err, "the GATEWAY_* values parse")
 			_, _, err = identity.SecretsFromEnv(func(k string) string { return env(s, k) }, os.ReadFile)
 			require.NoError(t, err, "the JWT secret is set and long enough")
