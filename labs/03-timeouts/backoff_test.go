@@ -1,6 +1,7 @@
 package timeouts
 
 import (
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"testing"
@@ -19,36 +20,40 @@ func TestBackoffIsFullJitterWithinTheCap(t *testing.T) {
 	p := Policy{MaxAttempts: 10, BaseBackoff: 100 * time.Millisecond, MaxBackoff: time.Second, Rand: testkit.Rand(t)}
 	caps := map[int]time.Duration{1: 100 * time.Millisecond, 2: 200 * time.Millisecond, 3: 400 * time.Millisecond, 4: 800 * time.Millisecond, 5: time.Second, 6: time.Second}
 	for attempt := 1; attempt <= 6; attempt++ {
-		ceiling := caps[attempt]
-		const n = 2000
-		lo, hi, sum := time.Duration(math.MaxInt64), time.Duration(0), 0.0
-		for range n {
-			d := p.Backoff(attempt)
-			lo, hi, sum = min(lo, d), max(hi, d), sum+float64(d)
-		}
-		require.GreaterOrEqual(t, lo, time.Duration(0), "attempt %d: a backoff is never negative", attempt)
-		require.LessOrEqual(t, hi, ceiling, "attempt %d: backoff above min(MaxBackoff, Base·2^(attempt−1)) = %s", attempt, ceiling)
-		assert.Less(t, lo, ceiling/10,
-			"attempt %d: full jitter draws from [0, %s]; the smallest of %d draws was %s — is the jitter only a band around the interval?", attempt, ceiling, n, lo)
-		assert.Greater(t, hi, ceiling*9/10, "attempt %d: the largest of %d draws was %s; the range should reach up to %s", attempt, n, hi, ceiling)
-		mean := time.Duration(sum / n)
-		assert.InDelta(t, float64(ceiling/2), float64(mean), float64(ceiling)/10,
-			"attempt %d: uniform in [0, %s] should average about %s, got %s", attempt, ceiling, ceiling/2, mean)
+		t.Run(fmt.Sprintf("attempt %d", attempt), func(t *testing.T) {
+			ceiling := caps[attempt]
+			const n = 2000
+			lo, hi, sum := time.Duration(math.MaxInt64), time.Duration(0), 0.0
+			for range n {
+				d := p.Backoff(attempt)
+				lo, hi, sum = min(lo, d), max(hi, d), sum+float64(d)
+			}
+			require.GreaterOrEqual(t, lo, time.Duration(0), "attempt %d: a backoff is never negative", attempt)
+			require.LessOrEqual(t, hi, ceiling, "attempt %d: backoff above min(MaxBackoff, Base·2^(attempt−1)) = %s", attempt, ceiling)
+			assert.Less(t, lo, ceiling/10,
+				"attempt %d: full jitter draws from [0, %s]; the smallest of %d draws was %s — is the jitter only a band around the interval?", attempt, ceiling, n, lo)
+			assert.Greater(t, hi, ceiling*9/10, "attempt %d: the largest of %d draws was %s; the range should reach up to %s", attempt, n, hi, ceiling)
+			mean := time.Duration(sum / n)
+			assert.InDelta(t, float64(ceiling/2), float64(mean), float64(ceiling)/10,
+				"attempt %d: uniform in [0, %s] should average about %s, got %s", attempt, ceiling, ceiling/2, mean)
+		})
 	}
 }
 
 func TestBackoffDoesNotOverflowForLargeAttempts(t *testing.T) {
 	p := Policy{MaxAttempts: 1, BaseBackoff: time.Second, MaxBackoff: time.Minute, Rand: testkit.Rand(t)}
 	for _, attempt := range []int{30, 63, 64, 65, 100, 1000, math.MaxInt32, math.MaxInt} {
-		hi := time.Duration(0)
-		for range 50 {
-			d := p.Backoff(attempt)
-			require.GreaterOrEqual(t, d, time.Duration(0), "Backoff(%d) = %s: Base·2^(attempt−1) overflowed", attempt, d)
-			require.LessOrEqual(t, d, time.Minute, "Backoff(%d) = %s is above MaxBackoff", attempt, d)
-			hi = max(hi, d)
-		}
-		assert.Greater(t, hi, 30*time.Second,
-			"Backoff(%d): late attempts are capped at MaxBackoff (1m), so draws should reach well past 30s; the largest of 50 was %s — did Base·2^(attempt−1) wrap to zero?", attempt, hi)
+		t.Run(fmt.Sprintf("attempt %d", attempt), func(t *testing.T) {
+			hi := time.Duration(0)
+			for range 50 {
+				d := p.Backoff(attempt)
+				require.GreaterOrEqual(t, d, time.Duration(0), "Backoff(%d) = %s: Base·2^(attempt−1) overflowed", attempt, d)
+				require.LessOrEqual(t, d, time.Minute, "Backoff(%d) = %s is above MaxBackoff", attempt, d)
+				hi = max(hi, d)
+			}
+			assert.Greater(t, hi, 30*time.Second,
+				"Backoff(%d): late attempts are capped at MaxBackoff (1m), so draws should reach well past 30s; the largest of 50 was %s — did Base·2^(attempt−1) wrap to zero?", attempt, hi)
+		})
 	}
 }
 
@@ -70,11 +75,13 @@ func TestBackoffReachesBothEndsOfTheRangeExactly(t *testing.T) {
 	caps := []time.Duration{100 * time.Millisecond, 200 * time.Millisecond, 400 * time.Millisecond, 800 * time.Millisecond, time.Second, time.Second}
 	for i, ceiling := range caps {
 		attempt := i + 1
-		high := Policy{MaxAttempts: 10, BaseBackoff: 100 * time.Millisecond, MaxBackoff: time.Second, Rand: top()}
-		low := Policy{MaxAttempts: 10, BaseBackoff: 100 * time.Millisecond, MaxBackoff: time.Second, Rand: bottom()}
-		assert.Equal(t, ceiling, high.Backoff(attempt),
-			"attempt %d: the top of the jitter range is min(MaxBackoff, Base·2^(attempt−1)) itself: [0, cap] includes cap", attempt)
-		assert.Equal(t, time.Duration(0), low.Backoff(attempt), "attempt %d: the bottom of the jitter range is 0", attempt)
+		t.Run(fmt.Sprintf("attempt %d", attempt), func(t *testing.T) {
+			high := Policy{MaxAttempts: 10, BaseBackoff: 100 * time.Millisecond, MaxBackoff: time.Second, Rand: top()}
+			low := Policy{MaxAttempts: 10, BaseBackoff: 100 * time.Millisecond, MaxBackoff: time.Second, Rand: bottom()}
+			assert.Equal(t, ceiling, high.Backoff(attempt),
+				"attempt %d: the top of the jitter range is min(MaxBackoff, Base·2^(attempt−1)) itself: [0, cap] includes cap", attempt)
+			assert.Equal(t, time.Duration(0), low.Backoff(attempt), "attempt %d: the bottom of the jitter range is 0", attempt)
+		})
 	}
 }
 
@@ -123,9 +130,11 @@ func TestBackoffAtTheEdgesOfAValidPolicy(t *testing.T) {
 			{64, math.MaxInt64}, // 1s·2^63 is past any Duration: capped
 			{math.MaxInt, math.MaxInt64},
 		} {
-			if d, ok := backoffOf(t, p, c.attempt); ok {
-				assert.Equal(t, c.want, d, "MaxBackoff math.MaxInt64 is a valid policy: Backoff(%d) at the top of its range", c.attempt)
-			}
+			t.Run(fmt.Sprintf("attempt %d", c.attempt), func(t *testing.T) {
+				if d, ok := backoffOf(t, p, c.attempt); ok {
+					assert.Equal(t, c.want, d, "MaxBackoff math.MaxInt64 is a valid policy: Backoff(%d) at the top of its range", c.attempt)
+				}
+			})
 		}
 		p.Rand = nil
 		if d, ok := backoffOf(t, p, math.MaxInt); ok {
@@ -134,12 +143,14 @@ func TestBackoffAtTheEdgesOfAValidPolicy(t *testing.T) {
 	})
 	t.Run("BaseBackoff 0", func(t *testing.T) {
 		for _, maxBackoff := range []time.Duration{0, time.Second} {
-			p := Policy{MaxAttempts: 1, BaseBackoff: 0, MaxBackoff: maxBackoff, Rand: top()}
 			for _, attempt := range []int{1, 2, 64, math.MaxInt} {
-				if d, ok := backoffOf(t, p, attempt); ok {
-					assert.Equal(t, time.Duration(0), d,
-						"BaseBackoff 0 means retry without waiting: Backoff(%d) must be 0 (MaxBackoff %s)", attempt, maxBackoff)
-				}
+				t.Run(fmt.Sprintf("MaxBackoff %s attempt %d", maxBackoff, attempt), func(t *testing.T) {
+					p := Policy{MaxAttempts: 1, BaseBackoff: 0, MaxBackoff: maxBackoff, Rand: top()}
+					if d, ok := backoffOf(t, p, attempt); ok {
+						assert.Equal(t, time.Duration(0), d,
+							"BaseBackoff 0 means retry without waiting: Backoff(%d) must be 0 (MaxBackoff %s)", attempt, maxBackoff)
+					}
+				})
 			}
 		}
 	})

@@ -38,6 +38,7 @@ import (
 	"errors"
 	"time"
 
+	admission "github.com/production-go/gateway-lab/labs/02-admission"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -55,15 +56,13 @@ var (
 // DefaultTimeout bounds one decision when Config.Timeout is 0.
 const DefaultTimeout = 100 * time.Millisecond
 
-// Decision is the limiter's answer for one request.
-type Decision struct {
-	Allowed bool
-	// Remaining is the number of whole tokens left after this request.
-	Remaining int
-	// RetryAfter is 0 when allowed, else the time until one token is back
-	// (computed by the script, rounded up to the microsecond).
-	RetryAfter time.Duration
-}
+// Decision is the limiter's answer for one request. It is lab 02's own
+// type, not a copy: a *Limiter is an admission.Limiter, so lab 02's
+// Admitter takes the Redis limiter in place of its in-process buckets.
+// Here RetryAfter is computed by the script, rounded up to the microsecond.
+type Decision = admission.Decision
+
+var _ admission.Limiter = (*Limiter)(nil) // the compiler checks the drop-in claim
 
 // Config configures a Limiter.
 type Config struct {

@@ -262,18 +262,31 @@ func TestSlowRedisIsBoundedByTheLimitersTimeout(t *testing.T) {
 }
 
 func TestUnexpectedReplyIsAnErrorNotAPanic(t *testing.T) {
-	for _, reply := range []any{"OK", int64(1), []any{int64(1)}, []any{"1", "2", "3"}, []any{int64(1), int64(-4), int64(0)}, nil} {
-		odd := fakeRedis{reply: func(ctx context.Context) *redis.Cmd {
-			cmd := redis.NewCmd(ctx)
-			cmd.SetVal(reply)
-			return cmd
-		}}
-		l := newLimiter(t, odd, Config{Rate: 1, Burst: 1})
-		var d Decision
-		var err error
-		require.NotPanics(t, func() { d, err = l.Allow(t.Context(), "k") }, "reply %#v", reply)
-		assert.ErrorIs(t, err, ErrUnavailable, "reply %#v is not a decision", reply)
-		assert.False(t, d.Allowed)
+	for _, c := range []struct {
+		name  string
+		reply any
+	}{
+		{"a status string", "OK"},
+		{"one integer", int64(1)},
+		{"one element", []any{int64(1)}},
+		{"three strings", []any{"1", "2", "3"}},
+		{"negative remaining", []any{int64(1), int64(-4), int64(0)}},
+		{"no reply (nil)", nil},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			reply := c.reply
+			odd := fakeRedis{reply: func(ctx context.Context) *redis.Cmd {
+				cmd := redis.NewCmd(ctx)
+				cmd.SetVal(reply)
+				return cmd
+			}}
+			l := newLimiter(t, odd, Config{Rate: 1, Burst: 1})
+			var d Decision
+			var err error
+			require.NotPanics(t, func() { d, err = l.Allow(t.Context(), "k") }, "reply %#v", reply)
+			assert.ErrorIs(t, err, ErrUnavailable, "reply %#v is not a decision", reply)
+			assert.False(t, d.Allowed)
+		})
 	}
 }
 

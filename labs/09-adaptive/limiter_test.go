@@ -302,16 +302,19 @@ func TestParallelUseStaysWithinBounds(t *testing.T) {
 func TestOutcomeOfTellsCancellationFromFailure(t *testing.T) {
 	boom := errors.New("provider: 503")
 	for _, tc := range []struct {
+		name string
 		err  error
 		want Outcome
 	}{
-		{nil, Success},
-		{context.Canceled, Ignored},
-		{fmt.Errorf("attempt 2: %w", context.Canceled), Ignored},
-		{context.DeadlineExceeded, Dropped},
-		{fmt.Errorf("attempt timed out: %w", context.DeadlineExceeded), Dropped},
-		{boom, Dropped},
+		{"no error", nil, Success},
+		{"cancelled", context.Canceled, Ignored},
+		{"cancelled, wrapped", fmt.Errorf("attempt 2: %w", context.Canceled), Ignored},
+		{"deadline", context.DeadlineExceeded, Dropped},
+		{"deadline, wrapped", fmt.Errorf("attempt timed out: %w", context.DeadlineExceeded), Dropped},
+		{"provider error", boom, Dropped},
 	} {
-		assert.Equal(t, tc.want, OutcomeOf(tc.err), "OutcomeOf(%v): a cancellation says nothing about the provider; a timeout or a failure is overload", tc.err)
+		t.Run(tc.name, func(t *testing.T) {
+			assert.Equal(t, tc.want, OutcomeOf(tc.err), "OutcomeOf(%v): a cancellation says nothing about the provider; a timeout or a failure is overload", tc.err)
+		})
 	}
 }

@@ -117,8 +117,10 @@ func TestInvalidConfigIsRefused(t *testing.T) {
 		{"NaN percent", BudgetConfig{TTL: time.Second, PercentCanRetry: math.NaN()}},
 	}
 	for _, c := range budgets {
-		_, err := NewBudget(c.cfg)
-		assert.ErrorIs(t, err, ErrInvalidConfig, "NewBudget with %s", c.name)
+		t.Run("NewBudget with "+c.name, func(t *testing.T) {
+			_, err := NewBudget(c.cfg)
+			assert.ErrorIs(t, err, ErrInvalidConfig, "NewBudget with %s", c.name)
+		})
 	}
 	_, err := NewBudget(BudgetConfig{TTL: time.Second})
 	assert.NoError(t, err, "a budget with no floor and no percent is valid: it allows no retries")
@@ -137,12 +139,23 @@ func TestInvalidConfigIsRefused(t *testing.T) {
 		{"negative window", Config{Delay: time.Second, MaxHedges: 1, Percentile: 0.95, LatencyWindow: -1}},
 	}
 	for _, c := range hedgers {
-		_, err := New(c.cfg)
-		assert.ErrorIs(t, err, ErrInvalidConfig, "New with %s", c.name)
+		t.Run("New with "+c.name, func(t *testing.T) {
+			_, err := New(c.cfg)
+			assert.ErrorIs(t, err, ErrInvalidConfig, "New with %s", c.name)
+		})
 	}
-	for _, cfg := range []Config{{}, {MaxRetries: 2}, {Delay: time.Second, MaxHedges: 1, Percentile: 0.95, LatencyWindow: 100}} {
-		h, err := New(cfg)
-		assert.NoError(t, err, "New(%+v) is valid", cfg)
-		assert.NotNil(t, h)
+	for _, c := range []struct {
+		name string
+		cfg  Config
+	}{
+		{"the zero Config", Config{}},
+		{"retries only", Config{MaxRetries: 2}},
+		{"hedging at a percentile", Config{Delay: time.Second, MaxHedges: 1, Percentile: 0.95, LatencyWindow: 100}},
+	} {
+		t.Run("New with "+c.name+" is valid", func(t *testing.T) {
+			h, err := New(c.cfg)
+			assert.NoError(t, err, "New(%+v) is valid", c.cfg)
+			assert.NotNil(t, h)
+		})
 	}
 }

@@ -384,11 +384,13 @@ var doneContexts = []doneContext{
 
 func TestFanOutRejectsInvalidLimit(t *testing.T) {
 	for _, limit := range []int{0, -1} {
-		err := FanOut(t.Context(), seq(3), limit, func(context.Context, int) error {
-			t.Errorf("fn called with limit %d", limit)
-			return nil
+		t.Run(fmt.Sprintf("limit %d", limit), func(t *testing.T) {
+			err := FanOut(t.Context(), seq(3), limit, func(context.Context, int) error {
+				t.Errorf("fn called with limit %d", limit)
+				return nil
+			})
+			assert.ErrorIs(t, err, ErrInvalidLimit, "limit %d should be refused with ErrInvalidLimit before any call", limit)
 		})
-		assert.ErrorIs(t, err, ErrInvalidLimit, "limit %d should be refused with ErrInvalidLimit before any call", limit)
 	}
 }
 

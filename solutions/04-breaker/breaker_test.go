@@ -533,7 +533,9 @@ func TestStateString(t *testing.T) {
 		s    State
 		want string
 	}{{Closed, "closed"}, {Open, "open"}, {HalfOpen, "half-open"}} {
-		s, want := c.s, c.want
-		require.Equal(t, want, s.String(), "want State(%d).String() = %q, got %q", int(s), want, s.String())
+		t.Run(c.want, func(t *testing.T) {
+			s, want := c.s, c.want
+			require.Equal(t, want, s.String(), "want State(%d).String() = %q, got %q", int(s), want, s.String())
+		})
 	}
 }

@@ -129,97 +129,151 @@ func Do[R any](ctx context.Context, h *Hedger, targets []string, call func(ctx c
 		return zero, fmt.Errorf("hedging: no attempt: %w", err)
 	}
 	h.cfg.Budget.Deposit(targets[0])
+	rq := newRequest(ctx, h, targets, call)
+	defer rq.stop() // nothing outlives Do, whichever way it returns
+
+	rq.launch()
+	for { // wait for whichever comes first: an outcome, the hedge timer, the end of ctx
+		select {
+		case o := <-rq.results:
+			rq.inFlight--
+			if o.err == nil {
+				h.lat.observe(o.target, o.took)
+				return o.v, nil
+			}
+			if err := rq.afterFailure(o.err); err != nil {
+				return zero, err
+			}
+		case <-rq.hedgeC:
+			rq.hedge()
+		case <-ctx.Done():
+			return zero, rq.interrupted()
+		}
+	}
+}
+
+// request is one call of Do: its attempts, their outcomes, and the hedge
+// timer. Its methods are Do's steps: launch an attempt (and arm the hedge
+// timer), hedge, decide what a failure leads to, stop the losers. Only Do's
+// goroutine touches it; an attempt's goroutine only sends on results.
+type request[R any] struct {
+	ctx       context.Context
+	h         *Hedger
+	targets   []string
+	call      func(ctx context.Context, target string) (R, error)
+	mayRepeat bool // false for a NonIdempotent request: one attempt, no hedge, no retry
+
+	results           chan outcome[R] // one slot per attempt it may start: a sender never blocks
+	wg                sync.WaitGroup
+	cancels           []context.CancelFunc
+	started, inFlight int
+	hedges, retries   int
+	last              error // the newest attempt error
+
+	timer  *time.Timer
+	hedgeC <-chan time.Time // the timer's channel while a hedge is due; nil (never ready) otherwise
+}
+
+func newRequest[R any](ctx context.Context, h *Hedger, targets []string, call func(ctx context.Context, target string) (R, error)) *request[R] {
 	mayRepeat := !isNonIdempotent(ctx)
 	maxAttempts := 1
 	if mayRepeat {
 		maxAttempts += h.cfg.MaxHedges + h.cfg.MaxRetries
 	}
-
-	results := make(chan outcome[R], maxAttempts)
-	var (
-		wg                sync.WaitGroup
-		cancels           []context.CancelFunc
-		started, inFlight int
-		hedges, retries   int
-		last              error
-	)
-	defer func() { // nothing outlives Do: stop every attempt, then wait for each
-		for _, cancel := range cancels {
-			cancel()
-		}
-		for ; inFlight > 0; inFlight-- {
-			<-results // an attempt still running reports when its call returns
-		}
-		wg.Wait() // and its goroutine has ended
-	}()
-
-	var timer *time.Timer
-	var hedgeC <-chan time.Time
-	defer func() {
-		if timer != nil {
-			timer.Stop()
-		}
-	}()
-	next := func() string { return targets[started%len(targets)] }
-	start := func() {
-		target := next()
-		actx, cancel := context.WithCancel(ctx) // the caller's deadline, and ours to cancel
-		cancels = append(cancels, cancel)
-		started++
-		inFlight++
-		wg.Go(func() {
-			t0 := time.Now()
-			v, err := call(actx, target)
-			results <- outcome[R]{v: v, err: err, target: target, took: time.Since(t0)}
-		})
-		if mayRepeat && hedges < h.cfg.MaxHedges {
-			d := h.delay(target)
-			if timer == nil {
-				timer = time.NewTimer(d)
-			} else {
-				timer.Reset(d)
-			}
-			hedgeC = timer.C
-		} else {
-			hedgeC = nil
-		}
+	return &request[R]{
+		ctx: ctx, h: h, targets: targets, call: call, mayRepeat: mayRepeat,
+		results: make(chan outcome[R], maxAttempts),
 	}
+}
 
-	start()
-	for {
-		select {
-		case r := <-results:
-			inFlight--
-			if r.err == nil {
-				h.lat.observe(r.target, r.took)
-				return r.v, nil
-			}
-			last = r.err
-			if err := ctx.Err(); err != nil {
-				return zero, fmt.Errorf("hedging: %w (last attempt: %w)", err, last)
-			}
-			if inFlight > 0 {
-				continue // another attempt may still succeed
-			}
-			if !mayRepeat || retries == h.cfg.MaxRetries {
-				return zero, fmt.Errorf("hedging: %d attempts failed: %w", started, last)
-			}
-			if !h.cfg.Budget.Withdraw(next()) {
-				return zero, fmt.Errorf("%w after %d attempts: %w", ErrBudgetExhausted, started, last)
-			}
-			retries++
-			start()
-		case <-hedgeC:
-			hedgeC = nil
-			if h.cfg.Budget.Withdraw(next()) {
-				hedges++
-				start()
-			}
-		case <-ctx.Done():
-			if last != nil {
-				return zero, fmt.Errorf("hedging: %w (last attempt: %w)", ctx.Err(), last)
-			}
-			return zero, fmt.Errorf("hedging: %w", ctx.Err())
-		}
+// next is the target the next attempt goes to.
+func (rq *request[R]) next() string { return rq.targets[rq.started%len(rq.targets)] }
+
+// launch starts the next attempt on a goroutine of its own, under a context
+// derived from the caller's, and arms the hedge timer for it.
+func (rq *request[R]) launch() {
+	target := rq.next()
+	actx, cancel := context.WithCancel(rq.ctx) // the caller's deadline, and ours to cancel
+	rq.cancels = append(rq.cancels, cancel)
+	rq.started++
+	rq.inFlight++
+	rq.wg.Go(func() {
+		t0 := time.Now()
+		v, err := rq.call(actx, target)
+		rq.results <- outcome[R]{v: v, err: err, target: target, took: time.Since(t0)}
+	})
+	rq.armHedge(target)
+}
+
+// armHedge makes the hedge due when the attempt just started on target has
+// run for the hedge delay, or never when no hedge is left.
+func (rq *request[R]) armHedge(target string) {
+	if !rq.mayRepeat || rq.hedges >= rq.h.cfg.MaxHedges {
+		rq.hedgeC = nil // a nil channel is never ready: no hedge
+		return
 	}
+	d := rq.h.delay(target)
+	if rq.timer == nil {
+		rq.timer = time.NewTimer(d)
+	} else {
+		rq.timer.Reset(d)
+	}
+	rq.hedgeC = rq.timer.C
+}
+
+// hedge runs when the newest attempt is slow: it launches the next one if
+// the receiving target's budget allows. A refusal just means no hedge.
+func (rq *request[R]) hedge() {
+	rq.hedgeC = nil
+	if rq.h.cfg.Budget.Withdraw(rq.next()) {
+		rq.hedges++
+		rq.launch()
+	}
+}
+
+// afterFailure decides what a failed attempt leads to: waiting for another
+// attempt still running, a retry on the next target, or — when it returns
+// an error — the end of the request.
+func (rq *request[R]) afterFailure(err error) error {
+	rq.last = err
+	if rq.ctx.Err() != nil {
+		return rq.interrupted() // the context's doing, not the attempt's
+	}
+	if rq.inFlight > 0 {
+		return nil // another attempt may still succeed
+	}
+	if !rq.mayRepeat || rq.retries == rq.h.cfg.MaxRetries {
+		return fmt.Errorf("hedging: %d attempts failed: %w", rq.started, rq.last)
+	}
+	if !rq.h.cfg.Budget.Withdraw(rq.next()) {
+		return fmt.Errorf("%w after %d attempts: %w", ErrBudgetExhausted, rq.started, rq.last)
+	}
+	rq.retries++
+	rq.launch()
+	return nil
+}
+
+// interrupted is the error once ctx has ended: ctx.Err() itself, so a
+// cancel never reads as a deadline, and the last attempt's error if any.
+func (rq *request[R]) interrupted() error {
+	if rq.last != nil {
+		return fmt.Errorf("hedging: %w (last attempt: %w)", rq.ctx.Err(), rq.last)
+	}
+	return fmt.Errorf("hedging: %w", rq.ctx.Err())
+}
+
+// stop collects the losers: it cancels every attempt still running, then
+// waits for each to report and for its goroutine to end, so an attempt's
+// slot (a connection, a permit) is back before Do returns.
+func (rq *request[R]) stop() {
+	if rq.timer != nil {
+		rq.timer.Stop()
+	}
+	for _, cancel := range rq.cancels {
+		cancel()
+	}
+	for ; rq.inFlight > 0; rq.inFlight-- {
+		<-rq.results // an attempt still running reports when its call returns
+	}
+	rq.wg.Wait() // and its goroutine has ended
 }
