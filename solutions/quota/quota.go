@@ -76,6 +76,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	admission "github.com/production-go/gateway-lab/solutions/02-admission"
 	"strings"
 	"time"
 
@@ -107,23 +108,19 @@ const DefaultTimeout = 50 * time.Millisecond
 // DefaultPrefix starts every key when a config's Prefix is empty.
 const DefaultPrefix = "quota"
 
-// Decision is the answer to one Reserve or Acquire.
-type Decision struct {
-	// Allowed reports whether the request may go ahead.
-	Allowed bool
-	// Remaining is what is left after this request: whole tokens in the
-	// bucket (0 while it is in debt) for Tokens, free in-flight slots for
-	// Leases. It is 0 when the decision failed open, because then it is
-	// unknown.
-	Remaining int
-	// RetryAfter is 0 when allowed. For a refused reservation it is the
-	// time until the bucket holds the estimate again, computed on Redis'
-	// clock and rounded up to the millisecond, never down: a retry after
-	// exactly RetryAfter is admitted unless someone else spent the tokens
-	// first. A refused lease has no such time (a slot frees when some
-	// request ends), so it is 0 there.
-	RetryAfter time.Duration
-}
+// Decision is the answer to one Reserve or Acquire: lab 02's
+// admission.Decision, the one decision type every limiter here returns.
+//
+// Remaining is what is left after this request: whole tokens in the
+// bucket (0 while it is in debt) for Tokens, free in-flight slots for
+// Leases; it is 0 when the decision failed open, because then it is
+// unknown. RetryAfter is 0 when allowed. For a refused reservation it is
+// the time until the bucket holds the estimate again, computed on Redis'
+// clock and rounded up to the millisecond, never down: a retry after
+// exactly RetryAfter is admitted unless someone else spent the tokens
+// first. A refused lease has no such time (a slot frees when some request
+// ends), so it is 0 there.
+type Decision = admission.Decision
 
 // checkPrefix validates a configured prefix and applies the default.
 func checkPrefix(p string) (string, error) {
