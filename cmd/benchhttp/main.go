@@ -24,6 +24,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/production-go/gateway-lab/solutions/chatapi"
 )
 
 func main() {
@@ -52,6 +54,13 @@ func main() {
 
 const answer = `{"id":"x","object":"chat.completion","created":0,"model":"instant-1","choices":[{"index":0,"message":{"role":"assistant","content":"ok"},"finish_reason":"stop"}],"usage":{"prompt_tokens":1,"completion_tokens":1,"total_tokens":2}}`
 
+// chunks are a streamed answer's, "ok!" in three pieces.
+var chunks = [][]byte{
+	[]byte(`{"model":"instant-1","choices":[{"index":0,"delta":{"content":"o"}}]}`),
+	[]byte(`{"model":"instant-1","choices":[{"index":0,"delta":{"content":"k"}}]}`),
+	[]byte(`{"model":"instant-1","choices":[{"index":0,"delta":{"content":"!"}}]}`),
+}
+
 // upstream answers every chat completion at once; streams send 3 chunks.
 func upstream(ctx context.Context, args []string) error {
 	fs := flag.NewFlagSet("upstream", flag.ContinueOnError)
@@ -62,12 +71,13 @@ func upstream(ctx context.Context, args []string) error {
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
 		if bytes.Contains(body, []byte(`"stream":true`)) {
-			w.Header().Set("Content-Type", "text/event-stream")
-			for _, c := range []string{"o", "k", "!"} {
-				fmt.Fprintf(w, "data: {\"model\":\"instant-1\",\"choices\":[{\"index\":0,\"delta\":{\"content\":%q}}]}\n\n", c)
-				w.(http.Flusher).Flush()
+			events := chatapi.NewEventStream(w, 0)
+			for _, c := range chunks {
+				if events.Send(c) != nil {
+					return
+				}
 			}
-			io.WriteString(w, "data: [DONE]\n\n")
+			_ = events.Done()
 			return
 		}
 		w.Header().Set("Content-Type", "application/json")
