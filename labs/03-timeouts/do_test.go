@@ -469,3 +469,246 @@ func TestDoRejectsInvalidPolicy(t *testing.T) {
 		})
 	}
 }
+
+// failedOver is an error after which the next attempt goes to a different
+// upstream (lab 08's next provider), so it asks Do to retry at once. now is
+// what RetryImmediately answers.
+type failedOver struct {
+	err error
+	now bool
+}
+
+var _ Immediate = failedOver{}
+
+func (e failedOver) Error() string          { return "failing over: " + e.err.Error() }
+func (e failedOver) Unwrap() error          { return e.err }
+func (e failedOver) RetryImmediately() bool { return e.now }
+
+// failOver marks err for an immediate retry.
+func failOver(err error) error { return failedOver{err: err, now: true} }
+
+// slowBackoff is a policy whose every ordinary retry waits exactly 10 s (the
+// jitter pinned at the top), so an immediate one is told apart by the clock.
+func slowBackoff(maxAttempts int) Policy {
+	return Policy{MaxAttempts: maxAttempts, BaseBackoff: 10 * time.Second, MaxBackoff: 10 * time.Second, TotalTimeout: time.Minute, Rand: top()}
+}
+
+func TestDoRetriesAnImmediateErrorAtOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		start := time.Now()
+		var at []time.Duration
+		n, err := Do(t.Context(), slowBackoff(3), func(_ context.Context, attempt int) error {
+			at = append(at, time.Since(start))
+			if attempt < 3 {
+				return failOver(errFlaky)
+			}
+			return nil
+		})
+		assert.Equal(t, []time.Duration{0, 0, 0}, at,
+			"attempts 1 and 2 failed with RetryImmediately() true: the next attempt starts at once, not after the 10 s backoff an ordinary failure waits here")
+		assert.Equal(t, 3, n)
+		assert.NoError(t, err)
+	})
+}
+
+func TestDoBacksOffWhenRetryImmediatelyIsFalse(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		start := time.Now()
+		var at []time.Duration
+		n, err := Do(t.Context(), slowBackoff(3), func(_ context.Context, attempt int) error {
+			at = append(at, time.Since(start))
+			if attempt < 3 {
+				return failedOver{err: errFlaky, now: false}
+			}
+			return nil
+		})
+		assert.Equal(t, []time.Duration{0, 10 * time.Second, 20 * time.Second}, at,
+			"RetryImmediately() false means the usual wait: the 10 s backoff after each failure (implementing Immediate is not enough, ask it)")
+		assert.Equal(t, 3, n)
+		assert.NoError(t, err)
+	})
+}
+
+func TestDoFindsImmediateThroughWrapping(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		err  error
+	}{
+		{"fmt.Errorf %w, twice", fmt.Errorf("calling provider: %w", fmt.Errorf("status 503: %w", failOver(errFlaky)))},
+		{"errors.Join", errors.Join(errors.New("calling provider"), failOver(errFlaky))},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				start := time.Now()
+				var at []time.Duration
+				n, err := Do(t.Context(), slowBackoff(2), func(_ context.Context, attempt int) error {
+					at = append(at, time.Since(start))
+					if attempt == 1 {
+						return c.err
+					}
+					return nil
+				})
+				assert.Equal(t, []time.Duration{0, 0}, at,
+					"Immediate is found through wrapping (errors.As, not a type assertion): the retry starts at once, not after the 10 s backoff")
+				assert.Equal(t, 2, n)
+				assert.NoError(t, err)
+			})
+		})
+	}
+}
+
+func TestDoCountsImmediateRetriesAgainstMaxAttempts(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var calls atomic.Int32
+		start := time.Now()
+		n, err := Do(t.Context(), slowBackoff(3), func(context.Context, int) error {
+			if calls.Add(1) > 5 {
+				return nil // only a loop that does not count immediate retries gets here
+			}
+			return failOver(errFlaky)
+		})
+		assert.Equal(t, int32(3), calls.Load(), "MaxAttempts 3 means 3 calls, immediate retries included: a retry that did not wait is still an attempt")
+		assert.Equal(t, 3, n)
+		assert.ErrorIs(t, err, errFlaky, "the attempts ran out: the error wraps the last attempt's error")
+		assert.NotErrorIs(t, err, context.DeadlineExceeded, "with 1 min of budget left, that is not a deadline")
+		assert.Zero(t, time.Since(start), "every retry was immediate, and there is no wait after the last attempt")
+	})
+}
+
+func TestDoDoesNotRetryImmediatelyPastTheDeadline(t *testing.T) {
+	for _, c := range []struct {
+		name         string
+		callerBudget time.Duration // 0: the caller's ctx has no deadline
+		p            Policy
+	}{
+		{"TotalTimeout", 0, Policy{MaxAttempts: 5, TotalTimeout: 5 * time.Second}},
+		{"the caller's deadline", 5 * time.Second, Policy{MaxAttempts: 5}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				ctx, cancel := t.Context(), context.CancelFunc(func() {})
+				if c.callerBudget > 0 {
+					ctx, cancel = context.WithTimeout(ctx, c.callerBudget)
+				}
+				defer cancel()
+				var calls atomic.Int32
+				start := time.Now()
+				n, err := Do(ctx, c.p, func(ctx context.Context, _ int) error {
+					calls.Add(1)
+					<-ctx.Done()
+					return failOver(errReset) // the next provider is waiting — but the budget is not
+				})
+				assert.Equal(t, int32(1), calls.Load(),
+					"the deadline ended attempt 1: an immediate retry is still a retry, and there is no budget left for it")
+				assert.Equal(t, 1, n)
+				assert.Equal(t, 5*time.Second, time.Since(start), "at the deadline")
+				assert.ErrorIs(t, err, context.DeadlineExceeded, "the budget ran out: Do's error says so, whatever op returned")
+				assert.ErrorIs(t, err, errReset, "and it wraps what the last attempt returned")
+			})
+		})
+	}
+}
+
+func TestDoNeverRetriesAPermanentErrorMarkedImmediate(t *testing.T) {
+	bad := errors.New("400 context_length_exceeded")
+	for _, c := range []struct {
+		name string
+		err  error
+	}{
+		{"Permanent inside Immediate", failOver(Permanent(bad))}, // lab 08 wraps every failure it fails over from
+		{"Immediate inside Permanent", Permanent(failOver(bad))},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				var calls atomic.Int32
+				n, err := Do(t.Context(), slowBackoff(5), func(context.Context, int) error {
+					calls.Add(1)
+					return c.err
+				})
+				assert.Equal(t, int32(1), calls.Load(),
+					"Permanent wins, however the two are nested: the same request fails the same way on every upstream, so it is not retried at all")
+				assert.Equal(t, 1, n)
+				assert.ErrorIs(t, err, bad, "the permanent error stays visible to errors.Is")
+			})
+		})
+	}
+}
+
+func TestDoCallerCancellationStopsImmediateRetries(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx, cancel := context.WithCancel(t.Context())
+		defer cancel()
+		defer time.AfterFunc(time.Second, cancel).Stop() // the caller gives up after 1 s
+		var calls atomic.Int32
+		start := time.Now()
+		n, err := Do(ctx, Policy{MaxAttempts: 5, TotalTimeout: time.Hour}, func(ctx context.Context, _ int) error {
+			calls.Add(1)
+			<-ctx.Done()
+			return failOver(errReset)
+		})
+		assert.Equal(t, int32(1), calls.Load(), "the caller left during attempt 1: no retry, immediate or not")
+		assert.Equal(t, 1, n)
+		assert.Equal(t, time.Second, time.Since(start), "Do returns when the caller cancels")
+		assert.ErrorIs(t, err, context.Canceled, "Do's error says the caller cancelled")
+		assert.NotErrorIs(t, err, context.DeadlineExceeded, "the caller cancelled; the hour of budget was not spent")
+		assert.ErrorIs(t, err, errReset)
+	})
+}
+
+func TestDoImmediateRetryDoesNotWaitOutRetryAfter(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		err  error
+		p    Policy
+		want []time.Duration // the instants of attempts 1 and 2
+		why  string
+	}{
+		{"a Retry-After inside the budget", failOver(retryLater{20 * time.Second}),
+			Policy{MaxAttempts: 3, TotalTimeout: time.Minute}, []time.Duration{0, 0},
+			"the 20 s Retry-After is the failed upstream's; the next attempt goes elsewhere and starts at once"},
+		{"a Retry-After past the deadline", failOver(retryLater{time.Minute}),
+			Policy{MaxAttempts: 3, TotalTimeout: 5 * time.Second}, []time.Duration{0, 0},
+			"a Retry-After that would not fit ends the loop only when it is to be waited: an immediate retry waits nothing"},
+		{"RetryImmediately false", failedOver{err: retryLater{2 * time.Second}, now: false},
+			Policy{MaxAttempts: 3, TotalTimeout: time.Minute}, []time.Duration{0, 2 * time.Second},
+			"RetryImmediately() false: the Retry-After is honoured as usual"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				start := time.Now()
+				var at []time.Duration
+				n, err := Do(t.Context(), c.p, func(_ context.Context, attempt int) error {
+					at = append(at, time.Since(start))
+					if attempt == 1 {
+						return c.err
+					}
+					return nil
+				})
+				assert.Equal(t, c.want, at, c.why)
+				assert.Equal(t, 2, n)
+				assert.NoError(t, err)
+			})
+		})
+	}
+}
+
+func TestDoImmediateAppliesOnlyToTheErrorThatSaysSo(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		start := time.Now()
+		var at []time.Duration
+		n, err := Do(t.Context(), slowBackoff(4), func(_ context.Context, attempt int) error {
+			at = append(at, time.Since(start))
+			switch attempt {
+			case 1, 3:
+				return failOver(errFlaky)
+			case 2:
+				return errFlaky
+			}
+			return nil
+		})
+		assert.Equal(t, []time.Duration{0, 0, 10 * time.Second, 10 * time.Second}, at,
+			"attempts 1 and 3 failed over (retry at once); attempt 2's ordinary failure waits its 10 s backoff: one Immediate error must not make later retries immediate")
+		assert.Equal(t, 4, n)
+		assert.NoError(t, err)
+	})
+}

@@ -21,6 +21,20 @@ type RetryAfterer interface {
 	RetryAfter() time.Duration
 }
 
+// Immediate is implemented by errors after which the next attempt should
+// start at once, without a backoff: a fail-over to a different upstream (lab
+// 08's next provider, one this request has not tried). A backoff protects the
+// upstream that just failed; a different one is not being hammered, and
+// waiting would only add latency. Do must find it through wrapping, like
+// Permanent and RetryAfterer. RetryImmediately true skips the whole wait, the
+// error's RetryAfter included (that was the failed upstream speaking about
+// itself); false means the usual wait. Nothing else changes: the retry is an
+// attempt like any other, Permanent still wins, and a spent budget or the
+// caller's cancellation still ends the loop first.
+type Immediate interface {
+	RetryImmediately() bool
+}
+
 // Do calls op until it succeeds, fails permanently, runs out of attempts, or
 // runs out of time, and returns how many attempts it made.
 //
@@ -40,6 +54,10 @@ type RetryAfterer interface {
 //     that wait would end past the deadline, return at once; whenever the
 //     budget runs out the error wraps the last attempt's error AND
 //     context.DeadlineExceeded, whatever op returned;
+//   - an error whose Immediate (found with errors.As) says RetryImmediately()
+//     true waits nothing — no backoff, no RetryAfter — and changes nothing
+//     else: the checks above (Permanent, budget, MaxAttempts) come first, and
+//     the retry is an attempt like any other;
 //   - the caller's cancellation ends any wait at once, wrapping context.Canceled
 //     (not DeadlineExceeded).
 func Do(ctx context.Context, p Policy, op func(ctx context.Context, attempt int) error) (attempts int, err error) {

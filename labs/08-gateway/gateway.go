@@ -9,8 +9,8 @@
 //	priority order, starting after the one that just failed → the attempt,
 //	with its own timeout, through the bridge → success: return | retryable
 //	failure, attempts left, not pinned: at once if the next provider is one
-//	this request has not tried, else after a full-jitter backoff inside the
-//	deadline → the slot released, whatever happened.
+//	this request has not tried (lab 03's Immediate), else after a full-jitter
+//	backoff inside the deadline → the slot released, whatever happened.
 //
 // Metrics go through the small Observer interface, so this package does not
 // depend on Prometheus.
@@ -181,8 +181,10 @@ func New(cfg Config, providers ...Provider) (*Gateway, error) {
 // that one), calls it through bridge.Call — passing it the attempt's ctx, not
 // the one the bridge hands fn, so a caller who leaves stops the upstream call
 // — and reports to the breaker and the Observer; a retry to a provider this
-// request has not tried goes at once. Response.QueueWait from the ticket,
-// Latency from admission on.
+// request has not tried goes at once: return the failure wrapped in your own
+// type that implements lab 03's timeouts.Immediate (RetryImmediately true)
+// and has Unwrap (without it the wrapper hides a Permanent mark).
+// Response.QueueWait from the ticket, Latency from admission on.
 func (g *Gateway) Generate(ctx context.Context, req Request) (Response, error) {
 	return Response{}, ErrNotImplemented
 }

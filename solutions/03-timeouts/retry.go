@@ -30,9 +30,15 @@ type RetryAfterer interface {
 }
 
 // Immediate is implemented by errors after which the next attempt should
-// start at once, without a backoff — a fail-over to a different route,
-// where waiting would only add latency. An extension used by the gateway;
-// the exercise does not require it.
+// start at once, without a backoff: a fail-over to a different upstream (lab
+// 08's next provider, one this request has not tried). A backoff protects the
+// upstream that just failed; a different one is not being hammered, and
+// waiting would only add latency. Do finds it through wrapping, like
+// Permanent and RetryAfterer. RetryImmediately true skips the whole wait, the
+// error's RetryAfter included (that was the failed upstream speaking about
+// itself); false means the usual wait. Nothing else changes: the retry is an
+// attempt like any other, Permanent still wins, and a spent budget or the
+// caller's cancellation still ends the loop first.
 type Immediate interface {
 	RetryImmediately() bool
 }
@@ -46,7 +52,11 @@ type Immediate interface {
 //     attempt, during a backoff, or because the next backoff would end past
 //     it: the error wraps the last attempt's error and context.DeadlineExceeded.
 //   - The caller cancelled: Do returns at once, wrapping context.Canceled.
-//   - A Permanent error: returned after that attempt, never retried.
+//   - A Permanent error: returned after that attempt, never retried, even
+//     when it is also Immediate.
+//   - An Immediate error: the next attempt starts at once, with no backoff
+//     and no Retry-After wait. It still counts against MaxAttempts, and the
+//     budget and the caller's cancellation still end the loop first.
 //   - ctx already done before the first attempt: (0, ctx.Err() wrapped), op
 //     never called.
 //

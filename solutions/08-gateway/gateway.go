@@ -9,8 +9,8 @@
 //	priority order, starting after the one that just failed → the attempt,
 //	with its own timeout, through the bridge → success: return | retryable
 //	failure, attempts left, not pinned: at once if the next provider is one
-//	this request has not tried, else after a full-jitter backoff inside the
-//	deadline → the slot released, whatever happened.
+//	this request has not tried (lab 03's Immediate), else after a full-jitter
+//	backoff inside the deadline → the slot released, whatever happened.
 //
 // Each lab's package does its one job; this one owns the order and the seams.
 package gateway
