@@ -425,7 +425,7 @@ var refusals = []refusal{
 		}},
 	{name: "padded base64", kind: identity.ErrInvalid, reason: identity.ReasonMalformed,
 		header: func(t *testing.T) string { return "Bearer " + hs256(t, claims()) + "=" }},
-	{name: "standard base64 alphabet (+ and /)", kind: identity.ErrInvalid, reason: identity.ReasonMalformed,
+	{name: "standard base64 alphabet (plus and slash)", kind: identity.ErrInvalid, reason: identity.ReasonMalformed,
 		header: func(t *testing.T) string { return "Bearer a+b.c/d.e" }},
 	{name: "segments that are not base64", kind: identity.ErrInvalid, reason: identity.ReasonMalformed,
 		header: func(*testing.T) string { return "Bearer a.b.c" }},
