@@ -79,18 +79,23 @@ func TestParseReadsTheFieldsTheGatewayActsOn(t *testing.T) {
 }
 
 func TestParseErrorsNameTheField(t *testing.T) {
-	for body, param := range map[string]string{
-		`{"messages":[{"role":"user","content":"a"},{"role":"user","content":{}}]}`:             "messages[1].content",
-		`{"messages":[{"role":"user","content":"a"}],"stream_options":{"include_usage":"yes"}}`: "stream_options.include_usage",
-		`{"messages":[{"role":"user","content":"a"}],"max_completion_tokens":-3}`:               "max_completion_tokens",
-		`{"messages":[{"role":"user","content":"a"}],"messages":[]}`:                            "messages",
+	for _, tc := range []struct {
+		name, body, param string
+	}{
+		{"a content that is an object", `{"messages":[{"role":"user","content":"a"},{"role":"user","content":{}}]}`, "messages[1].content"},
+		{"include_usage that is not a boolean", `{"messages":[{"role":"user","content":"a"}],"stream_options":{"include_usage":"yes"}}`, "stream_options.include_usage"},
+		{"a negative max_completion_tokens", `{"messages":[{"role":"user","content":"a"}],"max_completion_tokens":-3}`, "max_completion_tokens"},
+		{"messages given twice, the last empty", `{"messages":[{"role":"user","content":"a"}],"messages":[]}`, "messages"},
 	} {
-		_, err := Parse([]byte(body))
-		var e *Error
-		require.True(t, errors.As(err, &e), body)
-		assert.Equal(t, 400, e.Status)
-		assert.Equal(t, param, e.Param, body)
-		assert.Contains(t, e.Message, param, "the message names the field too")
+		t.Run(tc.name, func(t *testing.T) {
+			body, param := tc.body, tc.param
+			_, err := Parse([]byte(body))
+			var e *Error
+			require.True(t, errors.As(err, &e), body)
+			assert.Equal(t, 400, e.Status)
+			assert.Equal(t, param, e.Param, body)
+			assert.Contains(t, e.Message, param, "the message names the field too")
+		})
 	}
 }
 

@@ -79,6 +79,8 @@ func TestWriteErrorSetsItsHeadersOnce(t *testing.T) {
 
 func TestRetryAfterSecondsRoundsUpToAtLeastOne(t *testing.T) {
 	for d, want := range map[time.Duration]string{time.Millisecond: "1", time.Second: "1", 1001 * time.Millisecond: "2", 30 * time.Second: "30"} {
-		assert.Equal(t, want, RetryAfterSeconds(d), "%v", d)
+		t.Run(d.String(), func(t *testing.T) {
+			assert.Equal(t, want, RetryAfterSeconds(d), "%v", d)
+		})
 	}
 }

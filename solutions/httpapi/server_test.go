@@ -332,64 +332,68 @@ func histogram(t *testing.T, reg *prometheus.Registry, name string) (uint64, flo
 }
 
 func TestBadInputIsRefusedClearly(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		r := newRig(t, baseConfig(), simProvider(t, sim.Config{Name: "alpha"}))
-		for _, c := range []struct {
-			name, body string
-			status     int
-			code       string
-			param      string
-			mentions   string
-		}{
-			{"too large", `{"messages":[{"role":"user","content":"` + strings.Repeat("x", 5000) + `"}]}`, 413, "request_too_large", "", "4096"},
-			{"malformed JSON", `{"messages":[`, 400, "invalid_json", "", "byte"},
-			{"not an object", `[1,2]`, 400, "invalid_type", "", "JSON object"},
-			{"messages not an array", `{"messages":"hi"}`, 400, "invalid_type", "messages", "messages must be an array"},
-			{"no messages", `{"model":"auto","messages":[]}`, 400, "invalid_value", "messages", "at least one"},
-			{"messages missing", `{"model":"auto"}`, 400, "missing_required_parameter", "messages", "messages is required"},
-			{"message not an object", `{"messages":["hi"]}`, 400, "invalid_type", "messages[0]", "messages[0] must be an object"},
-			{"bad role", `{"messages":[{"role":"user","content":"a"},{"role":"robot","content":"hi"}]}`, 400, "invalid_value", "messages[1].role", "robot"},
-			{"no role", `{"messages":[{"content":"hi"}]}`, 400, "missing_required_parameter", "messages[0].role", "required"},
-			{"content a number", `{"messages":[{"role":"user","content":42}]}`, 400, "invalid_type", "messages[0].content", "string, an array of content parts, or null"},
-			{"model a number", `{"model":4,"messages":[{"role":"user","content":"hi"}]}`, 400, "invalid_type", "model", "model must be a string"},
-			{"stream a string", `{"stream":"yes","messages":[{"role":"user","content":"hi"}]}`, 400, "invalid_type", "stream", "true or false"},
-			{"max_tokens zero", `{"max_tokens":0,"messages":[{"role":"user","content":"hi"}]}`, 400, "invalid_value", "max_tokens", "at least 1"},
-			{"max_tokens fractional", `{"max_tokens":1.5,"messages":[{"role":"user","content":"hi"}]}`, 400, "invalid_value", "max_tokens", "whole number"},
-			{"model twice", `{"model":"alpha","model":"gpt-4o","messages":[{"role":"user","content":"hi"}]}`, 400, "duplicate_field", "model", "more than once"},
-			{"unknown model", `{"model":"gpt-99","messages":[{"role":"user","content":"hi"}]}`, 404, "model_not_found", "model", "gpt-99"},
-			{"empty body", ``, 400, "invalid_json", "", "empty"},
-		} {
-			rec := r.do(http.MethodPost, "/v1/chat/completions", c.body)
-			assert.Equal(t, c.status, rec.Code, c.name)
-			e := decodeError(t, rec)
-			assert.Equal(t, c.code, e.code(), c.name)
-			if c.param != "" && assert.NotNil(t, e.Param, "%s: param names the field", c.name) {
-				assert.Equal(t, c.param, *e.Param, c.name)
-			}
-			assert.Contains(t, e.Message, c.mentions, "%s: the message names what is wrong", c.name)
-			assert.NotContains(t, e.Message, "httpapi", "%s: no Go identifiers in messages", c.name)
-			assert.NotContains(t, e.Message, "[]", "%s: no Go types in messages", c.name)
-		}
-	})
+	for _, c := range []struct {
+		name, body string
+		status     int
+		code       string
+		param      string
+		mentions   string
+	}{
+		{"too large", `{"messages":[{"role":"user","content":"` + strings.Repeat("x", 5000) + `"}]}`, 413, "request_too_large", "", "4096"},
+		{"malformed JSON", `{"messages":[`, 400, "invalid_json", "", "byte"},
+		{"not an object", `[1,2]`, 400, "invalid_type", "", "JSON object"},
+		{"messages not an array", `{"messages":"hi"}`, 400, "invalid_type", "messages", "messages must be an array"},
+		{"no messages", `{"model":"auto","messages":[]}`, 400, "invalid_value", "messages", "at least one"},
+		{"messages missing", `{"model":"auto"}`, 400, "missing_required_parameter", "messages", "messages is required"},
+		{"message not an object", `{"messages":["hi"]}`, 400, "invalid_type", "messages[0]", "messages[0] must be an object"},
+		{"bad role", `{"messages":[{"role":"user","content":"a"},{"role":"robot","content":"hi"}]}`, 400, "invalid_value", "messages[1].role", "robot"},
+		{"no role", `{"messages":[{"content":"hi"}]}`, 400, "missing_required_parameter", "messages[0].role", "required"},
+		{"content a number", `{"messages":[{"role":"user","content":42}]}`, 400, "invalid_type", "messages[0].content", "string, an array of content parts, or null"},
+		{"model a number", `{"model":4,"messages":[{"role":"user","content":"hi"}]}`, 400, "invalid_type", "model", "model must be a string"},
+		{"stream a string", `{"stream":"yes","messages":[{"role":"user","content":"hi"}]}`, 400, "invalid_type", "stream", "true or false"},
+		{"max_tokens zero", `{"max_tokens":0,"messages":[{"role":"user","content":"hi"}]}`, 400, "invalid_value", "max_tokens", "at least 1"},
+		{"max_tokens fractional", `{"max_tokens":1.5,"messages":[{"role":"user","content":"hi"}]}`, 400, "invalid_value", "max_tokens", "whole number"},
+		{"model twice", `{"model":"alpha","model":"gpt-4o","messages":[{"role":"user","content":"hi"}]}`, 400, "duplicate_field", "model", "more than once"},
+		{"unknown model", `{"model":"gpt-99","messages":[{"role":"user","content":"hi"}]}`, 404, "model_not_found", "model", "gpt-99"},
+		{"empty body", ``, 400, "invalid_json", "", "empty"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				r := newRig(t, baseConfig(), simProvider(t, sim.Config{Name: "alpha"}))
+				rec := r.do(http.MethodPost, "/v1/chat/completions", c.body)
+				assert.Equal(t, c.status, rec.Code, c.name)
+				e := decodeError(t, rec)
+				assert.Equal(t, c.code, e.code(), c.name)
+				if c.param != "" && assert.NotNil(t, e.Param, "%s: param names the field", c.name) {
+					assert.Equal(t, c.param, *e.Param, c.name)
+				}
+				assert.Contains(t, e.Message, c.mentions, "%s: the message names what is wrong", c.name)
+				assert.NotContains(t, e.Message, "httpapi", "%s: no Go identifiers in messages", c.name)
+				assert.NotContains(t, e.Message, "[]", "%s: no Go types in messages", c.name)
+			})
+		})
+	}
 }
 
 // What a real OpenAI client sends must never be refused: fields the gateway
 // does not know, content parts, null content with tool calls.
 func TestRealShapedRequestsAreAccepted(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		r := newRig(t, baseConfig(), simProvider(t, sim.Config{Name: "alpha"}))
-		for name, body := range map[string]string{
-			"unknown and future fields": `{"messages":[{"role":"user","content":"hi"}],"temperature":0.2,"seed":7,"logprobs":true,"top_logprobs":2,"metadata":{"k":"v"},"reasoning_effort":"low","parallel_tool_calls":false,"x_future":{"a":[1,2]}}`,
-			"content parts":             `{"messages":[{"role":"user","content":[{"type":"text","text":"what is this"},{"type":"image_url","image_url":{"url":"data:image/png;base64,AAAA","detail":"low"}}]}]}`,
-			"image only":                `{"messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"https://example.com/a.png"}}]}]}`,
-			"tool round trip":           `{"messages":[{"role":"user","content":"weather?"},{"role":"assistant","content":null,"tool_calls":[{"id":"call_1","type":"function","function":{"name":"get_weather","arguments":"{}"}}]},{"role":"tool","tool_call_id":"call_1","content":"sunny"}],"tools":[{"type":"function","function":{"name":"get_weather","parameters":{"type":"object","properties":{}}}}]}`,
-			"developer and names":       `{"messages":[{"role":"developer","content":"be brief"},{"role":"user","name":"ann","content":"hi"},{"role":"assistant","content":"hello"},{"role":"user","content":""}]}`,
-			"nulls":                     `{"model":"auto","stream":null,"stream_options":null,"max_tokens":null,"messages":[{"role":"user","content":"hi"}]}`,
-		} {
-			rec := r.do(http.MethodPost, "/v1/chat/completions", body)
-			assert.Equal(t, http.StatusOK, rec.Code, "%s: %s", name, rec.Body.String())
-		}
-	})
+	for name, body := range map[string]string{
+		"unknown and future fields": `{"messages":[{"role":"user","content":"hi"}],"temperature":0.2,"seed":7,"logprobs":true,"top_logprobs":2,"metadata":{"k":"v"},"reasoning_effort":"low","parallel_tool_calls":false,"x_future":{"a":[1,2]}}`,
+		"content parts":             `{"messages":[{"role":"user","content":[{"type":"text","text":"what is this"},{"type":"image_url","image_url":{"url":"data:image/png;base64,AAAA","detail":"low"}}]}]}`,
+		"image only":                `{"messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"https://example.com/a.png"}}]}]}`,
+		"tool round trip":           `{"messages":[{"role":"user","content":"weather?"},{"role":"assistant","content":null,"tool_calls":[{"id":"call_1","type":"function","function":{"name":"get_weather","arguments":"{}"}}]},{"role":"tool","tool_call_id":"call_1","content":"sunny"}],"tools":[{"type":"function","function":{"name":"get_weather","parameters":{"type":"object","properties":{}}}}]}`,
+		"developer and names":       `{"messages":[{"role":"developer","content":"be brief"},{"role":"user","name":"ann","content":"hi"},{"role":"assistant","content":"hello"},{"role":"user","content":""}]}`,
+		"nulls":                     `{"model":"auto","stream":null,"stream_options":null,"max_tokens":null,"messages":[{"role":"user","content":"hi"}]}`,
+	} {
+		t.Run(name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				r := newRig(t, baseConfig(), simProvider(t, sim.Config{Name: "alpha"}))
+				rec := r.do(http.MethodPost, "/v1/chat/completions", body)
+				assert.Equal(t, http.StatusOK, rec.Code, "%s: %s", name, rec.Body.String())
+			})
+		})
+	}
 }
 
 func TestGenerateEndpointReportsAttemptsAndQueueWait(t *testing.T) {
@@ -587,25 +591,31 @@ func TestAdmitHookSeesTheRequestAndSettlesWithItsUsage(t *testing.T) {
 }
 
 func TestGenerateIsAsStrictAsChat(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		r := newRig(t, baseConfig(), simProvider(t, sim.Config{Name: "alpha"}))
-		for body, want := range map[string]int{
-			`{"prompt":"hi"}`:                    200,
-			`{"prompt":"hi","provider":"auto"}`:  200,
-			`{"prompt":"hi","provider":"alpha"}`: 200,
-			`{"prompt":"a","prompt":"b"}`:        400,
-			`{"PROMPT":"hi"}`:                    400,
-			`{"prompt":5}`:                       400,
-			`{"prompt":"hi","temperature":1}`:    400,
-			`{"prompt":"hi","provider":"nope"}`:  404,
-			`{"prompt":"   "}`:                   400,
-			`["hi"]`:                             400,
-		} {
-			rec := r.do(http.MethodPost, "/v1/generate", body)
-			assert.Equal(t, want, rec.Code, "%s: %s", body, rec.Body.String())
-			if want != 200 {
-				assert.NotContains(t, rec.Body.String(), "gateway:", "%s: no internal error chain in the message", body)
-			}
-		}
-	})
+	for _, tc := range []struct {
+		name, body string
+		want       int
+	}{
+		{"a prompt", `{"prompt":"hi"}`, 200},
+		{"the auto provider", `{"prompt":"hi","provider":"auto"}`, 200},
+		{"a provider by name", `{"prompt":"hi","provider":"alpha"}`, 200},
+		{"the prompt twice", `{"prompt":"a","prompt":"b"}`, 400},
+		{"a field name in capitals", `{"PROMPT":"hi"}`, 400},
+		{"a prompt that is a number", `{"prompt":5}`, 400},
+		{"a field generate does not take", `{"prompt":"hi","temperature":1}`, 400},
+		{"an unknown provider", `{"prompt":"hi","provider":"nope"}`, 404},
+		{"a blank prompt", `{"prompt":"   "}`, 400},
+		{"a list, not an object", `["hi"]`, 400},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				r := newRig(t, baseConfig(), simProvider(t, sim.Config{Name: "alpha"}))
+				body, want := tc.body, tc.want
+				rec := r.do(http.MethodPost, "/v1/generate", body)
+				assert.Equal(t, want, rec.Code, "%s: %s", body, rec.Body.String())
+				if want != 200 {
+					assert.NotContains(t, rec.Body.String(), "gateway:", "%s: no internal error chain in the message", body)
+				}
+			})
+		})
+	}
 }

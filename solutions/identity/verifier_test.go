@@ -425,7 +425,7 @@ var refusals = []refusal{
 		}},
 	{name: "padded base64", kind: identity.ErrInvalid, reason: identity.ReasonMalformed,
 		header: func(t *testing.T) string { return "Bearer " + hs256(t, claims()) + "=" }},
-	{name: "standard base64 alphabet (+ and /)", kind: identity.ErrInvalid, reason: identity.ReasonMalformed,
+	{name: "standard base64 alphabet (plus and slash)", kind: identity.ErrInvalid, reason: identity.ReasonMalformed,
 		header: func(t *testing.T) string { return "Bearer a+b.c/d.e" }},
 	{name: "segments that are not base64", kind: identity.ErrInvalid, reason: identity.ReasonMalformed,
 		header: func(*testing.T) string { return "Bearer a.b.c" }},
@@ -600,15 +600,20 @@ func TestNewVerifierRefusesUnsafeConfig(t *testing.T) {
 			assert.NotContains(t, err.Error(), string(short), "the error must not quote the secret")
 		})
 	}
-	for _, ok := range []func(*identity.Config){
-		func(c *identity.Config) { c.Secret = secret[:32] },
-		func(c *identity.Config) { c.Leeway = identity.MaxLeeway },
-		func(c *identity.Config) { c.Leeway = time.Nanosecond },
+	for _, tc := range []struct {
+		name string
+		edit func(*identity.Config)
+	}{
+		{"a secret of exactly 32 bytes", func(c *identity.Config) { c.Secret = secret[:32] }},
+		{"the largest leeway", func(c *identity.Config) { c.Leeway = identity.MaxLeeway }},
+		{"a leeway of one nanosecond", func(c *identity.Config) { c.Leeway = time.Nanosecond }},
 	} {
-		cfg := identity.Config{Secret: secret, Issuer: testIssuer, Audience: testAudience}
-		ok(&cfg)
-		_, err := identity.NewVerifier(cfg)
-		assert.NoError(t, err, "boundary config %+v must be accepted", cfg)
+		t.Run(tc.name+" is accepted", func(t *testing.T) {
+			cfg := identity.Config{Secret: secret, Issuer: testIssuer, Audience: testAudience}
+			tc.edit(&cfg)
+			_, err := identity.NewVerifier(cfg)
+			assert.NoError(t, err, "boundary config %+v must be accepted", cfg)
+		})
 	}
 }
 

@@ -79,9 +79,11 @@ func TestLoad(t *testing.T) {
 	yamlData, err := os.ReadFile(filepath.Join("testdata", "tiers.yaml"))
 	require.NoError(t, err)
 	for _, name := range []string{"p.YML", "p.Yaml", "p.yml"} {
-		require.NoError(t, os.WriteFile(filepath.Join(dir, name), yamlData, 0o600))
-		_, err := policy.Load(filepath.Join(dir, name))
-		assert.NoError(t, err, "%s loads as YAML", name)
+		t.Run(name, func(t *testing.T) {
+			require.NoError(t, os.WriteFile(filepath.Join(dir, name), yamlData, 0o600))
+			_, err := policy.Load(filepath.Join(dir, name))
+			assert.NoError(t, err, "%s loads as YAML", name)
+		})
 	}
 
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "p.toml"), yamlData, 0o600))
@@ -109,8 +111,10 @@ func TestParseRefusesUnknownFormat(t *testing.T) {
 	_, err := policy.Parse("x", []byte("{}"), "toml")
 	assert.ErrorIs(t, err, policy.ErrFormat)
 	for _, f := range []string{"JSON", "YAML", "yml"} {
-		_, err := policy.Parse("x", []byte(`{"tiers": {}}`), f)
-		assert.ErrorIs(t, err, policy.ErrInvalid, "format %q is understood (and the policy refused)", f)
+		t.Run(f, func(t *testing.T) {
+			_, err := policy.Parse("x", []byte(`{"tiers": {}}`), f)
+			assert.ErrorIs(t, err, policy.ErrInvalid, "format %q is understood (and the policy refused)", f)
+		})
 	}
 }
 

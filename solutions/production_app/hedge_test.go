@@ -65,21 +65,24 @@ func TestHedgesAskTheGatewaysRetryBudget(t *testing.T) {
 
 func TestHedgeAndBudgetFlagsAreChecked(t *testing.T) {
 	for _, tc := range []struct {
+		name string
 		args []string
 		want string
 	}{
-		{[]string{"-hedge-percentile=0.95"}, "-hedge-percentile needs -hedge-delay too"},
-		{[]string{"-hedge-delay=100ms", "-hedge-percentile=1"}, "-hedge-percentile must be in (0, 1)"},
-		{[]string{"-hedge-delay=-1s"}, "-hedge-delay must not be negative, got -1s"},
-		{[]string{"-retry-budget=1.5"}, "-retry-budget is the share of requests that may be retried, in [0, 1]"},
-		{[]string{"-retry-budget=NaN"}, "-retry-budget is the share"},
-		{[]string{"-retry-budget=0.1", "-retry-budget-min=-1"}, "-retry-budget-min must not be negative"},
-		{[]string{"-retry-budget=0.1", "-retry-budget-window=0s"}, "-retry-budget-window must be positive"},
-		{[]string{"-retry-budget-min=5"}, "-retry-budget-min does nothing without -retry-budget"},
-		{[]string{"-retry-budget=0", "-retry-budget-window=5s"}, "-retry-budget-window does nothing without -retry-budget"},
+		{"a percentile without a delay", []string{"-hedge-percentile=0.95"}, "-hedge-percentile needs -hedge-delay too"},
+		{"a percentile of 1", []string{"-hedge-delay=100ms", "-hedge-percentile=1"}, "-hedge-percentile must be in (0, 1)"},
+		{"a negative delay", []string{"-hedge-delay=-1s"}, "-hedge-delay must not be negative, got -1s"},
+		{"a budget over 1", []string{"-retry-budget=1.5"}, "-retry-budget is the share of requests that may be retried, in [0, 1]"},
+		{"a budget that is not a number", []string{"-retry-budget=NaN"}, "-retry-budget is the share"},
+		{"a negative budget minimum", []string{"-retry-budget=0.1", "-retry-budget-min=-1"}, "-retry-budget-min must not be negative"},
+		{"a zero budget window", []string{"-retry-budget=0.1", "-retry-budget-window=0s"}, "-retry-budget-window must be positive"},
+		{"a budget minimum without a budget", []string{"-retry-budget-min=5"}, "-retry-budget-min does nothing without -retry-budget"},
+		{"a budget window with a zero budget", []string{"-retry-budget=0", "-retry-budget-window=5s"}, "-retry-budget-window does nothing without -retry-budget"},
 	} {
-		var out, errOut testkit.LogBuffer
-		assert.Equal(t, 2, run(t.Context(), tc.args, &out, &errOut, nil), "%v", tc.args)
-		assert.Contains(t, errOut.String(), tc.want, "%v", tc.args)
+		t.Run(tc.name, func(t *testing.T) {
+			var out, errOut testkit.LogBuffer
+			assert.Equal(t, 2, run(t.Context(), tc.args, &out, &errOut, nil), "%v", tc.args)
+			assert.Contains(t, errOut.String(), tc.want, "%v", tc.args)
+		})
 	}
 }

@@ -83,11 +83,16 @@ func TestServesChatCompletionsWithSimulatedProviders(t *testing.T) {
 	assert.Contains(t, a.stdout.String(), "try:  curl", "the startup line says what to run next")
 	assert.NotContains(t, a.stderr.String(), "ping", "logs never contain prompts")
 
-	for _, path := range []string{"/healthz", "/readyz", "/metrics", "/v1/models"} {
-		resp, err := client.Get(a.url + path)
-		require.NoError(t, err)
-		_ = resp.Body.Close()
-		assert.Equal(t, http.StatusOK, resp.StatusCode, path)
+	for _, page := range []struct{ name, path string }{
+		{"health", "/healthz"}, {"readiness", "/readyz"}, {"metrics", "/metrics"}, {"model list", "/v1/models"},
+	} {
+		t.Run(page.name, func(t *testing.T) {
+			path := page.path
+			resp, err := client.Get(a.url + path)
+			require.NoError(t, err)
+			_ = resp.Body.Close()
+			assert.Equal(t, http.StatusOK, resp.StatusCode, path)
+		})
 	}
 }
 

@@ -2,6 +2,7 @@ package quota
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"sync"
 	"testing"
@@ -119,25 +120,27 @@ func TestUnreachableRedisFailsClosedOrOpenAsConfigured(t *testing.T) {
 	rdb := redis.NewClient(&redis.Options{Addr: closedAddr(t)})
 	t.Cleanup(func() { _ = rdb.Close() })
 	for _, failOpen := range []bool{false, true} {
-		var log errorLog
-		// The default Timeout: a refused connection costs at most that.
-		q := newTokens(t, rdb, TokensConfig{FailOpen: failOpen, OnError: log.add, Timeout: DefaultTimeout})
-		l := newLeases(t, rdb, LeasesConfig{FailOpen: failOpen, OnError: log.add, Timeout: DefaultTimeout})
-		_, td, terr := q.Reserve(t.Context(), "acme", 100, 10)
-		_, ld, lerr := l.Acquire(t.Context(), "acme", 5)
-		if failOpen {
-			assert.NoError(t, terr)
-			assert.NoError(t, lerr)
-			assert.True(t, td.Allowed && ld.Allowed, "FailOpen: a closed port admits")
-		} else {
-			assert.ErrorIs(t, terr, ErrUnavailable)
-			assert.ErrorIs(t, lerr, ErrUnavailable)
-			assert.False(t, td.Allowed || ld.Allowed, "fail closed: a closed port refuses")
-		}
-		require.Len(t, log.all(), 2, "failOpen=%v: OnError hears both failures", failOpen)
-		for _, err := range log.all() {
-			assert.ErrorIs(t, err, ErrUnavailable)
-		}
+		t.Run(fmt.Sprintf("fail_open=%v", failOpen), func(t *testing.T) {
+			var log errorLog
+			// The default Timeout: a refused connection costs at most that.
+			q := newTokens(t, rdb, TokensConfig{FailOpen: failOpen, OnError: log.add, Timeout: DefaultTimeout})
+			l := newLeases(t, rdb, LeasesConfig{FailOpen: failOpen, OnError: log.add, Timeout: DefaultTimeout})
+			_, td, terr := q.Reserve(t.Context(), "acme", 100, 10)
+			_, ld, lerr := l.Acquire(t.Context(), "acme", 5)
+			if failOpen {
+				assert.NoError(t, terr)
+				assert.NoError(t, lerr)
+				assert.True(t, td.Allowed && ld.Allowed, "FailOpen: a closed port admits")
+			} else {
+				assert.ErrorIs(t, terr, ErrUnavailable)
+				assert.ErrorIs(t, lerr, ErrUnavailable)
+				assert.False(t, td.Allowed || ld.Allowed, "fail closed: a closed port refuses")
+			}
+			require.Len(t, log.all(), 2, "failOpen=%v: OnError hears both failures", failOpen)
+			for _, err := range log.all() {
+				assert.ErrorIs(t, err, ErrUnavailable)
+			}
+		})
 	}
 }
 
@@ -243,24 +246,37 @@ func TestCallerContextStillCounts(t *testing.T) {
 }
 
 func TestUnexpectedReplyIsAnErrorNotAPanic(t *testing.T) {
-	for _, reply := range []any{"OK", int64(1), nil, []any{int64(1)}, []any{"1", "2", "3"},
-		[]any{int64(1), int64(-4), int64(0)}, []any{int64(1), int64(0), int64(0), int64(0)}} {
-		odd := fakeRedis{reply: func(ctx context.Context) *redis.Cmd {
-			cmd := redis.NewCmd(ctx)
-			cmd.SetVal(reply)
-			return cmd
-		}}
-		q := newTokens(t, odd, TokensConfig{})
-		l := newLeases(t, odd, LeasesConfig{})
-		var td, ld Decision
-		var terr, lerr error
-		require.NotPanics(t, func() {
-			_, td, terr = q.Reserve(t.Context(), "acme", 100, 1)
-			_, ld, lerr = l.Acquire(t.Context(), "acme", 1)
-		}, "reply %#v", reply)
-		assert.ErrorIs(t, terr, ErrUnavailable, "reply %#v is not a reservation", reply)
-		assert.ErrorIs(t, lerr, ErrUnavailable, "reply %#v is not a lease", reply)
-		assert.False(t, td.Allowed || ld.Allowed)
+	for _, c := range []struct {
+		name  string
+		reply any
+	}{
+		{"a status string", "OK"},
+		{"one integer", int64(1)},
+		{"no reply (nil)", nil},
+		{"one element", []any{int64(1)}},
+		{"three strings", []any{"1", "2", "3"}},
+		{"negative remaining", []any{int64(1), int64(-4), int64(0)}},
+		{"four elements", []any{int64(1), int64(0), int64(0), int64(0)}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			reply := c.reply
+			odd := fakeRedis{reply: func(ctx context.Context) *redis.Cmd {
+				cmd := redis.NewCmd(ctx)
+				cmd.SetVal(reply)
+				return cmd
+			}}
+			q := newTokens(t, odd, TokensConfig{})
+			l := newLeases(t, odd, LeasesConfig{})
+			var td, ld Decision
+			var terr, lerr error
+			require.NotPanics(t, func() {
+				_, td, terr = q.Reserve(t.Context(), "acme", 100, 1)
+				_, ld, lerr = l.Acquire(t.Context(), "acme", 1)
+			}, "reply %#v", reply)
+			assert.ErrorIs(t, terr, ErrUnavailable, "reply %#v is not a reservation", reply)
+			assert.ErrorIs(t, lerr, ErrUnavailable, "reply %#v is not a lease", reply)
+			assert.False(t, td.Allowed || ld.Allowed)
+		})
 	}
 }
 

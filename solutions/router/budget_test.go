@@ -169,47 +169,51 @@ func TestRefusedRetryLeavesTheBreakerAsItWas(t *testing.T) {
 }
 
 func TestRetryBudgetIsNotAskedWhenTheLoopWillNotRetry(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		cases := []struct {
-			name  string
-			setup func(up *upstream, cfg *router.Config)
-			ctx   func() (context.Context, context.CancelFunc)
-			want  error
-		}{
-			{"a refusal that is the caller's fault (400)", func(up *upstream, _ *router.Config) {
-				up.script("default", status(http.StatusBadRequest, "invalid_request", 0))
-			}, func() (context.Context, context.CancelFunc) { return context.WithCancel(t.Context()) }, nil},
-			{"the total deadline already past", func(up *upstream, cfg *router.Config) {
-				cfg.TotalTimeout = time.Second
-				up.script("default", func(ctx context.Context) (llm.Completion, error) {
-					<-ctx.Done()
-					return llm.Completion{}, ctx.Err()
-				})
-			}, func() (context.Context, context.CancelFunc) { return context.WithCancel(t.Context()) }, context.DeadlineExceeded},
-			{"the caller's own deadline already past", func(up *upstream, _ *router.Config) {
-				up.script("default", func(ctx context.Context) (llm.Completion, error) {
-					<-ctx.Done()
-					return llm.Completion{}, ctx.Err()
-				})
-			}, func() (context.Context, context.CancelFunc) { return context.WithTimeout(t.Context(), time.Second) }, context.DeadlineExceeded},
-		}
-		for _, tc := range cases {
-			up := newUpstream("up")
-			budget := &ledger{left: 10}
-			cfg := config()
-			cfg.RetryBudget, cfg.FailureThreshold = budget, 100
-			tc.setup(up, &cfg)
-			g := newGateway(t, cfg, up)
-			ctx, cancel := tc.ctx()
-			_, err := g.Generate(ctx, router.Request{Tenant: "acme", Chat: chatapi.NewRequest("hi", false)})
-			cancel()
-			require.Error(t, err, tc.name)
-			if tc.want != nil {
-				require.ErrorIs(t, err, tc.want, tc.name)
-			}
-			assert.Equal(t, []string{"deposit up"}, budget.history(), "%s: no retry will follow, so none is paid for", tc.name)
-		}
-	})
+	cases := []struct {
+		name  string
+		setup func(up *upstream, cfg *router.Config)
+		ctx   func(parent context.Context) (context.Context, context.CancelFunc)
+		want  error
+	}{
+		{"a refusal that is the caller's fault (400)", func(up *upstream, _ *router.Config) {
+			up.script("default", status(http.StatusBadRequest, "invalid_request", 0))
+		}, context.WithCancel, nil},
+		{"the total deadline already past", func(up *upstream, cfg *router.Config) {
+			cfg.TotalTimeout = time.Second
+			up.script("default", func(ctx context.Context) (llm.Completion, error) {
+				<-ctx.Done()
+				return llm.Completion{}, ctx.Err()
+			})
+		}, context.WithCancel, context.DeadlineExceeded},
+		{"the caller's own deadline already past", func(up *upstream, _ *router.Config) {
+			up.script("default", func(ctx context.Context) (llm.Completion, error) {
+				<-ctx.Done()
+				return llm.Completion{}, ctx.Err()
+			})
+		}, func(parent context.Context) (context.Context, context.CancelFunc) {
+			return context.WithTimeout(parent, time.Second)
+		}, context.DeadlineExceeded},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				up := newUpstream("up")
+				budget := &ledger{left: 10}
+				cfg := config()
+				cfg.RetryBudget, cfg.FailureThreshold = budget, 100
+				tc.setup(up, &cfg)
+				g := newGateway(t, cfg, up)
+				ctx, cancel := tc.ctx(t.Context())
+				_, err := g.Generate(ctx, router.Request{Tenant: "acme", Chat: chatapi.NewRequest("hi", false)})
+				cancel()
+				require.Error(t, err, tc.name)
+				if tc.want != nil {
+					require.ErrorIs(t, err, tc.want, tc.name)
+				}
+				assert.Equal(t, []string{"deposit up"}, budget.history(), "%s: no retry will follow, so none is paid for", tc.name)
+			})
+		})
+	}
 }
 
 func TestRetryBudgetIsNotAskedWhenTheCallerLeaves(t *testing.T) {

@@ -38,7 +38,9 @@ func TestCheckRefusesWhatASSRFWouldReach(t *testing.T) {
 		"2606:4700::1111":  "",
 		"100.128.0.1":      "",
 	} {
-		assert.Equal(t, want, Check(netip.MustParseAddr(addr)), addr)
+		t.Run(addr, func(t *testing.T) {
+			assert.Equal(t, want, Check(netip.MustParseAddr(addr)), addr)
+		})
 	}
 }
 

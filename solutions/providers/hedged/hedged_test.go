@@ -256,25 +256,29 @@ func TestTheAttemptDeadlineBoundsTheHedgeToo(t *testing.T) {
 }
 
 func TestAContextAlreadyEndedCallsNothingAndSaysWhy(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		p := &scripted{took: []time.Duration{time.Second}, honours: true}
-		h, _ := hedged(t, p, 100*time.Millisecond, nil)
-		for _, tc := range []struct {
-			name string
-			ctx  func() (context.Context, context.CancelFunc)
-			want error
-		}{
-			{"cancelled", func() (context.Context, context.CancelFunc) { return context.WithCancel(t.Context()) }, context.Canceled},
-			{"expired", func() (context.Context, context.CancelFunc) { return context.WithTimeout(t.Context(), 0) }, context.DeadlineExceeded},
-		} {
-			ctx, cancel := tc.ctx()
-			cancel()
-			_, err := h.Generate(ctx, ask)
-			require.ErrorIs(t, err, tc.want, tc.name)
-		}
-		calls, _ := p.history()
-		assert.Zero(t, calls)
-	})
+	for _, tc := range []struct {
+		name string
+		ctx  func(parent context.Context) (context.Context, context.CancelFunc)
+		want error
+	}{
+		{"cancelled", context.WithCancel, context.Canceled},
+		{"expired", func(parent context.Context) (context.Context, context.CancelFunc) {
+			return context.WithTimeout(parent, 0)
+		}, context.DeadlineExceeded},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				p := &scripted{took: []time.Duration{time.Second}, honours: true}
+				h, _ := hedged(t, p, 100*time.Millisecond, nil)
+				ctx, cancel := tc.ctx(t.Context())
+				cancel()
+				_, err := h.Generate(ctx, ask)
+				require.ErrorIs(t, err, tc.want, tc.name)
+				calls, _ := p.history()
+				assert.Zero(t, calls)
+			})
+		})
+	}
 }
 
 func TestStreamsAreNotHedged(t *testing.T) {

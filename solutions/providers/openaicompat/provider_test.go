@@ -233,14 +233,20 @@ func TestDialControlRefusesAnUpstreamThatResolvesToLoopback(t *testing.T) {
 }
 
 func TestNewRejectsBadConfig(t *testing.T) {
-	for _, c := range []Config{
-		{Name: "", BaseURL: "https://x/v1", Model: "m"},
-		{Name: "a", BaseURL: "ftp://x/v1", Model: "m"},
-		{Name: "a", BaseURL: "https://user:pw@x/v1", Model: "m"},
-		{Name: "a", BaseURL: "https://x/v1"},
+	for _, tc := range []struct {
+		name string
+		cfg  Config
+	}{
+		{"no name", Config{Name: "", BaseURL: "https://x/v1", Model: "m"}},
+		{"a URL that is not http or https", Config{Name: "a", BaseURL: "ftp://x/v1", Model: "m"}},
+		{"credentials in the URL", Config{Name: "a", BaseURL: "https://user:pw@x/v1", Model: "m"}},
+		{"no model", Config{Name: "a", BaseURL: "https://x/v1"}},
 	} {
-		_, err := New(c)
-		assert.ErrorIs(t, err, ErrInvalidConfig, "%+v", c)
+		t.Run(tc.name, func(t *testing.T) {
+			c := tc.cfg
+			_, err := New(c)
+			assert.ErrorIs(t, err, ErrInvalidConfig, "%+v", c)
+		})
 	}
 }
 

@@ -68,40 +68,42 @@ func TestSameSeedReplaysTheSameFailures(t *testing.T) {
 }
 
 func TestErrorKinds(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		for kind, check := range map[string]func(error){
-			KindRateLimited: func(err error) {
-				var e *chatapi.UpstreamError
-				require.ErrorAs(t, err, &e)
-				assert.Equal(t, http.StatusTooManyRequests, e.Status)
-				assert.Equal(t, 2*time.Second, e.RetryAfter())
-				assert.Equal(t, llm.ReasonRateLimited, llm.ReasonOf(err))
-			},
-			KindBadRequest: func(err error) {
-				var e *chatapi.UpstreamError
-				require.ErrorAs(t, err, &e)
-				assert.Equal(t, http.StatusBadRequest, e.Status)
-				assert.Equal(t, "context_length_exceeded", e.Code, "shaped like the real refusal, code included")
-				assert.Equal(t, llm.ReasonClient, llm.ReasonOf(err))
-			},
-			KindServer: func(err error) { assert.Equal(t, llm.ReasonServer, llm.ReasonOf(err)) },
-			KindTimeout: func(err error) {
-				assert.ErrorIs(t, err, context.DeadlineExceeded)
-				assert.Equal(t, llm.ReasonTimeout, llm.ReasonOf(err))
-			},
-			KindReset: func(err error) {
-				assert.ErrorIs(t, err, syscall.ECONNRESET, "a reset is a connection error, as a real one is")
-				assert.Equal(t, llm.ReasonConnection, llm.ReasonOf(err))
-			},
-		} {
-			p, err := New(Config{Name: "a", ErrorRate: 1, ErrorKinds: []string{kind}, RetryAfter: 2 * time.Second})
-			require.NoError(t, err)
-			ctx, cancel := context.WithTimeout(t.Context(), time.Second)
-			_, err = p.Generate(ctx, req)
-			cancel()
-			check(err)
-		}
-	})
+	for kind, check := range map[string]func(*testing.T, error){
+		KindRateLimited: func(t *testing.T, err error) {
+			var e *chatapi.UpstreamError
+			require.ErrorAs(t, err, &e)
+			assert.Equal(t, http.StatusTooManyRequests, e.Status)
+			assert.Equal(t, 2*time.Second, e.RetryAfter())
+			assert.Equal(t, llm.ReasonRateLimited, llm.ReasonOf(err))
+		},
+		KindBadRequest: func(t *testing.T, err error) {
+			var e *chatapi.UpstreamError
+			require.ErrorAs(t, err, &e)
+			assert.Equal(t, http.StatusBadRequest, e.Status)
+			assert.Equal(t, "context_length_exceeded", e.Code, "shaped like the real refusal, code included")
+			assert.Equal(t, llm.ReasonClient, llm.ReasonOf(err))
+		},
+		KindServer: func(t *testing.T, err error) { assert.Equal(t, llm.ReasonServer, llm.ReasonOf(err)) },
+		KindTimeout: func(t *testing.T, err error) {
+			assert.ErrorIs(t, err, context.DeadlineExceeded)
+			assert.Equal(t, llm.ReasonTimeout, llm.ReasonOf(err))
+		},
+		KindReset: func(t *testing.T, err error) {
+			assert.ErrorIs(t, err, syscall.ECONNRESET, "a reset is a connection error, as a real one is")
+			assert.Equal(t, llm.ReasonConnection, llm.ReasonOf(err))
+		},
+	} {
+		t.Run(kind, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				p, err := New(Config{Name: "a", ErrorRate: 1, ErrorKinds: []string{kind}, RetryAfter: 2 * time.Second})
+				require.NoError(t, err)
+				ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+				_, err = p.Generate(ctx, req)
+				cancel()
+				check(t, err)
+			})
+		})
+	}
 }
 
 func TestOutageWindow(t *testing.T) {
@@ -127,8 +129,10 @@ func TestParse(t *testing.T) {
 	assert.Equal(t, Config{Name: "alpha", Latency: 80 * time.Millisecond, Jitter: 20 * time.Millisecond, ErrorRate: 0.1,
 		ErrorKinds: []string{"500", "429"}, Outages: []Window{{30 * time.Second, 60 * time.Second}}, Seed: 7}, cfg)
 	for _, bad := range []string{"latency=1s", "name=a,latency=fast", "name=a,colour=blue", "name=a,outage=30s"} {
-		_, err := Parse(bad)
-		assert.ErrorIs(t, err, ErrInvalidConfig, bad)
+		t.Run(bad, func(t *testing.T) {
+			_, err := Parse(bad)
+			assert.ErrorIs(t, err, ErrInvalidConfig, bad)
+		})
 	}
 	_, err = New(Config{Name: "a", ErrorKinds: []string{"418"}})
 	assert.ErrorIs(t, err, ErrInvalidConfig)
@@ -140,22 +144,34 @@ func TestParse(t *testing.T) {
 func TestOddSchemasNeverCrashTheAnswer(t *testing.T) {
 	p, err := New(Config{Name: "alpha"})
 	require.NoError(t, err)
-	for _, schema := range []string{
-		`{"type":"object","required":["a"],"properties":{"a":{"type":[]}}}`,
-		`{"type":[]}`, `{"type":[1,2]}`, `{"type":["null","string"]}`, `{"type":{}}`, `{"anyOf":[]}`, `{"enum":[]}`,
-		`{"type":"object","required":"a"}`, `{"type":"object","required":[1]}`, `[]`, `7`, `null`,
+	for _, tc := range []struct{ name, schema string }{
+		{"a property whose type list is empty", `{"type":"object","required":["a"],"properties":{"a":{"type":[]}}}`},
+		{"an empty type list", `{"type":[]}`},
+		{"a type list of numbers", `{"type":[1,2]}`},
+		{"a type list of two names", `{"type":["null","string"]}`},
+		{"a type that is an object", `{"type":{}}`},
+		{"an empty anyOf", `{"anyOf":[]}`},
+		{"an empty enum", `{"enum":[]}`},
+		{"required as a string", `{"type":"object","required":"a"}`},
+		{"required naming a number", `{"type":"object","required":[1]}`},
+		{"a list", `[]`},
+		{"a number", `7`},
+		{"null", `null`},
 	} {
-		for _, body := range []string{
-			`{"messages":[{"role":"user","content":"hi"}],"tools":[{"type":"function","function":{"name":"f","parameters":` + schema + `}}]}`,
-			`{"messages":[{"role":"user","content":"hi"}],"response_format":{"type":"json_schema","json_schema":{"name":"x","schema":` + schema + `}}}`,
-		} {
-			chat, err := chatapi.Parse([]byte(body))
-			require.NoError(t, err, body)
-			require.NotPanics(t, func() {
-				_, err = p.Generate(t.Context(), llm.Request{Chat: chat})
-			}, schema)
-			assert.NoError(t, err, schema)
-		}
+		t.Run(tc.name, func(t *testing.T) {
+			schema := tc.schema
+			for _, body := range []string{
+				`{"messages":[{"role":"user","content":"hi"}],"tools":[{"type":"function","function":{"name":"f","parameters":` + schema + `}}]}`,
+				`{"messages":[{"role":"user","content":"hi"}],"response_format":{"type":"json_schema","json_schema":{"name":"x","schema":` + schema + `}}}`,
+			} {
+				chat, err := chatapi.Parse([]byte(body))
+				require.NoError(t, err, body)
+				require.NotPanics(t, func() {
+					_, err = p.Generate(t.Context(), llm.Request{Chat: chat})
+				}, schema)
+				assert.NoError(t, err, schema)
+			}
+		})
 	}
 }
 
