@@ -19,10 +19,10 @@ import (
 
 	"github.com/compose-spec/compose-go/v2/cli"
 	"github.com/compose-spec/compose-go/v2/types"
-	"github.com/production-go/gateway-lab/solutions/service"
 	"github.com/production-go/gateway-lab/solutions/identity"
 	"github.com/production-go/gateway-lab/solutions/providers/openaicompat"
 	"github.com/production-go/gateway-lab/solutions/providers/sim"
+	"github.com/production-go/gateway-lab/solutions/service"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.yaml.in/yaml/v3"
