@@ -156,7 +156,7 @@ integration: $(LABCTL) ## real-Redis tests with REDIS_INTEGRATION_REQUIRED=1; a 
 checklist: $(LABCTL) ## the production-readiness checklist: one ✓/✗ line per item, exit 1 on any ✗ (ONLY=ADM,SEC-4)
 	@$(LABCTL) checklist $(if $(ONLY),-only $(ONLY))
 
-bench-http: ## production_app vs a bare reverse proxy, wrk, interleaved (about 2 minutes)
+bench-http: ## production_app vs a bare reverse proxy, wrk, interleaved (about 2 minutes; BASE_REF=ref also runs production_app as built at ref)
 	scripts/bench-http.sh
 
 bench: ## every benchmark, with allocations
