@@ -28,13 +28,20 @@ import (
 	"github.com/production-go/gateway-lab/solutions/providers/spec"
 )
 
-// Failure kinds a simulated call can produce.
+// Kind is a failure a simulated call can produce; a spec's errors= names
+// them.
+type Kind string
+
+// The failure kinds.
 const (
-	KindTimeout     = "timeout" // accepts the call, then says nothing until the caller gives up
-	KindReset       = "reset"   // connection reset before any answer
-	KindRateLimited = "429"     // 429 with Retry-After
-	KindServer      = "500"     // 500
-	KindBadRequest  = "400"     // 400: permanent, never retried
+	KindTimeout     Kind = "timeout" // accepts the call, then says nothing until the caller gives up
+	KindReset       Kind = "reset"   // connection reset before any answer
+	KindRateLimited Kind = "429"     // 429 with Retry-After
+	KindServer      Kind = "500"     // 500
+	KindBadRequest  Kind = "400"     // 400: permanent, never retried
+
+	kindNone   Kind = ""       // the call succeeds
+	kindOutage Kind = "outage" // a 503 in an outage window (from Config.Outages, not drawn)
 )
 
 // Window is an outage: every call between Start and End (measured from
@@ -57,7 +64,7 @@ type Config struct {
 	Jitter     time.Duration // latency varies uniformly by ± Jitter
 	ChunkDelay time.Duration // between streamed chunks
 	ErrorRate  float64       // probability a call fails, 0..1
-	ErrorKinds []string      // which failures, chosen uniformly; default 500
+	ErrorKinds []Kind        // which failures, chosen uniformly; default 500
 	RetryAfter time.Duration // for 429s; default 1s
 	Outages    []Window
 	// Slowdowns are brown-outs: during each window, a share of the calls
@@ -102,7 +109,7 @@ func New(cfg Config) (*Provider, error) {
 		}
 	}
 	if len(cfg.ErrorKinds) == 0 {
-		cfg.ErrorKinds = []string{KindServer}
+		cfg.ErrorKinds = []Kind{KindServer}
 	}
 	if cfg.Model == "" {
 		cfg.Model = cfg.Name + "-1"
@@ -183,7 +190,7 @@ func (p *Provider) Stream(ctx context.Context, req llm.Request, emit func(llm.Ch
 func (p *Provider) begin(ctx context.Context, req llm.Request) (simAnswer, error) {
 	latency, failure := p.draw()
 	if p.inOutage() {
-		failure = "outage"
+		failure = kindOutage
 	}
 	if failure == KindTimeout {
 		<-ctx.Done()
@@ -214,15 +221,15 @@ var ErrReset = fmt.Errorf("sim: connection reset by peer: %w", syscall.ECONNRESE
 
 // failure is the error a drawn failure kind stands for, shaped like a real
 // upstream's: status, OpenAI error type and code.
-func (p *Provider) failure(kind string) error {
+func (p *Provider) failure(kind Kind) error {
 	up := func(status int, typ, code, msg string, retryAfter time.Duration) error {
 		body := fmt.Sprintf(`{"error":{"message":%q,"type":%q,"code":%q}}`, msg, typ, code)
 		return chatapi.NewUpstreamError(p.cfg.Name, status, []byte(body), retryAfter)
 	}
 	switch kind {
-	case "":
+	case kindNone:
 		return nil
-	case "outage":
+	case kindOutage:
 		return up(http.StatusServiceUnavailable, "server_error", "service_unavailable", "the simulated upstream is in an outage window", 0)
 	case KindReset:
 		return fmt.Errorf("%s: %w", p.cfg.Name, ErrReset)
@@ -235,14 +242,14 @@ func (p *Provider) failure(kind string) error {
 }
 
 // draw picks this call's latency and failure (if any) from the seeded source.
-func (p *Provider) draw() (time.Duration, string) {
+func (p *Provider) draw() (time.Duration, Kind) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	latency := p.cfg.Latency
 	if p.cfg.Jitter > 0 {
 		latency += time.Duration(p.rng.Int64N(2*int64(p.cfg.Jitter)+1)) - p.cfg.Jitter
 	}
-	var failure string
+	failure := kindNone
 	if p.cfg.ErrorRate > 0 && p.rng.Float64() < p.cfg.ErrorRate {
 		failure = p.cfg.ErrorKinds[p.rng.IntN(len(p.cfg.ErrorKinds))]
 	}
@@ -331,7 +338,9 @@ func Parse(s string) (Config, error) {
 		case "error-rate":
 			cfg.ErrorRate, err = strconv.ParseFloat(v, 64)
 		case "errors":
-			cfg.ErrorKinds = strings.Split(v, "|")
+			for _, k := range strings.Split(v, "|") {
+				cfg.ErrorKinds = append(cfg.ErrorKinds, Kind(k))
+			}
 		case "retry-after":
 			cfg.RetryAfter, err = time.ParseDuration(v)
 		case "seed":

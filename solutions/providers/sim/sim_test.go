@@ -68,7 +68,7 @@ func TestSameSeedReplaysTheSameFailures(t *testing.T) {
 }
 
 func TestErrorKinds(t *testing.T) {
-	for kind, check := range map[string]func(*testing.T, error){
+	for kind, check := range map[Kind]func(*testing.T, error){
 		KindRateLimited: func(t *testing.T, err error) {
 			var e *chatapi.UpstreamError
 			require.ErrorAs(t, err, &e)
@@ -93,9 +93,9 @@ func TestErrorKinds(t *testing.T) {
 			assert.Equal(t, llm.ReasonConnection, llm.ReasonOf(err))
 		},
 	} {
-		t.Run(kind, func(t *testing.T) {
+		t.Run(string(kind), func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				p, err := New(Config{Name: "a", ErrorRate: 1, ErrorKinds: []string{kind}, RetryAfter: 2 * time.Second})
+				p, err := New(Config{Name: "a", ErrorRate: 1, ErrorKinds: []Kind{kind}, RetryAfter: 2 * time.Second})
 				require.NoError(t, err)
 				ctx, cancel := context.WithTimeout(t.Context(), time.Second)
 				_, err = p.Generate(ctx, req)
@@ -127,14 +127,14 @@ func TestParse(t *testing.T) {
 	cfg, err := Parse("name=alpha,latency=80ms,jitter=20ms,error-rate=0.1,errors=500|429,outage=30s-60s,seed=7")
 	require.NoError(t, err)
 	assert.Equal(t, Config{Name: "alpha", Latency: 80 * time.Millisecond, Jitter: 20 * time.Millisecond, ErrorRate: 0.1,
-		ErrorKinds: []string{"500", "429"}, Outages: []Window{{30 * time.Second, 60 * time.Second}}, Seed: 7}, cfg)
+		ErrorKinds: []Kind{KindServer, KindRateLimited}, Outages: []Window{{30 * time.Second, 60 * time.Second}}, Seed: 7}, cfg)
 	for _, bad := range []string{"latency=1s", "name=a,latency=fast", "name=a,colour=blue", "name=a,outage=30s"} {
 		t.Run(bad, func(t *testing.T) {
 			_, err := Parse(bad)
 			assert.ErrorIs(t, err, ErrInvalidConfig, bad)
 		})
 	}
-	_, err = New(Config{Name: "a", ErrorKinds: []string{"418"}})
+	_, err = New(Config{Name: "a", ErrorKinds: []Kind{"418"}})
 	assert.ErrorIs(t, err, ErrInvalidConfig)
 }
 

@@ -89,16 +89,17 @@ func TestStreamsServerSentEventsChunkDelayApart(t *testing.T) {
 
 func TestFailuresAreAnsweredAsARealUpstreamWould(t *testing.T) {
 	for _, tc := range []struct {
-		kind, code, retryAfter string
-		status                 int
+		kind             sim.Kind
+		code, retryAfter string
+		status           int
 	}{
 		{sim.KindRateLimited, "rate_limit_exceeded", "2", http.StatusTooManyRequests},
 		{sim.KindServer, "internal_error", "", http.StatusInternalServerError},
 		{sim.KindBadRequest, "context_length_exceeded", "", http.StatusBadRequest},
 	} {
-		t.Run(tc.kind, func(t *testing.T) {
+		t.Run(string(tc.kind), func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				h := newHandler(t, sim.Config{ErrorRate: 1, ErrorKinds: []string{tc.kind}, RetryAfter: 1500 * time.Millisecond}, Options{})
+				h := newHandler(t, sim.Config{ErrorRate: 1, ErrorKinds: []sim.Kind{tc.kind}, RetryAfter: 1500 * time.Millisecond}, Options{})
 				w, _ := call(h, "POST", "/v1/chat/completions", hello)
 				assert.Equal(t, tc.status, w.Code)
 				assert.Equal(t, tc.code, gjson.Get(w.Body.String(), "error.code").String(), w.Body.String())
@@ -137,7 +138,7 @@ func TestSlowWindowAddsItsExtraLatency(t *testing.T) {
 
 func TestTimeoutDrawHoldsTheCallUntilTheCallerGivesUp(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		h := newHandler(t, sim.Config{ErrorRate: 1, ErrorKinds: []string{sim.KindTimeout}}, Options{})
+		h := newHandler(t, sim.Config{ErrorRate: 1, ErrorKinds: []sim.Kind{sim.KindTimeout}}, Options{})
 		ctx, cancel := context.WithTimeout(t.Context(), 3*time.Second)
 		defer cancel()
 		r := httptest.NewRequestWithContext(ctx, "POST", "/v1/chat/completions", strings.NewReader(hello))
@@ -149,7 +150,7 @@ func TestTimeoutDrawHoldsTheCallUntilTheCallerGivesUp(t *testing.T) {
 }
 
 func TestResetClosesTheConnectionWithoutAnAnswer(t *testing.T) {
-	p, err := sim.New(sim.Config{Name: "mock", ErrorRate: 1, ErrorKinds: []string{sim.KindReset}})
+	p, err := sim.New(sim.Config{Name: "mock", ErrorRate: 1, ErrorKinds: []sim.Kind{sim.KindReset}})
 	require.NoError(t, err)
 	srv := httptest.NewServer(Handler(p, Options{}))
 	defer srv.Close()
