@@ -84,8 +84,8 @@ test-template: ## export the learner template, solve lab 01 in it and grade it t
 verify: $(LABCTL) ## tests identical, stubs red one by one, solutions green, every mutant killed (cached)
 	@$(LABCTL) verify
 
-test-sdk: ## the official OpenAI Go SDK against both services (build tag sdk; a large compile)
-	$(GO) test -race -tags sdk ./solutions/production_app/... ./solutions/secure_app/...
+test-sdk: ## the official OpenAI Go SDK against both services and the wire format (build tag sdk; a large compile)
+	$(GO) test -race -tags sdk ./solutions/chatapi/ ./solutions/production_app/... ./solutions/secure_app/...
 
 test-k8s: ## deploy/k8s decoded strictly with the Kubernetes API types and checked against secure_app (build tag k8s)
 	$(GO) test -race -tags k8s -run '^TestK8s' ./internal/repocheck/

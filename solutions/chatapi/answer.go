@@ -1,8 +1,10 @@
 package chatapi
 
 import (
+	"bytes"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"time"
 
 	"github.com/tidwall/gjson"
@@ -161,4 +163,13 @@ func NewID() string {
 	var b [12]byte
 	_, _ = rand.Read(b[:])
 	return hex.EncodeToString(b[:])
+}
+
+// marshal encodes v without HTML escaping: an answer is not HTML.
+func marshal(v any) []byte {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(v) // plain structs always encode
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n"))
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"strconv"
 
 	"github.com/tidwall/gjson"
 )
@@ -19,7 +20,10 @@ var ErrNotACompletion = errors.New("chatapi: not a chat.completion object")
 // field, top-level or in a choice, is copied as it came and in its order
 // (the message's tool calls and refusal, logprobs, system_fingerprint,
 // service_tier, fields this code has never heard of); only the wrapping
-// changes: "object" names a chunk, "message" becomes "delta".
+// changes: "object" names a chunk, "message" becomes "delta", and each
+// tool call gains the "index" every streamed tool call carries (the SDKs'
+// stream accumulators key tool calls by it: without it, two calls would
+// be read as one).
 func ChunksOf(completion []byte, includeUsage bool) ([][]byte, error) {
 	if !gjson.ValidBytes(completion) {
 		return nil, ErrNotACompletion
@@ -79,7 +83,7 @@ func deltas(choices gjson.Result) []byte {
 		var o object
 		c.ForEach(func(k, v gjson.Result) bool {
 			if k.Str == "message" {
-				o.add("delta", []byte(v.Raw))
+				o.add("delta", delta(v))
 			} else {
 				o.add(k.Str, []byte(v.Raw))
 			}
@@ -96,6 +100,51 @@ func deltas(choices gjson.Result) []byte {
 	})
 	arr.WriteByte(']')
 	return arr.Bytes()
+}
+
+// delta is a message as a chunk's delta: as it came, but for an "index"
+// on each tool call that has none.
+func delta(message gjson.Result) []byte {
+	calls := message.Get("tool_calls")
+	if !message.IsObject() || !calls.IsArray() {
+		return []byte(message.Raw)
+	}
+	var o object
+	message.ForEach(func(k, v gjson.Result) bool {
+		if k.Str != "tool_calls" {
+			o.add(k.Str, []byte(v.Raw))
+			return true
+		}
+		var arr bytes.Buffer
+		arr.WriteByte('[')
+		i := 0
+		v.ForEach(func(_, call gjson.Result) bool {
+			if i > 0 {
+				arr.WriteByte(',')
+			}
+			arr.Write(indexed(call, i))
+			i++
+			return true
+		})
+		arr.WriteByte(']')
+		o.add(k.Str, arr.Bytes())
+		return true
+	})
+	return o.bytes()
+}
+
+// indexed is a tool call with "index" first, unless it has one.
+func indexed(call gjson.Result, i int) []byte {
+	if !call.IsObject() || call.Get("index").Exists() {
+		return []byte(call.Raw)
+	}
+	var o object
+	o.add("index", []byte(strconv.Itoa(i)))
+	call.ForEach(func(k, v gjson.Result) bool {
+		o.add(k.Str, []byte(v.Raw))
+		return true
+	})
+	return o.bytes()
 }
 
 // object writes a JSON object of raw values, in the order they are added.
@@ -119,13 +168,4 @@ func (o *object) bytes() []byte {
 	}
 	o.buf.WriteByte('}')
 	return o.buf.Bytes()
-}
-
-// marshal encodes v without HTML escaping: an answer is not HTML.
-func marshal(v any) []byte {
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetEscapeHTML(false)
-	_ = enc.Encode(v) // plain structs always encode
-	return bytes.TrimSuffix(buf.Bytes(), []byte("\n"))
 }

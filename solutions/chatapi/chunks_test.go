@@ -14,7 +14,7 @@ import (
 // streamed to a caller who asked for a stream is the same answer, field for
 // field, in a stream's shape.
 func TestChunksOfKeepsEveryFieldAndOnlyChangesTheWrapping(t *testing.T) {
-	for _, name := range []string{"tool-calls", "logprobs-two-choices"} {
+	for _, name := range []string{"tool-calls", "parallel-tool-calls", "logprobs-two-choices"} {
 		t.Run(name, func(t *testing.T) {
 			whole, err := os.ReadFile("testdata/answers/" + name + ".json")
 			require.NoError(t, err)
@@ -42,7 +42,7 @@ func TestChunksOfKeepsEveryFieldAndOnlyChangesTheWrapping(t *testing.T) {
 			require.Len(t, body.Get("choices").Array(), len(w.Get("choices").Array()))
 			for i, c := range w.Get("choices").Array() {
 				d := body.Get("choices").Array()[i]
-				assert.Equal(t, c.Get("message").Raw, d.Get("delta").Raw, "choice %d: the message is the delta, byte for byte", i)
+				sameExceptToolCallIndexes(t, c.Get("message"), d.Get("delta"))
 				assert.False(t, d.Get("message").Exists())
 				assert.Equal(t, c.Get("finish_reason").Raw, d.Get("finish_reason").Raw)
 				assert.Equal(t, c.Get("logprobs").Raw, d.Get("logprobs").Raw)
@@ -79,4 +79,37 @@ func texts(bs [][]byte) []string {
 		out[i] = string(b)
 	}
 	return out
+}
+
+// sameExceptToolCallIndexes checks that a delta is its message as it came,
+// but for the index each tool call gains, in order.
+func sameExceptToolCallIndexes(t *testing.T, message, delta gjson.Result) {
+	t.Helper()
+	calls := message.Get("tool_calls")
+	if !calls.IsArray() {
+		assert.Equal(t, message.Raw, delta.Raw, "the message is the delta, byte for byte")
+		return
+	}
+	message.ForEach(func(k, v gjson.Result) bool {
+		if k.Str != "tool_calls" {
+			assert.Equal(t, v.Raw, delta.Get(gjson.Escape(k.Str)).Raw, "%s is copied as it came", k.Str)
+		}
+		return true
+	})
+	got := delta.Get("tool_calls").Array()
+	require.Len(t, got, len(calls.Array()))
+	for i, call := range calls.Array() {
+		assert.Equal(t, int64(i), got[i].Get("index").Int(), "tool call %d carries its index, as a streamed one does", i)
+		assert.True(t, got[i].Get("index").Exists())
+		call.ForEach(func(k, v gjson.Result) bool {
+			assert.Equal(t, v.Raw, got[i].Get(gjson.Escape(k.Str)).Raw, "tool call %d's %s as it came", i, k.Str)
+			return true
+		})
+	}
+}
+
+func TestAToolCallThatHasAnIndexKeepsIt(t *testing.T) {
+	chunks, err := ChunksOf([]byte(`{"choices":[{"index":0,"message":{"role":"assistant","tool_calls":[{"index":5,"id":"a","type":"function","function":{"name":"f","arguments":"{}"}}]}}]}`), false)
+	require.NoError(t, err)
+	assert.Equal(t, `[{"index":5,"id":"a","type":"function","function":{"name":"f","arguments":"{}"}}]`, gjson.GetBytes(chunks[0], "choices.0.delta.tool_calls").Raw)
 }

@@ -31,6 +31,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/tidwall/gjson"
@@ -38,9 +40,9 @@ import (
 
 // Request is a chat-completion request as its caller sent it.
 type Request struct {
-	raw      []byte
-	modelAt  int // where the "model" value starts in raw; -1 if there is none
-	modelEnd int
+	raw           []byte
+	model, stream span // the "model" and "stream" values in raw
+	streamOptions span // the whole "stream_options" member, key to value
 
 	// Model is the public model name the caller asked for ("" if none).
 	Model string
@@ -77,7 +79,7 @@ func Parse(body []byte) (*Request, error) {
 	if !root.IsObject() {
 		return nil, invalid("", "invalid_type", "the request body must be a JSON object")
 	}
-	r := &Request{raw: body, modelAt: -1}
+	r := &Request{raw: body, model: absent, stream: absent, streamOptions: absent}
 	seen := make(map[string]bool, len(readFields))
 	var err error
 	root.ForEach(func(key, value gjson.Result) bool {
@@ -89,7 +91,7 @@ func Parse(body []byte) (*Request, error) {
 			return false
 		}
 		seen[key.Str] = true
-		err = r.read(key.Str, value)
+		err = r.read(key, value)
 		return err == nil
 	})
 	if err != nil {
@@ -102,20 +104,21 @@ func Parse(body []byte) (*Request, error) {
 }
 
 // read checks one field the gateway acts on and keeps its value.
-func (r *Request) read(name string, v gjson.Result) error {
-	switch name {
+func (r *Request) read(key, v gjson.Result) error {
+	switch name := key.Str; name {
 	case "model":
 		if v.Type != gjson.String {
 			return invalid(name, "invalid_type", "model must be a string")
 		}
-		r.Model, r.modelAt, r.modelEnd = v.Str, v.Index, v.Index+len(v.Raw)
+		r.Model, r.model = v.Str, valueSpan(v)
 	case "messages":
 		return r.readMessages(v)
 	case "stream":
 		b, err := optionalBool(name, v)
-		r.Stream = b
+		r.Stream, r.stream = b, valueSpan(v)
 		return err
 	case "stream_options":
+		r.streamOptions = span{at: key.Index, end: v.Index + len(v.Raw)}
 		if v.Type == gjson.Null {
 			return nil
 		}
@@ -257,22 +260,92 @@ func (r *Request) Body() []byte { return r.raw }
 // WithModel returns the request with its "model" set to model and every
 // other byte as the caller sent it. It does not change r; each call
 // returns a new slice.
-func (r *Request) WithModel(model string) []byte {
+func (r *Request) WithModel(model string) []byte { return r.Upstream(model, r.Stream) }
+
+// Upstream returns the request as an upstream is sent it: "model" set to
+// model, "stream" set to stream, and every other byte as the caller sent
+// it. When a streamed request is asked for whole (a provider that answers
+// whole, say), "stream_options" goes too: an upstream refuses them on a
+// request that does not stream. It does not change r; each call returns a
+// new slice.
+func (r *Request) Upstream(model string, stream bool) []byte {
 	quoted, _ := json.Marshal(model) // a string always marshals
-	if r.modelAt < 0 {
-		// No model in the request: add one right after the opening brace.
-		open := bytes.IndexByte(r.raw, '{') + 1
-		out := make([]byte, 0, len(r.raw)+len(quoted)+10)
-		out = append(out, r.raw[:open]...)
-		out = append(out, `"model":`...)
-		out = append(out, quoted...)
-		out = append(out, ',')
-		return append(out, r.raw[open:]...)
+	var edits []edit
+	if r.model.present() {
+		edits = append(edits, edit{r.model, quoted})
+	} else {
+		edits = append(edits, r.insert(`"model":`+string(quoted)+`,`))
 	}
-	out := make([]byte, 0, len(r.raw)-(r.modelEnd-r.modelAt)+len(quoted))
-	out = append(out, r.raw[:r.modelAt]...)
-	out = append(out, quoted...)
-	return append(out, r.raw[r.modelEnd:]...)
+	if stream != r.Stream {
+		switch {
+		case r.stream.present():
+			edits = append(edits, edit{r.stream, []byte(strconv.FormatBool(stream))})
+		case stream:
+			edits = append(edits, r.insert(`"stream":true,`))
+		}
+		if !stream && r.streamOptions.present() {
+			edits = append(edits, edit{r.member(r.streamOptions), nil})
+		}
+	}
+	return splice(r.raw, edits)
+}
+
+// span is a range of a request's bytes, [at, end).
+type span struct{ at, end int }
+
+// absent is the span of a field the request does not have.
+var absent = span{at: -1, end: -1}
+
+func (s span) present() bool { return s.at >= 0 }
+
+func valueSpan(v gjson.Result) span { return span{at: v.Index, end: v.Index + len(v.Raw)} }
+
+// edit replaces the bytes of a span (empty: an insertion) with text (nil:
+// a deletion).
+type edit struct {
+	span
+	text []byte
+}
+
+// insert is an edit that adds text right after the body's opening brace.
+func (r *Request) insert(text string) edit {
+	open := bytes.IndexByte(r.raw, '{') + 1
+	return edit{span{open, open}, []byte(text)}
+}
+
+// member widens a member's span (key to value) by the comma that separates
+// it from its neighbour, so that deleting it leaves valid JSON.
+func (r *Request) member(s span) span {
+	i := s.end
+	for i < len(r.raw) && isSpace(r.raw[i]) {
+		i++
+	}
+	if i < len(r.raw) && r.raw[i] == ',' {
+		return span{s.at, i + 1}
+	}
+	j := s.at - 1
+	for j >= 0 && isSpace(r.raw[j]) {
+		j--
+	}
+	if j >= 0 && r.raw[j] == ',' {
+		return span{j, s.end}
+	}
+	return s
+}
+
+func isSpace(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\r' }
+
+// splice applies edits that do not overlap to a copy of raw.
+func splice(raw []byte, edits []edit) []byte {
+	slices.SortFunc(edits, func(a, b edit) int { return a.at - b.at })
+	out := make([]byte, 0, len(raw)+64)
+	last := 0
+	for _, e := range edits {
+		out = append(out, raw[last:e.at]...)
+		out = append(out, e.text...)
+		last = e.end
+	}
+	return append(out, raw[last:]...)
 }
 
 // Get returns a field of the request by gjson path ("tools.0.function.name"),

@@ -131,7 +131,53 @@ func FuzzParse(f *testing.F) {
 		require.NoError(t, decodeNumbers(out, &got))
 		in["model"] = "fuzz-model"
 		require.Equal(t, in, got, "only the model changed")
+		for _, stream := range []bool{false, true} {
+			out := r.Upstream("fuzz-model", stream)
+			require.Truef(t, json.Valid(out), "Upstream(%v) made invalid JSON from %q: %q", stream, body, out)
+			var want, got map[string]any
+			require.NoError(t, decodeNumbers(body, &want))
+			require.NoError(t, decodeNumbers(out, &got))
+			want["model"] = "fuzz-model"
+			if stream != r.Stream {
+				want["stream"] = stream
+				if !stream {
+					delete(want, "stream_options")
+				}
+			}
+			require.Equal(t, want, got, "only the model, and the stream when it changed")
+		}
 	})
+}
+
+func TestUpstreamAsksForWhatTheProviderWillRead(t *testing.T) {
+	for _, tc := range []struct {
+		name, in string
+		stream   bool
+		want     string
+	}{
+		{"a stream asked for whole loses stream_options",
+			`{"model":"m","stream":true,"stream_options":{"include_usage":true},"messages":[{"role":"user","content":"hi"}],"seed":7}`, false,
+			`{"model":"up","stream":false,"messages":[{"role":"user","content":"hi"}],"seed":7}`},
+		{"stream_options last, after a comma",
+			`{"messages":[{"role":"user","content":"hi"}],"stream":true ,  "stream_options" : {"include_usage":true} }`, false,
+			`{"model":"up","messages":[{"role":"user","content":"hi"}],"stream":false  }`},
+		{"a whole request asked for as a stream",
+			`{"messages":[{"role":"user","content":"hi"}]}`, true,
+			`{"model":"up","stream":true,"messages":[{"role":"user","content":"hi"}]}`},
+		{"stream false made true keeps its place",
+			`{"stream":false,"messages":[{"role":"user","content":"hi"}]}`, true,
+			`{"model":"up","stream":true,"messages":[{"role":"user","content":"hi"}]}`},
+		{"stream_options untouched when the stream is what the caller sent",
+			`{"stream":false,"stream_options":null,"messages":[{"role":"user","content":"hi"}]}`, false,
+			`{"model":"up","stream":false,"stream_options":null,"messages":[{"role":"user","content":"hi"}]}`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r, err := Parse([]byte(tc.in))
+			require.NoError(t, err)
+			assert.Equal(t, tc.want, string(r.Upstream("up", tc.stream)), "every other byte as the caller sent it")
+			assert.Equal(t, tc.in, string(r.Body()), "and the request itself unchanged")
+		})
+	}
 }
 
 func decodeNumbers(b []byte, v any) error {

@@ -61,12 +61,21 @@ func (s *EventStream) Send(data []byte) error {
 // Done ends a complete stream with [DONE].
 func (s *EventStream) Done() error { return s.Send(DoneData) }
 
-// AppendEvent appends one server-sent event carrying data to dst. data must
-// not contain a newline (JSON from an encoder never does).
+// AppendEvent appends one server-sent event carrying data to dst: a
+// "data:" line for each line of data (an upstream may split one JSON value
+// over several, and ReadEvents joins them with newlines), then the blank
+// line that ends the event.
 func AppendEvent(dst, data []byte) []byte {
-	dst = append(dst, "data: "...)
-	dst = append(dst, data...)
-	return append(dst, '\n', '\n')
+	for {
+		line, rest, more := bytes.Cut(data, []byte("\n"))
+		dst = append(dst, "data: "...)
+		dst = append(dst, line...)
+		dst = append(dst, '\n')
+		if !more {
+			return append(dst, '\n')
+		}
+		data = rest
+	}
 }
 
 // MaxEventBytes bounds one event read by ReadEvents.

@@ -43,6 +43,15 @@ func TestReadEventsSkipsCommentsAndJoinsDataLines(t *testing.T) {
 	assert.Equal(t, []string{"one\ntwo", "last"}, got, "a data line's one optional space is dropped; an event at EOF counts")
 }
 
+func TestAnEventOfSeveralLinesRoundTrips(t *testing.T) {
+	data := []byte("{\"a\":\n1,\n\"b\":2}")
+	out := AppendEvent(nil, data)
+	assert.Equal(t, "data: {\"a\":\ndata: 1,\ndata: \"b\":2}\n\n", string(out), "one data line per line: a bare line would be no field at all")
+	var got [][]byte
+	require.NoError(t, ReadEvents(bytes.NewReader(out), func(d []byte) error { got = append(got, bytes.Clone(d)); return nil }))
+	assert.Equal(t, [][]byte{data}, got)
+}
+
 func TestReadEventsStopsAtTheFirstError(t *testing.T) {
 	stop := errors.New("stop")
 	n := 0

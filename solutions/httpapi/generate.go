@@ -88,7 +88,7 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	req := router.Request{Tenant: id.Key, Provider: body.Provider, Chat: chatapi.NewRequest(body.Prompt, false)}
-	if _, known := s.opts.Router.TargetState(router.Target{Provider: body.Provider}); body.Provider != "" && !known {
+	if body.Provider != "" && !s.opts.Router.HasProvider(body.Provider) {
 		s.writeError(w, &chatapi.Error{Status: http.StatusNotFound, Type: "invalid_request_error", Code: "model_not_found", Param: "provider",
 			Message: fmt.Sprintf("the provider %q does not exist here; GET /v1/models lists them", body.Provider)})
 		return

@@ -8,11 +8,15 @@ import (
 )
 
 // Generate calls p.Generate, turning a panic in the provider into an error
-// wrapping ErrPanic: a provider's bug fails the request that found it, not
-// the process.
+// wrapping ErrPanic — a provider's bug fails the request that found it,
+// not the process — and an answer with no bytes and no error into one
+// wrapping ErrEmptyAnswer.
 func Generate(ctx context.Context, p Provider, req Request) (c Completion, err error) {
 	defer recovered(p, &err)
-	return p.Generate(ctx, req)
+	if c, err = p.Generate(ctx, req); err == nil && len(c.Raw) == 0 {
+		err = fmt.Errorf("llm: provider %s: %w", p.Name(), ErrEmptyAnswer)
+	}
+	return c, err
 }
 
 // Stream streams p's answer to emit when p can stream. A provider that

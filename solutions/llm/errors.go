@@ -23,9 +23,14 @@ type (
 	RetryAfterer interface{ RetryAfter() time.Duration }
 )
 
-// ErrPanic is wrapped by the error a provider call returns when the
-// provider panicked (see Generate and Stream).
-var ErrPanic = errors.New("llm: provider panicked")
+var (
+	// ErrPanic is wrapped by the error a provider call returns when the
+	// provider panicked (see Generate and Stream).
+	ErrPanic = errors.New("llm: provider panicked")
+	// ErrEmptyAnswer is wrapped by the error Generate returns for a
+	// provider that answered nothing and reported no error.
+	ErrEmptyAnswer = errors.New("llm: the provider's answer is empty")
+)
 
 // Reason says why a provider call failed, in the words metrics and logs
 // use. ReasonOf is the one place provider errors are classified.
@@ -42,9 +47,6 @@ const (
 	ReasonConnection  Reason = "connection"   // no answer: refused, reset, DNS
 	ReasonOther       Reason = "other"        // anything else (a malformed answer, a panic)
 )
-
-// Reasons lists every failure reason, for metrics that start each series at 0.
-var Reasons = []Reason{ReasonCancelled, ReasonTimeout, ReasonRateLimited, ReasonServer, ReasonClient, ReasonConnection, ReasonOther}
 
 // ReasonOf classifies a provider error. A nil error is ReasonNone.
 func ReasonOf(err error) Reason {

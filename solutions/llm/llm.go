@@ -53,7 +53,10 @@ type Chunk struct {
 // Usage is an upstream's token accounting, in the wire format's own shape.
 type Usage = chatapi.Usage
 
-// Provider answers chat requests. Generate should honour ctx.
+// Provider answers chat requests. Generate answers whole, whatever the
+// caller's request says of streaming (Request.Chat is the caller's, as
+// sent: chatapi.Request.Upstream makes the body to forward). Generate
+// should honour ctx.
 type Provider interface {
 	Name() string
 	Generate(ctx context.Context, req Request) (Completion, error)

@@ -187,3 +187,9 @@ func TestWrappedPassesThePromisesThrough(t *testing.T) {
 	assert.Empty(t, bare.DefaultModel(), "a provider that names no default has none")
 	assert.False(t, bare.HonoursContext(), "and one that promises nothing promises nothing")
 }
+
+func TestAnAnswerWithNothingInItIsAnError(t *testing.T) {
+	_, err := llm.Generate(t.Context(), &whole{}, llm.Request{Chat: chatapi.NewRequest("hi", false)})
+	require.ErrorIs(t, err, llm.ErrEmptyAnswer, "a 200 with an empty body is not an answer to pass on")
+	assert.Contains(t, err.Error(), "whole", "and the error names the provider")
+}

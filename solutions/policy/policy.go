@@ -86,6 +86,10 @@ const (
 // Limits lists every Limit.
 var Limits = []Limit{LimitTier, LimitModel, LimitPromptBytes, LimitRate, LimitInFlight, LimitTokens}
 
+// Shared reports whether every replica enforces the limit together, from
+// one store (Redis): the rate, the in-flight cap and the token quota.
+func (l Limit) Shared() bool { return l == LimitRate || l == LimitInFlight || l == LimitTokens }
+
 // AllModels in Tier.Models allows every model.
 const AllModels = "*"
 

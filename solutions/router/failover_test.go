@@ -1,5 +1,5 @@
-// Package failover_test holds the gateway's fail-over and capacity tests
-// beyond lab 08's exercise: health per (provider, model), routes whose
+// The router's fail-over and capacity tests beyond lab 08's exercise
+// (path_test.go holds those): health per (provider, model), routes whose
 // targets share a provider, Retry-After, fallback on a refusal, recovery,
 // per-tenant caps, and a caller who leaves. They run in fake time
 // (testing/synctest) against scripted providers.
@@ -479,5 +479,41 @@ func TestAProviderPanicIsAnErrorAndOpensNoBreaker(t *testing.T) {
 		assert.Equal(t, []string{"half"}, got)
 		assert.Equal(t, "closed", state(g, "panicky"),
 			"one caller's crafted input that crashes a provider must not open its breaker for every tenant")
+	})
+}
+
+// deaf ignores its context and answers only when its gate opens.
+type deaf struct{ gate chan struct{} }
+
+func (deaf) Name() string { return "deaf" }
+func (d deaf) Generate(context.Context, llm.Request) (llm.Completion, error) {
+	<-d.gate
+	return answer("deaf-1", "late"), nil
+}
+
+// honours answers at once and promises to return when its context ends.
+type honours struct{}
+
+func (honours) Name() string         { return "honours" }
+func (honours) HonoursContext() bool { return true }
+func (honours) Generate(context.Context, llm.Request) (llm.Completion, error) {
+	return answer("honours-1", "now"), nil
+}
+
+func TestAProviderThatHonoursItsContextNeedsNoBridgePermit(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		d := deaf{gate: make(chan struct{})}
+		cfg := config()
+		cfg.MaxProviderCalls, cfg.AttemptTimeout = 1, time.Second
+		cfg.MaxAttempts = 1
+		g := newGateway(t, cfg, d, honours{})
+		time.AfterFunc(time.Minute, func() { close(d.gate) })
+		_, err := g.Generate(t.Context(), router.Request{Tenant: "t", Provider: "deaf", Chat: chatapi.NewRequest("hi", false)})
+		require.ErrorIs(t, err, context.DeadlineExceeded, "the deaf call is abandoned at its attempt timeout, keeping the bridge's only permit")
+		start := time.Now()
+		resp, err := g.Generate(t.Context(), router.Request{Tenant: "t", Provider: "honours", Chat: chatapi.NewRequest("hi", false)})
+		require.NoError(t, err, "a provider that honours its context is called on the request's goroutine: no permit needed")
+		assert.Equal(t, "now", text(t, resp))
+		assert.Zero(t, time.Since(start), "at once, not after the deaf call gives its permit back")
 	})
 }

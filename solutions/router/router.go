@@ -96,7 +96,7 @@ type Request struct {
 type Response struct {
 	Provider string // the provider that answered
 	Model    string // the upstream model that answered
-	Raw      []byte // the answer as the upstream sent it (Generate only)
+	Raw      []byte // the answer as the upstream sent it (Generate; a Stream's went to emit)
 	Usage    *llm.Usage
 	Attempts int
 	// QueueWait is the time spent waiting for a slot.
@@ -385,6 +385,9 @@ func (s *lockedSource) Uint64() uint64 {
 	defer s.mu.Unlock()
 	return s.src.Uint64()
 }
+
+// HasProvider reports whether name is one of the providers.
+func (r *Router) HasProvider(name string) bool { return r.byName[name] != nil }
 
 // Providers lists the provider names in priority order.
 func (r *Router) Providers() []string {

@@ -2,6 +2,7 @@ package router_test
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -73,46 +74,63 @@ func TestEveryRouteTargetHasHealthFromTheStart(t *testing.T) {
 
 // deafStreamer streams, but does not promise to honour its context: the
 // router must never let it write to the client from a goroutine the
-// attempt may leave behind.
-type deafStreamer struct{ gate chan struct{} }
+// attempt may leave behind. It waits for gate, then streams its words.
+type deafStreamer struct {
+	gate    chan struct{}
+	words   []string
+	running atomic.Bool // true while Stream runs
+}
 
-func (deafStreamer) Name() string { return "deaf" }
-func (d deafStreamer) Generate(context.Context, llm.Request) (llm.Completion, error) {
+func (*deafStreamer) Name() string { return "deaf" }
+func (*deafStreamer) Generate(context.Context, llm.Request) (llm.Completion, error) {
+	panic("the router asked a streaming provider for a whole answer")
+}
+func (d *deafStreamer) Stream(_ context.Context, _ llm.Request, emit func(llm.Chunk) error) (llm.Completion, error) {
+	d.running.Store(true)
+	defer d.running.Store(false)
 	<-d.gate
-	return answer("deaf-1", "whole answer"), nil
-}
-func (deafStreamer) Stream(context.Context, llm.Request, func(llm.Chunk) error) (llm.Completion, error) {
-	panic("the router streamed a provider that does not honour its context on the request's goroutine")
+	for _, w := range d.words {
+		if err := emit(chunk(w)); err != nil {
+			return llm.Completion{}, err
+		}
+	}
+	return llm.Completion{Model: "deaf-1"}, nil
 }
 
-func TestAProviderThatIgnoresItsContextIsStreamedWholeThroughTheBridge(t *testing.T) {
+func TestAProviderThatIgnoresItsContextStreamsThroughTheBridge(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		gate := make(chan struct{})
-		d := deafStreamer{gate: gate}
+		d := &deafStreamer{gate: make(chan struct{}), words: []string{"one", " two"}}
 		g := newGateway(t, config(), d)
-		time.AfterFunc(100*time.Millisecond, func() { close(gate) })
+		time.AfterFunc(100*time.Millisecond, func() { close(d.gate) })
 		var got []string
 		resp, err := g.Stream(t.Context(), ask(nil), router.StreamLimits{FirstToken: time.Second, Idle: time.Second},
-			func(c llm.Chunk) error { got = append(got, content(t, c)); return nil })
+			func(c llm.Chunk) error {
+				assert.False(t, d.running.Load(), "a chunk reaches the client only once the provider's call has returned")
+				got = append(got, content(t, c))
+				return nil
+			})
 		require.NoError(t, err)
-		assert.Equal(t, []string{"whole answer"}, got, "its whole answer, as one chunk")
+		assert.Equal(t, []string{"one", " two"}, got, "every chunk, in order")
 		assert.Equal(t, "deaf", resp.Provider)
 	})
 }
 
 func TestASilentProviderThatIgnoresItsContextIsCutAtTheFirstTokenLimit(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		gate := make(chan struct{})
+		d := &deafStreamer{gate: make(chan struct{}), words: []string{"too", " late"}}
 		cfg := config()
 		cfg.MaxAttempts = 1
-		g := newGateway(t, cfg, deafStreamer{gate: gate})
-		time.AfterFunc(time.Minute, func() { close(gate) }) // it answers in a minute; Close waits for it
+		g := newGateway(t, cfg, d)
+		time.AfterFunc(time.Minute, func() { close(d.gate) }) // it answers in a minute; Close waits for it
 		start := time.Now()
 		emitted := 0
 		_, err := g.Stream(t.Context(), ask(nil), router.StreamLimits{FirstToken: 2 * time.Second, Idle: time.Second},
 			func(llm.Chunk) error { emitted++; return nil })
 		require.ErrorIs(t, err, router.ErrFirstTokenTimeout)
 		assert.Equal(t, 2*time.Second, time.Since(start), "the bridge lets the attempt go at its first-token limit")
-		assert.Zero(t, emitted, "and the abandoned call never reaches the client")
+		time.Sleep(time.Minute) // the abandoned call streams its words now
+		synctest.Wait()
+		assert.False(t, d.running.Load(), "the abandoned call has returned")
+		assert.Zero(t, emitted, "and what it streamed never reached the client")
 	})
 }

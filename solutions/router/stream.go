@@ -39,9 +39,11 @@ var (
 // with one rule more. Until the first chunk reaches emit, a failed attempt
 // may fall back to the next target; after it, a failure ends the stream
 // with an error wrapping ErrAfterFirstByte — never a silent switch to
-// another target mid-answer. A provider that cannot stream, or that does
-// not honour its context, answers whole (through the bridge, for the
-// latter), and its answer reaches emit as chunks.
+// another target mid-answer. A provider that cannot stream answers whole,
+// and its answer reaches emit as chunks. A provider that does not honour
+// its context streams through the bridge and its chunks reach emit once
+// its call has returned, so its whole answer must come within the
+// first-token limit.
 func (r *Router) Stream(ctx context.Context, req Request, limits StreamLimits, emit func(llm.Chunk) error) (Response, error) {
 	if limits.FirstToken <= 0 || limits.Idle <= 0 {
 		return Response{}, fmt.Errorf("%w: stream limits must be positive", ErrInvalidConfig)
@@ -73,8 +75,9 @@ var errClientGone = fmt.Errorf("router: client stopped reading: %w", context.Can
 // once runs one streaming attempt under the watchdog and reports whether
 // any chunk reached the client. Only the request's own goroutine ever
 // writes to the client: a provider that honours its context streams on
-// it; any other answers whole through the bridge, where an attempt that
-// gives up on it can leave it behind without it holding the writer.
+// it; any other streams through the bridge, where an attempt that gives up
+// on it can leave it behind, into a buffer this goroutine relays once the
+// call has returned — so the writer is never in its hands.
 func (st *streamer) once(ctx context.Context, r *Router, s step, req llm.Request) (c llm.Completion, sent bool, err error) {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
@@ -98,11 +101,12 @@ func (st *streamer) once(ctx context.Context, r *Router, s step, req llm.Request
 	if s.direct {
 		c, err = llm.Stream(ctx, s.provider, req, relay)
 	} else {
+		var kept []llm.Chunk // the bridge's goroutine writes it; this one reads it only once that call has returned
 		c, err = bridge.Call(ctx, r.calls, func(context.Context) (llm.Completion, error) {
-			return llm.Generate(ctx, s.provider, req)
+			return llm.Stream(ctx, s.provider, req, func(ch llm.Chunk) error { kept = append(kept, ch); return nil })
 		})
-		if err == nil {
-			err = llm.EmitWhole(c, req.Chat.IncludeUsage, relay)
+		for i := 0; err == nil && i < len(kept); i++ {
+			err = relay(kept[i])
 		}
 	}
 	if cause := context.Cause(ctx); cause != nil && errors.Is(err, context.Canceled) {

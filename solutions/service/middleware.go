@@ -29,7 +29,7 @@ func (s *Service) limitProviders(ps []llm.Provider) ([]llm.Provider, error) {
 	out := make([]llm.Provider, len(ps))
 	watched := make([]telemetry.Limited, len(ps))
 	for i, p := range ps {
-		lim, err := limited.NewLimiter(kind, ceiling)
+		lim, err := limited.NewLimiter(limited.Algorithm(kind), ceiling)
 		if err != nil {
 			return nil, fmt.Errorf("-adaptive-limit: %w", err)
 		}

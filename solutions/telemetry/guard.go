@@ -31,8 +31,13 @@ func NewGuard(failOpen bool) *Guard {
 	if failOpen {
 		g.mode = "failed_open"
 	}
-	for _, limit := range []policy.Limit{policy.LimitRate, policy.LimitTokens, policy.LimitInFlight} {
-		g.redisErrors.WithLabelValues(string(limit), g.mode)
+	for _, limit := range policy.Limits {
+		if limit.Shared() {
+			g.redisErrors.WithLabelValues(string(limit), g.mode)
+		}
+		if limit != policy.LimitRate { // a rate refusal is the router's (gateway_admission_rejections_total)
+			g.limitRefusals.WithLabelValues(string(limit))
+		}
 	}
 	return g
 }

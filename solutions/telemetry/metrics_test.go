@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/production-go/gateway-lab/internal/testkit/promtest"
@@ -174,4 +175,40 @@ func TestTracingIsOffUnlessAnEndpointIsSet(t *testing.T) {
 	require.NoError(t, err)
 	assert.Nil(t, tp, "no endpoint, no exporter, nothing to pay")
 	telemetry.ShutdownTracing(nil) // a no-op, not a panic
+}
+
+// failing always fails with a 503.
+type failing struct{ name string }
+
+func (f failing) Name() string { return f.name }
+func (failing) Generate(context.Context, llm.Request) (llm.Completion, error) {
+	return llm.Completion{}, chatapi.NewUpstreamError("x", 503, nil, 0)
+}
+
+func TestTheBreakerGaugeReadsZeroOneTwoForClosedOpenHalfOpen(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		m, reg := newMetrics(t)
+		r, err := router.New(router.Config{RatePerSecond: 100, Burst: 100, MaxConcurrent: 4, MaxAttempts: 1,
+			AttemptTimeout: time.Second, TotalTimeout: time.Second, FailureThreshold: 1, RecoveryTimeout: 10 * time.Second,
+			Observer: m, Routes: []router.Route{{Name: "chat", Targets: []router.Target{{Provider: "down"}, {Provider: "up", Model: "m"}}}}},
+			failing{"down"}, failing{"up"})
+		require.NoError(t, err)
+		defer func() { require.NoError(t, r.Close(context.Background())) }()
+		m.WatchRouter(r)
+		req := router.Request{Tenant: "t", Provider: "down", Chat: chatapi.NewRequest("hi", false)}
+		_, err = r.Generate(t.Context(), req)
+		require.Error(t, err)
+		time.Sleep(5 * time.Second)
+		req.Provider = "up"
+		_, err = r.Generate(t.Context(), req)
+		require.Error(t, err)
+		time.Sleep(5 * time.Second) // down's recovery time is up; up's is half gone
+		require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(`
+# HELP gateway_breaker_state Circuit breaker state by provider and upstream model: 0 closed, 1 open, 2 half-open.
+# TYPE gateway_breaker_state gauge
+gateway_breaker_state{model="",provider="down"} 2
+gateway_breaker_state{model="",provider="up"} 1
+gateway_breaker_state{model="m",provider="up"} 0
+`), "gateway_breaker_state"))
+	})
 }

@@ -1,6 +1,7 @@
 package telemetry
 
 import (
+	"github.com/production-go/gateway-lab/solutions/04-breaker"
 	"github.com/production-go/gateway-lab/solutions/router"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -32,8 +33,20 @@ func (c breakerCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
 func (c breakerCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, t := range c.r.Targets() {
 		s, _ := c.r.TargetState(t)
-		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, float64(s), t.Provider, t.Model)
+		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.GaugeValue, gaugeOf(s), t.Provider, t.Model)
 	}
+}
+
+// gaugeOf is a breaker state as the gauge's help text and the dashboard
+// read it, whatever order the breaker package declares its states in.
+func gaugeOf(s breaker.State) float64 {
+	switch s {
+	case breaker.Open:
+		return 1
+	case breaker.HalfOpen:
+		return 2
+	}
+	return 0
 }
 
 // WatchHedging starts the hedging and retry-budget series of each provider

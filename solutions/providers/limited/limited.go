@@ -10,22 +10,27 @@
 package limited
 
 import (
+	"cmp"
 	"context"
+	"errors"
 	"fmt"
 
 	adaptive "github.com/production-go/gateway-lab/solutions/09-adaptive"
 	"github.com/production-go/gateway-lab/solutions/llm"
 )
 
+// Algorithm names how a limit moves.
+type Algorithm string
+
 // The algorithms a limit can use.
 const (
-	AIMD     = "aimd"     // additive increase, multiplicative decrease on a drop
-	Gradient = "gradient" // follows the latency gradient against a baseline
+	AIMD     Algorithm = "aimd"     // additive increase, multiplicative decrease on a drop
+	Gradient Algorithm = "gradient" // follows the latency gradient against a baseline
 )
 
 // NewLimiter makes an adaptive limit of the named algorithm between 1 and
 // ceiling, starting at half the ceiling.
-func NewLimiter(algorithm string, ceiling int) (*adaptive.Limiter, error) {
+func NewLimiter(algorithm Algorithm, ceiling int) (*adaptive.Limiter, error) {
 	if ceiling < 1 {
 		return nil, fmt.Errorf("limited: the ceiling must be at least 1, got %d", ceiling)
 	}
@@ -62,38 +67,41 @@ func New(p llm.Provider, lim *adaptive.Limiter) *Provider {
 // Limit is the limit now.
 func (l *Provider) Limit() int { return l.lim.Limit() }
 
-// Generate calls the wrapped provider with a permit.
+// Generate calls the wrapped provider with a permit. A panic in it comes
+// back as an error (llm.ErrPanic) and gives the permit back.
 func (l *Provider) Generate(ctx context.Context, req llm.Request) (llm.Completion, error) {
 	tok, err := l.acquire(ctx)
 	if err != nil {
 		return llm.Completion{}, err
 	}
-	c, err := l.Inner.Generate(ctx, req)
-	tok.Done(outcome(err))
+	c, err := llm.Generate(ctx, l.Inner, req)
+	tok.Done(outcome(ctx, err))
 	return c, err
 }
 
 // Stream holds the permit for the whole stream: a stream is one call. A
-// client that stops reading says nothing about the provider's load.
+// client that stops reading says nothing about the provider's load; a
+// stream the router cut for silence (its first-token or idle limit) is a
+// drop, like any timeout.
 func (l *Provider) Stream(ctx context.Context, req llm.Request, emit func(llm.Chunk) error) (llm.Completion, error) {
-	sp, ok := l.Inner.(llm.StreamingProvider)
-	if !ok {
+	if _, ok := l.Inner.(llm.StreamingProvider); !ok {
 		return llm.StreamWhole(ctx, l.Inner, req, emit, l.Generate)
 	}
 	tok, err := l.acquire(ctx)
 	if err != nil {
 		return llm.Completion{}, err
 	}
-	clientGone := false
-	c, err := sp.Stream(ctx, req, func(ch llm.Chunk) error {
+	var emitErr error
+	c, err := llm.Stream(ctx, l.Inner, req, func(ch llm.Chunk) error {
 		err := emit(ch)
-		clientGone = clientGone || err != nil
+		emitErr = cmp.Or(emitErr, err)
 		return err
 	})
-	if clientGone {
-		tok.Done(adaptive.Ignored)
-	} else {
-		tok.Done(outcome(err))
+	switch {
+	case emitErr != nil && !errors.Is(emitErr, context.DeadlineExceeded):
+		tok.Done(adaptive.Ignored) // the caller stopped reading
+	default: // a refusal for silence is the timeout it stands for
+		tok.Done(outcome(ctx, cmp.Or(emitErr, err)))
 	}
 	return c, err
 }
@@ -107,13 +115,18 @@ func (l *Provider) acquire(ctx context.Context) (*adaptive.Token, error) {
 }
 
 // outcome is adaptive.OutcomeOf in the provider contract's terms: the
-// caller's own faults (a 4xx other than 408 and 429) and cancellations say
-// nothing about the provider's load.
-func outcome(err error) adaptive.Outcome {
-	switch llm.ReasonOf(err) {
-	case llm.ReasonNone:
+// caller's own faults (a 4xx other than 408 and 429), cancellations and a
+// provider's panic (a bug, not load) say nothing about the provider's
+// load. A call cancelled for a deadline's sake — the router cuts a silent
+// stream with a cause that is one — is the timeout it stands for.
+func outcome(ctx context.Context, err error) adaptive.Outcome {
+	if errors.Is(err, context.Canceled) && errors.Is(context.Cause(ctx), context.DeadlineExceeded) {
+		err = context.Cause(ctx)
+	}
+	switch reason := llm.ReasonOf(err); {
+	case reason == llm.ReasonNone:
 		return adaptive.Success
-	case llm.ReasonCancelled, llm.ReasonClient:
+	case reason == llm.ReasonCancelled, reason == llm.ReasonClient, errors.Is(err, llm.ErrPanic):
 		return adaptive.Ignored
 	}
 	return adaptive.Dropped

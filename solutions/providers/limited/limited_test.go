@@ -3,6 +3,7 @@ package limited_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -203,8 +204,8 @@ func TestAWrappedProviderKeepsItsNameAndPromises(t *testing.T) {
 }
 
 func TestNewLimiterMakesEitherAlgorithmUnderTheCeiling(t *testing.T) {
-	for _, alg := range []string{limited.AIMD, limited.Gradient} {
-		t.Run(alg, func(t *testing.T) {
+	for _, alg := range []limited.Algorithm{limited.AIMD, limited.Gradient} {
+		t.Run(string(alg), func(t *testing.T) {
 			lim, err := limited.NewLimiter(alg, 32)
 			require.NoError(t, err)
 			assert.Equal(t, 16, lim.Limit(), "it starts at half the ceiling")
@@ -217,4 +218,64 @@ func TestNewLimiterMakesEitherAlgorithmUnderTheCeiling(t *testing.T) {
 	lim, err := limited.NewLimiter(limited.AIMD, 1)
 	require.NoError(t, err)
 	assert.Equal(t, 1, lim.Limit(), "a ceiling of 1 starts at 1, not 0")
+}
+
+// panicky panics on every call.
+type panicky struct{ script }
+
+func (*panicky) Generate(context.Context, llm.Request) (llm.Completion, error) { panic("provider bug") }
+
+func TestAPanicGivesThePermitBackAndSaysNothingAboutLoad(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		alg := &fixed{n: 1}
+		l := wrap(t, &panicky{}, alg)
+		for range 3 {
+			_, err := l.Generate(t.Context(), ask)
+			require.ErrorIs(t, err, llm.ErrPanic, "a panic is an error, not a crash")
+		}
+		ctx, cancel := context.WithTimeout(t.Context(), time.Second)
+		defer cancel()
+		_, err := l.Generate(ctx, ask)
+		require.ErrorIs(t, err, llm.ErrPanic,
+			"a fourth call gets the only permit (and panics too): had a panic kept it, this call would wait out its deadline")
+		assert.Empty(t, alg.fed(), "a provider's bug is not a sample of its load")
+	})
+}
+
+// slowStream streams one chunk, then says nothing until its context ends.
+type slowStream struct{ script }
+
+func (s *slowStream) Stream(ctx context.Context, _ llm.Request, emit func(llm.Chunk) error) (llm.Completion, error) {
+	if err := emit(llm.Chunk{Raw: []byte(`{}`)}); err != nil {
+		return llm.Completion{}, err
+	}
+	<-ctx.Done()
+	return llm.Completion{}, ctx.Err()
+}
+
+func TestAStreamCutForSilenceIsADrop(t *testing.T) {
+	silence := fmt.Errorf("stream went idle: %w", context.DeadlineExceeded) // the router's cause for such a cut
+	for _, tc := range []struct {
+		name string
+		emit func(cut func()) func(llm.Chunk) error
+	}{
+		{"the provider sees its context cancelled", func(cut func()) func(llm.Chunk) error {
+			return func(llm.Chunk) error { time.AfterFunc(time.Second, cut); return nil }
+		}},
+		{"the relay refuses the chunk with the cause", func(cut func()) func(llm.Chunk) error {
+			return func(llm.Chunk) error { cut(); return silence }
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				alg := &fixed{n: 1}
+				l := wrap(t, &slowStream{}, alg)
+				ctx, cancel := context.WithCancelCause(t.Context())
+				defer cancel(nil)
+				_, err := l.Stream(ctx, ask, tc.emit(func() { cancel(silence) }))
+				require.Error(t, err)
+				assert.Equal(t, []bool{true}, alg.fed(), "an upstream that goes silent is the overload signal the limit learns from")
+			})
+		})
+	}
 }

@@ -263,7 +263,7 @@ func (p *Provider) post(ctx context.Context, req llm.Request, stream bool) (*htt
 	ctx, span := p.span(ctx, model)
 	defer span.end()
 	ctx = p.timed(ctx)
-	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, p.endpoint, bytes.NewReader(req.Chat.WithModel(model)))
+	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, p.endpoint, bytes.NewReader(req.Chat.Upstream(model, stream)))
 	if err != nil {
 		return nil, err
 	}
@@ -277,7 +277,7 @@ func (p *Provider) post(ctx context.Context, req llm.Request, stream bool) (*htt
 	span.inject(hreq.Header)
 	resp, err := p.client.Do(hreq)
 	if err != nil {
-		span.fail("connection")
+		span.fail(string(llm.ReasonConnection))
 		return nil, fmt.Errorf("openaicompat: %s: %w", p.cfg.Name, err) // connection-level: retryable
 	}
 	span.status(resp.StatusCode)
