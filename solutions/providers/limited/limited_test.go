@@ -48,7 +48,6 @@ type script struct {
 	mu       sync.Mutex
 	inFlight int
 	peak     int
-	stream   bool
 }
 
 func (s *script) Name() string         { return "alpha" }
