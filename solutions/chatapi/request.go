@@ -68,6 +68,21 @@ var readFields = map[string]bool{
 	"max_tokens": true, "max_completion_tokens": true,
 }
 
+// caseVariant refuses a key that is one of the fields the gateway reads
+// but for its letters' case ("MODEL", "Max_Tokens", or with a Kelvin sign
+// for a k). The gateway reads keys exactly; an upstream written in Go
+// decodes them case-insensitively, the last one winning — so
+// {"model":"auto","MODEL":"gpt-x"} would pass the gateway's policy as auto
+// and reach the upstream as gpt-x.
+func caseVariant(key string) error {
+	for field := range readFields {
+		if strings.EqualFold(key, field) {
+			return invalid(key, "invalid_field", fmt.Sprintf("%q is %q in another case; send the field once, as %q", key, field, field))
+		}
+	}
+	return nil
+}
+
 // Parse checks body and returns the request it holds. The Request keeps
 // body (it does not copy it): the caller must not change it afterwards.
 // Every error is an *Error with Status 400 that names the field.
@@ -84,7 +99,8 @@ func Parse(body []byte) (*Request, error) {
 	var err error
 	root.ForEach(func(key, value gjson.Result) bool {
 		if !readFields[key.Str] {
-			return true
+			err = caseVariant(key.Str)
+			return err == nil
 		}
 		if seen[key.Str] {
 			err = invalid(key.Str, "duplicate_field", fmt.Sprintf("%q appears more than once", key.Str))
@@ -125,7 +141,7 @@ func (r *Request) read(key, v gjson.Result) error {
 		if !v.IsObject() {
 			return invalid(name, "invalid_type", "stream_options must be an object")
 		}
-		if duplicate(v, "include_usage") != "" {
+		if duplicate(v, "include_usage") != "" || hasCaseVariant(v, "include_usage") {
 			return invalid("stream_options.include_usage", "duplicate_field", "stream_options.include_usage appears more than once")
 		}
 		b, err := optionalBool("stream_options.include_usage", v.Get("include_usage"))
@@ -190,6 +206,16 @@ func checkMessage(i int, m gjson.Result) error {
 		return invalid(field(".content"), "invalid_type", field(".content")+" must be a string, an array of content parts, or null")
 	}
 	return nil
+}
+
+// hasCaseVariant reports whether obj has a key that is name in another case.
+func hasCaseVariant(obj gjson.Result, name string) bool {
+	found := false
+	obj.ForEach(func(k, _ gjson.Result) bool {
+		found = k.Str != name && strings.EqualFold(k.Str, name)
+		return !found
+	})
+	return found
 }
 
 // duplicate returns the first of names that obj holds more than once, or "".

@@ -197,3 +197,33 @@ func TestCorpusParses(t *testing.T) {
 		assert.NoError(t, err, strings.TrimSuffix(filepath.Base(f), ".json"))
 	}
 }
+
+// TestAFieldTheGatewayReadsIsRefusedInAnotherCase: the gateway reads keys
+// exactly and a Go upstream reads them in any case, the last one winning;
+// a second spelling would let a request pass the gateway's policy as one
+// thing and reach the upstream as another.
+func TestAFieldTheGatewayReadsIsRefusedInAnotherCase(t *testing.T) {
+	msgs := `"messages":[{"role":"user","content":"hi"}]`
+	for _, tc := range []struct{ name, body, param string }{
+		{"MODEL beside model", `{"model":"auto",` + msgs + `,"MODEL":"other"}`, "MODEL"},
+		{"Max_Tokens alone", `{` + msgs + `,"Max_Tokens":100000}`, "Max_Tokens"},
+		{"max_completion_tokens with a Kelvin sign for the k", `{` + msgs + `,"max_completion_to\u212aens":100000}`, "max_completion_to\u212aens"},
+		{"Stream", `{` + msgs + `,"Stream":true}`, "Stream"},
+		{"Messages beside messages", `{` + msgs + `,"Messages":[]}`, "Messages"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Parse([]byte(tc.body))
+			var e *Error
+			require.ErrorAs(t, err, &e)
+			assert.Equal(t, 400, e.Status)
+			assert.Equal(t, tc.param, e.Param, "the refusal names the key the caller sent")
+		})
+	}
+	_, err := Parse([]byte(`{` + msgs + `,"stream":true,"stream_options":{"include_usage":false,"Include_Usage":true}}`))
+	var e *Error
+	require.ErrorAs(t, err, &e, "inside stream_options too")
+	assert.Equal(t, "stream_options.include_usage", e.Param)
+	r, err := Parse([]byte(`{` + msgs + `,"Temperature":0.2,"METADATA":{"MODEL":"x"}}`))
+	require.NoError(t, err, "a field the gateway does not read passes as it came, whatever its case")
+	assert.Contains(t, string(r.Body()), `"Temperature":0.2`)
+}

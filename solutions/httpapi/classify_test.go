@@ -48,6 +48,9 @@ func TestEveryRouterErrorHasItsStatusCodeAndRetryAfter(t *testing.T) {
 		{"cut by the drain", context.Canceled, drain.ErrCut, 503, "draining", time.Second},
 		{"upstream rate limited", upstream(429, 3*time.Second), nil, 429, "upstream_rate_limited", 3 * time.Second},
 		{"upstream refusal passes on", upstream(400, 0), nil, 400, "c", 0},
+		{"upstream refused the gateway's key", upstream(401, 0), nil, 502, "upstream_auth_failed", 0},
+		{"upstream forbade the gateway", upstream(403, 0), nil, 502, "upstream_auth_failed", 0},
+		{"a proxy wanted the gateway's credentials", upstream(407, 0), nil, 502, "upstream_auth_failed", 0},
 		{"upstream 503", upstream(503, 0), nil, 502, "upstream_error", 0},
 		{"client left", fmt.Errorf("x: %w", context.Canceled), nil, telemetry.StatusClientClosed, "client_closed", 0},
 		{"deadline", fmt.Errorf("x: %w", context.DeadlineExceeded), nil, 504, "deadline_exceeded", 0},
@@ -55,6 +58,9 @@ func TestEveryRouterErrorHasItsStatusCodeAndRetryAfter(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			e := classify(tc.err, tc.cause)
+			if tc.code == "upstream_auth_failed" {
+				assert.NotContains(t, e.Message, "from upstream", "the upstream's words may quote the gateway's key: never the caller's to read")
+			}
 			assert.Equal(t, tc.status, e.Status)
 			assert.Equal(t, tc.code, e.Code)
 			assert.Equal(t, tc.retryAfter, e.RetryAfter, "Retry-After, where the status says to come back")

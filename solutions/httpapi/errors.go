@@ -36,8 +36,12 @@ func (s *Server) fail(w http.ResponseWriter, r *http.Request, err error) {
 	if shutdown(err, cause) {
 		w.Header().Set("Connection", "close")
 	}
+	var up *chatapi.UpstreamError
 	level := slog.LevelInfo
-	if e.Status >= 500 {
+	switch {
+	case errors.As(err, &up) && upstreamAuth(up.Status):
+		level = slog.LevelError // an operator must fix the key; no retry will
+	case e.Status >= 500:
 		level = slog.LevelWarn
 	}
 	s.opts.Logger.LogAttrs(r.Context(), level, "request failed",
@@ -94,6 +98,10 @@ func describe(err, cause error) *chatapi.Error {
 		return e(http.StatusServiceUnavailable, "server_error", "rate_limiter_unavailable", "the rate limiter is unavailable and this gateway fails closed; retry shortly")
 	case errors.Is(err, router.ErrNoHealthyProvider):
 		return e(http.StatusServiceUnavailable, "server_error", "no_healthy_provider", "every provider for this model is failing; see Retry-After")
+	case errors.As(err, &up) && upstreamAuth(up.Status):
+		// The gateway's own credentials were refused: the upstream's words
+		// may quote the key, and the caller can do nothing about it.
+		return e(http.StatusBadGateway, "server_error", "upstream_auth_failed", "the gateway could not authenticate to the upstream provider")
 	case errors.As(err, &up) && up.Status == http.StatusTooManyRequests:
 		return e(http.StatusTooManyRequests, "rate_limit_error", "upstream_rate_limited", "the upstream provider is rate limiting this gateway; retry later")
 	case errors.As(err, &up) && up.Status >= 400 && up.Status < 500:
@@ -106,6 +114,12 @@ func describe(err, cause error) *chatapi.Error {
 		return e(http.StatusGatewayTimeout, "server_error", "deadline_exceeded", "no provider answered within the deadline")
 	}
 	return e(http.StatusBadGateway, "server_error", "upstream_error", "the upstream provider failed")
+}
+
+// upstreamAuth reports whether an upstream status refuses the gateway's own
+// credentials rather than the caller's request.
+func upstreamAuth(status int) bool {
+	return status == http.StatusUnauthorized || status == http.StatusForbidden || status == http.StatusProxyAuthRequired
 }
 
 // upstreamRefusal passes an upstream's 4xx on as the upstream said it.

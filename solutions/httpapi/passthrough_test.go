@@ -236,3 +236,26 @@ func TestUpstreamRateLimitIs429WithItsRetryAfter(t *testing.T) {
 	assert.Equal(t, http.StatusTooManyRequests, rec.Code)
 	assert.Equal(t, "7", rec.Header().Get("Retry-After"), "the caller learns when the upstream will take it again")
 }
+
+// TestAnUpstreamThatRefusesTheGatewaysKeyIsA502: an upstream 401, 403 or
+// 407 is about the gateway's own credentials, and its message may quote
+// part of the key. The caller gets a 502 in the gateway's words; the
+// operator gets an error-level log line with the status, never the text.
+func TestAnUpstreamThatRefusesTheGatewaysKeyIsA502(t *testing.T) {
+	const leak = "sk-proj-AbCd****WXYZ"
+	for _, status := range []int{http.StatusUnauthorized, http.StatusForbidden, http.StatusProxyAuthRequired} {
+		t.Run(http.StatusText(status), func(t *testing.T) {
+			r := newPassRig(t, func(w http.ResponseWriter, _ []byte) {
+				w.Header().Set("Content-Type", "application/json")
+				w.WriteHeader(status)
+				_, _ = io.WriteString(w, `{"error":{"message":"Incorrect API key provided: `+leak+`","type":"invalid_request_error","code":"invalid_api_key"}}`)
+			})
+			rec := r.post([]byte(`{"model":"gpt-4o-corpus","messages":[{"role":"user","content":"hi"}]}`))
+			assert.Equal(t, http.StatusBadGateway, rec.Code, "the caller's request was not at fault")
+			assert.Equal(t, "upstream_auth_failed", decodeError(t, rec).code())
+			assert.NotContains(t, rec.Body.String(), leak, "no part of the gateway's key reaches the caller")
+			assert.NotContains(t, r.log.String(), leak, "nor the log")
+			assert.Contains(t, r.log.String(), `"level":"ERROR"`, "an operator must fix the key: the log says so loudly")
+		})
+	}
+}

@@ -95,12 +95,19 @@ func OutcomeOf(err error) Outcome {
 }
 
 // CallersFault reports whether err is the upstream refusing the request
-// itself: a 4xx other than 408 (timeout) and 429 (rate). The same request
+// itself: a 4xx other than 408 (timeout), 429 (rate) and the ones that
+// refuse the gateway's own credentials (401, 403, 407). The same request
 // fails the same way everywhere, so it is not retried, and it says nothing
-// against the upstream's health.
+// against the upstream's health; a refused credential is the gateway's
+// problem with that upstream, and another may take the request.
 func CallersFault(err error) bool {
-	s := StatusOf(err)
-	return s >= 400 && s < 500 && s != http.StatusRequestTimeout && s != http.StatusTooManyRequests
+	switch s := StatusOf(err); s {
+	case http.StatusRequestTimeout, http.StatusTooManyRequests,
+		http.StatusUnauthorized, http.StatusForbidden, http.StatusProxyAuthRequired:
+		return false
+	default:
+		return s >= 400 && s < 500
+	}
 }
 
 // ErrorCode is the upstream's error code in err, or "".

@@ -50,8 +50,8 @@ func TestReasonOfClassifiesEachCauseOnce(t *testing.T) {
 }
 
 func TestCallersFaultIsA4xxButNotATimeoutOrARateLimit(t *testing.T) {
-	for status, want := range map[int]bool{400: true, 401: true, 404: true, 413: true, 422: true,
-		408: false, 429: false, 499: true, 500: false, 503: false, 399: false} {
+	for status, want := range map[int]bool{400: true, 404: true, 413: true, 422: true, 499: true,
+		401: false, 403: false, 407: false, 408: false, 429: false, 500: false, 503: false, 399: false} {
 		t.Run(fmt.Sprint(status), func(t *testing.T) {
 			assert.Equal(t, want, llm.CallersFault(fmt.Errorf("wrapped: %w", upstream(status, ""))))
 		})
