@@ -16,9 +16,11 @@ import (
 	"github.com/stretchr/testify/require"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"sigs.k8s.io/yaml"
 
 	"github.com/production-go/gateway-lab/solutions/identity"
@@ -31,6 +33,19 @@ import (
 // listeners, the probes hit the real endpoints, and the kubelet's SIGKILL
 // comes after the whole drain. Build tag k8s: the API types are a large
 // compile that `make test` need not pay; `make test-k8s` and `make ci` run it.
+
+// manifests is every file in deploy/k8s, each checked by a test below.
+var manifests = []string{"deployment.yaml", "networkpolicy.yaml", "pdb.yaml", "service.yaml"}
+
+func TestK8sEveryManifestIsChecked(t *testing.T) {
+	entries, err := os.ReadDir(filepath.Join(root(t), "deploy/k8s"))
+	require.NoError(t, err)
+	var files []string
+	for _, e := range entries {
+		files = append(files, e.Name())
+	}
+	assert.Equal(t, manifests, files, "a manifest in deploy/k8s that no test decodes is one kubectl apply -f takes unchecked: add it to the tests and to manifests")
+}
 
 func decodeStrict(t *testing.T, file string, obj any) {
 	t.Helper()
@@ -172,4 +187,137 @@ func TestK8sManifestsMatchTheApp(t *testing.T) {
 	assert.Less(t, pdb.Spec.MaxUnavailable.IntValue(), int(*dep.Spec.Replicas), "the PDB leaves at least one pod serving")
 	require.NotNil(t, dep.Spec.Strategy.RollingUpdate)
 	assert.Equal(t, 0, dep.Spec.Strategy.RollingUpdate.MaxUnavailable.IntValue(), "a rollout never drops below the replica count")
+}
+
+// A NetworkPolicy client of the gateway's pods: its namespace's labels and
+// its own, or no pod at all (a caller from outside the cluster).
+type policyPeer struct {
+	description   string
+	sameNamespace bool // in the gateway's namespace
+	namespace     labels.Set
+	pod           labels.Set // nil: not a pod
+}
+
+// admits says whether np lets from reach port, by NetworkPolicy's rules:
+// the rules add up; a rule without ports admits every port and one without
+// `from` every source; a peer with both selectors needs both to match, a
+// podSelector alone means the policy's own namespace; an ipBlock names
+// addresses, which may be anyone's, so it counts as every source here.
+func admits(t *testing.T, np networkingv1.NetworkPolicy, port corev1.ContainerPort, from policyPeer) bool {
+	t.Helper()
+	for _, rule := range np.Spec.Ingress {
+		if !portListed(rule.Ports, port) {
+			continue
+		}
+		if len(rule.From) == 0 {
+			return true
+		}
+		for _, p := range rule.From {
+			if peerMatches(t, p, from) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func peerMatches(t *testing.T, p networkingv1.NetworkPolicyPeer, from policyPeer) bool {
+	t.Helper()
+	switch {
+	case p.IPBlock != nil:
+		return true
+	case from.pod == nil:
+		return false // selectors select pods
+	case p.NamespaceSelector == nil && !from.sameNamespace:
+		return false
+	case p.NamespaceSelector != nil && !selects(t, p.NamespaceSelector, from.namespace):
+		return false
+	}
+	return p.PodSelector == nil || selects(t, p.PodSelector, from.pod)
+}
+
+func selects(t *testing.T, sel *metav1.LabelSelector, set labels.Set) bool {
+	t.Helper()
+	s, err := metav1.LabelSelectorAsSelector(sel)
+	require.NoError(t, err)
+	return s.Matches(set)
+}
+
+// portListed says whether ports (a rule's; none means all) include the
+// container port c, by name or by number.
+func portListed(ports []networkingv1.NetworkPolicyPort, c corev1.ContainerPort) bool {
+	if len(ports) == 0 {
+		return true
+	}
+	for _, p := range ports {
+		switch {
+		case p.Protocol != nil && *p.Protocol != corev1.ProtocolTCP:
+		case p.Port == nil:
+			return true
+		case p.Port.Type == intstr.String:
+			if p.Port.StrVal == c.Name {
+				return true
+			}
+		default:
+			last := p.Port.IntVal
+			if p.EndPort != nil {
+				last = *p.EndPort
+			}
+			if p.Port.IntVal <= c.ContainerPort && c.ContainerPort <= last {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func TestK8sNetworkPolicyAdmitsOnlyTheScraperToTheAdminPort(t *testing.T) {
+	var dep appsv1.Deployment
+	var np networkingv1.NetworkPolicy
+	decodeStrict(t, "deployment.yaml", &dep)
+	decodeStrict(t, "networkpolicy.yaml", &np)
+	assert.Equal(t, "NetworkPolicy", np.Kind)
+	assert.Equal(t, "networking.k8s.io/v1", np.APIVersion)
+	pod := dep.Spec.Template
+	require.Len(t, pod.Spec.Containers, 1)
+	assert.True(t, selects(t, &np.Spec.PodSelector, labels.Set(pod.Labels)), "the NetworkPolicy selects the Deployment's pods")
+	assert.Contains(t, np.Spec.PolicyTypes, networkingv1.PolicyTypeIngress, "the policy limits ingress")
+
+	// Every port the policy names is one the container exposes, so a
+	// renamed port cannot leave a rule admitting nothing (or the wrong port).
+	ports := map[string]corev1.ContainerPort{}
+	for _, p := range pod.Spec.Containers[0].Ports {
+		ports[p.Name] = p
+	}
+	require.Contains(t, ports, "http")
+	require.Contains(t, ports, "admin")
+	for _, rule := range np.Spec.Ingress {
+		for _, p := range rule.Ports {
+			if assert.NotNil(t, p.Port, "every rule names its port") {
+				_, named := ports[p.Port.StrVal]
+				assert.True(t, p.Port.Type == intstr.String && named, "port %s: name a port the container exposes (http or admin)", p.Port)
+			}
+		}
+	}
+
+	// The scraper, as networkpolicy.yaml documents it.
+	monitoring := labels.Set{"kubernetes.io/metadata.name": "monitoring"}
+	gatewayNS := labels.Set{"kubernetes.io/metadata.name": "gateway-prod"}
+	for _, tc := range []struct {
+		from        policyPeer
+		http, admin bool
+	}{
+		{policyPeer{"Prometheus in the monitoring namespace", false, monitoring, labels.Set{"app.kubernetes.io/name": "prometheus"}}, true, true},
+		{policyPeer{"a client pod in the gateway's namespace", true, gatewayNS, labels.Set{"app": "client"}}, true, false},
+		{policyPeer{"another gateway replica", true, gatewayNS, labels.Set(pod.Labels)}, true, false},
+		{policyPeer{"a pod labelled prometheus in the gateway's namespace", true, gatewayNS, labels.Set{"app.kubernetes.io/name": "prometheus"}}, true, false},
+		{policyPeer{"a pod labelled prometheus in another namespace", false, labels.Set{"kubernetes.io/metadata.name": "default"}, labels.Set{"app.kubernetes.io/name": "prometheus"}}, true, false},
+		{policyPeer{"Grafana in the monitoring namespace", false, monitoring, labels.Set{"app.kubernetes.io/name": "grafana"}}, true, false},
+		{policyPeer{"a caller outside the cluster", false, nil, nil}, true, false},
+	} {
+		t.Run(tc.from.description, func(t *testing.T) {
+			assert.Equal(t, tc.http, admits(t, np, ports["http"], tc.from), "the API port (http): admitted?")
+			assert.Equal(t, tc.admin, admits(t, np, ports["admin"], tc.from), "the admin port (metrics and probes): admitted?")
+		})
+	}
 }

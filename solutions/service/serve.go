@@ -88,6 +88,33 @@ func (s *Service) Serve(ctx context.Context, ln net.Listener, stdout io.Writer, 
 	return report, err
 }
 
+// The admin listener's limits. Its clients are a Prometheus scraper and
+// the kubelet's probes: each sends a small GET in one go and reads the
+// answer as it comes, so anything slower is a client holding a goroutine
+// and a connection on an unauthenticated port, and is cut.
+const (
+	// A scrape's or a probe's few headers arrive in one packet.
+	adminReadHeaderTimeout = 5 * time.Second
+	// The whole request, a body included. No admin route takes one; this
+	// bounds a client that sends one anyway, which net/http reads (up to
+	// 256 KiB) before it answers.
+	adminReadTimeout = 10 * time.Second
+	// From the end of the request to the last byte of the answer,
+	// gathering the registry included. Prometheus abandons a scrape at its
+	// scrape_timeout — 10 s by default, never more than the scrape
+	// interval — so a minute never cuts a scrape it still waits for, at
+	// intervals up to a minute, however big the registry: it only frees a
+	// client that stopped reading.
+	adminWriteTimeout = time.Minute
+	// Longer than a one-minute scrape interval, so the scraper's kept-alive
+	// connection lasts from one scrape to the next; an idle connection
+	// beyond that is closed. (The kubelet's probes do not keep alive.)
+	adminIdleTimeout = 90 * time.Second
+	// A scrape's headers are a few hundred bytes (more with a bearer
+	// token); net/http answers 431 past this plus its 4 KiB of slack.
+	adminMaxHeaderBytes = 8 << 10
+)
+
 // serveAdmin starts the admin listener (metrics and probes), if one is
 // configured, and returns the func that stops it.
 func (s *Service) serveAdmin() (stop func(), err error) {
@@ -98,11 +125,7 @@ func (s *Service) serveAdmin() (stop func(), err error) {
 	if err != nil {
 		return nil, fmt.Errorf("admin listen: %w", err)
 	}
-	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", s.MetricsPage())
-	mux.Handle("GET /healthz", s.Drainer.Liveness())
-	mux.Handle("GET /readyz", s.Drainer.Readiness())
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	srv := s.adminServer()
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -115,6 +138,20 @@ func (s *Service) serveAdmin() (stop func(), err error) {
 		_ = srv.Shutdown(ctx)
 		<-done
 	}, nil
+}
+
+// adminServer is the admin listener's server: /metrics, /healthz and
+// /readyz, with every limit above.
+func (s *Service) adminServer() *http.Server {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", s.MetricsPage())
+	mux.Handle("GET /healthz", s.Drainer.Liveness())
+	mux.Handle("GET /readyz", s.Drainer.Readiness())
+	return &http.Server{Handler: mux,
+		ReadHeaderTimeout: adminReadHeaderTimeout, ReadTimeout: adminReadTimeout,
+		WriteTimeout: adminWriteTimeout, IdleTimeout: adminIdleTimeout,
+		MaxHeaderBytes: adminMaxHeaderBytes,
+		ErrorLog:       slog.NewLogLogger(s.Log.Handler(), slog.LevelWarn)}
 }
 
 // NewLogger is the services' JSON logger at level ("debug", "info", "warn", "error").
