@@ -157,12 +157,14 @@ func (g *Guard) Identify(r *http.Request) (httpapi.Identity, *chatapi.Error) {
 		return httpapi.Identity{}, &chatapi.Error{Status: http.StatusUnauthorized, Type: "invalid_request_error", Code: code,
 			Message: err.Error(), Challenge: `Bearer realm="gateway", error="invalid_token"`}
 	}
-	if _, ok := g.cfg.Policy.Tier(claims.Tier); !ok {
+	tier, ok := g.cfg.Policy.Tier(claims.Tier)
+	if !ok {
 		g.cfg.Observer.TierRefused(policy.LimitTier)
 		return httpapi.Identity{}, &chatapi.Error{Status: http.StatusForbidden, Type: "invalid_request_error", Code: "unknown_tier",
 			Message: "the token's tier is not one this gateway serves"}
 	}
-	return httpapi.Identity{Key: keyOf(claims.Tenant), Tenant: claims.Tenant, Tier: claims.Tier}, nil
+	return httpapi.Identity{Key: keyOf(claims.Tenant), Tenant: claims.Tenant, Tier: claims.Tier,
+		MaxBodyBytes: int64(tier.MaxPromptBytes)}, nil // a body over the tier's prompt size is refused unread
 }
 
 // keyOf is a tenant's name as a Redis key part: the limits put the key in

@@ -30,7 +30,7 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, err.(*chatapi.Error)) // Parse's errors are all *chatapi.Error
 		return
 	}
-	req := router.Request{Tenant: id.Key, Chat: chat}
+	req := router.Request{Tenant: id.Key, RateChecked: true, Chat: chat}
 	if !s.opts.Router.Resolve(chat.Model, &req) {
 		s.writeError(w, &chatapi.Error{Status: http.StatusNotFound, Type: "invalid_request_error", Code: "model_not_found", Param: "model",
 			Message: fmt.Sprintf("the model %q does not exist here; GET /v1/models lists the models this gateway serves", chat.Model)})

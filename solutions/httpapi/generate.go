@@ -87,7 +87,7 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, e)
 		return
 	}
-	req := router.Request{Tenant: id.Key, Provider: body.Provider, Chat: chatapi.NewRequest(body.Prompt, false)}
+	req := router.Request{Tenant: id.Key, RateChecked: true, Provider: body.Provider, Chat: chatapi.NewRequest(body.Prompt, false)}
 	if body.Provider != "" && !s.opts.Router.HasProvider(body.Provider) {
 		s.writeError(w, &chatapi.Error{Status: http.StatusNotFound, Type: "invalid_request_error", Code: "model_not_found", Param: "provider",
 			Message: fmt.Sprintf("the provider %q does not exist here; GET /v1/models lists them", body.Provider)})

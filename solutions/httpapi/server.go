@@ -14,6 +14,7 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"os"
@@ -83,6 +84,10 @@ type Identity struct {
 	Tenant string
 	// Tier is the tenant's tier, when the identity carries one (secure_app).
 	Tier string
+	// MaxBodyBytes, if positive and below Options.MaxBodyBytes, is the most
+	// body this caller may send (its tier's limit): a larger one is refused
+	// before it is read.
+	MaxBodyBytes int64
 }
 
 type identityKey struct{}
@@ -332,19 +337,33 @@ func (s *Server) accept(w http.ResponseWriter, r *http.Request) (Identity, *http
 	if !ok {
 		return Identity{}, r, nil, false
 	}
-	buf, ok := s.readBody(w, r)
+	// The cheapest refusal first: a tenant over its rate is refused before
+	// a byte of its body is read or parsed (the handlers tell the router
+	// with Request.RateChecked).
+	if err := s.opts.Router.Allow(r.Context(), id.Key); err != nil {
+		w.Header().Set("Connection", "close")
+		_ = http.NewResponseController(w).SetReadDeadline(time.Now()) // see refuseBody
+		s.fail(w, r, err)
+		return Identity{}, r, nil, false
+	}
+	buf, ok := s.readBody(w, r, id)
 	return id, r, buf, ok
 }
 
-// readBody reads a size- and time-limited body into a pooled buffer. It
-// writes the error response itself (413, 408, 400) and reports whether it
-// succeeded; the caller gives the buffer back with s.done.
-func (s *Server) readBody(w http.ResponseWriter, r *http.Request) (*bytes.Buffer, bool) {
-	if r.ContentLength > s.opts.MaxBodyBytes {
+// readBody reads a size- and time-limited body into a pooled buffer: at
+// most Options.MaxBodyBytes, or the caller's own smaller limit
+// (Identity.MaxBodyBytes). It writes the error response itself (413, 408,
+// 400) and reports whether it succeeded; the caller gives the buffer back
+// with s.done.
+func (s *Server) readBody(w http.ResponseWriter, r *http.Request, id Identity) (*bytes.Buffer, bool) {
+	limit := s.opts.MaxBodyBytes
+	if id.MaxBodyBytes > 0 && id.MaxBodyBytes < limit {
+		limit = id.MaxBodyBytes
+	}
+	if r.ContentLength > limit {
 		// Declared too big: say so now, without waiting for (or asking for,
 		// with 100 Continue) a body we would refuse anyway.
-		s.refuseBody(w, &chatapi.Error{Status: http.StatusRequestEntityTooLarge, Type: "invalid_request_error", Code: "request_too_large",
-			Message: "the request body is larger than " + strconv.FormatInt(s.opts.MaxBodyBytes, 10) + " bytes"})
+		s.refuseBody(w, s.tooLarge(id, limit))
 		return nil, false
 	}
 	if enc := r.Header.Get("Content-Encoding"); enc != "" && !strings.EqualFold(enc, "identity") {
@@ -356,7 +375,7 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request) (*bytes.Buffer
 	_ = rc.SetReadDeadline(time.Now().Add(s.opts.BodyTimeout))
 	buf := s.bodies.Get().(*bytes.Buffer)
 	buf.Reset()
-	_, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, s.opts.MaxBodyBytes))
+	_, err := buf.ReadFrom(http.MaxBytesReader(w, r.Body, limit))
 	if err == nil {
 		// Clear the deadline: net/http reads the connection in the
 		// background to notice a client that leaves, and an expired
@@ -369,8 +388,7 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request) (*bytes.Buffer
 	var tooBig *http.MaxBytesError
 	switch {
 	case errors.As(err, &tooBig):
-		s.refuseBody(w, &chatapi.Error{Status: http.StatusRequestEntityTooLarge, Type: "invalid_request_error", Code: "request_too_large",
-			Message: "the request body is larger than " + strconv.FormatInt(tooBig.Limit, 10) + " bytes"})
+		s.refuseBody(w, s.tooLarge(id, tooBig.Limit))
 	case errors.Is(err, os.ErrDeadlineExceeded):
 		s.refuseBody(w, &chatapi.Error{Status: http.StatusRequestTimeout, Type: "invalid_request_error", Code: "request_timeout",
 			Message: "the request body did not arrive within " + s.opts.BodyTimeout.String()})
@@ -379,6 +397,17 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request) (*bytes.Buffer
 			Message: "the request body could not be read"})
 	}
 	return nil, false
+}
+
+// tooLarge is the refusal of a body over limit: the server's own limit, or
+// the caller's (its tier's) when that is the smaller.
+func (s *Server) tooLarge(id Identity, limit int64) *chatapi.Error {
+	if id.MaxBodyBytes > 0 && id.MaxBodyBytes == limit && limit < s.opts.MaxBodyBytes {
+		return &chatapi.Error{Status: http.StatusRequestEntityTooLarge, Type: "invalid_request_error", Code: "prompt_too_large",
+			Message: fmt.Sprintf("the request is over %d bytes, the most the %s tier allows", limit, cmp.Or(id.Tier, "caller's"))}
+	}
+	return &chatapi.Error{Status: http.StatusRequestEntityTooLarge, Type: "invalid_request_error", Code: "request_too_large",
+		Message: "the request body is larger than " + strconv.FormatInt(limit, 10) + " bytes"}
 }
 
 // refuseBody answers a request whose body will not be read, and closes the

@@ -39,6 +39,13 @@ func (r *Router) enter(ctx context.Context, run *run) error {
 		r.obs.Rejected(req.Tenant, RejectTenantBusy)
 		return &RateLimitError{RetryAfter: time.Second, busy: true}
 	}
+	if !req.RateChecked {
+		if err := r.Allow(ctx, req.Tenant); err != nil {
+			r.tenants.leave(req.Tenant)
+			r.inflight.Leave()
+			return err
+		}
+	}
 	ticket, err := r.admit.Admit(ctx, req.Tenant)
 	if err != nil {
 		r.tenants.leave(req.Tenant)
@@ -69,13 +76,40 @@ func (r *Router) check(req Request) (pinned llm.Provider, err error) {
 	return pinned, nil
 }
 
-// rejected maps an admission error to the router's own, and counts it.
-func (r *Router) rejected(tenant string, err error) error {
-	var rl *admission.RateLimitError
+// Allow holds one request of tenant to its rate: the cheapest refusal,
+// which the HTTP layer asks right after it knows who is asking and before
+// it reads a body (Request.RateChecked then tells Generate and Stream not
+// to ask again). A refusal is a *RateLimitError, counted; a limiter that
+// cannot decide (its store down, failing closed) is ErrLimiterFailed.
+func (r *Router) Allow(ctx context.Context, tenant string) error {
+	if tenant == "" {
+		return fmt.Errorf("%w: tenant is required", ErrInvalidRequest)
+	}
+	d, err := r.limiter.Allow(ctx, tenant)
 	switch {
-	case errors.As(err, &rl):
+	case err != nil && ctx.Err() != nil:
+		r.obs.Rejected(tenant, RejectCancelled)
+		return ctx.Err()
+	case err != nil:
+		r.obs.Rejected(tenant, RejectLimiterFailed)
+		return fmt.Errorf("%w: %w", ErrLimiterFailed, err)
+	case !d.Allowed:
 		r.obs.Rejected(tenant, RejectRateLimited)
-		return &RateLimitError{RetryAfter: rl.RetryAfter}
+		return &RateLimitError{RetryAfter: d.RetryAfter}
+	}
+	return nil
+}
+
+// allowAll is the admitter's limiter: the router asks the rate itself.
+type allowAll struct{}
+
+func (allowAll) Allow(context.Context, string) (admission.Decision, error) {
+	return admission.Decision{Allowed: true}, nil
+}
+
+// rejected maps an admitter's error to the router's own, and counts it.
+func (r *Router) rejected(tenant string, err error) error {
+	switch {
 	case errors.Is(err, admission.ErrOverloaded):
 		r.obs.Rejected(tenant, RejectOverloaded)
 		return fmt.Errorf("%w: %w", ErrOverloaded, err)
@@ -86,7 +120,5 @@ func (r *Router) rejected(tenant string, err error) error {
 		r.obs.Rejected(tenant, RejectCancelled)
 		return err
 	}
-	// The limiter could not decide (its Redis is down, and it fails closed).
-	r.obs.Rejected(tenant, RejectLimiterFailed)
-	return fmt.Errorf("%w: %w", ErrLimiterFailed, err)
+	return err // the admitter refuses only in the ways above
 }

@@ -1,0 +1,86 @@
+package httpapi
+
+import (
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+
+	"github.com/production-go/gateway-lab/internal/testkit/promtest"
+	"github.com/production-go/gateway-lab/solutions/chatapi"
+	"github.com/production-go/gateway-lab/solutions/providers/sim"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// watchedBody is a request body that remembers whether anyone read it.
+type watchedBody struct {
+	r    io.Reader
+	read atomic.Bool
+}
+
+func (b *watchedBody) Read(p []byte) (int, error) {
+	b.read.Store(true)
+	return b.r.Read(p)
+}
+
+// TestATenantOverItsRateIsRefusedBeforeItsBodyIsRead: the rate is the
+// cheapest refusal, so it comes first — before a megabyte is read and
+// parsed — and the request is not held to the rate a second time.
+func TestATenantOverItsRateIsRefusedBeforeItsBodyIsRead(t *testing.T) {
+	for _, path := range []string{"/v1/chat/completions", "/v1/generate"} {
+		t.Run(strings.TrimPrefix(path, "/v1/"), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				cfg := baseConfig()
+				cfg.RatePerSecond, cfg.Burst = 0.5, 1
+				r := newRig(t, cfg, simProvider(t, sim.Config{Name: "alpha"}))
+				body := chatBody
+				if path == "/v1/generate" {
+					body = `{"prompt":"hi"}`
+				}
+				require.Equal(t, http.StatusOK, r.do(http.MethodPost, path, body, "X-Tenant-ID", "acme").Code,
+					"the one token of the burst: one request, held to the rate once, not twice")
+				b := &watchedBody{r: strings.NewReader(body)}
+				req := httptest.NewRequest(http.MethodPost, path, b)
+				req.Header.Set("X-Tenant-ID", "acme")
+				rec := httptest.NewRecorder()
+				r.srv.ServeHTTP(rec, req)
+				assert.Equal(t, http.StatusTooManyRequests, rec.Code)
+				assert.Equal(t, "rate_limited", decodeError(t, rec).code())
+				assert.False(t, b.read.Load(), "the body of a request over its rate is never read")
+				assert.Equal(t, "close", rec.Header().Get("Connection"), "and the connection is not kept for the rest of it")
+				assert.Equal(t, 1.0, promtest.Counter(t, r.reg, "gateway_admission_rejections_total", "reason", "rate_limited"), "counted once")
+			})
+		})
+	}
+}
+
+// TestABodyOverTheCallersOwnLimitIsRefusedUnread: an identity may carry a
+// smaller body limit than the server's (a tier's prompt size).
+func TestABodyOverTheCallersOwnLimitIsRefusedUnread(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newRigWith(t, baseConfig(), func(o *Options) {
+			o.Identify = func(*http.Request) (Identity, *chatapi.Error) {
+				return Identity{Key: "acme", Tenant: "acme", Tier: "free", MaxBodyBytes: 100}, nil
+			}
+		}, simProvider(t, sim.Config{Name: "alpha"}))
+		big := `{"messages":[{"role":"user","content":"` + strings.Repeat("x", 200) + `"}]}`
+		rec := r.do(http.MethodPost, "/v1/chat/completions", big)
+		assert.Equal(t, http.StatusRequestEntityTooLarge, rec.Code)
+		assert.Equal(t, "prompt_too_large", decodeError(t, rec).code(), "the caller's own limit, named as such")
+		assert.Contains(t, rec.Body.String(), "100", "the refusal names the limit")
+		assert.Contains(t, rec.Body.String(), "free tier")
+
+		b := &watchedBody{r: strings.NewReader(big)}
+		req := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", b)
+		req.ContentLength = int64(len(big))
+		rec = httptest.NewRecorder()
+		r.srv.ServeHTTP(rec, req)
+		assert.Equal(t, http.StatusRequestEntityTooLarge, rec.Code)
+		assert.False(t, b.read.Load(), "a body declared too big is refused before it is read")
+		assert.Equal(t, http.StatusOK, r.do(http.MethodPost, "/v1/chat/completions", chatBody).Code, "one within the limit is served")
+	})
+}
