@@ -45,7 +45,7 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	resp, err := s.opts.Router.Generate(r.Context(), req)
-	done(resp.Usage, err)
+	defer done(resp.Usage, err) // after the answer is written: its settling is not the caller's wait
 	traceChat(r.Context(), cmp.Or(chat.Model, router.AutoModel), resp)
 	if err != nil {
 		s.fail(w, r, err)

@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"context"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/production-go/gateway-lab/internal/testkit/promtest"
 	"github.com/production-go/gateway-lab/solutions/chatapi"
+	"github.com/production-go/gateway-lab/solutions/llm"
 	"github.com/production-go/gateway-lab/solutions/providers/sim"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -83,4 +85,31 @@ func TestABodyOverTheCallersOwnLimitIsRefusedUnread(t *testing.T) {
 		assert.False(t, b.read.Load(), "a body declared too big is refused before it is read")
 		assert.Equal(t, http.StatusOK, r.do(http.MethodPost, "/v1/chat/completions", chatBody).Code, "one within the limit is served")
 	})
+}
+
+// TestTheAdmissionIsSettledAfterTheAnswerIsWritten: settling tokens and
+// giving a lease back are Redis round trips; the caller must not wait for
+// them.
+func TestTheAdmissionIsSettledAfterTheAnswerIsWritten(t *testing.T) {
+	for _, tc := range []struct{ name, path, body string }{
+		{"a whole chat answer", "/v1/chat/completions", chatBody},
+		{"a stream", "/v1/chat/completions", `{"stream":true,"messages":[{"role":"user","content":"hi"}]}`},
+		{"a generate answer", "/v1/generate", `{"prompt":"hi"}`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				rec := httptest.NewRecorder()
+				written := -1
+				r := newRigWith(t, baseConfig(), func(o *Options) {
+					o.Admit = func(ctx context.Context, _ Identity, _ Admission) (context.Context, Done, *chatapi.Error) {
+						return ctx, func(*llm.Usage, error) { written = rec.Body.Len() }, nil
+					}
+				}, simProvider(t, sim.Config{Name: "alpha"}))
+				req := httptest.NewRequest(http.MethodPost, tc.path, strings.NewReader(tc.body))
+				r.srv.ServeHTTP(rec, req)
+				require.Equal(t, http.StatusOK, rec.Code)
+				assert.Equal(t, rec.Body.Len(), written, "done ran once the whole answer had been written")
+			})
+		})
+	}
 }
