@@ -76,10 +76,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	admission "github.com/production-go/gateway-lab/solutions/02-admission"
 	"strings"
 	"time"
 
+	admission "github.com/production-go/gateway-lab/solutions/02-admission"
 	"github.com/redis/go-redis/v9"
 )
 
