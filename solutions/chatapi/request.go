@@ -316,6 +316,24 @@ func (r *Request) Upstream(model string, stream bool) []byte {
 	return splice(r.raw, edits)
 }
 
+// WithMaxTokens returns the request with "max_completion_tokens" set to n
+// when the caller set no limit on the answer (and r itself when it did):
+// a gateway that reserved n tokens for the answer asks the upstream for no
+// more. max_completion_tokens, not the older max_tokens, because OpenAI's
+// reasoning models refuse max_tokens and every current OpenAI-compatible
+// server reads the newer name.
+func (r *Request) WithMaxTokens(n int) *Request {
+	if r.MaxTokens > 0 || n <= 0 {
+		return r
+	}
+	body := splice(r.raw, []edit{r.insert(`"max_completion_tokens":` + strconv.Itoa(n) + `,`)})
+	out, err := Parse(body)
+	if err != nil {
+		panic("chatapi: WithMaxTokens made an invalid request: " + err.Error()) // cannot happen: one valid member added to a valid object
+	}
+	return out
+}
+
 // span is a range of a request's bytes, [at, end).
 type span struct{ at, end int }
 

@@ -227,3 +227,23 @@ func TestAFieldTheGatewayReadsIsRefusedInAnotherCase(t *testing.T) {
 	require.NoError(t, err, "a field the gateway does not read passes as it came, whatever its case")
 	assert.Contains(t, string(r.Body()), `"Temperature":0.2`)
 }
+
+func TestWithMaxTokensAddsTheLimitOnlyWhenTheCallerSetNone(t *testing.T) {
+	r, err := Parse([]byte(`{"model":"m","messages":[{"role":"user","content":"hi"}],"seed":1}`))
+	require.NoError(t, err)
+	capped := r.WithMaxTokens(1024)
+	assert.Equal(t, 1024, capped.MaxTokens)
+	assert.Equal(t, `{"max_completion_tokens":1024,"model":"m","messages":[{"role":"user","content":"hi"}],"seed":1}`, string(capped.Body()),
+		"one member added, every other byte as the caller sent it")
+	assert.Equal(t, `{"model":"m","messages":[{"role":"user","content":"hi"}],"seed":1}`, string(r.Body()), "the request it was called on is unchanged")
+	assert.Equal(t, `{"max_completion_tokens":1024,"model":"up","messages":[{"role":"user","content":"hi"}],"seed":1}`, string(capped.WithModel("up")))
+
+	for _, body := range []string{
+		`{"max_tokens":50,"messages":[{"role":"user","content":"hi"}]}`,
+		`{"max_completion_tokens":50,"messages":[{"role":"user","content":"hi"}]}`,
+	} {
+		r, err := Parse([]byte(body))
+		require.NoError(t, err)
+		assert.Same(t, r, r.WithMaxTokens(1024), "a caller's own limit stands: %s", body)
+	}
+}

@@ -74,16 +74,24 @@ func cutOf(err, cause error) telemetry.StreamCut {
 // words, never its internal error chain.
 func classify(err, cause error) *chatapi.Error {
 	e := describe(err, cause)
-	e.RetryAfter = retryAfter(err, e.Status)
+	e.RetryAfter = max(e.RetryAfter, retryAfter(err, e.Status))
 	return e
 }
 
 func describe(err, cause error) *chatapi.Error {
-	var up *chatapi.UpstreamError
+	var (
+		up    *chatapi.UpstreamError
+		ready *chatapi.Error
+	)
 	e := func(status int, typ, code, msg string) *chatapi.Error {
 		return &chatapi.Error{Status: status, Type: typ, Code: code, Message: msg}
 	}
 	switch {
+	case errors.As(err, &ready):
+		// A hook's own answer (the guard refusing a retry the tenant has
+		// no tokens for): it says what to send.
+		out := *ready
+		return &out
 	case errors.Is(err, router.ErrUnknownProvider):
 		return e(http.StatusNotFound, "invalid_request_error", "model_not_found", "the model names a provider this gateway does not have")
 	case errors.Is(err, router.ErrInvalidRequest):

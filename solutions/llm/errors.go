@@ -30,6 +30,11 @@ var (
 	// ErrEmptyAnswer is wrapped by the error Generate returns for a
 	// provider that answered nothing and reported no error.
 	ErrEmptyAnswer = errors.New("llm: the provider's answer is empty")
+	// ErrNotSent is wrapped by the error a provider middleware returns for
+	// a call it refused before anything reached the upstream (a tenant
+	// out of tokens for a retry, say). It ends the request — no retry, no
+	// other target — and no breaker counts it: the upstream was not asked.
+	ErrNotSent = errors.New("llm: the call was refused before it was sent")
 )
 
 // Reason says why a provider call failed, in the words metrics and logs

@@ -178,6 +178,7 @@ func TestSlowRedisIsBoundedByTheTimeout(t *testing.T) {
 		slow := hungRedis([]any{int64(1), int64(0), int64(0)})
 		q, err := NewTokens(slow, TokensConfig{}) // the default Timeout
 		require.NoError(t, err)
+		defer q.Close()
 		l := newLeases(t, slow, LeasesConfig{Timeout: 20 * time.Millisecond})
 
 		start := time.Now()

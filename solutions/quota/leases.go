@@ -19,10 +19,10 @@ type LeasesConfig struct {
 	// Prefix starts every key's hash tag, {Prefix:tenant}; empty means
 	// DefaultPrefix. It must not contain braces.
 	Prefix string
-	// TTL is how long a lease lives unless released; 0 means
-	// DefaultLeaseTTL. It must be longer than the longest request, because
-	// a request still running when its lease expires no longer counts; and
-	// it is how long a crashed replica's slots stay taken.
+	// TTL is how long a lease lives unless renewed or released; 0 means
+	// DefaultLeaseTTL. A request longer than TTL must renew its lease
+	// (Lease.Renew) while it runs, or it no longer counts once the lease
+	// expires; TTL is also how long a crashed replica's slots stay taken.
 	TTL time.Duration
 	// FailOpen admits requests when Redis cannot decide (the default,
 	// false, refuses them).
@@ -69,7 +69,8 @@ func NewLeases(rdb redis.Scripter, cfg LeasesConfig) (*Leases, error) {
 // Key returns the name of tenant's lease set, hash-tagged {Prefix:tenant}.
 func (l *Leases) Key(tenant string) string { return tenantKey(l.prefix, tenant, "leases") }
 
-// Acquire takes one of tenant's max in-flight slots if one is free.
+// Acquire takes one of tenant's max in-flight slots if one is free; it is
+// Hold for a caller that needs only to give the slot back.
 //
 // release is never nil, so it can be deferred at once: it gives the slot
 // back, and calling it again, or on a refused or failed Acquire, does
@@ -77,44 +78,88 @@ func (l *Leases) Key(tenant string) string { return tenantKey(l.prefix, tenant, 
 // ErrUnavailable) it may be retried, and the lease expires after TTL
 // anyway. Like Settle, call it with a context that outlives the request
 // (context.WithoutCancel), or a client that hung up keeps its slot for TTL.
-//
-// A refused Acquire has Decision.Allowed false. When Redis fails, Acquire
-// fails closed (an error wrapping ErrUnavailable) unless FailOpen is set;
-// then it allows the request.
 func (l *Leases) Acquire(ctx context.Context, tenant string, max int) (release func(context.Context) error, d Decision, err error) {
-	if err := checkTenant(tenant); err != nil {
-		return noRelease, Decision{}, err
-	}
-	if max < 1 {
-		return noRelease, Decision{}, fmt.Errorf("%w: in-flight cap %d must be at least 1", ErrInvalidLimit, max)
-	}
-	id := rand.Text()
-	key := l.Key(tenant)
-	reply, err := runScript(ctx, l.rdb, l.timeout, leasesScript, []string{key}, 3,
-		"acquire", id, max, l.ttl.Milliseconds())
-	if err != nil {
-		err, failOpen := l.fail.report(err)
-		if failOpen {
-			return noRelease, Decision{Allowed: true}, nil
-		}
-		return noRelease, Decision{}, err
-	}
-	d = Decision{Allowed: reply[0] == 1, Remaining: int(reply[1])}
-	if !d.Allowed {
-		return noRelease, d, nil
-	}
-	var released atomic.Bool
-	return func(ctx context.Context) error {
-		if released.Load() {
-			return nil
-		}
-		if _, err := runScript(ctx, l.rdb, l.timeout, leasesScript, []string{key}, 3, "release", id); err != nil {
-			err, _ := l.fail.report(err)
-			return err
-		}
-		released.Store(true)
-		return nil
-	}, d, nil
+	lease, d, err := l.Hold(ctx, tenant, max)
+	return lease.Release, d, err
 }
 
-func noRelease(context.Context) error { return nil }
+// Hold takes one of tenant's max in-flight slots if one is free, and
+// returns the Lease that holds it: Release gives it back, Renew keeps it
+// alive TTL more (a request longer than TTL renews its lease while it
+// runs, so TTL can be short and a crashed replica's slots come back soon).
+//
+// A refused Hold has Decision.Allowed false and a nil Lease (whose methods
+// do nothing). When Redis fails, Hold fails closed (an error wrapping
+// ErrUnavailable) unless FailOpen is set; then it allows the request, with
+// a nil Lease. Either way, a call that failed may still have reached Redis
+// and run there after the caller gave up on it (a stalled Redis runs what
+// was queued); so a failed Hold releases its lease's id in the background
+// (see Close) — harmless if there is nothing to release.
+func (l *Leases) Hold(ctx context.Context, tenant string, max int) (*Lease, Decision, error) {
+	if err := checkTenant(tenant); err != nil {
+		return nil, Decision{}, err
+	}
+	if max < 1 {
+		return nil, Decision{}, fmt.Errorf("%w: in-flight cap %d must be at least 1", ErrInvalidLimit, max)
+	}
+	lease := &Lease{l: l, key: l.Key(tenant), id: rand.Text()}
+	reply, err := runScript(ctx, l.rdb, l.timeout, leasesScript, []string{lease.key}, 3,
+		"acquire", lease.id, max, l.ttl.Milliseconds())
+	if err != nil {
+		l.undo(ctx, err, leasesScript, []string{lease.key}, "release", lease.id) // the acquire may yet run
+
+		err, failOpen := l.fail.report(err)
+		if failOpen {
+			return nil, Decision{Allowed: true}, nil
+		}
+		return nil, Decision{}, err
+	}
+	d := Decision{Allowed: reply[0] == 1, Remaining: int(reply[1])}
+	if !d.Allowed {
+		return nil, d, nil
+	}
+	return lease, d, nil
+}
+
+// Lease is one held in-flight slot. It is safe for concurrent use; a nil
+// Lease holds nothing and its methods do nothing.
+type Lease struct {
+	l        *Leases
+	key, id  string
+	released atomic.Bool
+}
+
+// Release gives the slot back. A second Release, from any goroutine, does
+// nothing; one that fails (an error wrapping ErrUnavailable) may be
+// retried, and the lease expires after TTL anyway.
+func (lease *Lease) Release(ctx context.Context) error {
+	if lease == nil || lease.released.Load() {
+		return nil
+	}
+	l := lease.l
+	if _, err := runScript(ctx, l.rdb, l.timeout, leasesScript, []string{lease.key}, 3, "release", lease.id); err != nil {
+		err, _ := l.fail.report(err)
+		return err
+	}
+	lease.released.Store(true)
+	return nil
+}
+
+// Renew keeps a live lease alive TTL more from now, on Redis' clock, and
+// reports whether it was live: a lease released or already expired (its
+// replica stalled longer than TTL) is not brought back.
+func (lease *Lease) Renew(ctx context.Context) (bool, error) {
+	if lease == nil || lease.released.Load() {
+		return false, nil
+	}
+	l := lease.l
+	reply, err := runScript(ctx, l.rdb, l.timeout, leasesScript, []string{lease.key}, 3, "renew", lease.id, l.ttl.Milliseconds())
+	if err != nil {
+		err, _ := l.fail.report(err)
+		return false, err
+	}
+	return reply[0] == 1, nil
+}
+
+// TTL is how long a lease lives unless renewed or released.
+func (l *Leases) TTL() time.Duration { return l.ttl }

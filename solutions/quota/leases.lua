@@ -3,25 +3,42 @@
 -- that crashes never releases its leases; they expire by themselves.
 --
 -- KEYS[1]  the lease set
--- ARGV[1]  'acquire' or 'release'
+-- ARGV[1]  'acquire', 'renew' or 'release'
 -- ARGV[2]  lease id
--- ARGV[3]  acquire only: max live leases
+-- ARGV[3]  acquire: max live leases; renew: lease TTL (ms)
 -- ARGV[4]  acquire only: lease TTL (ms)
 --
--- Both are idempotent per id, so a call that a client library resends after
--- a lost reply is not applied twice.
+-- All three are idempotent per id, so a call that a client library resends
+-- after a lost reply is not applied twice.
 --
 -- acquire returns {acquired (0|1), free slots left, 0}
+-- renew returns {renewed (0|1), 0, 0}
 -- release returns {released (0|1), 0, 0}
 if ARGV[1] == 'release' then
   return {redis.call('ZREM', KEYS[1], ARGV[2]), 0, 0}
 end
 
 local id = ARGV[2]
-local max = tonumber(ARGV[3])
-local ttl = tonumber(ARGV[4])
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+
+if ARGV[1] == 'renew' then
+  -- ARGV: 'renew', id, ttl. A live lease lives ttl more from now; one
+  -- released or already expired is not brought back.
+  local ttl = tonumber(ARGV[3])
+  local expiry = tonumber(redis.call('ZSCORE', KEYS[1], id))
+  if expiry == nil or expiry <= now then
+    redis.call('ZREM', KEYS[1], id)
+    return {0, 0, 0}
+  end
+  redis.call('ZADD', KEYS[1], 'XX', now + ttl, id)
+  local last = redis.call('ZRANGE', KEYS[1], -1, -1, 'WITHSCORES')
+  redis.call('PEXPIRE', KEYS[1], tonumber(last[2]) - now)
+  return {1, 0, 0}
+end
+
+local max = tonumber(ARGV[3])
+local ttl = tonumber(ARGV[4])
 
 -- A lease lives exactly ttl: at its expiry instant it no longer counts.
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', now)

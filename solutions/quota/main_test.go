@@ -68,6 +68,7 @@ func newTokens(t testing.TB, rdb redis.Scripter, cfg TokensConfig) *Tokens {
 	q, err := NewTokens(rdb, cfg)
 	require.NoError(t, err)
 	require.NotNil(t, q)
+	t.Cleanup(q.Close)
 	return q
 }
 
@@ -79,6 +80,7 @@ func newLeases(t testing.TB, rdb redis.Scripter, cfg LeasesConfig) *Leases {
 	l, err := NewLeases(rdb, cfg)
 	require.NoError(t, err)
 	require.NotNil(t, l)
+	t.Cleanup(l.Close)
 	return l
 }
 

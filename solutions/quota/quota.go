@@ -76,7 +76,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"strings"
+	"sync"
 	"time"
 
 	admission "github.com/production-go/gateway-lab/solutions/02-admission"
@@ -191,11 +193,69 @@ func runScript(ctx context.Context, rdb redis.Scripter, timeout time.Duration, s
 // store is what Tokens and Leases share: the client their scripts run
 // through, the keys' prefix, one call's timeout and the way they fail.
 type store struct {
-	rdb     redis.Scripter
-	prefix  string
-	timeout time.Duration
-	fail    failure
+	rdb       redis.Scripter
+	prefix    string
+	timeout   time.Duration
+	fail      failure
+	undos     *sync.WaitGroup // the undo calls still running (see undo)
+	undoSlots chan struct{}   // one per undo running, up to maxUndos
 }
+
+// undo runs a script in the background, best effort, to take back a call
+// that failed: a call the client gave up on may still have reached Redis,
+// which runs it when it can (a stalled Redis runs what was queued), and
+// the undo — idempotent by id — cleans up after it. The undo is retried,
+// its waits doubling from one Timeout, until an attempt gets an answer:
+// a first attempt sent during the stall may run before the call it undoes
+// (they wait on different connections), but an answer that comes after
+// the stall means Redis has run what was queued before it. At most
+// maxUndos run at once; beyond that the lease's TTL, or the reservation's
+// settle window, is the cleanup. It does not make the failing request
+// wait, and its own failures are not counted a second time. Close waits
+// for it.
+func (s store) undo(ctx context.Context, failed error, script *redis.Script, keys []string, args ...any) {
+	if !mayHaveRun(failed) {
+		return // refused at dial, say: the call never reached Redis
+	}
+	select {
+	case s.undoSlots <- struct{}{}:
+	default:
+		return // too many undos at once: an outage, not a stall
+	}
+	s.undos.Go(func() {
+		defer func() { <-s.undoSlots }()
+		ctx := context.WithoutCancel(ctx)
+		wait := s.timeout
+		for range undoAttempts {
+			if _, err := runScript(ctx, s.rdb, s.timeout, script, keys, 3, args...); err == nil {
+				return
+			}
+			time.Sleep(wait) // a pause between attempts of a background retry, not synchronisation
+			wait = min(2*wait, time.Second)
+		}
+	})
+}
+
+// mayHaveRun reports whether a call that failed with err may still have
+// reached Redis: it timed out (or its caller gave up) after it was sent.
+// A call refused at dial, or answered with an error, did not run.
+func mayHaveRun(err error) bool {
+	var netErr net.Error
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) ||
+		(errors.As(err, &netErr) && netErr.Timeout())
+}
+
+// The undo's bounds: how many attempts (the waits between them double from
+// one Timeout, each at most a second: about 1.6 s at the default), and how
+// many undos at once.
+const (
+	undoAttempts = 6
+	maxUndos     = 256
+)
+
+// Close waits for the undo calls still running (each at most
+// undoAttempts attempts apart). Call it before closing the Redis client.
+func (s store) Close() { s.undos.Wait() }
 
 func newStore(rdb redis.Scripter, prefix string, timeout time.Duration, failOpen bool, onError func(error)) (store, error) {
 	if rdb == nil {
@@ -208,7 +268,8 @@ func newStore(rdb redis.Scripter, prefix string, timeout time.Duration, failOpen
 	if timeout, err = checkTimeout(timeout); err != nil {
 		return store{}, err
 	}
-	return store{rdb: rdb, prefix: prefix, timeout: timeout, fail: failure{failOpen: failOpen, onError: onError}}, nil
+	return store{rdb: rdb, prefix: prefix, timeout: timeout, fail: failure{failOpen: failOpen, onError: onError},
+		undos: &sync.WaitGroup{}, undoSlots: make(chan struct{}, maxUndos)}, nil
 }
 
 // checkSpan validates a lifetime the scripts keep in whole milliseconds

@@ -89,7 +89,10 @@ func (q *Tokens) Keys(tenant string) (bucket, reservations string) {
 //
 // When Redis fails, Reserve fails closed (an error wrapping ErrUnavailable)
 // unless FailOpen is set; then it allows the request with a Reservation
-// whose Settle does nothing.
+// whose Settle does nothing. Either way, a failed call may still have
+// reached Redis and run there after the caller gave up on it, so a failed
+// Reserve settles its id at zero in the background (see Close) — harmless
+// if nothing was reserved.
 func (q *Tokens) Reserve(ctx context.Context, tenant string, perMinute, estimate int) (*Reservation, Decision, error) {
 	if err := checkTenant(tenant); err != nil {
 		return nil, Decision{}, err
@@ -107,6 +110,9 @@ func (q *Tokens) Reserve(ctx context.Context, tenant string, perMinute, estimate
 	reply, err := runScript(ctx, q.rdb, q.timeout, tokensScript, []string{bucket, open}, 3,
 		"reserve", perMinute, r.id, estimate, q.window.Milliseconds())
 	if err != nil {
+		// The reserve may yet run: settle its id at zero, so it cannot stay
+		// charged for a request that never ran.
+		q.undo(ctx, err, tokensScript, []string{bucket, open}, "settle", perMinute, r.id, estimate, q.window.Milliseconds(), 0)
 		err, failOpen := q.fail.report(err)
 		if failOpen {
 			return &Reservation{noop: true, estimate: estimate}, Decision{Allowed: true}, nil

@@ -517,3 +517,29 @@ func TestAProviderThatHonoursItsContextNeedsNoBridgePermit(t *testing.T) {
 		assert.Zero(t, time.Since(start), "at once, not after the deaf call gives its permit back")
 	})
 }
+
+// refusing refuses every call before sending it, as a middleware would
+// for a tenant out of tokens.
+type refusing struct{ calls atomic.Int32 }
+
+func (*refusing) Name() string { return "refusing" }
+func (r *refusing) Generate(context.Context, llm.Request) (llm.Completion, error) {
+	r.calls.Add(1)
+	return llm.Completion{}, fmt.Errorf("out of tokens: %w", llm.ErrNotSent)
+}
+
+func TestACallRefusedBeforeItWasSentEndsTheRequestAndCountsForNoBreaker(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		cfg := config()
+		cfg.FailureThreshold = 1
+		r := &refusing{}
+		other := newUpstream("other")
+		g := newGateway(t, cfg, r, other)
+		resp, err := g.Generate(t.Context(), router.Request{Tenant: "t", Chat: chatapi.NewRequest("hi", false)})
+		require.ErrorIs(t, err, llm.ErrNotSent, "the refusal comes back as it was")
+		assert.Equal(t, 1, resp.Attempts, "no retry")
+		assert.Equal(t, int32(1), r.calls.Load())
+		assert.Zero(t, other.count("default"), "and no other target: the request was refused, not the upstream")
+		assert.Equal(t, "closed", state(g, "refusing"), "no breaker counts a call that was never sent")
+	})
+}

@@ -121,7 +121,7 @@ func (run *run) attempt(ctx context.Context, n int) error {
 	done(breakerVerdict(err))
 	run.plan.last = k
 	next := run.plan.decide(run.caller, k, err)
-	if _, fo := next.(failover); run.r.cfg.RetryBudget != nil && (fo || !llm.CallersFault(err)) { // the loop would try again
+	if _, fo := next.(failover); run.r.cfg.RetryBudget != nil && (fo || !llm.CallersFault(err) && !errors.Is(err, llm.ErrNotSent)) { // the loop would try again
 		next = run.budget(n, next)
 	}
 	return next
@@ -132,6 +132,8 @@ func breakerVerdict(err error) error {
 	switch {
 	case llm.CallersFault(err):
 		return nil // the upstream answered, and refused the request: it is up
+	case errors.Is(err, llm.ErrNotSent):
+		return context.Canceled // the upstream was not asked: nothing to say either way
 	case errors.Is(err, llm.ErrPanic):
 		// A provider that panics has a bug, and the request that found it
 		// fails — but one caller's crafted input must not open the
@@ -166,6 +168,7 @@ func (run *run) budget(n int, next error) error {
 
 // decide tells the retry loop what a failed attempt means:
 //
+//   - refused before it was sent (llm.ErrNotSent): stop;
 //   - the request's own fault (a 4xx): stop — unless the route falls back
 //     on this error and has a target it has not tried;
 //   - another failure, and the next target is one this request has not
@@ -174,6 +177,9 @@ func (run *run) budget(n int, next error) error {
 //   - otherwise (the same target is the only way on, or every target has
 //     had its turn): the loop backs off, honouring Retry-After.
 func (p *plan) decide(caller context.Context, k int, err error) error {
+	if errors.Is(err, llm.ErrNotSent) {
+		return timeouts.Permanent(err) // a middleware ended the request before asking anyone
+	}
 	if llm.CallersFault(err) {
 		if j := p.next(); j >= 0 && !p.tried[j] && fallsBackOn(err, p.fallbackOn) {
 			return failover{err}

@@ -1,0 +1,44 @@
+package quota
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/production-go/gateway-lab/internal/testkit/redistest"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// TestIntegrationAStalledRedisLeavesNoOrphans: a call the client gave up
+// on during a stall still runs when the stall ends. Without an undo, a
+// tenant with nothing in flight would find its one slot taken until the
+// lease's TTL, and a refused request's reservation charged; with it, both
+// are given back as soon as Redis runs what was queued.
+func TestIntegrationAStalledRedisLeavesNoOrphans(t *testing.T) {
+	srv := redistest.Own(t)
+	rdb := srv.Client()
+	leases := newLeases(t, rdb, LeasesConfig{Timeout: 50 * time.Millisecond, TTL: time.Hour})
+	tokens := newTokens(t, rdb, TokensConfig{Timeout: 50 * time.Millisecond})
+	ctx := context.Background()
+	_, _, err := leases.Hold(ctx, "warm", 1) // load the scripts before the stall
+	require.NoError(t, err)
+	_, _, err = tokens.Reserve(ctx, "warm", 1000, 1)
+	require.NoError(t, err)
+
+	srv.Stall(500 * time.Millisecond)
+	_, _, err = leases.Hold(ctx, "acme", 1)
+	require.ErrorIs(t, err, ErrUnavailable, "the stall outlasts the call's timeout")
+	_, _, err = tokens.Reserve(ctx, "acme", 1000, 600)
+	require.ErrorIs(t, err, ErrUnavailable)
+	leases.Close() // the undo calls have been sent (and timed out on this side too)
+	tokens.Close()
+
+	require.Eventually(t, func() bool { return rdb.Ping(ctx).Err() == nil }, 10*time.Second, 20*time.Millisecond, "the stall ends")
+	n, err := rdb.ZCard(ctx, leases.Key("acme")).Result()
+	require.NoError(t, err)
+	assert.Zero(t, n, "the lease the stalled Hold took when Redis ran it was released by its undo")
+	_, d, err := tokens.Reserve(ctx, "acme", 1000, 1000)
+	require.NoError(t, err)
+	assert.True(t, d.Allowed, "and the stalled Reserve's 600 tokens were settled back: the whole quota is there")
+}
