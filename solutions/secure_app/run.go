@@ -10,9 +10,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
-	"strings"
 	"sync"
-	"time"
 
 	"github.com/production-go/gateway-lab/solutions/guard"
 	"github.com/production-go/gateway-lab/solutions/httpapi"
@@ -34,8 +32,7 @@ type settings struct {
 	tiersFile string
 	issuer    string
 	audience  string
-	redisURL  string
-	cluster   string
+	redis     redisSettings
 	prefix    string
 	failOpen  bool
 }
@@ -44,8 +41,7 @@ func (s *settings) flags(fs *flag.FlagSet) {
 	fs.StringVar(&s.tiersFile, "tiers", "", "tier policy `file` (JSON or YAML); default: the built-in free/pro/enterprise")
 	fs.StringVar(&s.issuer, "jwt-issuer", "gateway-lab", "the \"iss\" tokens must carry")
 	fs.StringVar(&s.audience, "jwt-audience", "gateway-lab-api", "the \"aud\" tokens must carry")
-	fs.StringVar(&s.redisURL, "redis-url", os.Getenv("REDIS_URL"), "Redis for the shared limits (default $REDIS_URL), e.g. redis://127.0.0.1:6379/0")
-	fs.StringVar(&s.cluster, "redis-cluster", os.Getenv("REDIS_CLUSTER_ADDRS"), "a Redis Cluster instead of -redis-url: comma-separated node `addresses` (default $REDIS_CLUSTER_ADDRS)")
+	s.redis.flags(fs)
 	fs.StringVar(&s.prefix, "redis-prefix", "gw", "prefix of every key the shared limits write (one per deployment on a shared Redis)")
 	fs.BoolVar(&s.failOpen, "ratelimit-fail-open", false, "when Redis is down, admit requests (default: refuse them with 503)")
 }
@@ -106,7 +102,7 @@ func newGuard(s settings, log *slog.Logger) (*guard.Guard, *telemetry.Guard, red
 		return nil, nil, nil, err
 	}
 	redisLogOnce.Do(func() { redis.SetLogger(redisLog{log}) }) // the client's own complaints, as JSON like every other line
-	rdb, err := newRedis(s.redisURL, s.cluster)
+	rdb, err := newRedis(s.redis, os.Getenv)
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -147,7 +143,7 @@ type redisLog struct{ log *slog.Logger }
 var redisLogOnce sync.Once
 
 func (l redisLog) Printf(ctx context.Context, format string, v ...any) {
-	l.log.WarnContext(ctx, "redis client", "message", fmt.Sprintf(format, v...))
+	l.log.WarnContext(ctx, "redis client", "message", redactText(fmt.Sprintf(format, v...)))
 }
 
 func fail(stderr io.Writer, code int, err error) int {
@@ -170,38 +166,4 @@ func newVerifier(s settings) (*identity.Verifier, error) {
 		return nil, err
 	}
 	return identity.NewVerifier(identity.Config{Secret: current, Previous: previous, Issuer: s.issuer, Audience: s.audience})
-}
-
-// newRedis connects to the shared limits' Redis — one server, or a
-// cluster (every key of one tenant carries one hash tag, so its scripts run
-// on one node) — and checks it answers, so a wrong address fails the start
-// rather than every request.
-func newRedis(url, cluster string) (redis.UniversalClient, error) {
-	var (
-		rdb   redis.UniversalClient
-		where string
-	)
-	switch {
-	case cluster != "":
-		addrs := strings.Split(cluster, ",")
-		rdb = redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs,
-			DialTimeout: time.Second, ReadTimeout: 500 * time.Millisecond, WriteTimeout: 500 * time.Millisecond})
-		where = "the cluster at " + cluster
-	case url != "":
-		opts, err := redis.ParseURL(url)
-		if err != nil {
-			return nil, fmt.Errorf("-redis-url: %w", err)
-		}
-		opts.DialTimeout, opts.ReadTimeout, opts.WriteTimeout = time.Second, 500*time.Millisecond, 500*time.Millisecond
-		rdb, where = redis.NewClient(opts), opts.Addr
-	default:
-		return nil, errors.New("no Redis for the shared limits: set REDIS_URL or -redis-url, or -redis-cluster (make run-secure starts one)")
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	if err := rdb.Ping(ctx).Err(); err != nil {
-		_ = rdb.Close()
-		return nil, fmt.Errorf("redis at %s does not answer: %w", where, err)
-	}
-	return rdb, nil
 }
