@@ -11,6 +11,7 @@ import (
 	"net"
 	"os"
 	"sync"
+	"time"
 
 	"github.com/production-go/gateway-lab/solutions/guard"
 	"github.com/production-go/gateway-lab/solutions/httpapi"
@@ -29,27 +30,33 @@ var defaultTiers []byte
 
 // settings are secure_app's own flags, on top of service.Config's.
 type settings struct {
-	tiersFile string
-	issuer    string
-	audience  string
-	redis     redisSettings
-	prefix    string
-	failOpen  bool
+	tiersFile   string
+	issuer      string
+	audience    string
+	maxLifetime time.Duration
+	dev         bool
+	redis       redisSettings
+	prefix      string
+	failOpen    bool
 }
 
 func (s *settings) flags(fs *flag.FlagSet) {
 	fs.StringVar(&s.tiersFile, "tiers", "", "tier policy `file` (JSON or YAML); default: the built-in free/pro/enterprise")
-	fs.StringVar(&s.issuer, "jwt-issuer", "gateway-lab", "the \"iss\" tokens must carry")
-	fs.StringVar(&s.audience, "jwt-audience", "gateway-lab-api", "the \"aud\" tokens must carry")
+	fs.StringVar(&s.issuer, "jwt-issuer", defaultIssuer, "the \"iss\" tokens must carry")
+	fs.StringVar(&s.audience, "jwt-audience", defaultAudience, "the \"aud\" tokens must carry")
+	fs.DurationVar(&s.maxLifetime, "jwt-max-lifetime", identity.DefaultMaxLifetime, "the longest exp − iat a token may carry")
+	fs.BoolVar(&s.dev, "dev", false, "development: accept the repository's published dev secrets (the compose stack's); announced at start; never in production")
 	s.redis.flags(fs)
 	fs.StringVar(&s.prefix, "redis-prefix", "gw", "prefix of every key the shared limits write (one per deployment on a shared Redis)")
 	fs.BoolVar(&s.failOpen, "ratelimit-fail-open", false, "when Redis is down, admit requests (default: refuse them with 503)")
 }
 
-const try = `try:  TOKEN=$(go run ./solutions/secure_app token --tenant demo --tier pro --ttl 1h)
-      curl -s http://{addr}/v1/chat/completions -H "Authorization: Bearer $TOKEN" -H 'Content-Type: application/json' \
-        -d '{"model":"auto","messages":[{"role":"user","content":"hello"}]}'
-`
+// The issuer and audience secure_app and its token command agree on by
+// default.
+const (
+	defaultIssuer   = "gateway-lab"
+	defaultAudience = "gateway-lab-api"
+)
 
 // run is main without the process. It returns the exit code: 0 after a
 // drain, 1 if serving failed, 2 for bad configuration.
@@ -72,7 +79,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, ln net.Li
 	if err != nil {
 		return fail(stderr, 2, err)
 	}
-	g, metrics, rdb, err := newGuard(s, log)
+	pol, err := loadPolicy(s.tiersFile)
+	if err != nil {
+		return fail(stderr, 2, err)
+	}
+	g, metrics, rdb, err := newGuard(s, pol, log)
 	if err != nil {
 		return fail(stderr, 2, err)
 	}
@@ -82,6 +93,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, ln net.Li
 		return fail(stderr, 2, err)
 	}
 	metrics.Register(svc.Registry)
+	try := tryLines(s, pol, os.Getenv)
+	if s.dev {
+		log.Warn("DEVELOPMENT MODE (-dev): the repository's published dev secrets are accepted; never run this in production", "dev", true)
+		try = devWarning + try
+	}
 	report, err := svc.Serve(ctx, ln, stdout, try)
 	if err != nil {
 		return fail(stderr, 1, err)
@@ -90,14 +106,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, ln net.Li
 	return 0
 }
 
+// devWarning opens the startup lines under -dev.
+const devWarning = "WARNING: -dev: the repository's published dev secrets are accepted here; never run this in production\n"
+
 // newGuard builds the guard over the tier policy, the JWT secrets from the
 // environment and the shared limits' Redis.
-func newGuard(s settings, log *slog.Logger) (*guard.Guard, *telemetry.Guard, redis.UniversalClient, error) {
-	pol, err := loadPolicy(s.tiersFile)
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	v, err := newVerifier(s)
+func newGuard(s settings, pol *policy.Policy, log *slog.Logger) (*guard.Guard, *telemetry.Guard, redis.UniversalClient, error) {
+	v, err := newVerifier(s, os.Getenv, os.ReadFile)
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -157,13 +172,4 @@ func loadPolicy(file string) (*policy.Policy, error) {
 		return policy.Parse("tiers.yaml (built in)", defaultTiers, "yaml")
 	}
 	return policy.Load(file)
-}
-
-// newVerifier reads the JWT secrets from the environment.
-func newVerifier(s settings) (*identity.Verifier, error) {
-	current, previous, err := identity.SecretsFromEnv(os.Getenv, os.ReadFile)
-	if err != nil {
-		return nil, err
-	}
-	return identity.NewVerifier(identity.Config{Secret: current, Previous: previous, Issuer: s.issuer, Audience: s.audience})
 }
