@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
 # make run-secure: secure_app on 127.0.0.1:8080 (metrics on 127.0.0.1:9464),
 # with what it needs for a try-out and nothing you have to set up:
-#   - JWT_SECRET: yours if set; otherwise a random one for this run only;
+#   - the JWT secret: JWT_SECRET or JWT_SECRET_FILE if you set one; otherwise
+#     a random one for this run, written to bin/run-secure.jwt-secret (mode
+#     0600) and handed over as JWT_SECRET_FILE, so the token command the
+#     startup lines print works as written in another shell;
 #   - Redis: REDIS_URL if set; otherwise a redis-server of this run's own on
 #     a free port, stopped when secure_app stops;
-#   - a dev token for tenant "demo" on the pro tier, printed with a curl line.
+#   - a dev token for tenant "demo" on the pro tier, printed with a curl line;
+#   - -dev (announced at start): this is a try-out, not a deployment.
 # Extra flags go through: make run-secure ARGS="-tiers my-tiers.yaml"
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -14,9 +18,11 @@ echo "run-secure: building secure_app"
 go build -o bin/secure_app ./solutions/secure_app
 
 if [ -z "${JWT_SECRET:-}" ] && [ -z "${JWT_SECRET_FILE:-}" ]; then
-  JWT_SECRET=$(head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n')
-  export JWT_SECRET
-  echo "run-secure: JWT_SECRET is not set; using a random secret for this run (tokens die with it)"
+  secret_file="$PWD/bin/run-secure.jwt-secret"
+  rm -f "$secret_file" # a new file, so the umask sets its mode: 0600 before a byte is in it
+  (umask 077 && head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$secret_file")
+  export JWT_SECRET_FILE="$secret_file"
+  echo "run-secure: JWT_SECRET is not set; a random secret for this run is in bin/run-secure.jwt-secret (tokens die with it)"
 fi
 
 redis_pid=""
@@ -38,4 +44,4 @@ echo
 echo "  export TOKEN=$token"
 echo
 # shellcheck disable=SC2086 # ARGS is a list of flags on purpose
-bin/secure_app ${ARGS:-}
+bin/secure_app -dev ${ARGS:-}

@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -144,8 +146,13 @@ func burst(ctx context.Context, r *report) error {
 	return nil
 }
 
-// jwtSecret is the scenarios' dev secret; their tokens live only as long as the run.
-const jwtSecret = "scenario-secret-that-is-at-least-32-bytes-long"
+// jwtSecret is the scenarios' secret, random per run like their tokens: a
+// constant here would be a published secret secure_app refuses without -dev.
+var jwtSecret = func() string {
+	b := make([]byte, 32)
+	_, _ = rand.Read(b) // crypto/rand.Read never fails (Go 1.24+)
+	return hex.EncodeToString(b)
+}()
 
 // tieredTarget is a chat completion with a bearer token.
 func tieredTarget(url, token string) vegeta.Target {

@@ -4,18 +4,21 @@ package stack
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"flag"
 	"io"
 	"net"
 	"net/url"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/compose-spec/compose-go/v2/cli"
 	"github.com/compose-spec/compose-go/v2/types"
@@ -214,6 +217,38 @@ func TestGatewayReplicasMatchSecureAppsFlags(t *testing.T) {
 	}
 	targets := prometheusTargets(t)
 	assert.Equal(t, seenAdmin, targets, "Prometheus scrapes every replica's admin port, and nothing else, in its gateway job")
+}
+
+// TestGatewayReplicasPassDevForTheirPublishedSecret: the replicas' JWT
+// secret is in git (stack/env/gateway.env), so secure_app refuses it
+// unless -dev; the compose file sets GATEWAY_DEV, and the real binary shows
+// both sides of that rule.
+func TestGatewayReplicasPassDevForTheirPublishedSecret(t *testing.T) {
+	p := loadCompose(t)
+	bin := filepath.Join(binaries(t), "secure_app")
+	for _, s := range gatewayServices(p) {
+		t.Run(s.Name, func(t *testing.T) {
+			assert.Equal(t, "true", env(s, "GATEWAY_DEV"), "the replicas run with -dev: their secret is published")
+			base := []string{identity.EnvSecret + "=" + env(s, identity.EnvSecret), "REDIS_URL=redis://127.0.0.1:1/0"}
+			for _, tc := range []struct {
+				name string
+				env  []string
+				want string
+			}{
+				{"without -dev the secret is refused", base, "one this repository publishes"},
+				{"with GATEWAY_DEV it is accepted (and the start goes on to Redis)", append(slices.Clone(base), "GATEWAY_DEV=true"), "does not answer"},
+			} {
+				ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+				defer cancel()
+				cmd := exec.CommandContext(ctx, bin)
+				cmd.Env = tc.env
+				out, err := cmd.CombinedOutput()
+				require.Error(t, err, "%s: secure_app stops (no Redis here)", tc.name)
+				assert.Contains(t, string(out), tc.want, tc.name)
+				assert.NotContains(t, string(out), env(s, identity.EnvSecret), "never the secret")
+			}
+		})
+	}
 }
 
 func TestMockupstreamMatchesItsFlags(t *testing.T) {

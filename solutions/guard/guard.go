@@ -140,9 +140,12 @@ func (g *Guard) onError(limit policy.Limit) func(error) {
 	}
 }
 
-// Identify verifies the bearer token: httpapi.Options.Identify.
+// Identify verifies the bearer token: httpapi.Options.Identify. Every
+// Authorization header the request carries is read: two are refused
+// (identity.ReasonRepeatedHeader), since a proxy that reads the first and a
+// gateway that reads the last would each believe a different caller.
 func (g *Guard) Identify(r *http.Request) (httpapi.Identity, *chatapi.Error) {
-	claims, err := g.cfg.Verifier.Verify(r.Header.Get("Authorization"))
+	claims, err := g.cfg.Verifier.VerifyValues(r.Header.Values("Authorization"))
 	if err != nil {
 		reason := identity.ReasonOf(err)
 		g.cfg.Observer.AuthRefused(reason)

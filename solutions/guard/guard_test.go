@@ -131,6 +131,31 @@ func TestIdentifyTellsTheCallerOnlyTheKindOfRefusal(t *testing.T) {
 	}
 }
 
+func TestIdentifyRefusesTwoAuthorizationHeaders(t *testing.T) {
+	r := newRig(t, false)
+	first := bearer(t, "acme", "small", time.Hour)
+	for _, tc := range []struct {
+		name   string
+		second string
+	}{
+		{"two tenants' tokens: the first would win silently", bearer(t, "victim", "open", time.Hour)},
+		{"the same token twice", first},
+		{"a token and an empty header", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			req := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", nil)
+			req.Header.Add("Authorization", first)
+			req.Header.Add("Authorization", tc.second)
+			id, e := r.g.Identify(req)
+			require.NotNil(t, e, "two Authorization headers must be refused, not resolved as %+v", id)
+			assert.Equal(t, http.StatusUnauthorized, e.Status)
+			assert.Equal(t, "invalid_token", e.Code)
+			assert.Equal(t, identity.ErrInvalid.Error(), e.Message, "the caller learns only that the token is invalid")
+			assert.Contains(t, r.obs.all(), "auth:"+string(identity.ReasonRepeatedHeader), "the precise reason is counted")
+		})
+	}
+}
+
 func TestIdentifyRefusesATierThePolicyDoesNotServe(t *testing.T) {
 	r := newRig(t, false)
 	_, e := identify(r, bearer(t, "acme", "platinum", time.Hour))

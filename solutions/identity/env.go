@@ -21,7 +21,10 @@ const (
 // for rotation, from JWT_SECRET_PREVIOUS or JWT_SECRET_PREVIOUS_FILE (at most
 // one). A variable set to "" counts as unset. One trailing newline ("\n" or
 // "\r\n") is trimmed from a file, since editors and `echo` add one; nothing
-// else is trimmed. Each secret must be at least MinSecretBytes long.
+// else is trimmed. Each secret must be at least MinSecretBytes long and
+// score at least MinSecretBits (SecretBits): a secret typed by hand —
+// repeats, runs, a handful of distinct characters — is refused with how to
+// make a real one.
 //
 // getenv is os.Getenv and readFile os.ReadFile in production. Errors match
 // ErrConfig and name the variable (and the file) and the problem, never the
@@ -41,6 +44,16 @@ func SecretsFromEnv(getenv func(string) string, readFile func(string) ([]byte, e
 	return current, previous, nil
 }
 
+// checkStrength refuses a secret under MinSecretBits. The estimate, not the
+// secret, goes into the message.
+func checkStrength(name string, s []byte) error {
+	if bits := SecretBits(s); bits < MinSecretBits {
+		return fmt.Errorf("%w: %s looks typed, not generated: about %.0f bits of entropy by its characters (repeats and runs count once), at least %d are required; generate one with `openssl rand -hex 32`",
+			ErrConfig, name, bits, MinSecretBits)
+	}
+	return nil
+}
+
 // secretFromEnv returns the secret from the variable or the file it names,
 // nil when neither is set.
 func secretFromEnv(getenv func(string) string, readFile func(string) ([]byte, error), env, fileEnv string) ([]byte, error) {
@@ -50,7 +63,10 @@ func secretFromEnv(getenv func(string) string, readFile func(string) ([]byte, er
 		return nil, fmt.Errorf("%w: both %s and %s are set; set one", ErrConfig, env, fileEnv)
 	case value != "":
 		if len(value) < MinSecretBytes {
-			return nil, fmt.Errorf("%w: %s is %d bytes; at least %d are required", ErrConfig, env, len(value), MinSecretBytes)
+			return nil, fmt.Errorf("%w: %s is %d bytes; at least %d are required (generate one with `openssl rand -hex 32`)", ErrConfig, env, len(value), MinSecretBytes)
+		}
+		if err := checkStrength(env, []byte(value)); err != nil {
+			return nil, err
 		}
 		return []byte(value), nil
 	case path != "":
@@ -68,8 +84,11 @@ func secretFromEnv(getenv func(string) string, readFile func(string) ([]byte, er
 			s = strings.TrimSuffix(s, "\r")
 		}
 		if len(s) < MinSecretBytes {
-			return nil, fmt.Errorf("%w: %s (%s) holds %d bytes after its trailing newline; at least %d are required",
+			return nil, fmt.Errorf("%w: %s (%s) holds %d bytes after its trailing newline; at least %d are required (generate one with `openssl rand -hex 32`)",
 				ErrConfig, fileEnv, path, len(s), MinSecretBytes)
+		}
+		if err := checkStrength(fileEnv+" ("+path+")", []byte(s)); err != nil {
+			return nil, err
 		}
 		return []byte(s), nil
 	}

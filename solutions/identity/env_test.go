@@ -1,6 +1,9 @@
 package identity_test
 
 import (
+	"crypto/rand"
+	"encoding/base64"
+	"encoding/hex"
 	"errors"
 	"io/fs"
 	"strings"
@@ -31,8 +34,8 @@ func (e *fakeEnv) readFile(p string) ([]byte, error) {
 
 func TestSecretsFromEnv(t *testing.T) {
 	const (
-		cur  = "current-secret-0123456789abcdefghij"
-		prev = "previous-secret-0123456789abcdefghi"
+		cur  = "current-secret-Kq7vX2mPzR9tLw4nB8hJ"
+		prev = "previous-secret-Zt3wQ8nLp5Rv1Xk6Hm"
 		s31  = "thirty-one-bytes-0123456789abcd"
 	)
 	require.Len(t, s31, 31)
@@ -111,4 +114,67 @@ func TestSecretsFromEnvKeepsTheReadErrorChain(t *testing.T) {
 	_, _, err := identity.SecretsFromEnv(env.getenv, env.readFile)
 	assert.True(t, errors.Is(err, fs.ErrNotExist), "errors.Is(err, fs.ErrNotExist) so a caller can tell a missing file")
 	assert.Equal(t, []string{"/run/nope"}, env.reads)
+}
+
+func TestSecretsFromEnvRefusesSecretsTypedByHand(t *testing.T) {
+	const strong = "current-secret-Kq7vX2mPzR9tLw4nB8hJ"
+	for _, tc := range []struct {
+		name, secret string
+	}{
+		{"32 times the same letter", strings.Repeat("a", 32)},
+		{"two letters in turn", strings.Repeat("ab", 20)},
+		{"a word repeated", strings.Repeat("password", 4)},
+		{"the hex digits twice", strings.Repeat("0123456789abcdef", 2)},
+		{"a run of the alphabet", "abcdefghijklmnopqrstuvwxyz0123456789"},
+		{"a strong prefix padded with one character", "Kq7vX2mP" + strings.Repeat("x", 40)},
+	} {
+		t.Run(tc.name+" is refused from JWT_SECRET and from a file", func(t *testing.T) {
+			for _, env := range []*fakeEnv{
+				{vars: map[string]string{"JWT_SECRET": tc.secret}},
+				{vars: map[string]string{"JWT_SECRET_FILE": "/run/s"}, files: map[string]string{"/run/s": tc.secret + "\n"}},
+				{vars: map[string]string{"JWT_SECRET": strong, "JWT_SECRET_PREVIOUS": tc.secret}},
+			} {
+				c, p, err := identity.SecretsFromEnv(env.getenv, env.readFile)
+				require.Error(t, err, "a secret scoring %.0f bits must be refused", identity.SecretBits([]byte(tc.secret)))
+				assert.ErrorIs(t, err, identity.ErrConfig)
+				assert.Nil(t, c)
+				assert.Nil(t, p)
+				assert.Contains(t, err.Error(), "openssl rand -hex 32", "the refusal says how to make a real secret")
+				assert.Contains(t, err.Error(), "at least 128")
+				assert.NotContains(t, err.Error(), tc.secret, "the refusal never quotes the secret")
+			}
+		})
+	}
+}
+
+func TestSecretBitsTellsTypedSecretsFromGeneratedOnes(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		secret string
+		below  bool // under MinSecretBits
+	}{
+		{"nothing", "", true},
+		{"32 times a", strings.Repeat("a", 32), true},
+		{"abab…", strings.Repeat("ab", 16), true},
+		{"the hex digits twice: a repeat counts once", strings.Repeat("0123456789abcdef", 2), true},
+		{"a run: a sequence counts as one pattern", "abcdefghijklmnopqrstuvwxyz012345", true},
+		{"passwordpassword…", strings.Repeat("password", 4), true},
+		{"64 hex digits of openssl rand -hex 32", "3f9a0c7be1d24865a7f3c0e9b5d1264f8a0e7c3b9d5f1a2468ce0b7d3f5a9c1e", false},
+		{"base64 of 32 random bytes (openssl rand -base64 32)", "q3Zk9P0vX+7bR2mWc5tL8yJ1hN4sD6gF0aQeUoIiK2E=", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			bits := identity.SecretBits([]byte(tc.secret))
+			assert.Equal(t, tc.below, bits < identity.MinSecretBits, "SecretBits(%q) = %.1f", tc.secret, bits)
+		})
+	}
+	t.Run("32 random bytes clear the bar every time", func(t *testing.T) {
+		for range 2000 {
+			b := make([]byte, 32)
+			_, err := rand.Read(b)
+			require.NoError(t, err)
+			for _, s := range [][]byte{b, []byte(hex.EncodeToString(b)), []byte(base64.StdEncoding.EncodeToString(b))} {
+				require.GreaterOrEqual(t, identity.SecretBits(s), float64(identity.MinSecretBits), "a generated secret %x must pass", s)
+			}
+		}
+	})
 }

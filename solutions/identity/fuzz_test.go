@@ -2,6 +2,9 @@ package identity_test
 
 import (
 	"errors"
+	"go/ast"
+	"go/parser"
+	"go/token"
 	"os"
 	"path/filepath"
 	"slices"
@@ -12,6 +15,7 @@ import (
 
 	"github.com/golang-jwt/jwt/v5"
 	"github.com/production-go/gateway-lab/solutions/identity"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
@@ -23,6 +27,40 @@ var allReasons = []identity.Reason{
 	identity.ReasonMissingTenant, identity.ReasonTenantTooLong, identity.ReasonTenantChars,
 	identity.ReasonMissingTier, identity.ReasonTierTooLong, identity.ReasonTierChars,
 	identity.ReasonExpired, identity.ReasonNotYetValid, identity.ReasonUnverifiable,
+	identity.ReasonDuplicateClaim, identity.ReasonClaimType, identity.ReasonClaimCase,
+	identity.ReasonDuplicateParam, identity.ReasonParamCase,
+	identity.ReasonMissingIssuedAt, identity.ReasonIssuedInFuture, identity.ReasonLifetimeTooLong,
+	identity.ReasonRepeatedHeader,
+}
+
+// TestFuzzReasonListIsComplete reads the Reason constants out of
+// identity.go, so a reason added there and not here fails at once rather
+// than as a fuzz crash on the day the fuzzer finds it.
+func TestFuzzReasonListIsComplete(t *testing.T) {
+	f, err := parser.ParseFile(token.NewFileSet(), "identity.go", nil, 0)
+	require.NoError(t, err)
+	var declared []identity.Reason
+	for _, d := range f.Decls {
+		g, ok := d.(*ast.GenDecl)
+		if !ok || g.Tok != token.CONST {
+			continue
+		}
+		for _, spec := range g.Specs {
+			vs := spec.(*ast.ValueSpec)
+			if id, ok := vs.Type.(*ast.Ident); !ok || id.Name != "Reason" {
+				continue
+			}
+			for _, v := range vs.Values {
+				lit := v.(*ast.BasicLit)
+				r, err := strconv.Unquote(lit.Value)
+				require.NoError(t, err)
+				if identity.Reason(r) != identity.ReasonNotARefusal {
+					declared = append(declared, identity.Reason(r))
+				}
+			}
+		}
+	}
+	assert.ElementsMatch(t, declared, allReasons, "allReasons lists every Reason a refusal can carry")
 }
 
 // FuzzVerify feeds Authorization headers to a verifier that knows a current
@@ -68,6 +106,18 @@ func FuzzVerify(f *testing.F) {
 			jwt.WithTimeFunc(func() time.Time { return t0 }))
 		require.NoError(t, err, "Verify accepted a token the reference jwt.Parse refuses")
 		mc := ref.Claims.(jwt.MapClaims)
+		iat, err := mc.GetIssuedAt()
+		require.NoError(t, err)
+		require.NotNil(t, iat, "accepted a token without iat")
+		exp, err := mc.GetExpirationTime()
+		require.NoError(t, err)
+		require.False(t, iat.After(t0.Add(30*time.Second)), "accepted an iat of %v, past the leeway", iat)
+		require.LessOrEqual(t, exp.Sub(iat.Time), identity.DefaultMaxLifetime, "accepted a lifetime over the cap")
+		for k := range mc {
+			for _, read := range []string{"iss", "sub", "aud", "exp", "nbf", "iat", "jti", "tenant", "tier"} {
+				require.False(t, k != read && strings.EqualFold(k, read), "accepted %q beside the %q the verifier reads", k, read)
+			}
+		}
 		require.Equal(t, mc["tenant"], got.Tenant)
 		require.Equal(t, mc["tier"], got.Tier)
 		for _, name := range []string{got.Tenant, got.Tier} {

@@ -19,12 +19,24 @@
 //     secret) gets through.
 //   - "exp" is required, and "exp" and "nbf" are checked against Config.Now
 //     with a small leeway for clock skew between the minter and the gateway.
+//   - "iat" is required too, may not lie beyond the leeway in the future, and
+//     "exp" − "iat" may not exceed Config.MaxLifetime (24 h by default): a
+//     token accepted now is dead by now + leeway + MaxLifetime, whatever "exp"
+//     it claims, so a leaked token is not a key for a century.
 //   - "iss" and "aud" are required and must name this deployment, so a token
 //     minted for another service with the same secret is refused.
 //   - "tenant" and "tier" are required, non-empty, at most 64 bytes of visible
 //     ASCII (0x21–0x7E): they end up in Redis keys, log lines and metric
 //     labels, where spaces, control bytes and unbounded length do harm.
-//   - The Authorization header is capped at 8 KiB before anything decodes it.
+//   - The Authorization header is capped at 8 KiB before anything decodes it,
+//     and a request that carries it twice is refused (VerifyValues).
+//   - Before the library decodes anything, the header and the payload are
+//     read as raw JSON and refused when a name appears twice, or when a key
+//     equals a name the verifier reads under Unicode case folding without
+//     matching it exactly ("TENANT", "Exp", "iſs"): encoding/json, which
+//     decodes the claims, matches keys case-insensitively and keeps the last,
+//     so {"tenant":"victim","TENANT":"other"} would be served as "other"
+//     while every other reader of the token sees "victim".
 //
 // Secret rotation: Config.Previous is a second secret accepted alongside
 // Config.Secret. Deploy the new secret as Secret and the old one as Previous,
@@ -106,6 +118,23 @@ const (
 	ReasonUnverifiable    Reason = "unverifiable"
 	ReasonDuplicateClaim  Reason = "duplicate claim"
 	ReasonClaimType       Reason = "time claim not a number in range"
+	// ReasonClaimCase: a claim key that folds to one the verifier reads
+	// ("TENANT", "Exp") without being it.
+	ReasonClaimCase Reason = "claim name in another case"
+	// ReasonDuplicateParam: a JOSE header parameter named twice.
+	ReasonDuplicateParam Reason = "duplicate header parameter"
+	// ReasonParamCase: a JOSE header key that folds to a registered
+	// parameter name ("ALG", "Crit") without being it.
+	ReasonParamCase Reason = "header parameter in another case"
+	// ReasonMissingIssuedAt: no "iat", so the token's lifetime is unknown.
+	ReasonMissingIssuedAt Reason = "missing iat"
+	// ReasonIssuedInFuture: "iat" later than now plus the leeway.
+	ReasonIssuedInFuture Reason = "iat in the future"
+	// ReasonLifetimeTooLong: "exp" − "iat" over Config.MaxLifetime.
+	ReasonLifetimeTooLong Reason = "lifetime too long"
+	// ReasonRepeatedHeader: the request carries the Authorization header
+	// more than once; which one to believe is not ours to guess.
+	ReasonRepeatedHeader Reason = "authorization header repeated"
 	// ReasonNotARefusal: the error did not come from Verify.
 	ReasonNotARefusal Reason = "not a refusal"
 )

@@ -88,6 +88,37 @@ func TestMintRefusesWhatVerifyWouldRefuse(t *testing.T) {
 	}
 }
 
+func TestMintRefusesATTLOverTheMaxLifetime(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		ttl  time.Duration
+		opts []identity.MintOption
+		want string // in the error; "" = minted
+	}{
+		{name: "a century (token --ttl 876000h)", ttl: 876000 * time.Hour, want: "ttl 876000h0m0s is over the 24h0m0s a token may live"},
+		{name: "a day and a second", ttl: 24*time.Hour + time.Second, want: "is over the 24h0m0s"},
+		{name: "exactly a day", ttl: 24 * time.Hour},
+		{name: "a week with WithMaxLifetime(a week)", ttl: 7 * 24 * time.Hour, opts: []identity.MintOption{identity.WithMaxLifetime(7 * 24 * time.Hour)}},
+		{name: "two hours with WithMaxLifetime(an hour)", ttl: 2 * time.Hour, opts: []identity.MintOption{identity.WithMaxLifetime(time.Hour)},
+			want: "ttl 2h0m0s is over the 1h0m0s"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tok, err := identity.Mint(secret, testIssuer, testAudience, "acme", "pro", tc.ttl, t0, tc.opts...)
+			if tc.want != "" {
+				require.Error(t, err)
+				assert.Empty(t, tok)
+				assert.ErrorIs(t, err, identity.ErrConfig)
+				assert.Contains(t, err.Error(), tc.want)
+				return
+			}
+			require.NoError(t, err)
+			lifetime := tc.ttl
+			_, err = newVerifier(t, func(c *identity.Config) { c.MaxLifetime = max(lifetime, identity.DefaultMaxLifetime) }).Verify("Bearer " + tok)
+			require.NoError(t, err, "what Mint signs under a cap, a verifier with that cap accepts; refused: %q", identity.ReasonOf(err))
+		})
+	}
+}
+
 // TestRefusalLogsCarryNoSecretOrToken runs the whole refusal table and logs
 // each refusal the way a server would (the reason and the error), then
 // searches the output for the secrets and the tokens, whole and by segment.

@@ -21,6 +21,11 @@ const DefaultLeeway = 30 * time.Second
 // leeway is no longer skew, it is a longer token lifetime nobody chose.
 const MaxLeeway = 5 * time.Minute
 
+// DefaultMaxLifetime is the longest "exp" − "iat" accepted when
+// Config.MaxLifetime is zero, and the longest ttl Mint signs by default: a
+// working day and then some, so a leaked token is worth a day at most.
+const DefaultMaxLifetime = 24 * time.Hour
+
 // Config configures a Verifier.
 type Config struct {
 	// Secret is the current HS256 secret, at least MinSecretBytes long.
@@ -32,9 +37,12 @@ type Config struct {
 	Issuer string
 	// Audience is the required "aud" claim (one of the token's audiences).
 	Audience string
-	// Leeway is the clock skew allowed on exp and nbf: 0 means
+	// Leeway is the clock skew allowed on exp, nbf and iat: 0 means
 	// DefaultLeeway; negative or above MaxLeeway is refused.
 	Leeway time.Duration
+	// MaxLifetime caps "exp" − "iat": 0 means DefaultMaxLifetime; negative
+	// or under a second (JWT times are whole seconds) is refused.
+	MaxLifetime time.Duration
 	// Now is the clock; nil means time.Now. Tests pass a fake one.
 	Now func() time.Time
 }
@@ -44,7 +52,7 @@ type Claims struct {
 	Tenant    string    // the "tenant" claim: whose quota this request spends
 	Tier      string    // the "tier" claim: which policy applies
 	Subject   string    // the "sub" claim, "" when absent
-	IssuedAt  time.Time // the "iat" claim, zero when absent
+	IssuedAt  time.Time // the "iat" claim
 	ExpiresAt time.Time // the "exp" claim
 	// SignedWithPrevious is true when the token verified only with
 	// Config.Previous: the caller still holds a token from before the
@@ -57,11 +65,15 @@ type Claims struct {
 type Verifier struct {
 	current, previous []byte
 	parser            *jwt.Parser
+	now               func() time.Time
+	leeway, lifetime  time.Duration
 }
 
 // NewVerifier checks cfg and returns a Verifier. It refuses, with an error
 // matching ErrConfig that says why, a Secret (or a set Previous) shorter than
-// MinSecretBytes, an empty Issuer or Audience, and a bad Leeway.
+// MinSecretBytes, an empty Issuer or Audience, and a bad Leeway or
+// MaxLifetime. It checks the secrets' length only: SecretsFromEnv, where a
+// secret a person chose comes in, also refuses a weak one (WeakSecret).
 func NewVerifier(cfg Config) (*Verifier, error) {
 	if err := checkSecret("Secret", cfg.Secret); err != nil {
 		return nil, err
@@ -84,13 +96,23 @@ func NewVerifier(cfg Config) (*Verifier, error) {
 	case leeway < 0 || leeway > MaxLeeway:
 		return nil, fmt.Errorf("%w: Leeway %v is outside (0, %v]", ErrConfig, cfg.Leeway, MaxLeeway)
 	}
+	lifetime := cfg.MaxLifetime
+	switch {
+	case lifetime == 0:
+		lifetime = DefaultMaxLifetime
+	case lifetime < time.Second:
+		return nil, fmt.Errorf("%w: MaxLifetime %v is under a second; JWT times are whole seconds", ErrConfig, cfg.MaxLifetime)
+	}
 	now := cfg.Now
 	if now == nil {
 		now = time.Now
 	}
 	v := &Verifier{
-		current: clone(cfg.Secret),
-		parser:  jwt.NewParser(parserOptions(cfg.Issuer, cfg.Audience, leeway, now)...),
+		current:  clone(cfg.Secret),
+		parser:   jwt.NewParser(parserOptions(cfg.Issuer, cfg.Audience, leeway, now)...),
+		now:      now,
+		leeway:   leeway,
+		lifetime: lifetime,
 	}
 	if cfg.Previous != nil {
 		v.previous = clone(cfg.Previous)
@@ -114,7 +136,7 @@ func parserOptions(issuer, audience string, leeway time.Duration, now func() tim
 
 func checkSecret(name string, s []byte) error {
 	if len(s) < MinSecretBytes {
-		return fmt.Errorf("%w: %s is %d bytes; at least %d are required (use 32 random bytes, e.g. `openssl rand -base64 32`)",
+		return fmt.Errorf("%w: %s is %d bytes; at least %d are required (generate one with `openssl rand -hex 32`)",
 			ErrConfig, name, len(s), MinSecretBytes)
 	}
 	return nil
@@ -129,6 +151,21 @@ type wireClaims struct {
 	Tier   string `json:"tier"`
 }
 
+// VerifyValues is Verify for every value of a request's Authorization
+// header (http.Header.Values): none is ErrMissing, and more than one is
+// ErrInvalid (ReasonRepeatedHeader) whatever they hold — a proxy may read the
+// first where the gateway would read the last, so which caller this is would
+// depend on who reads it.
+func (v *Verifier) VerifyValues(values []string) (Claims, error) {
+	switch len(values) {
+	case 0:
+		return v.Verify("")
+	case 1:
+		return v.Verify(values[0])
+	}
+	return Claims{}, refuse(ErrInvalid, ReasonRepeatedHeader)
+}
+
 // Verify checks the raw value of an Authorization header and returns the
 // caller's claims, or a refusal matching ErrUnauthorized (see the package doc).
 //
@@ -141,15 +178,16 @@ func (v *Verifier) Verify(authorization string) (Claims, error) {
 	if err != nil {
 		return Claims{}, err
 	}
-	if reason := checkPayload(tok); reason != "" {
+	if reason := checkSegments(tok); reason != "" {
 		// Before the library reads it: it would take the last of two
-		// claims, and an exp of 1e30 overflows into "expired".
+		// claims (and fold "TENANT" into "tenant"), and an exp of 1e30
+		// overflows into "expired".
 		return Claims{}, refuse(ErrInvalid, reason)
 	}
 	var wc wireClaims
 	token, err := v.parser.ParseWithClaims(tok, &wc, v.keys)
 	if err != nil {
-		return Claims{}, classify(token, &wc, err)
+		return Claims{}, v.classify(token, &wc, err)
 	}
 	if _, ok := token.Header["crit"]; ok {
 		// RFC 7515 §4.1.11: a recipient that does not understand every
@@ -159,14 +197,18 @@ func (v *Verifier) Verify(authorization string) (Claims, error) {
 	if reason := checkNames(wc.Tenant, wc.Tier); reason != "" {
 		return Claims{}, refuse(ErrInvalid, reason)
 	}
+	if reason := v.checkLifetime(&wc); reason != "" {
+		return Claims{}, refuse(ErrInvalid, reason)
+	}
+	if v.issuedInFuture(&wc) {
+		return Claims{}, refuse(ErrInvalid, ReasonIssuedInFuture)
+	}
 	c := Claims{
 		Tenant:    wc.Tenant,
 		Tier:      wc.Tier,
 		Subject:   wc.Subject,
+		IssuedAt:  wc.IssuedAt.UTC(),
 		ExpiresAt: wc.ExpiresAt.UTC(),
-	}
-	if wc.IssuedAt != nil {
-		c.IssuedAt = wc.IssuedAt.UTC()
 	}
 	if v.previous != nil {
 		c.SignedWithPrevious = !signedWith(v.current, tok, token.Signature)
@@ -177,34 +219,97 @@ func (v *Verifier) Verify(authorization string) (Claims, error) {
 // maxTime is the last second of year 9999: a time claim past it is no time.
 const maxTime = 253402300799
 
-// checkPayload holds a signed payload to what encoding/json lets slide: a
-// claim named twice (the last would win, so what a reader of the token sees
-// is not what the gateway believes) and time claims that are not plain
-// numbers of seconds (a string, or 1e30 overflowing into the past).
-func checkPayload(tok string) Reason {
+// readClaims are the claims Verify decodes (wireClaims: the registered ones
+// of RFC 7519 §4.1 and ours). encoding/json fills each from any key equal to
+// it under Unicode case folding ("TENANT", "Exp", "iſs" with a long s), the
+// last one winning.
+var readClaims = []string{"iss", "sub", "aud", "exp", "nbf", "iat", "jti", "tenant", "tier"}
+
+// readParams are the registered JOSE header parameters (RFC 7515 §4.1, and
+// "b64" of RFC 7797, which changes what is signed). Header names are case-
+// sensitive and jwt/v5 decodes the header into a map, so "ALG" is not "alg"
+// here; but a reader that folds (any struct decoded by encoding/json) would
+// take it for one, and no honest minter writes it.
+var readParams = []string{"alg", "jku", "jwk", "kid", "x5u", "x5c", "x5t", "x5t#S256", "typ", "cty", "crit", "b64"}
+
+// checkSegments holds the signed JSON to what encoding/json lets slide,
+// before any library decodes it: in the header, a parameter named twice or
+// a registered one in another case; in the payload, a claim named twice (the
+// last would win, so what a reader of the token sees is not what the gateway
+// believes), a key that folds to a claim the verifier reads without being it
+// (encoding/json would read it as that claim), and time claims that are not
+// plain numbers of seconds (a string, or 1e30 overflowing into the past).
+func checkSegments(tok string) Reason {
 	parts := strings.Split(tok, ".")
 	if len(parts) != 3 {
 		return "" // malformed: the parser says so
 	}
-	payload, err := base64.RawURLEncoding.DecodeString(parts[1])
-	if err != nil || !gjson.ValidBytes(payload) {
-		return "" // malformed: the parser says so
+	if r := checkObject(parts[0], readParams, ReasonDuplicateParam, ReasonParamCase, nil); r != "" {
+		return r
+	}
+	return checkObject(parts[1], readClaims, ReasonDuplicateClaim, ReasonClaimCase, func(k string, v gjson.Result) Reason {
+		if (k == "exp" || k == "nbf" || k == "iat") && (v.Type != gjson.Number || v.Num < 0 || v.Num > maxTime) {
+			return ReasonClaimType
+		}
+		return ""
+	})
+}
+
+// checkObject decodes one base64url segment and walks its top-level keys:
+// a key seen before is dup, a key that folds to one of names without being
+// it is folded, and value (when set) judges each value. A segment that is
+// not base64url JSON passes: the parser refuses it with the right reason.
+func checkObject(seg string, names []string, dup, folded Reason, value func(string, gjson.Result) Reason) Reason {
+	raw, err := base64.RawURLEncoding.DecodeString(seg)
+	if err != nil || !gjson.ValidBytes(raw) {
+		return ""
 	}
 	seen := map[string]bool{}
 	var reason Reason
-	gjson.ParseBytes(payload).ForEach(func(k, v gjson.Result) bool {
+	gjson.ParseBytes(raw).ForEach(func(k, v gjson.Result) bool {
 		switch {
 		case seen[k.Str]:
-			reason = ReasonDuplicateClaim
-		case k.Str == "exp" || k.Str == "nbf" || k.Str == "iat":
-			if v.Type != gjson.Number || v.Num < 0 || v.Num > maxTime {
-				reason = ReasonClaimType
-			}
+			reason = dup
+		case foldsToAnother(k.Str, names):
+			reason = folded
+		case value != nil:
+			reason = value(k.Str, v)
 		}
 		seen[k.Str] = true
 		return reason == ""
 	})
 	return reason
+}
+
+// foldsToAnother reports whether k equals one of names under Unicode case
+// folding (strings.EqualFold, the folding encoding/json applies) without
+// being it.
+func foldsToAnother(k string, names []string) bool {
+	for _, n := range names {
+		if k != n && strings.EqualFold(k, n) {
+			return true
+		}
+	}
+	return false
+}
+
+// checkLifetime applies the "iat" rules that make a payload not ours
+// whatever the time: "iat" present, and "exp" no more than the maximum
+// lifetime after it.
+func (v *Verifier) checkLifetime(wc *wireClaims) Reason {
+	switch {
+	case wc.IssuedAt == nil:
+		return ReasonMissingIssuedAt
+	case wc.ExpiresAt != nil && wc.ExpiresAt.Sub(wc.IssuedAt.Time) > v.lifetime:
+		return ReasonLifetimeTooLong
+	}
+	return ""
+}
+
+// issuedInFuture reports an "iat" beyond the leeway ahead of the clock: a
+// minter whose clock runs ahead, or a token made to outlive the cap.
+func (v *Verifier) issuedInFuture(wc *wireClaims) bool {
+	return wc.IssuedAt != nil && wc.IssuedAt.After(v.now().Add(v.leeway))
 }
 
 func (v *Verifier) keys(*jwt.Token) (any, error) {
@@ -281,10 +386,10 @@ func checkName(s string, missing, tooLong, chars Reason) Reason {
 
 // classify turns a jwt/v5 error into a refusal. The order is the order a
 // caller should be told in: a token that is not ours at all (malformed,
-// wrong algorithm, bad signature, wrong issuer or audience, missing claims)
-// is invalid even when it has also expired; ErrExpired is kept for a token
+// wrong algorithm, bad signature, wrong issuer or audience, missing claims,
+// a lifetime over the cap) is invalid even when it has also expired; ErrExpired is kept for a token
 // whose only fault is its age.
-func classify(token *jwt.Token, wc *wireClaims, err error) error {
+func (v *Verifier) classify(token *jwt.Token, wc *wireClaims, err error) error {
 	if errors.Is(err, jwt.ErrTokenMalformed) || token == nil {
 		return refuse(ErrInvalid, ReasonMalformed)
 	}
@@ -319,11 +424,16 @@ func classify(token *jwt.Token, wc *wireClaims, err error) error {
 	if reason := checkNames(wc.Tenant, wc.Tier); reason != "" {
 		return refuse(ErrInvalid, reason)
 	}
+	if reason := v.checkLifetime(wc); reason != "" {
+		return refuse(ErrInvalid, reason)
+	}
 	switch {
 	case errors.Is(err, jwt.ErrTokenExpired):
 		return refuse(ErrExpired, ReasonExpired)
 	case errors.Is(err, jwt.ErrTokenNotValidYet):
 		return refuse(ErrInvalid, ReasonNotYetValid)
+	case v.issuedInFuture(wc):
+		return refuse(ErrInvalid, ReasonIssuedInFuture)
 	}
 	return refuse(ErrInvalid, ReasonUnverifiable)
 }

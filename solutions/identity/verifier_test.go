@@ -218,11 +218,18 @@ func TestVerifyAcceptsGoodTokens(t *testing.T) {
 			want:   identity.Claims{Tenant: "acme", Tier: "pro", IssuedAt: t0, ExpiresAt: t0.Add(time.Hour)},
 		},
 		{
-			name: "aud as a list that includes ours, sub, no iat, no nbf",
+			name: "aud as a list that includes ours, sub, no nbf",
 			header: func(t *testing.T) string {
-				return "Bearer " + hs256(t, claims(set("aud", []string{"other", testAudience}), set("sub", "svc-7"), del("iat"), del("nbf")))
+				return "Bearer " + hs256(t, claims(set("aud", []string{"other", testAudience}), set("sub", "svc-7"), del("nbf")))
 			},
-			want: identity.Claims{Tenant: "acme", Tier: "pro", Subject: "svc-7", ExpiresAt: t0.Add(time.Hour)},
+			want: identity.Claims{Tenant: "acme", Tier: "pro", Subject: "svc-7", IssuedAt: t0, ExpiresAt: t0.Add(time.Hour)},
+		},
+		{
+			name: "a claim the verifier does not read may come in any case",
+			header: func(t *testing.T) string {
+				return "Bearer " + hs256(t, claims(set("role", "a"), set("ROLE", "b"), set("Tenant_ID", "x")))
+			},
+			want: identity.Claims{Tenant: "acme", Tier: "pro", IssuedAt: t0, ExpiresAt: t0.Add(time.Hour)},
 		},
 		{
 			name: "tenant and tier of exactly 64 visible ASCII bytes",
@@ -587,6 +594,8 @@ func TestNewVerifierRefusesUnsafeConfig(t *testing.T) {
 		{"empty audience", func(c *identity.Config) { c.Audience = "" }, "Audience is empty"},
 		{"negative leeway", func(c *identity.Config) { c.Leeway = -time.Second }, "Leeway -1s is outside (0, 5m0s]"},
 		{"leeway above the cap", func(c *identity.Config) { c.Leeway = 5*time.Minute + time.Second }, "Leeway 5m1s is outside"},
+		{"negative max lifetime", func(c *identity.Config) { c.MaxLifetime = -time.Hour }, "MaxLifetime -1h0m0s is under a second"},
+		{"max lifetime under a second", func(c *identity.Config) { c.MaxLifetime = 999 * time.Millisecond }, "MaxLifetime 999ms is under a second"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -607,6 +616,8 @@ func TestNewVerifierRefusesUnsafeConfig(t *testing.T) {
 		{"a secret of exactly 32 bytes", func(c *identity.Config) { c.Secret = secret[:32] }},
 		{"the largest leeway", func(c *identity.Config) { c.Leeway = identity.MaxLeeway }},
 		{"a leeway of one nanosecond", func(c *identity.Config) { c.Leeway = time.Nanosecond }},
+		{"a max lifetime of one second", func(c *identity.Config) { c.MaxLifetime = time.Second }},
+		{"a max lifetime of a week", func(c *identity.Config) { c.MaxLifetime = 7 * 24 * time.Hour }},
 	} {
 		t.Run(tc.name+" is accepted", func(t *testing.T) {
 			cfg := identity.Config{Secret: secret, Issuer: testIssuer, Audience: testAudience}
@@ -631,4 +642,135 @@ func TestNewVerifierCopiesTheSecrets(t *testing.T) {
 	c, err := v.Verify("Bearer " + sign(t, jwt.SigningMethodHS256, prevSecret, claims()))
 	assert.NoError(t, err, "the verifier must keep its own copy of Previous; refused: %q", identity.ReasonOf(err))
 	assert.True(t, c.SignedWithPrevious)
+}
+
+// rawHeaderSigned signs a header and a payload written by hand with the
+// real secret.
+func rawHeaderSigned(header, payload string) string {
+	in := base64.RawURLEncoding.EncodeToString([]byte(header)) + "." + base64.RawURLEncoding.EncodeToString([]byte(payload))
+	return in + "." + base64.RawURLEncoding.EncodeToString(hmacSHA256(secret)(in))
+}
+
+func TestVerifyRefusesClaimNamesThatFoldIntoOnesItReads(t *testing.T) {
+	// encoding/json matches keys case-insensitively (Unicode folding) and
+	// keeps the last: without this rule the first one is served as "other".
+	for _, tc := range []struct{ name, extra string }{
+		{"TENANT after tenant: served as the other tenant", `,"TENANT":"other"`},
+		{"Tier after tier: a better tier", `,"Tier":"enterprise"`},
+		{"EXP of 1e30: the overflow the duplicate guard stops", `,"EXP":1e30`},
+		{"Exp far in the future", `,"Exp":253402300799`},
+		{"IAT", `,"IAT":1`},
+		{"NBF", `,"NBF":0`},
+		{"ISS naming another issuer", `,"ISS":"https://evil.test"`},
+		{"AUD", `,"AUD":"billing"`},
+		{"SUB", `,"SUB":"root"`},
+		{"JTI", `,"JTI":"x"`},
+		{"iſs with a long s (U+017F folds to s)", `,"iſs":"https://evil.test"`},
+		{"the key escaped: TEN\\u0041NT", `,"TEN\u0041NT":"other"`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := "Bearer " + rawSigned(payload(tc.extra))
+			got, err := newVerifier(t).Verify(h)
+			requireRefusal(t, h, got, err, identity.ErrInvalid, identity.ReasonClaimCase)
+		})
+	}
+	t.Run("TENANT alone, without tenant, is refused too", func(t *testing.T) {
+		h := "Bearer " + rawSigned(strings.Replace(payload(""), `"tenant":`, `"TENANT":`, 1))
+		got, err := newVerifier(t).Verify(h)
+		requireRefusal(t, h, got, err, identity.ErrInvalid, identity.ReasonClaimCase)
+	})
+	t.Run("the same claim twice, same case, is still a duplicate", func(t *testing.T) {
+		h := "Bearer " + rawSigned(payload(`,"tenant":"other"`))
+		got, err := newVerifier(t).Verify(h)
+		requireRefusal(t, h, got, err, identity.ErrInvalid, identity.ReasonDuplicateClaim)
+	})
+}
+
+func TestVerifyRefusesHeaderParametersNamedTwiceOrInAnotherCase(t *testing.T) {
+	for _, tc := range []struct {
+		name, header string
+		reason       identity.Reason
+	}{
+		{"alg twice, none first", `{"alg":"none","alg":"HS256"}`, identity.ReasonDuplicateParam},
+		{"typ twice", `{"alg":"HS256","typ":"JWT","typ":"JOSE"}`, identity.ReasonDuplicateParam},
+		{"an unregistered parameter twice", `{"alg":"HS256","x":1,"x":2}`, identity.ReasonDuplicateParam},
+		{"ALG none beside alg", `{"alg":"HS256","ALG":"none"}`, identity.ReasonParamCase},
+		{"Crit: a crit a folding reader would honour", `{"alg":"HS256","Crit":["b64"],"b64":false}`, identity.ReasonParamCase},
+		{"KID", `{"alg":"HS256","KID":"../../etc/passwd"}`, identity.ReasonParamCase},
+		{"B64", `{"alg":"HS256","B64":false}`, identity.ReasonParamCase},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := "Bearer " + rawHeaderSigned(tc.header, payload(""))
+			got, err := newVerifier(t).Verify(h)
+			requireRefusal(t, h, got, err, identity.ErrInvalid, tc.reason)
+		})
+	}
+	t.Run("registered parameters in their own case pass", func(t *testing.T) {
+		_, err := newVerifier(t).Verify("Bearer " + rawHeaderSigned(`{"alg":"HS256","typ":"JWT","kid":"k1","cty":"x"}`, payload("")))
+		require.NoError(t, err, "refused: %q", identity.ReasonOf(err))
+	})
+}
+
+func TestVerifyBoundsATokensLifetime(t *testing.T) {
+	day := int64(24 * 3600)
+	for _, tc := range []struct {
+		name   string
+		claims jwt.MapClaims
+		config []func(*identity.Config)
+		reason identity.Reason // "" = accepted
+	}{
+		{name: "no iat: the lifetime is unknown", claims: claims(del("iat")), reason: identity.ReasonMissingIssuedAt},
+		{name: "exp in year 9999", claims: claims(set("exp", int64(253402300799))), reason: identity.ReasonLifetimeTooLong},
+		{name: "iat a day ahead", claims: claims(set("iat", t0.Unix()+day), set("exp", t0.Unix()+day+3600)), reason: identity.ReasonIssuedInFuture},
+		{name: "iat 31 s ahead, past the 30 s leeway", claims: claims(set("iat", t0.Unix()+31)), reason: identity.ReasonIssuedInFuture},
+		{name: "iat 30 s ahead is inside the leeway", claims: claims(set("iat", t0.Unix()+30))},
+		{name: "exp − iat of exactly 24 h", claims: claims(set("exp", t0.Unix()+day))},
+		{name: "exp − iat of 24 h and a second", claims: claims(set("exp", t0.Unix()+day+1)), reason: identity.ReasonLifetimeTooLong},
+		{name: "an old iat stretches nothing: issued two days ago, valid another hour", claims: claims(set("iat", t0.Unix()-2*day)), reason: identity.ReasonLifetimeTooLong},
+		{name: "no iat and expired is invalid, not expired", claims: claims(del("iat"), set("exp", t0.Unix()-3600)), reason: identity.ReasonMissingIssuedAt},
+		{name: "a week-long token under a configured 7-day cap", claims: claims(set("exp", t0.Unix()+7*day)),
+			config: []func(*identity.Config){func(c *identity.Config) { c.MaxLifetime = 7 * 24 * time.Hour }}},
+		{name: "an hour-long token over a configured 30-minute cap", claims: claims(),
+			config: []func(*identity.Config){func(c *identity.Config) { c.MaxLifetime = 30 * time.Minute }}, reason: identity.ReasonLifetimeTooLong},
+		{name: "iat 6 s ahead over a configured 5 s leeway", claims: claims(set("iat", t0.Unix()+6)),
+			config: []func(*identity.Config){func(c *identity.Config) { c.Leeway = 5 * time.Second }}, reason: identity.ReasonIssuedInFuture},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := "Bearer " + hs256(t, tc.claims)
+			got, err := newVerifier(t, tc.config...).Verify(h)
+			if tc.reason == "" {
+				require.NoError(t, err, "want the token accepted; refused because %q", identity.ReasonOf(err))
+				return
+			}
+			requireRefusal(t, h, got, err, identity.ErrInvalid, tc.reason)
+		})
+	}
+}
+
+func TestVerifyValuesRefusesARepeatedAuthorizationHeader(t *testing.T) {
+	v := newVerifier(t)
+	good := "Bearer " + hs256(t, claims())
+	other := "Bearer " + hs256(t, claims(set("tenant", "victim")))
+
+	c, err := v.VerifyValues([]string{good})
+	require.NoError(t, err, "one header is Verify's: refused %q", identity.ReasonOf(err))
+	assert.Equal(t, "acme", c.Tenant)
+
+	got, err := v.VerifyValues(nil)
+	requireRefusal(t, "", got, err, identity.ErrMissing, identity.ReasonNoHeader)
+
+	for _, tc := range []struct {
+		name   string
+		values []string
+	}{
+		{"two tokens of two tenants", []string{good, other}},
+		{"the same token twice", []string{good, good}},
+		{"a token and an empty header", []string{good, ""}},
+		{"an empty header first", []string{"", good}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := v.VerifyValues(tc.values)
+			requireRefusal(t, strings.Join(tc.values, ","), got, err, identity.ErrInvalid, identity.ReasonRepeatedHeader)
+		})
+	}
 }

@@ -2,9 +2,11 @@
 // does, plus verified tenant identity, tier policy and limits every replica
 // shares.
 //
-//   - Identity: "Authorization: Bearer <JWT>", HS256 only, exp/nbf/iss/aud
-//     checked; the tenant and its tier come from the token's claims, never
-//     from a header a caller can set (package identity).
+//   - Identity: "Authorization: Bearer <JWT>" (once), HS256 only,
+//     exp/nbf/iat/iss/aud checked, a lifetime of at most -jwt-max-lifetime;
+//     the tenant and its tier come from the token's claims, never from a
+//     header a caller can set (package identity). A generated secret only:
+//     a typed one, or one this repository publishes, is refused unless -dev.
 //   - Tier policy: rate, burst, in-flight cap, prompt size, allowed models,
 //     request timeout and a token quota per tier, from a JSON or YAML file
 //     checked at start (package policy).

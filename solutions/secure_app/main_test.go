@@ -43,11 +43,14 @@ func prefix(t *testing.T) string {
 	return strings.NewReplacer("{", "", "}", "").Replace(redistest.Prefix(t))
 }
 
-// start runs secure_app with a strong secret, the test's Redis and prefix,
-// and an admin listener of its own; args come after those.
+// start runs secure_app with a strong secret (unless the test has set
+// JWT_SECRET or JWT_SECRET_FILE itself), the test's Redis and prefix, and an
+// admin listener of its own; args come after those.
 func start(t *testing.T, prefix string, args ...string) *instance {
 	t.Helper()
-	t.Setenv("JWT_SECRET", secret)
+	if os.Getenv(identity.EnvSecret) == "" && os.Getenv(identity.EnvSecretFile) == "" {
+		t.Setenv(identity.EnvSecret, secret)
+	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	adminLn, err := net.Listen("tcp", "127.0.0.1:0")

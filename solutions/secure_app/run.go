@@ -10,7 +10,6 @@ import (
 	"log/slog"
 	"net"
 	"os"
-	"strings"
 	"sync"
 	"time"
 
@@ -31,29 +30,33 @@ var defaultTiers []byte
 
 // settings are secure_app's own flags, on top of service.Config's.
 type settings struct {
-	tiersFile string
-	issuer    string
-	audience  string
-	redisURL  string
-	cluster   string
-	prefix    string
-	failOpen  bool
+	tiersFile   string
+	issuer      string
+	audience    string
+	maxLifetime time.Duration
+	dev         bool
+	redis       redisSettings
+	prefix      string
+	failOpen    bool
 }
 
 func (s *settings) flags(fs *flag.FlagSet) {
 	fs.StringVar(&s.tiersFile, "tiers", "", "tier policy `file` (JSON or YAML); default: the built-in free/pro/enterprise")
-	fs.StringVar(&s.issuer, "jwt-issuer", "gateway-lab", "the \"iss\" tokens must carry")
-	fs.StringVar(&s.audience, "jwt-audience", "gateway-lab-api", "the \"aud\" tokens must carry")
-	fs.StringVar(&s.redisURL, "redis-url", os.Getenv("REDIS_URL"), "Redis for the shared limits (default $REDIS_URL), e.g. redis://127.0.0.1:6379/0")
-	fs.StringVar(&s.cluster, "redis-cluster", os.Getenv("REDIS_CLUSTER_ADDRS"), "a Redis Cluster instead of -redis-url: comma-separated node `addresses` (default $REDIS_CLUSTER_ADDRS)")
+	fs.StringVar(&s.issuer, "jwt-issuer", defaultIssuer, "the \"iss\" tokens must carry")
+	fs.StringVar(&s.audience, "jwt-audience", defaultAudience, "the \"aud\" tokens must carry")
+	fs.DurationVar(&s.maxLifetime, "jwt-max-lifetime", identity.DefaultMaxLifetime, "the longest exp − iat a token may carry")
+	fs.BoolVar(&s.dev, "dev", false, "development: accept the repository's published dev secrets (the compose stack's); announced at start; never in production")
+	s.redis.flags(fs)
 	fs.StringVar(&s.prefix, "redis-prefix", "gw", "prefix of every key the shared limits write (one per deployment on a shared Redis)")
 	fs.BoolVar(&s.failOpen, "ratelimit-fail-open", false, "when Redis is down, admit requests (default: refuse them with 503)")
 }
 
-const try = `try:  TOKEN=$(go run ./solutions/secure_app token --tenant demo --tier pro --ttl 1h)
-      curl -s http://{addr}/v1/chat/completions -H "Authorization: Bearer $TOKEN" -H 'Content-Type: application/json' \
-        -d '{"model":"auto","messages":[{"role":"user","content":"hello"}]}'
-`
+// The issuer and audience secure_app and its token command agree on by
+// default.
+const (
+	defaultIssuer   = "gateway-lab"
+	defaultAudience = "gateway-lab-api"
+)
 
 // run is main without the process. It returns the exit code: 0 after a
 // drain, 1 if serving failed, 2 for bad configuration.
@@ -76,7 +79,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, ln net.Li
 	if err != nil {
 		return fail(stderr, 2, err)
 	}
-	g, metrics, rdb, err := newGuard(s, log)
+	pol, err := loadPolicy(s.tiersFile)
+	if err != nil {
+		return fail(stderr, 2, err)
+	}
+	g, metrics, rdb, err := newGuard(s, pol, log)
 	if err != nil {
 		return fail(stderr, 2, err)
 	}
@@ -86,6 +93,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, ln net.Li
 		return fail(stderr, 2, err)
 	}
 	metrics.Register(svc.Registry)
+	try := tryLines(s, pol, os.Getenv)
+	if s.dev {
+		log.Warn("DEVELOPMENT MODE (-dev): the repository's published dev secrets are accepted; never run this in production", "dev", true)
+		try = devWarning + try
+	}
 	report, err := svc.Serve(ctx, ln, stdout, try)
 	if err != nil {
 		return fail(stderr, 1, err)
@@ -94,19 +106,18 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, ln net.Li
 	return 0
 }
 
+// devWarning opens the startup lines under -dev.
+const devWarning = "WARNING: -dev: the repository's published dev secrets are accepted here; never run this in production\n"
+
 // newGuard builds the guard over the tier policy, the JWT secrets from the
 // environment and the shared limits' Redis.
-func newGuard(s settings, log *slog.Logger) (*guard.Guard, *telemetry.Guard, redis.UniversalClient, error) {
-	pol, err := loadPolicy(s.tiersFile)
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	v, err := newVerifier(s)
+func newGuard(s settings, pol *policy.Policy, log *slog.Logger) (*guard.Guard, *telemetry.Guard, redis.UniversalClient, error) {
+	v, err := newVerifier(s, os.Getenv, os.ReadFile)
 	if err != nil {
 		return nil, nil, nil, err
 	}
 	redisLogOnce.Do(func() { redis.SetLogger(redisLog{log}) }) // the client's own complaints, as JSON like every other line
-	rdb, err := newRedis(s.redisURL, s.cluster)
+	rdb, err := newRedis(s.redis, os.Getenv)
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -147,7 +158,7 @@ type redisLog struct{ log *slog.Logger }
 var redisLogOnce sync.Once
 
 func (l redisLog) Printf(ctx context.Context, format string, v ...any) {
-	l.log.WarnContext(ctx, "redis client", "message", fmt.Sprintf(format, v...))
+	l.log.WarnContext(ctx, "redis client", "message", redactText(fmt.Sprintf(format, v...)))
 }
 
 func fail(stderr io.Writer, code int, err error) int {
@@ -161,47 +172,4 @@ func loadPolicy(file string) (*policy.Policy, error) {
 		return policy.Parse("tiers.yaml (built in)", defaultTiers, "yaml")
 	}
 	return policy.Load(file)
-}
-
-// newVerifier reads the JWT secrets from the environment.
-func newVerifier(s settings) (*identity.Verifier, error) {
-	current, previous, err := identity.SecretsFromEnv(os.Getenv, os.ReadFile)
-	if err != nil {
-		return nil, err
-	}
-	return identity.NewVerifier(identity.Config{Secret: current, Previous: previous, Issuer: s.issuer, Audience: s.audience})
-}
-
-// newRedis connects to the shared limits' Redis — one server, or a
-// cluster (every key of one tenant carries one hash tag, so its scripts run
-// on one node) — and checks it answers, so a wrong address fails the start
-// rather than every request.
-func newRedis(url, cluster string) (redis.UniversalClient, error) {
-	var (
-		rdb   redis.UniversalClient
-		where string
-	)
-	switch {
-	case cluster != "":
-		addrs := strings.Split(cluster, ",")
-		rdb = redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs,
-			DialTimeout: time.Second, ReadTimeout: 500 * time.Millisecond, WriteTimeout: 500 * time.Millisecond})
-		where = "the cluster at " + cluster
-	case url != "":
-		opts, err := redis.ParseURL(url)
-		if err != nil {
-			return nil, fmt.Errorf("-redis-url: %w", err)
-		}
-		opts.DialTimeout, opts.ReadTimeout, opts.WriteTimeout = time.Second, 500*time.Millisecond, 500*time.Millisecond
-		rdb, where = redis.NewClient(opts), opts.Addr
-	default:
-		return nil, errors.New("no Redis for the shared limits: set REDIS_URL or -redis-url, or -redis-cluster (make run-secure starts one)")
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	if err := rdb.Ping(ctx).Err(); err != nil {
-		_ = rdb.Close()
-		return nil, fmt.Errorf("redis at %s does not answer: %w", where, err)
-	}
-	return rdb, nil
 }
