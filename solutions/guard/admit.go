@@ -2,7 +2,6 @@ package guard
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/http"
 	"time"
@@ -11,18 +10,25 @@ import (
 	"github.com/production-go/gateway-lab/solutions/httpapi"
 	"github.com/production-go/gateway-lab/solutions/llm"
 	"github.com/production-go/gateway-lab/solutions/policy"
-	"github.com/production-go/gateway-lab/solutions/router"
+	"github.com/production-go/gateway-lab/solutions/quota"
 )
 
-// DefaultMaxTokens is what a request that names no max_tokens is assumed
-// to answer at most, for its token reservation. The reservation is settled
-// with the real usage afterwards, so a wrong guess costs nothing but a
-// little headroom while the request runs.
+// DefaultMaxTokens is the answer a request that names no max_tokens is
+// reserved for, and is held to: the upstream is asked for no more (see
+// Meter). The reservation is settled with the real usage afterwards, so a
+// generous guess costs nothing but headroom while the request runs.
 const DefaultMaxTokens = 1024
 
+// LeaseTTL is how long an in-flight lease lives without renewal: a request
+// renews its lease every third of it while it runs, so a replica that
+// crashed (or a Redis that ran a lease's acquire after its caller gave up)
+// holds a tenant's slot for at most this long.
+const LeaseTTL = 15 * time.Second
+
 // Admit holds a request to its tier's policy: httpapi.Options.Admit. The
-// request runs under its tier's timeout; done settles its tokens and gives
-// its lease back.
+// request runs under its tier's timeout; done settles its tokens (see
+// Meter) and gives its lease back, and the HTTP layer calls it once the
+// answer is written.
 func (g *Guard) Admit(ctx context.Context, id httpapi.Identity, a httpapi.Admission) (context.Context, httpapi.Done, *chatapi.Error) {
 	tier, _ := g.cfg.Policy.Tier(id.Tier)
 	if !tier.Allows(a.Model) {
@@ -39,22 +45,27 @@ func (g *Guard) Admit(ctx context.Context, id httpapi.Identity, a httpapi.Admiss
 	if e != nil {
 		return ctx, nil, e
 	}
-	settle, e := g.reserve(ctx, id, tier, a)
+	m, e := g.meter(ctx, id, tier, a)
 	if e != nil {
 		release()
 		return ctx, nil, e
 	}
+	if m != nil {
+		ctx = context.WithValue(ctx, meterKey{}, m)
+	}
 	ctx, cancel := context.WithTimeout(ctx, tier.MaxRequestTimeout)
-	return ctx, func(u *llm.Usage, err error) {
-		settle(u, err)
+	return ctx, func(*llm.Usage, error) {
+		m.finish()
 		release()
 		cancel()
 	}, nil
 }
 
-// lease takes one of the tenant's in-flight slots, shared by every replica.
+// lease takes one of the tenant's in-flight slots, shared by every
+// replica, and keeps it alive while the request runs. The func it returns
+// stops the renewal and gives the slot back.
 func (g *Guard) lease(ctx context.Context, id httpapi.Identity, tier policy.Tier) (func(), *chatapi.Error) {
-	release, d, err := g.leases.Acquire(ctx, id.Key, tier.MaxInFlight)
+	lease, d, err := g.leases.Hold(ctx, id.Key, tier.MaxInFlight)
 	if err != nil {
 		return nil, unavailable("in-flight")
 	}
@@ -63,63 +74,74 @@ func (g *Guard) lease(ctx context.Context, id httpapi.Identity, tier policy.Tier
 		return nil, &chatapi.Error{Status: http.StatusTooManyRequests, Type: "rate_limit_error", Code: "too_many_concurrent_requests",
 			Message: fmt.Sprintf("the %s tier allows %d requests in flight per tenant", tier.Name, tier.MaxInFlight), RetryAfter: time.Second}
 	}
-	return func() { detached(func(ctx context.Context) { _ = release(ctx) }) }, nil
+	stop := keepAlive(g.leaseTTL()/3, func() { detached(func(ctx context.Context) { _, _ = lease.Renew(ctx) }) })
+	return func() {
+		stop()
+		detached(func(ctx context.Context) { _ = lease.Release(ctx) })
+	}, nil
 }
 
-// reserve takes the request's estimated tokens from the tenant's quota; the
-// func it returns settles them when the request ends (see settlement).
-func (g *Guard) reserve(ctx context.Context, id httpapi.Identity, tier policy.Tier, a httpapi.Admission) (httpapi.Done, *chatapi.Error) {
-	if tier.TokensPerMinute == 0 {
-		return func(*llm.Usage, error) {}, nil
+// keepAlive calls renew every period until the func it returns is
+// called; that func returns once the loop has ended.
+func keepAlive(period time.Duration, renew func()) (stop func()) {
+	quit, done := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(done)
+		t := time.NewTicker(period)
+		defer t.Stop()
+		for {
+			select {
+			case <-quit:
+				return
+			case <-t.C:
+				renew()
+			}
+		}
+	}()
+	return func() {
+		close(quit)
+		<-done
 	}
-	estimate := estimateTokens(a)
-	if estimate > tier.TokensPerMinute {
+}
+
+// meter takes the request's first reservation — its prompt and the answer
+// it may have, from the tenant's quota — and returns the meter its upstream
+// calls are charged through; nil for a tier without a token quota.
+func (g *Guard) meter(ctx context.Context, id httpapi.Identity, tier policy.Tier, a httpapi.Admission) (*meter, *chatapi.Error) {
+	if tier.TokensPerMinute == 0 {
+		return nil, nil
+	}
+	m := &meter{g: g, key: id.Key, tier: tier, answer: a.MaxTokens}
+	if m.answer == 0 {
+		m.answer = DefaultMaxTokens
+	}
+	m.estimate = a.BodyBytes/4 + m.answer
+	if m.estimate > tier.TokensPerMinute {
 		g.cfg.Observer.TierRefused(policy.LimitTokens)
 		return nil, &chatapi.Error{Status: http.StatusRequestEntityTooLarge, Type: "invalid_request_error", Code: "tokens_over_quota",
-			Message: fmt.Sprintf("this request may use %d tokens; the %s tier's whole quota is %d a minute", estimate, tier.Name, tier.TokensPerMinute)}
+			Message: fmt.Sprintf("this request may use %d tokens; the %s tier's whole quota is %d a minute", m.estimate, tier.Name, tier.TokensPerMinute)}
 	}
-	res, d, err := g.tokens.Reserve(ctx, id.Key, tier.TokensPerMinute, estimate)
+	first, e := m.reserve(ctx)
+	if e != nil {
+		return nil, e
+	}
+	m.first = first
+	return m, nil
+}
+
+// reserve takes one call's estimate from the tenant's quota.
+func (m *meter) reserve(ctx context.Context) (*quota.Reservation, *chatapi.Error) {
+	res, d, err := m.g.tokens.Reserve(ctx, m.key, m.tier.TokensPerMinute, m.estimate)
 	if err != nil {
 		return nil, unavailable("token quota")
 	}
 	if !d.Allowed {
-		g.cfg.Observer.TierRefused(policy.LimitTokens)
+		m.g.cfg.Observer.TierRefused(policy.LimitTokens)
 		return nil, &chatapi.Error{Status: http.StatusTooManyRequests, Type: "rate_limit_error", Code: "tokens_per_minute",
-			Message: fmt.Sprintf("the %s tier allows %d tokens a minute; this request needs %d more", tier.Name, tier.TokensPerMinute, estimate), RetryAfter: d.RetryAfter}
+			Message:    fmt.Sprintf("the %s tier allows %d tokens a minute; this call needs %d more", m.tier.Name, m.tier.TokensPerMinute, m.estimate),
+			RetryAfter: d.RetryAfter}
 	}
-	return func(u *llm.Usage, err error) {
-		if actual, ok := settlement(u, err); ok && res != nil {
-			detached(func(ctx context.Context) { _ = res.Settle(ctx, actual) })
-		}
-	}, nil
-}
-
-// settlement is what a finished request is charged, and whether to settle
-// at all:
-//   - answered with usage: the usage;
-//   - failed before any output (refused by the rate limit, no healthy
-//     provider, an upstream error): nothing — it generated no tokens;
-//   - a stream cut after output, or an answer without usage (a stream
-//     whose caller did not ask for it): no settlement, so it stays charged
-//     its reservation, the most it could have used.
-func settlement(u *llm.Usage, err error) (int, bool) {
-	switch {
-	case err == nil && u != nil:
-		return u.TotalTokens, true
-	case err != nil && !errors.Is(err, router.ErrAfterFirstByte):
-		return 0, true
-	}
-	return 0, false
-}
-
-// estimateTokens is a request's worst case: its prompt at about four bytes
-// a token, plus the answer it allows.
-func estimateTokens(a httpapi.Admission) int {
-	answer := a.MaxTokens
-	if answer == 0 {
-		answer = DefaultMaxTokens
-	}
-	return a.BodyBytes/4 + answer
+	return res, nil
 }
 
 func unavailable(what string) *chatapi.Error {

@@ -61,7 +61,10 @@ type Config struct {
 	FailOpen bool
 	// Timeout bounds each Redis call of the token quota and the leases;
 	// 0 is quota.DefaultTimeout.
-	Timeout  time.Duration
+	Timeout time.Duration
+	// LeaseTTL is how long an in-flight lease lives without renewal; 0 is
+	// LeaseTTL.
+	LeaseTTL time.Duration
 	Log      *slog.Logger // nil: discarded
 	Observer Observer     // nil: nothing is counted
 }
@@ -116,16 +119,26 @@ func (g *Guard) shared() error {
 	if err != nil {
 		return err
 	}
-	maxTimeout := time.Duration(0)
-	for _, name := range g.cfg.Policy.Names() {
-		t, _ := g.cfg.Policy.Tier(name)
-		maxTimeout = max(maxTimeout, t.MaxRequestTimeout)
-	}
-	// A lease outlives its request only if the replica holding it died;
-	// no request runs longer than its tier's timeout.
-	g.leases, err = quota.NewLeases(g.cfg.Redis, quota.LeasesConfig{Prefix: g.cfg.Prefix + ":inflight", TTL: maxTimeout + 30*time.Second,
+	// A lease is renewed while its request runs (see Admit), so its TTL
+	// is short: it is how long a dead replica's slot stays taken.
+	g.leases, err = quota.NewLeases(g.cfg.Redis, quota.LeasesConfig{Prefix: g.cfg.Prefix + ":inflight", TTL: g.leaseTTL(),
 		FailOpen: g.cfg.FailOpen, Timeout: g.cfg.Timeout, OnError: g.onError(policy.LimitInFlight)})
 	return err
+}
+
+// leaseTTL is Config.LeaseTTL, or LeaseTTL.
+func (g *Guard) leaseTTL() time.Duration {
+	if g.cfg.LeaseTTL > 0 {
+		return g.cfg.LeaseTTL
+	}
+	return LeaseTTL
+}
+
+// Close waits for the shared limits' background undos (see quota). Call it
+// before closing the Redis client.
+func (g *Guard) Close() {
+	g.tokens.Close()
+	g.leases.Close()
 }
 
 // onError is a shared limit's OnError: count and log the Redis failure.

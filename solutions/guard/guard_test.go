@@ -2,7 +2,6 @@ package guard
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -75,6 +74,7 @@ type rig struct {
 func newRig(t *testing.T, failOpen bool) *rig {
 	t.Helper()
 	m := miniredis.RunT(t)
+	m.SetTime(time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)) // Redis' clock stands still: no refill between two steps
 	rdb := redis.NewClient(&redis.Options{Addr: m.Addr(), MaxRetries: -1, DialerRetries: 1, DialTimeout: time.Second})
 	t.Cleanup(func() { _ = rdb.Close() })
 	pol, err := policy.Parse("tiers.yaml", []byte(tiers), "yaml")
@@ -84,6 +84,7 @@ func newRig(t *testing.T, failOpen bool) *rig {
 	obs := &seen{}
 	g, err := New(Config{Verifier: v, Policy: pol, Redis: rdb, Prefix: "t", FailOpen: failOpen, Timeout: 5 * time.Second, Observer: obs})
 	require.NoError(t, err)
+	t.Cleanup(g.Close)
 	return &rig{g: g, m: m, obs: obs}
 }
 
@@ -243,14 +244,13 @@ func TestAdmitHoldsTheTenantToItsInFlightCapUntilDone(t *testing.T) {
 func TestATokenRefusalGivesTheLeaseBackAndSaysWhenToRetry(t *testing.T) {
 	r := newRig(t, false)
 	id := httpapi.Identity{Key: "acme", Tier: "small"}
-	_, done, e := r.g.Admit(t.Context(), id, ask(400, 1800)) // 100 + 1800 of 2000
+	ctx, done, e := r.g.Admit(t.Context(), id, ask(400, 1800)) // 100 + 1800 of 2000
 	require.Nil(t, e)
-	done(nil, errors.New("upstream 503")) // failed before any output: settled at 0
-	_, done, e = r.g.Admit(t.Context(), id, ask(400, 1800))
-	require.Nil(t, e, "the failed request was refunded")
-	_, _, e2 := r.g.Admit(t.Context(), httpapi.Identity{Key: "acme", Tier: "small"}, ask(400, 10))
+	_, _, e2 := r.g.Admit(t.Context(), id, ask(400, 10))
 	require.NotNil(t, e2, "the lease is taken by the running request")
-	done(&llm.Usage{TotalTokens: 1900}, nil)
+	_, err := r.call(ctx, &upstream{usage: &llm.Usage{TotalTokens: 1900}})
+	require.NoError(t, err)
+	done(nil, nil)
 	_, _, e = r.g.Admit(t.Context(), id, ask(400, 1800))
 	require.NotNil(t, e, "1,900 used, 100 left: 1,900 more does not fit")
 	assert.Equal(t, http.StatusTooManyRequests, e.Status)
@@ -261,40 +261,33 @@ func TestATokenRefusalGivesTheLeaseBackAndSaysWhenToRetry(t *testing.T) {
 	done(nil, nil)
 }
 
-func TestSettlementChargesWhatTheAnswerUsed(t *testing.T) {
-	cut := fmt.Errorf("%w: up: reset", router.ErrAfterFirstByte)
-	for _, tc := range []struct {
-		name   string
-		usage  *llm.Usage
-		err    error
-		charge int
-		settle bool
-	}{
-		{"answered with usage: the usage", &llm.Usage{TotalTokens: 42}, nil, 42, true},
-		{"failed before output: nothing", nil, errors.New("503"), 0, true},
-		{"cut after output: its reservation stays", &llm.Usage{TotalTokens: 5}, cut, 0, false},
-		{"answered without usage: its reservation stays", nil, nil, 0, false},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			charge, settle := settlement(tc.usage, tc.err)
-			assert.Equal(t, tc.settle, settle)
-			assert.Equal(t, tc.charge, charge)
-		})
-	}
-}
+func TestTheEstimateIsThePromptAtFourBytesATokenPlusTheAnswer(t *testing.T) {
+	r := newRig(t, false)
+	id := httpapi.Identity{Key: "acme", Tier: "small"}
+	_, _, e := r.g.Admit(t.Context(), id, ask(404, 1900))
+	require.NotNil(t, e, "101 + 1,900 is one token over the whole quota of 2,000")
+	assert.Equal(t, "tokens_over_quota", e.Code)
+	_, done, e := r.g.Admit(t.Context(), id, ask(400, 1900))
+	require.Nil(t, e, "100 + 1,900 fills it exactly")
+	done(nil, nil) // no call was made: a full refund
 
-func TestEstimateIsThePromptAtFourBytesATokenPlusTheAnswer(t *testing.T) {
-	assert.Equal(t, 100+50, estimateTokens(ask(400, 50)))
-	assert.Equal(t, 100+DefaultMaxTokens, estimateTokens(ask(400, 0)), "no max_tokens: the default answer size")
+	_, done, e = r.g.Admit(t.Context(), id, ask(400, 0))
+	require.Nil(t, e)
+	defer done(nil, nil)
+	assert.Equal(t, 2000-(100+DefaultMaxTokens), r.left(t, "acme", 2000), "no max_tokens: the default answer is reserved")
 }
 
 func TestATierWithoutATokenQuotaIsNotCharged(t *testing.T) {
 	r := newRig(t, false)
 	id := httpapi.Identity{Key: "acme", Tier: "open"}
 	for range 3 {
-		_, done, e := r.g.Admit(t.Context(), id, ask(900_000, 100_000))
+		ctx, done, e := r.g.Admit(t.Context(), id, ask(900_000, 100_000))
 		require.Nil(t, e, "tokens_per_minute 0 is no token quota")
-		done(&llm.Usage{TotalTokens: 1_000_000}, nil)
+		p := &upstream{usage: &llm.Usage{TotalTokens: 1_000_000}}
+		_, err := r.call(ctx, p)
+		require.NoError(t, err)
+		assert.Zero(t, p.maxTokens, "and no answer cap is asked of the upstream")
+		done(nil, nil)
 	}
 }
 

@@ -230,3 +230,32 @@ func TestNewLeasesRejectsBadConfig(t *testing.T) {
 	assert.ErrorIs(t, err, ErrInvalidConfig, "no client")
 	assert.Nil(t, l)
 }
+
+func TestALeaseRenewedLivesOnAndOneNotRenewedExpires(t *testing.T) {
+	f := newFixture(t)
+	l := newLeases(t, f.rdb, LeasesConfig{TTL: 10 * time.Second})
+	lease, d, err := l.Hold(t.Context(), "acme", 1)
+	require.NoError(t, err)
+	require.True(t, d.Allowed)
+	f.advance(8 * time.Second)
+	renewed, err := lease.Renew(t.Context())
+	require.NoError(t, err)
+	assert.True(t, renewed)
+	f.advance(8 * time.Second) // 16 s after the Hold: alive only because it was renewed at 8
+	_, d, err = l.Hold(t.Context(), "acme", 1)
+	require.NoError(t, err)
+	assert.False(t, d.Allowed, "the renewed lease still holds the only slot")
+	f.advance(3 * time.Second) // 11 s after the renewal
+	renewed, err = lease.Renew(t.Context())
+	require.NoError(t, err)
+	assert.False(t, renewed, "an expired lease is not brought back")
+	_, d, err = l.Hold(t.Context(), "acme", 1)
+	require.NoError(t, err)
+	assert.True(t, d.Allowed, "and its slot is free")
+	require.NoError(t, lease.Release(t.Context()), "releasing it is harmless")
+	var none *Lease
+	renewed, err = none.Renew(t.Context())
+	assert.False(t, renewed)
+	assert.NoError(t, err)
+	assert.NoError(t, none.Release(t.Context()), "a nil Lease holds nothing")
+}

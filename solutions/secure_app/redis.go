@@ -149,6 +149,9 @@ func urlOptions(raw string, s redisSettings, password string) (*redis.Options, e
 		return nil, err
 	}
 	opts.DialTimeout, opts.ReadTimeout, opts.WriteTimeout = redisDialTimeout, redisIOTimeout, redisIOTimeout
+	// Without it go-redis ignores a call's context deadline, and the shared
+	// limits' 50 ms budgets would be the 500 ms read timeout.
+	opts.ContextTimeoutEnabled = true
 	return opts, nil
 }
 
@@ -167,7 +170,8 @@ func clusterOptions(addrs string, s redisSettings, password string) (*redis.Clus
 		}
 	}
 	opts := &redis.ClusterOptions{Addrs: nodes, Username: s.username, Password: password,
-		DialTimeout: redisDialTimeout, ReadTimeout: redisIOTimeout, WriteTimeout: redisIOTimeout}
+		DialTimeout: redisDialTimeout, ReadTimeout: redisIOTimeout, WriteTimeout: redisIOTimeout,
+		ContextTimeoutEnabled: true} // see urlOptions
 	if s.tls {
 		opts.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12}
 	}

@@ -83,11 +83,17 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, ln net.Li
 	if err != nil {
 		return fail(stderr, 2, err)
 	}
+	if err := fitsTheSlots(pol, c.Router.MaxConcurrent); err != nil {
+		return fail(stderr, 2, err)
+	}
 	g, metrics, rdb, err := newGuard(s, pol, log)
 	if err != nil {
 		return fail(stderr, 2, err)
 	}
-	defer func() { _ = rdb.Close() }()
+	defer func() {
+		g.Close() // its background undos need the client
+		_ = rdb.Close()
+	}()
 	svc, err := service.Build(c, log, hooks(g))
 	if err != nil {
 		return fail(stderr, 2, err)
@@ -104,6 +110,19 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, ln net.Li
 	}
 	fmt.Fprintf(stdout, "stopped: drained=%t cut=%d\n", report.Drained, report.Cut)
 	return 0
+}
+
+// fitsTheSlots refuses a tier whose in-flight cap is not below the
+// replica's slots: one tenant of it could hold every slot of a replica and
+// leave every other tenant a 503.
+func fitsTheSlots(pol *policy.Policy, slots int) error {
+	for _, name := range pol.Names() {
+		if t, _ := pol.Tier(name); t.MaxInFlight >= slots {
+			return fmt.Errorf("tier %s: max_in_flight %d is not below -max-concurrent %d: one tenant could take every slot; lower the tier's cap or raise -max-concurrent",
+				name, t.MaxInFlight, slots)
+		}
+	}
+	return nil
 }
 
 // devWarning opens the startup lines under -dev.
@@ -139,9 +158,14 @@ func hooks(g *guard.Guard) service.Hooks {
 			o.Admit = g.Admit
 		},
 		Router: func(c *router.Config) {
+			// The tier's rate, shared by every replica. The per-replica
+			// cap on a tenant's requests (-max-per-tenant, half the slots
+			// by default) stays beside the shared lease: the lease bounds a
+			// tenant across replicas, the cap keeps it from taking every
+			// slot of one.
 			c.Limiter = g.Limiter()
-			c.MaxPerTenant = 0 // the shared in-flight lease replaces the per-replica cap
 		},
+		Provider: g.Meter, // every upstream call charged to its request's token quota
 		Upstream: func(c *openaicompat.Config) {
 			if !c.Local {
 				c.DialControl = egress.Control

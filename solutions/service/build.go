@@ -47,6 +47,10 @@ type Hooks struct {
 	// Upstream, if set, adjusts each OpenAI-compatible upstream's config
 	// (an egress guard, say) before it is built.
 	Upstream func(cfg *openaicompat.Config)
+	// Provider, if set, wraps each provider itself, inside the adaptive
+	// limit and the hedge (secure_app charges every upstream call to its
+	// request's token quota here, each hedge included).
+	Provider func(llm.Provider) llm.Provider
 }
 
 // Build makes the providers and their middlewares, the router with its
@@ -73,7 +77,7 @@ func (s *Service) build(hooks Hooks) error {
 		s.closers = append(s.closers, func() { telemetry.ShutdownTracing(tp) })
 		s.Log.Info("tracing", "exporter", "otlp/http")
 	}
-	providers, budget, err := s.providers(hooks.Upstream)
+	providers, budget, err := s.providers(hooks)
 	if err != nil {
 		return err
 	}
@@ -98,10 +102,15 @@ func (s *Service) build(hooks Hooks) error {
 // providers makes the upstreams and simulated providers, each behind its
 // middlewares: the adaptive limit inside, the hedge outside it (a hedge
 // takes a permit of its own).
-func (s *Service) providers(upstream func(*openaicompat.Config)) ([]llm.Provider, *hedging.Budget, error) {
-	providers, err := s.upstreams(upstream)
+func (s *Service) providers(hooks Hooks) ([]llm.Provider, *hedging.Budget, error) {
+	providers, err := s.upstreams(hooks.Upstream)
 	if err != nil {
 		return nil, nil, err
+	}
+	if hooks.Provider != nil {
+		for i, p := range providers {
+			providers[i] = hooks.Provider(p)
+		}
 	}
 	if providers, err = s.limitProviders(providers); err != nil {
 		return nil, nil, err

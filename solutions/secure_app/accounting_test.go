@@ -1,0 +1,111 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/production-go/gateway-lab/internal/testkit"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// chatWith is a chat request asking for at most maxTokens of answer.
+func chatWith(model string, maxTokens int) string {
+	return fmt.Sprintf(`{"model":%q,"max_tokens":%d,"messages":[{"role":"user","content":"hello"}]}`, model, maxTokens)
+}
+
+// callWithin is call for a caller that hangs up after within.
+func callWithin(t *testing.T, url, tok, body string, within time.Duration) error {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), within)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url+"/v1/chat/completions", strings.NewReader(body))
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer "+tok)
+	resp, err := http.DefaultClient.Do(req)
+	if err == nil {
+		_ = resp.Body.Close()
+	}
+	return err
+}
+
+// TestIntegrationACallerWhoHangsUpStillPaysForThePromptItSent: the
+// upstream had the prompt and bills for it, so the request stays charged
+// its reservation. (It was refunded in full: a tenant could send a
+// costly prompt, hang up before the answer, and keep its whole quota.)
+func TestIntegrationACallerWhoHangsUpStillPaysForThePromptItSent(t *testing.T) {
+	in := start(t, prefix(t), "-tiers", tiersFile(t, 8, 2000), "-provider", "name=slow,latency=2s")
+	tok := token(t, "leaver", "tight", time.Hour)
+	err := callWithin(t, in.url, tok, chatWith("slow", 1500), 300*time.Millisecond)
+	require.Error(t, err, "the caller gave up before the answer")
+	require.Eventually(t, func() bool { return strings.Contains(metricsOf(t, in.admin), "gateway_requests_in_flight 0") },
+		10*time.Second, 10*time.Millisecond, "the request ends once its caller has left")
+	code, _, body := call(t, in.url, tok, chatWith("auto", 600))
+	assert.Equal(t, http.StatusTooManyRequests, code, "about 1,500 of 2,000 tokens are still charged, so 600 more do not fit: %s", body)
+	assert.Equal(t, "tokens_per_minute", errorCode(t, body))
+}
+
+// TestIntegrationEveryAttemptPaysForItself: three attempts that each
+// timed out sent the prompt upstream three times; each is charged its
+// reservation. (The request used to be charged nothing.)
+func TestIntegrationEveryAttemptPaysForItself(t *testing.T) {
+	in := start(t, prefix(t), "-tiers", tiersFile(t, 8, 2000), "-provider", "name=slow,latency=2s", "-route", "retry=slow:slow-1",
+		"-attempt-timeout", "200ms", "-max-attempts", "3", "-base-backoff", "1ms", "-max-backoff", "1ms", "-failure-threshold", "100")
+	tok := token(t, "retrier", "tight", time.Hour)
+	code, _, body := call(t, in.url, tok, chatWith("retry", 580)) // about 600 a call
+	require.Equal(t, http.StatusGatewayTimeout, code, "every attempt timed out: %s", body)
+	code, _, body = call(t, in.url, tok, chatWith("retry", 580))
+	assert.Equal(t, http.StatusTooManyRequests, code, "three attempts of about 600 each are charged: 600 more do not fit: %s", body)
+	assert.Equal(t, "tokens_per_minute", errorCode(t, body))
+}
+
+// TestIntegrationARetryTheQuotaCannotHoldIsNeverSent: a retry reserves
+// for itself; one the quota cannot hold ends the request with 429 before
+// the upstream sees it.
+func TestIntegrationARetryTheQuotaCannotHoldIsNeverSent(t *testing.T) {
+	in := start(t, prefix(t), "-tiers", tiersFile(t, 8, 2000), "-provider", "name=slow,latency=2s", "-route", "retry=slow:slow-1",
+		"-attempt-timeout", "200ms", "-max-attempts", "3", "-base-backoff", "1ms", "-max-backoff", "1ms", "-failure-threshold", "100")
+	tok := token(t, "greedy", "tight", time.Hour)
+	code, h, body := call(t, in.url, tok, chatWith("retry", 1200)) // about 1,215 a call: the second does not fit
+	assert.Equal(t, http.StatusTooManyRequests, code, "the first attempt timed out, the second could not be paid for: %s", body)
+	assert.Equal(t, "tokens_per_minute", errorCode(t, body))
+	assert.NotEmpty(t, h.Get("Retry-After"))
+	assert.Contains(t, metricsOf(t, in.admin), `gateway_provider_attempts_total{model="slow-1",outcome="timeout",provider="slow"} 1`,
+		"one attempt reached the upstream; the retry never did")
+}
+
+// TestIntegrationOneTenantCannotTakeEverySlotOfAReplica: the per-replica
+// cap stays beside the shared lease, so a tenant within its tier's
+// in-flight cap still leaves slots for the others.
+func TestIntegrationOneTenantCannotTakeEverySlotOfAReplica(t *testing.T) {
+	in := start(t, prefix(t), "-tiers", tiersFile(t, 3, 0), "-max-concurrent", "4", "-provider", "name=slow,latency=1s")
+	hog := token(t, "hog", "tight", time.Hour)
+	codes := make(chan int, 3)
+	var wg sync.WaitGroup
+	for range 3 {
+		wg.Go(func() { c, _, _ := call(t, in.url, hog, chatWith("slow", 10)); codes <- c })
+	}
+	require.Eventually(t, func() bool { return strings.Contains(metricsOf(t, in.admin), "gateway_requests_in_flight 2") },
+		10*time.Second, 10*time.Millisecond, "two of the hog's requests hold two of the four slots")
+	code, _, body := call(t, in.url, token(t, "neighbour", "tight", time.Hour), chatWith("slow", 10))
+	assert.Equal(t, http.StatusOK, code, "another tenant is served: %s", body)
+	wg.Wait()
+	close(codes)
+	got := map[int]int{}
+	for c := range codes {
+		got[c]++
+	}
+	assert.Equal(t, map[int]int{200: 2, 429: 1}, got, "the hog's third request, within its tier's cap of 3, is over the replica's cap of 2")
+}
+
+func TestATierThatCouldTakeEverySlotDoesNotStart(t *testing.T) {
+	t.Setenv("JWT_SECRET", secret)
+	var out, errOut testkit.LogBuffer
+	assert.Equal(t, 2, run(t.Context(), []string{"-tiers", tiersFile(t, 32, 0), "-max-concurrent", "32", "-redis-url", "redis://127.0.0.1:1"}, &out, &errOut, nil))
+	assert.Contains(t, errOut.String(), "tier tight: max_in_flight 32 is not below -max-concurrent 32")
+}
