@@ -17,6 +17,8 @@ package guard
 
 import (
 	"context"
+	"crypto/rand"
+	_ "embed"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -126,6 +128,14 @@ func (g *Guard) shared() error {
 	return err
 }
 
+// timeout is Config.Timeout, or quota.DefaultTimeout.
+func (g *Guard) timeout() time.Duration {
+	if g.cfg.Timeout > 0 {
+		return g.cfg.Timeout
+	}
+	return quota.DefaultTimeout
+}
+
 // leaseTTL is Config.LeaseTTL, or LeaseTTL.
 func (g *Guard) leaseTTL() time.Duration {
 	if g.cfg.LeaseTTL > 0 {
@@ -191,18 +201,53 @@ func keyOf(tenant string) string {
 }
 
 // Limiter is the rate limit of the tier in each request's identity, shared
-// by every replica: the router's Config.Limiter.
-func (g *Guard) Limiter() admission.Limiter { return tierLimiter{g.limits} }
+// by every replica: the router's Config.Limiter. It is a router.Refunder
+// too: a request the replica refuses for want of a slot gets its token
+// back (see refund.lua).
+func (g *Guard) Limiter() admission.Limiter { return tierLimiter{g} }
 
 // tierLimiter is lab 07's Redis limiter, one per tier, chosen by the tier
 // the request's identity carries.
-type tierLimiter struct{ byTier map[string]*distlimit.Limiter }
+type tierLimiter struct{ g *Guard }
 
 func (l tierLimiter) Allow(ctx context.Context, key string) (admission.Decision, error) {
-	id, _ := httpapi.IdentityFrom(ctx)
-	lim := l.byTier[id.Tier]
-	if lim == nil {
-		return admission.Decision{}, errors.New("guard: no rate limit for tier " + strconv.Quote(id.Tier))
+	lim, _, err := l.of(ctx)
+	if err != nil {
+		return admission.Decision{}, err
 	}
 	return lim.Allow(ctx, key) // lab 07's Decision is lab 02's: nothing to convert
+}
+
+//go:embed refund.lua
+var refundLua string
+
+var refundScript = redis.NewScript(refundLua)
+
+// Refund gives back the token Allow took for key, once however often the
+// client resends it, within the limits' Redis timeout. Lab 07's limiter has
+// no undo (its lesson is the atomic take), so the product adds one beside
+// it, on the same key.
+func (l tierLimiter) Refund(ctx context.Context, key string) error {
+	lim, tier, err := l.of(ctx)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, l.g.timeout())
+	defer cancel()
+	bucket := lim.Key(key)
+	if err := refundScript.Run(ctx, l.g.cfg.Redis, []string{bucket, bucket + ":refund:" + rand.Text()}, tier.Burst).Err(); err != nil {
+		return fmt.Errorf("guard: refund a rate token: %w", err)
+	}
+	return nil
+}
+
+// of is the limiter and tier of the request's identity.
+func (l tierLimiter) of(ctx context.Context) (*distlimit.Limiter, policy.Tier, error) {
+	id, _ := httpapi.IdentityFrom(ctx)
+	lim := l.g.limits[id.Tier]
+	tier, ok := l.g.cfg.Policy.Tier(id.Tier)
+	if lim == nil || !ok {
+		return nil, policy.Tier{}, errors.New("guard: no rate limit for tier " + strconv.Quote(id.Tier))
+	}
+	return lim, tier, nil
 }

@@ -50,6 +50,9 @@ func (r *Router) enter(ctx context.Context, run *run) error {
 	if err != nil {
 		r.tenants.leave(req.Tenant)
 		r.inflight.Leave()
+		if errors.Is(err, admission.ErrOverloaded) {
+			r.refund(ctx, req.Tenant)
+		}
 		return r.rejected(req.Tenant, err)
 	}
 	r.obs.Admitted(req.Tenant, ticket.QueueWait)
@@ -98,6 +101,14 @@ func (r *Router) Allow(ctx context.Context, tenant string) error {
 		return &RateLimitError{RetryAfter: d.RetryAfter}
 	}
 	return nil
+}
+
+// refund gives tenant's rate token back, if the limiter can (see
+// Refunder): detached from the caller, who is being refused anyway.
+func (r *Router) refund(ctx context.Context, tenant string) {
+	if rf, ok := r.limiter.(Refunder); ok {
+		_ = rf.Refund(context.WithoutCancel(ctx), tenant)
+	}
 }
 
 // allowAll is the admitter's limiter: the router asks the rate itself.

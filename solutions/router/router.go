@@ -172,6 +172,8 @@ type Config struct {
 	// Limiter, if set, replaces the in-process token bucket RatePerSecond
 	// and Burst would build — a limiter shared by every replica (secure_app
 	// passes lab 07's Redis limiter, per tier).
+	// If it is also a Refunder, a request the replica then refuses for
+	// want of a slot (ErrOverloaded) gets its token back.
 	Limiter       admission.Limiter
 	MaxConcurrent int           // requests in flight
 	MaxQueueWait  time.Duration // 0: refuse at once when full
@@ -212,6 +214,17 @@ type Config struct {
 	// request at once with the last attempt's error (wrapped in
 	// ErrRetryBudgetExhausted). nil: MaxAttempts is the only limit.
 	RetryBudget RetryBudget
+}
+
+// Refunder is a Config.Limiter that can give back the token Allow took:
+// the router calls Refund for a request refused with ErrOverloaded, which
+// did no work and was refused for what other tenants were doing. A refusal
+// the tenant caused itself — its own in-flight cap (ErrTenantBusy), a
+// caller that left — keeps its token, so the rate still bounds a tenant
+// that keeps asking while at its cap. Refund is best effort: its error is
+// ignored, and the request is refused either way.
+type Refunder interface {
+	Refund(ctx context.Context, key string) error
 }
 
 // RetryBudget keeps retries to a share of recent traffic per provider, so a

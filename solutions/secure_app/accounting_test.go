@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -108,4 +109,35 @@ func TestATierThatCouldTakeEverySlotDoesNotStart(t *testing.T) {
 	var out, errOut testkit.LogBuffer
 	assert.Equal(t, 2, run(t.Context(), []string{"-tiers", tiersFile(t, 32, 0), "-max-concurrent", "32", "-redis-url", "redis://127.0.0.1:1"}, &out, &errOut, nil))
 	assert.Contains(t, errOut.String(), "tier tight: max_in_flight 32 is not below -max-concurrent 32")
+}
+
+// TestIntegrationARequestRefusedForWantOfASlotKeepsItsRateToken: a tenant
+// whose only token went to a request the replica had no slot for (others
+// held them all) is served once a slot frees, not refused for its rate.
+func TestIntegrationARequestRefusedForWantOfASlotKeepsItsRateToken(t *testing.T) {
+	file := t.TempDir() + "/tiers.yaml"
+	require.NoError(t, os.WriteFile(file, []byte(`tiers:
+  slow:
+    rate_per_second: 0.001
+    burst: 1
+    max_in_flight: 1
+    max_prompt_bytes: 65536
+    models: ["*"]
+    max_request_timeout: 30s
+    tokens_per_minute: 0
+`), 0o644))
+	in := start(t, prefix(t), "-tiers", file, "-max-concurrent", "2", "-max-queue-wait", "0", "-provider", "name=slow,latency=1s")
+	var wg sync.WaitGroup
+	for _, tenant := range []string{"first", "second"} {
+		tok := token(t, tenant, "slow", time.Hour)
+		wg.Go(func() { code, _, _ := call(t, in.url, tok, chatWith("slow", 10)); assert.Equal(t, http.StatusOK, code) })
+	}
+	require.Eventually(t, func() bool { return strings.Contains(metricsOf(t, in.admin), "gateway_requests_in_flight 2") },
+		10*time.Second, 10*time.Millisecond, "two tenants hold both slots")
+	victim := token(t, "victim", "slow", time.Hour)
+	code, _, body := call(t, in.url, victim, chatWith("slow", 10))
+	require.Equal(t, http.StatusServiceUnavailable, code, "no slot, and no queue: %s", body)
+	wg.Wait()
+	code, _, body = call(t, in.url, victim, chatWith("slow", 10))
+	assert.Equal(t, http.StatusOK, code, "the victim's one token (burst 1, one an hour) came back with its refusal: %s", body)
 }
