@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/production-go/gateway-lab/internal/testkit"
+	"github.com/production-go/gateway-lab/internal/testkit/redistest"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -140,4 +141,22 @@ func TestIntegrationARequestRefusedForWantOfASlotKeepsItsRateToken(t *testing.T)
 	wg.Wait()
 	code, _, body = call(t, in.url, victim, chatWith("slow", 10))
 	assert.Equal(t, http.StatusOK, code, "the victim's one token (burst 1, one an hour) came back with its refusal: %s", body)
+}
+
+// TestIntegrationAStalledRedisIsGivenItsDocumentedBudgetNotTheReadTimeout:
+// the shared limits wait 100 ms (the rate) and 50 ms (tokens, leases) for
+// Redis, then fail closed. A stall of a few hundred milliseconds is longer
+// than those budgets and shorter than the client's 500 ms read timeout, so
+// the request is refused — not served late, as it was while go-redis
+// ignored the contexts' deadlines and waited out the stall.
+func TestIntegrationAStalledRedisIsGivenItsDocumentedBudgetNotTheReadTimeout(t *testing.T) {
+	srv := redistest.Own(t)
+	in := start(t, prefix(t), "-redis-url", srv.URL(), "-tiers", tiersFile(t, 8, 2000))
+	tok := token(t, "patient", "tight", time.Hour)
+	code, _, body := call(t, in.url, tok, chatWith("auto", 10))
+	require.Equal(t, http.StatusOK, code, "the scripts are loaded before the stall: %s", body)
+	srv.Stall(400 * time.Millisecond)
+	code, _, body = call(t, in.url, tok, chatWith("auto", 10))
+	assert.Equal(t, http.StatusServiceUnavailable, code, "the stall outlasts the 100 ms the rate may take: %s", body)
+	assert.Equal(t, "rate_limiter_unavailable", errorCode(t, body))
 }
