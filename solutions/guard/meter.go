@@ -12,7 +12,8 @@ import (
 	"github.com/production-go/gateway-lab/solutions/quota"
 )
 
-// Token accounting, the rules (DESIGN.md, "Token accounting"):
+// Token accounting, the rules (docs/SECURITY_AND_RUNTIME.md, "Token
+// accounting", states them with their tests):
 //
 //   - Each upstream call reserves for itself. The first uses the
 //     reservation Admit took; a retry, a fail-over or a hedge reserves
