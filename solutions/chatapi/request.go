@@ -50,8 +50,12 @@ type Request struct {
 	Stream bool
 	// IncludeUsage is the caller's "stream_options.include_usage".
 	IncludeUsage bool
-	// MaxTokens is "max_completion_tokens", else "max_tokens"; 0 if neither.
+	// MaxTokens is the larger of "max_completion_tokens" and "max_tokens"
+	// (an upstream may honour either); 0 if neither.
 	MaxTokens int
+	// Choices is "n", how many answers the caller asked for; 0 if unset
+	// (one). Each may be up to MaxTokens long.
+	Choices int
 	// Messages is how many messages the request holds (at least one).
 	Messages int
 }
@@ -65,7 +69,7 @@ var roles = map[string]bool{"system": true, "developer": true, "user": true, "as
 // disagree about what was asked (say, which model).
 var readFields = map[string]bool{
 	"model": true, "messages": true, "stream": true, "stream_options": true,
-	"max_tokens": true, "max_completion_tokens": true,
+	"max_tokens": true, "max_completion_tokens": true, "n": true,
 }
 
 // caseVariant refuses a key that is one of the fields the gateway reads
@@ -149,9 +153,11 @@ func (r *Request) read(key, v gjson.Result) error {
 		return err
 	case "max_tokens", "max_completion_tokens":
 		n, err := optionalCount(name, v)
-		if n > 0 && (name == "max_completion_tokens" || r.MaxTokens == 0) {
-			r.MaxTokens = n
-		}
+		r.MaxTokens = max(r.MaxTokens, n)
+		return err
+	case "n":
+		n, err := optionalCount(name, v)
+		r.Choices = n
 		return err
 	}
 	return nil

@@ -69,13 +69,15 @@ func TestParseReadsTheFieldsTheGatewayActsOn(t *testing.T) {
 	assert.Equal(t, "chat", r.Model)
 	assert.True(t, r.Stream)
 	assert.True(t, r.IncludeUsage)
-	assert.Equal(t, 70, r.MaxTokens, "max_completion_tokens wins over the deprecated max_tokens")
+	assert.Equal(t, 70, r.MaxTokens, "both names sent: the larger, since an upstream may honour either")
+	assert.Zero(t, r.Choices, "no n: one answer")
 	assert.Equal(t, 2, r.Messages)
 	assert.Equal(t, "be brief\nlook", r.Text(), "the text of string contents and text parts, in order")
 
-	r, err = Parse([]byte(`{"max_completion_tokens":70,"max_tokens":50,"messages":[{"role":"user","content":"x"}]}`))
+	r, err = Parse([]byte(`{"max_completion_tokens":10,"max_tokens":100000,"n":3,"messages":[{"role":"user","content":"x"}]}`))
 	require.NoError(t, err)
-	assert.Equal(t, 70, r.MaxTokens, "whichever order they come in")
+	assert.Equal(t, 100000, r.MaxTokens, "the larger, whichever name it has and whichever order they come in")
+	assert.Equal(t, 3, r.Choices)
 }
 
 func TestParseErrorsNameTheField(t *testing.T) {
@@ -85,6 +87,9 @@ func TestParseErrorsNameTheField(t *testing.T) {
 		{"a content that is an object", `{"messages":[{"role":"user","content":"a"},{"role":"user","content":{}}]}`, "messages[1].content"},
 		{"include_usage that is not a boolean", `{"messages":[{"role":"user","content":"a"}],"stream_options":{"include_usage":"yes"}}`, "stream_options.include_usage"},
 		{"a negative max_completion_tokens", `{"messages":[{"role":"user","content":"a"}],"max_completion_tokens":-3}`, "max_completion_tokens"},
+		{"n of 0", `{"messages":[{"role":"user","content":"a"}],"n":0}`, "n"},
+		{"n as a string", `{"messages":[{"role":"user","content":"a"}],"n":"4"}`, "n"},
+		{"n given twice, the last larger", `{"messages":[{"role":"user","content":"a"}],"n":1,"n":128}`, "n"},
 		{"messages given twice, the last empty", `{"messages":[{"role":"user","content":"a"}],"messages":[]}`, "messages"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -210,6 +215,7 @@ func TestAFieldTheGatewayReadsIsRefusedInAnotherCase(t *testing.T) {
 		{"max_completion_tokens with a Kelvin sign for the k", `{` + msgs + `,"max_completion_to\u212aens":100000}`, "max_completion_to\u212aens"},
 		{"Stream", `{` + msgs + `,"Stream":true}`, "Stream"},
 		{"Messages beside messages", `{` + msgs + `,"Messages":[]}`, "Messages"},
+		{"N beside n", `{` + msgs + `,"n":1,"N":128}`, "N"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := Parse([]byte(tc.body))

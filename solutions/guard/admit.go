@@ -115,7 +115,8 @@ func (g *Guard) meter(ctx context.Context, id httpapi.Identity, tier policy.Tier
 	if m.answer == 0 {
 		m.answer = DefaultMaxTokens
 	}
-	m.estimate = a.BodyBytes/4 + m.answer
+	// Each of the n answers asked for may be up to m.answer long.
+	m.estimate = a.BodyBytes/4 + max(a.Choices, 1)*m.answer
 	if m.estimate > tier.TokensPerMinute {
 		g.cfg.Observer.TierRefused(policy.LimitTokens)
 		return nil, &chatapi.Error{Status: http.StatusRequestEntityTooLarge, Type: "invalid_request_error", Code: "tokens_over_quota",

@@ -108,7 +108,10 @@ func (nopObserver) LimitFailed(policy.Limit)    {}
 func (g *Guard) shared() error {
 	for _, name := range g.cfg.Policy.Names() {
 		t, _ := g.cfg.Policy.Tier(name)
-		l, err := distlimit.New(g.cfg.Redis, distlimit.Config{Rate: t.RatePerSecond, Burst: t.Burst, Prefix: g.cfg.Prefix + ":rate:" + name + ":",
+		// One bucket per tenant, whatever the tier: a tenant holding tokens
+		// of two tiers (one minted before an upgrade) has one rate, held to
+		// the tier of each request's token, as its quota and leases are.
+		l, err := distlimit.New(g.cfg.Redis, distlimit.Config{Rate: t.RatePerSecond, Burst: t.Burst, Prefix: g.cfg.Prefix + ":rate:",
 			FailOpen: g.cfg.FailOpen, OnError: g.onError(policy.LimitRate)})
 		if err != nil {
 			return fmt.Errorf("tier %s: %w", name, err)
@@ -189,8 +192,12 @@ func (g *Guard) Identify(r *http.Request) (httpapi.Identity, *chatapi.Error) {
 		return httpapi.Identity{}, &chatapi.Error{Status: http.StatusForbidden, Type: "invalid_request_error", Code: "unknown_tier",
 			Message: "the token's tier is not one this gateway serves"}
 	}
+	// A body over the tier's prompt size is refused unread; a request
+	// beyond the tier's in-flight cap on this replica — which the shared
+	// lease would refuse anyway — before a Redis call, so a tenant's flood
+	// holds at most that many of the Redis pool's connections.
 	return httpapi.Identity{Key: keyOf(claims.Tenant), Tenant: claims.Tenant, Tier: claims.Tier,
-		MaxBodyBytes: int64(tier.MaxPromptBytes)}, nil // a body over the tier's prompt size is refused unread
+		MaxBodyBytes: int64(tier.MaxPromptBytes), MaxInFlight: tier.MaxInFlight}, nil
 }
 
 // keyOf is a tenant's name as a Redis key part: the limits put the key in

@@ -108,6 +108,20 @@ func identify(r *rig, header string) (httpapi.Identity, *chatapi.Error) {
 	return r.g.Identify(req)
 }
 
+func TestIdentifyCarriesTheTiersLimitsOnTheRequest(t *testing.T) {
+	r := newRig(t, false)
+	for _, tc := range []struct {
+		tier     string
+		body     int64
+		inFlight int
+	}{{"small", 1000, 1}, {"open", 1_000_000, 4}} {
+		id, e := identify(r, bearer(t, "acme", tc.tier, time.Hour))
+		require.Nil(t, e)
+		assert.Equal(t, httpapi.Identity{Key: "acme", Tenant: "acme", Tier: tc.tier, MaxBodyBytes: tc.body, MaxInFlight: tc.inFlight}, id,
+			"a body over the tier's prompt size, and a request over its in-flight cap, are refused before anything is read or asked of Redis")
+	}
+}
+
 func TestIdentifyTellsTheCallerOnlyTheKindOfRefusal(t *testing.T) {
 	r := newRig(t, false)
 	forged, err := identity.Mint([]byte("another-secret-that-is-32-bytes-long!"), "iss", "aud", "acme", "open", time.Hour, time.Now())
@@ -275,6 +289,21 @@ func TestTheEstimateIsThePromptAtFourBytesATokenPlusTheAnswer(t *testing.T) {
 	require.Nil(t, e)
 	defer done(nil, nil)
 	assert.Equal(t, 2000-(100+DefaultMaxTokens), r.left(t, "acme", 2000), "no max_tokens: the default answer is reserved")
+}
+
+func TestEachOfTheAnswersAskedForIsReserved(t *testing.T) {
+	r := newRig(t, false)
+	id := httpapi.Identity{Key: "acme", Tier: "small"}
+	a := ask(400, 600)
+	a.Choices = 4
+	_, _, e := r.g.Admit(t.Context(), id, a)
+	require.NotNil(t, e, "100 + 4 × 600 is over the whole quota of 2,000")
+	assert.Equal(t, "tokens_over_quota", e.Code)
+	a.Choices = 3
+	_, done, e := r.g.Admit(t.Context(), id, a)
+	require.Nil(t, e)
+	defer done(nil, nil)
+	assert.Equal(t, 2000-(100+3*600), r.left(t, "acme", 2000), "n = 3: three answers of up to 600 each")
 }
 
 func TestATierWithoutATokenQuotaIsNotCharged(t *testing.T) {

@@ -118,8 +118,8 @@ func (c charge) settle() {
 // tokensFor is what a call is charged, by the rules above.
 func tokensFor(reserved int, u *llm.Usage, err error, sentOutput bool) int {
 	used := 0
-	if u != nil {
-		used = max(u.TotalTokens, 0)
+	if u != nil { // an upstream may leave out total_tokens, or report it short
+		used = max(u.TotalTokens, u.PromptTokens+u.CompletionTokens, 0)
 	}
 	switch {
 	case err == nil && u != nil:

@@ -97,6 +97,8 @@ func TestEachCallIsChargedByTheRules(t *testing.T) {
 		charged int
 	}{
 		{"answered with usage: the usage", &upstream{usage: &llm.Usage{TotalTokens: 42}}, false, 42},
+		{"answered with usage but no total: prompt and completion", &upstream{usage: &llm.Usage{PromptTokens: 10, CompletionTokens: 300}}, false, 310},
+		{"answered with a total short of its parts: the parts", &upstream{usage: &llm.Usage{PromptTokens: 10, CompletionTokens: 300, TotalTokens: 5}}, false, 310},
 		{"answered without usage: the reservation", &upstream{}, false, 150},
 		{"an upstream 500 before any output: nothing", &upstream{err: chatapi.NewUpstreamError("up", 500, nil, 0)}, false, 0},
 		{"an upstream 429: nothing", &upstream{err: chatapi.NewUpstreamError("up", 429, nil, 0)}, false, 0},

@@ -60,6 +60,12 @@ func TestARefundTheClientResendsIsAppliedOnce(t *testing.T) {
 	assert.Equal(t, 1, allowed(t, r, "small", "k", 2))
 }
 
+func TestATenantHasOneRateWhateverTheTierOfItsToken(t *testing.T) {
+	r := newRig(t, false)
+	require.Equal(t, 100, allowed(t, r, "small", "k", 100), "small: a burst of 100")
+	assert.Zero(t, allowed(t, r, "open", "k", 1), "a token of another tier draws on the same, empty, bucket")
+}
+
 func TestARefundFailsWithoutATierOrARedis(t *testing.T) {
 	r := newRig(t, false)
 	assert.ErrorContains(t, r.g.Limiter().(tierLimiter).Refund(t.Context(), "k"), "no rate limit for tier")

@@ -20,11 +20,11 @@ import (
 // the answer comes back as the upstream sent it.
 func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
-	id, r, buf, ok := s.accept(w, r)
+	id, r, buf, release, ok := s.accept(w, r)
 	if !ok {
 		return
 	}
-	defer s.done(buf)
+	defer release()
 	chat, err := chatapi.Parse(buf.Bytes())
 	if err != nil {
 		s.writeError(w, err.(*chatapi.Error)) // Parse's errors are all *chatapi.Error
@@ -36,7 +36,7 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
 			Message: fmt.Sprintf("the model %q does not exist here; GET /v1/models lists the models this gateway serves", chat.Model)})
 		return
 	}
-	r, done, ok := s.admit(w, r, id, Admission{Model: chat.Model, BodyBytes: buf.Len(), MaxTokens: chat.MaxTokens, Stream: chat.Stream})
+	r, done, ok := s.admit(w, r, id, Admission{Model: chat.Model, BodyBytes: buf.Len(), MaxTokens: chat.MaxTokens, Choices: chat.Choices, Stream: chat.Stream})
 	if !ok {
 		return
 	}

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
+	"time"
 
 	"github.com/production-go/gateway-lab/internal/testkit/promtest"
 	"github.com/production-go/gateway-lab/solutions/chatapi"
@@ -112,4 +113,84 @@ func TestTheAdmissionIsSettledAfterTheAnswerIsWritten(t *testing.T) {
 			})
 		})
 	}
+}
+
+// capped identifies each request by its X-Tenant-ID header, with an
+// in-flight cap of max.
+func capped(max int) func(*Options) {
+	return func(o *Options) {
+		o.Identify = func(r *http.Request) (Identity, *chatapi.Error) {
+			t := r.Header.Get("X-Tenant-ID")
+			return Identity{Key: t, Tenant: t, MaxInFlight: max}, nil
+		}
+	}
+}
+
+// TestACallerAtItsInFlightCapIsRefusedBeforeAnythingElse: a caller that
+// floods the gateway costs one map lookup per request over its cap — not
+// a rate-limit round trip, not a body read — and takes no rate token.
+func TestACallerAtItsInFlightCapIsRefusedBeforeAnythingElse(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		cfg := baseConfig()
+		cfg.RatePerSecond, cfg.Burst = 0.001, 3
+		r := newRigWith(t, cfg, capped(2), simProvider(t, sim.Config{Name: "alpha", Latency: time.Second}))
+		held := make(chan int, 2)
+		for range 2 {
+			go func() { held <- r.do(http.MethodPost, "/v1/chat/completions", chatBody, "X-Tenant-ID", "acme").Code }()
+		}
+		synctest.Wait() // two of acme's requests wait on the upstream
+
+		b := &watchedBody{r: strings.NewReader(chatBody)}
+		req := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", b)
+		req.Header.Set("X-Tenant-ID", "acme")
+		rec := httptest.NewRecorder()
+		r.srv.ServeHTTP(rec, req)
+		assert.Equal(t, http.StatusTooManyRequests, rec.Code)
+		assert.Equal(t, "too_many_concurrent_requests", decodeError(t, rec).code())
+		assert.Equal(t, "1", rec.Header().Get("Retry-After"))
+		assert.False(t, b.read.Load(), "its body is never read")
+		assert.Zero(t, promtest.Counter(t, r.reg, "gateway_admission_rejections_total", "reason", "rate_limited"), "nor is its rate asked")
+
+		other := make(chan int, 1)
+		go func() { other <- r.do(http.MethodPost, "/v1/chat/completions", chatBody, "X-Tenant-ID", "other").Code }()
+		assert.Equal(t, http.StatusOK, <-other, "another caller is served meanwhile")
+		assert.Equal(t, http.StatusOK, <-held)
+		assert.Equal(t, http.StatusOK, <-held)
+		assert.Equal(t, http.StatusOK, r.do(http.MethodPost, "/v1/chat/completions", chatBody, "X-Tenant-ID", "acme").Code,
+			"the third token of acme's burst of 3 is still there: the refusal took none")
+		rec = r.do(http.MethodPost, "/v1/chat/completions", chatBody, "X-Tenant-ID", "acme")
+		assert.Equal(t, "rate_limited", decodeError(t, rec).code(), "and then the bucket is empty")
+	})
+}
+
+// TestACallersPlaceIsGivenBackHoweverItsRequestEnds: with a cap of one,
+// each request below must find the place its predecessor held free.
+func TestACallersPlaceIsGivenBackHoweverItsRequestEnds(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		cfg := baseConfig()
+		cfg.RatePerSecond, cfg.Burst = 0.001, 6
+		r := newRigWith(t, cfg, func(o *Options) {
+			capped(1)(o)
+			o.MaxBodyBytes = 1000
+		}, simProvider(t, sim.Config{Name: "alpha"}))
+		for _, tc := range []struct {
+			name, path, body string
+			code             int
+		}{
+			{"answered", "/v1/chat/completions", chatBody, http.StatusOK},
+			{"streamed", "/v1/chat/completions", `{"stream":true,"messages":[{"role":"user","content":"hi"}]}`, http.StatusOK},
+			{"generated", "/v1/generate", `{"prompt":"hi"}`, http.StatusOK},
+			{"not JSON", "/v1/chat/completions", `{`, http.StatusBadRequest},
+			{"an unknown model", "/v1/chat/completions", `{"model":"nope","messages":[{"role":"user","content":"hi"}]}`, http.StatusNotFound},
+			{"a body too large", "/v1/chat/completions", strings.Repeat(" ", 2000), http.StatusRequestEntityTooLarge},
+			{"over the rate", "/v1/chat/completions", chatBody, http.StatusTooManyRequests},
+			{"over the rate again", "/v1/chat/completions", chatBody, http.StatusTooManyRequests},
+		} {
+			rec := r.do(http.MethodPost, tc.path, tc.body, "X-Tenant-ID", "acme")
+			require.Equal(t, tc.code, rec.Code, "%s: %s", tc.name, rec.Body.String())
+			if tc.code == http.StatusTooManyRequests {
+				assert.Equal(t, "rate_limited", decodeError(t, rec).code(), "%s: refused for the rate, not for a place the last request kept", tc.name)
+			}
+		}
+	})
 }

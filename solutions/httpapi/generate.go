@@ -77,11 +77,11 @@ func parseGenerate(body []byte) (generateRequest, *chatapi.Error) {
 // request of one user message, and the answer comes back as its text with
 // the numbers the lesson measures.
 func (s *Server) generate(w http.ResponseWriter, r *http.Request) {
-	id, r, buf, ok := s.accept(w, r)
+	id, r, buf, release, ok := s.accept(w, r)
 	if !ok {
 		return
 	}
-	defer s.done(buf)
+	defer release()
 	body, e := parseGenerate(buf.Bytes())
 	if e != nil {
 		s.writeError(w, e)

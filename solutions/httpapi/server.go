@@ -88,6 +88,15 @@ type Identity struct {
 	// body this caller may send (its tier's limit): a larger one is refused
 	// before it is read.
 	MaxBodyBytes int64
+	// MaxInFlight, if positive, is how many requests under this Key the
+	// server takes at once, each counted from the moment it is identified
+	// until its answer is written. One more is refused with 429 before
+	// anything else runs — the rate limit's round trip included — so a
+	// caller that floods the gateway holds at most this many of what its
+	// requests share (a Redis connection pool, say), however many it sends.
+	// Set it no lower than what the caller may have in flight anyway (its
+	// tier's cap): it only refuses what would have been refused later.
+	MaxInFlight int
 }
 
 type identityKey struct{}
@@ -112,16 +121,18 @@ type Done func(usage *llm.Usage, err error)
 type Admission struct {
 	Model     string // the public model name asked for; "auto" when none
 	BodyBytes int    // the request body's size
-	MaxTokens int    // the caller's limit on the answer's tokens; 0 if unset
+	MaxTokens int    // the caller's limit on each answer's tokens; 0 if unset
+	Choices   int    // how many answers the caller asked for ("n"); 0 if unset (one)
 	Stream    bool
 }
 
 // Server serves the gateway over HTTP.
 type Server struct {
-	opts   Options
-	tracer trace.Tracer // nil when Options.Tracer is
-	mux    *http.ServeMux
-	bodies sync.Pool // *bytes.Buffer for request bodies
+	opts    Options
+	tracer  trace.Tracer // nil when Options.Tracer is
+	mux     *http.ServeMux
+	bodies  sync.Pool // *bytes.Buffer for request bodies
+	callers callers   // requests in the server per Identity.Key, for Identity.MaxInFlight
 }
 
 // New builds the routes.
@@ -329,25 +340,68 @@ func printable(s string) bool {
 	return true
 }
 
-// accept is what every POST does first: name the caller, then read the
-// body. On false the response is written; on true the caller gives the
-// buffer back with s.done.
-func (s *Server) accept(w http.ResponseWriter, r *http.Request) (Identity, *http.Request, *bytes.Buffer, bool) {
-	id, r, ok := s.identify(w, r)
+// accept is what every POST does first: name the caller, count it among
+// its requests in flight, then read the body. On false the response is
+// written; on true the caller calls release when the request ends, which
+// gives back the buffer and the caller's place.
+func (s *Server) accept(w http.ResponseWriter, r *http.Request) (id Identity, _ *http.Request, _ *bytes.Buffer, release func(), ok bool) {
+	id, r, ok = s.identify(w, r)
 	if !ok {
-		return Identity{}, r, nil, false
+		return Identity{}, r, nil, nil, false
+	}
+	leave, ok := s.callers.enter(id)
+	if !ok {
+		s.refuseBody(w, &chatapi.Error{Status: http.StatusTooManyRequests, Type: "rate_limit_error", Code: "too_many_concurrent_requests",
+			Message: fmt.Sprintf("this caller may have %d requests in flight", id.MaxInFlight), RetryAfter: time.Second})
+		return Identity{}, r, nil, nil, false
 	}
 	// The cheapest refusal first: a tenant over its rate is refused before
 	// a byte of its body is read or parsed (the handlers tell the router
 	// with Request.RateChecked).
 	if err := s.opts.Router.Allow(r.Context(), id.Key); err != nil {
+		leave()
 		w.Header().Set("Connection", "close")
 		_ = http.NewResponseController(w).SetReadDeadline(time.Now()) // see refuseBody
 		s.fail(w, r, err)
-		return Identity{}, r, nil, false
+		return Identity{}, r, nil, nil, false
 	}
 	buf, ok := s.readBody(w, r, id)
-	return id, r, buf, ok
+	if !ok {
+		leave()
+		return Identity{}, r, nil, nil, false
+	}
+	return id, r, buf, func() { leave(); s.done(buf) }, true
+}
+
+// callers counts the requests in the server per caller, for
+// Identity.MaxInFlight.
+type callers struct {
+	mu sync.Mutex
+	in map[string]int
+}
+
+// enter counts one more request of id, unless it already has
+// id.MaxInFlight; leave uncounts it.
+func (c *callers) enter(id Identity) (leave func(), ok bool) {
+	if id.MaxInFlight <= 0 {
+		return func() {}, true
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.in[id.Key] >= id.MaxInFlight {
+		return nil, false
+	}
+	if c.in == nil {
+		c.in = map[string]int{}
+	}
+	c.in[id.Key]++
+	return func() {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if c.in[id.Key]--; c.in[id.Key] == 0 {
+			delete(c.in, id.Key) // an idle caller costs nothing
+		}
+	}, true
 }
 
 // readBody reads a size- and time-limited body into a pooled buffer: at

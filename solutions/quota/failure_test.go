@@ -85,6 +85,17 @@ func TestLeasesFailOpenWhenConfigured(t *testing.T) {
 	assert.ErrorIs(t, log.all()[0], ErrUnavailable)
 }
 
+func TestASettleThatFailedIsRetriedInTheBackground(t *testing.T) {
+	f := newFixture(t)
+	q := newTokens(t, f.rdb, TokensConfig{Timeout: 20 * time.Millisecond})
+	r, _ := reserve(t, q, "acme", 1000, 400)
+	f.m.Close()
+	require.ErrorIs(t, r.Settle(t.Context(), 100), ErrUnavailable, "Redis is down")
+	require.NoError(t, f.m.Restart())
+	q.Close() // waits for the background retries
+	assert.Equal(t, 900, balance(t, q, "acme", 1000), "the settle was applied once Redis was back: 400 reserved, 100 used")
+}
+
 func TestQuotaRecoversWhenRedisReturns(t *testing.T) {
 	f := newFixture(t)
 	q := newTokens(t, f.rdb, TokensConfig{})

@@ -36,7 +36,7 @@ func newFixture(t *testing.T) *fixture {
 	m := miniredis.RunT(t)
 	f := &fixture{m: m, clock: time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)}
 	m.SetTime(f.clock)
-	f.rdb = redis.NewClient(&redis.Options{Addr: m.Addr(), MaxRetries: -1, DialerRetries: 1})
+	f.rdb = redis.NewClient(&redis.Options{Addr: m.Addr(), MaxRetries: -1, DialerRetries: 1, ContextTimeoutEnabled: true})
 	t.Cleanup(func() { _ = f.rdb.Close() })
 	return f
 }

@@ -205,17 +205,28 @@ type store struct {
 // that failed: a call the client gave up on may still have reached Redis,
 // which runs it when it can (a stalled Redis runs what was queued), and
 // the undo — idempotent by id — cleans up after it. The undo is retried,
-// its waits doubling from one Timeout, until an attempt gets an answer:
-// a first attempt sent during the stall may run before the call it undoes
-// (they wait on different connections), but an answer that comes after
-// the stall means Redis has run what was queued before it. At most
-// maxUndos run at once; beyond that the lease's TTL, or the reservation's
-// settle window, is the cleanup. It does not make the failing request
-// wait, and its own failures are not counted a second time. Close waits
-// for it.
+// its waits doubling from one Timeout (at most DefaultTimeout), until an
+// attempt gets an answer: a first attempt sent during the stall may run
+// before the call it undoes (they wait on different connections), but an
+// answer that comes after the stall means Redis has run what was queued
+// before it. At most maxUndos run at once; beyond that the lease's TTL, or
+// the reservation's settle window, is the cleanup. It does not make the
+// failing request wait, and its own failures are not counted a second
+// time. Close waits for it.
 func (s store) undo(ctx context.Context, failed error, script *redis.Script, keys []string, args ...any) {
 	if !mayHaveRun(failed) {
 		return // refused at dial, say: the call never reached Redis
+	}
+	s.retry(ctx, nil, script, keys, args...)
+}
+
+// retry runs an idempotent script in the background until an attempt gets
+// an answer, within the bounds undo describes; it calls done after the
+// attempt that got one, and stops early once done reports true (someone
+// else got an answer). done may be nil.
+func (s store) retry(ctx context.Context, done func(set bool) bool, script *redis.Script, keys []string, args ...any) {
+	if done == nil {
+		done = func(bool) bool { return false }
 	}
 	select {
 	case s.undoSlots <- struct{}{}:
@@ -225,9 +236,13 @@ func (s store) undo(ctx context.Context, failed error, script *redis.Script, key
 	s.undos.Go(func() {
 		defer func() { <-s.undoSlots }()
 		ctx := context.WithoutCancel(ctx)
-		wait := s.timeout
+		wait := min(s.timeout, DefaultTimeout)
 		for range undoAttempts {
+			if done(false) {
+				return
+			}
 			if _, err := runScript(ctx, s.rdb, s.timeout, script, keys, 3, args...); err == nil {
+				done(true)
 				return
 			}
 			time.Sleep(wait) // a pause between attempts of a background retry, not synchronisation

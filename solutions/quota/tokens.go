@@ -165,7 +165,9 @@ func (r *Reservation) Estimate() int {
 // or on one admitted by FailOpen does nothing and returns nil.
 //
 // When Redis fails it returns an error wrapping ErrUnavailable (reported to
-// OnError too); the caller may retry it. A negative usage, or one above
+// OnError too), and retries in the background until Redis answers, a few
+// times over about 1.6 s at the default Timeout (Close waits for them); the
+// caller may retry it too. A negative usage, or one above
 // MaxPerMinute, is refused with ErrInvalidLimit and changes nothing.
 //
 // Settle with a context that outlives the request — for example
@@ -184,9 +186,20 @@ func (r *Reservation) Settle(ctx context.Context, actual int) error {
 	}
 	q := r.q
 	bucket, open := q.Keys(r.tenant)
-	_, err := runScript(ctx, q.rdb, q.timeout, tokensScript, []string{bucket, open}, 3,
-		"settle", r.perMinute, r.id, r.estimate, q.window.Milliseconds(), actual)
+	args := []any{"settle", r.perMinute, r.id, r.estimate, q.window.Milliseconds(), actual}
+	_, err := runScript(ctx, q.rdb, q.timeout, tokensScript, []string{bucket, open}, 3, args...)
 	if err != nil {
+		// Retried in the background (a settle is idempotent by id): a
+		// blip must not leave the reservation charged its estimate when
+		// the usage was less, or forgive usage above it.
+		if ctx.Err() == nil {
+			q.retry(ctx, func(set bool) bool {
+				if set {
+					r.settled.Store(true)
+				}
+				return r.settled.Load()
+			}, tokensScript, []string{bucket, open}, args...)
+		}
 		err, _ := q.fail.report(err)
 		return err
 	}

@@ -127,7 +127,7 @@ func urlOptions(raw string, s redisSettings, password string) (*redis.Options, e
 			// password included: say what is wrong in our own words.
 			err = errors.New("it does not parse as a URL")
 		}
-		return nil, fmt.Errorf("-redis-url %s: %w (want redis://[user:password@]host:port/db or rediss://…)", redactURL(raw), err)
+		return nil, fmt.Errorf("-redis-url %s: %w (want redis://host:port/db or rediss://…, credentials as user:password@ before the host)", redactURL(raw), err)
 	}
 	switch {
 	case password != "" && opts.Password != "":

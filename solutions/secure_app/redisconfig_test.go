@@ -43,7 +43,7 @@ func TestRedisErrorsNeverCarryThePassword(t *testing.T) {
 		{"a space in the password", "redis://app:pa ss" + redisPassword + "@127.0.0.1:6379/0",
 			[]string{redisPassword}, "-redis-url redis://xxxxx@127.0.0.1:6379/0"},
 		{"a database that is not a number", "redis://app:" + redisPassword + "@127.0.0.1:6379/zero",
-			[]string{redisPassword}, "invalid database number"},
+			[]string{redisPassword}, "credentials as user:password@ before the host"}, // the hint, unmangled by the redaction
 		{"a password as a query parameter", "redis://127.0.0.1:6379/0?password=" + redisPassword,
 			[]string{redisPassword}, "password=xxxxx"},
 		{"the wrong scheme", "http://app:" + redisPassword + "@127.0.0.1:6379/0",

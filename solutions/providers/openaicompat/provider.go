@@ -286,6 +286,11 @@ func (p *Provider) post(ctx context.Context, req llm.Request, stream bool) (*htt
 	}
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
+	// A refusal's text reaches the caller (a 400 is the caller's to fix), so
+	// it must not carry the gateway's own key, which some servers quote.
+	if len(p.cfg.APIKey) >= 8 {
+		body = bytes.ReplaceAll(body, []byte(p.cfg.APIKey), []byte("[the gateway's key]"))
+	}
 	var retryAfter time.Duration
 	if resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusServiceUnavailable {
 		retryAfter = chatapi.ParseRetryAfter(resp.Header.Get("Retry-After"), time.Now())

@@ -123,6 +123,18 @@ func TestBadRequestCarriesTheUpstreamsTypeCodeAndMessage(t *testing.T) {
 	assert.NotContains(t, err.Error(), "sk-secret-123", "the API key never appears in an error")
 }
 
+func TestARefusalThatQuotesTheGatewaysKeyReachesNoOneWithIt(t *testing.T) {
+	p := upstream(t, func(w http.ResponseWriter, _ *http.Request) {
+		w.WriteHeader(http.StatusBadRequest)
+		_, _ = io.WriteString(w, `{"error":{"message":"bad request for key sk-secret-123 (sk-secret-123)","type":"invalid_request_error","code":"bad"}}`)
+	})
+	_, err := p.Generate(t.Context(), req)
+	var se *chatapi.UpstreamError
+	require.ErrorAs(t, err, &se)
+	assert.Equal(t, "bad request for key [the gateway's key] ([the gateway's key])", se.Message, "the caller reads the refusal, without the key")
+	assert.Equal(t, "bad", se.Code)
+}
+
 func TestUpstreamErrorTextIsBounded(t *testing.T) {
 	p := upstream(t, func(w http.ResponseWriter, _ *http.Request) {
 		w.WriteHeader(http.StatusBadRequest)
