@@ -440,6 +440,7 @@ func TestCloseOfAnIdleBridgeSucceedsWhateverItsContext(t *testing.T) {
 				b := newBridge(t, 1)
 				_, err := Call(waiting(t), b, func(context.Context) (int, error) { return 1, nil })
 				require.NoError(t, err, "one call, run to its end, before the bridge is closed")
+				synctest.Wait() // and its worker's bookkeeping after it, however the bridge orders the two
 				ctx := c.ctx(t)
 				// Nothing runs and ctx is done: a select may pick either, so
 				// repeat (Close is safe to call again) until both orders happen.
