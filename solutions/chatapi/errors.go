@@ -62,12 +62,16 @@ const MaxMessageBytes = 1024
 // may quote the caller's input, so the gateway shows it to the caller (who
 // sent that input) but never logs it; Error() leaves it out for that reason.
 type UpstreamError struct {
-	Provider   string
-	Status     int // 0: the upstream said it in a stream event, after a 200
-	Type       string
-	Code       string
-	Param      string
-	Message    string // at most MaxMessageBytes, valid UTF-8
+	Provider string
+	Status   int // 0: the upstream said it in a stream event, after a 200
+	Type     string
+	Code     string
+	Param    string
+	Message  string // at most MaxMessageBytes, valid UTF-8
+	// InBody: the upstream sent the error object in a 200 answer or a
+	// stream event, so it had the request (and may bill for it), whatever
+	// Status says.
+	InBody     bool
 	retryAfter time.Duration
 }
 

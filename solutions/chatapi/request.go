@@ -43,6 +43,9 @@ type Request struct {
 	raw           []byte
 	model, stream span // the "model" and "stream" values in raw
 	streamOptions span // the whole "stream_options" member, key to value
+	maxCompletion span // the "max_completion_tokens" value in raw
+	optionsValue  span // the "stream_options" value in raw
+	includeUsage  span // the "stream_options.include_usage" value in raw
 
 	// Model is the public model name the caller asked for ("" if none).
 	Model string
@@ -58,6 +61,9 @@ type Request struct {
 	Choices int
 	// Messages is how many messages the request holds (at least one).
 	Messages int
+	// MediaParts is how many content parts are not text (images, audio,
+	// files): what they cost in tokens their bytes here do not show.
+	MediaParts int
 }
 
 // The roles a message may have. "function" is deprecated but still sent by
@@ -98,7 +104,7 @@ func Parse(body []byte) (*Request, error) {
 	if !root.IsObject() {
 		return nil, invalid("", "invalid_type", "the request body must be a JSON object")
 	}
-	r := &Request{raw: body, model: absent, stream: absent, streamOptions: absent}
+	r := &Request{raw: body, model: absent, stream: absent, streamOptions: absent, maxCompletion: absent, optionsValue: absent, includeUsage: absent}
 	seen := make(map[string]bool, len(readFields))
 	var err error
 	root.ForEach(func(key, value gjson.Result) bool {
@@ -139,6 +145,7 @@ func (r *Request) read(key, v gjson.Result) error {
 		return err
 	case "stream_options":
 		r.streamOptions = span{at: key.Index, end: v.Index + len(v.Raw)}
+		r.optionsValue = valueSpan(v)
 		if v.Type == gjson.Null {
 			return nil
 		}
@@ -148,10 +155,20 @@ func (r *Request) read(key, v gjson.Result) error {
 		if duplicate(v, "include_usage") != "" || hasCaseVariant(v, "include_usage") {
 			return invalid("stream_options.include_usage", "duplicate_field", "stream_options.include_usage appears more than once")
 		}
-		b, err := optionalBool("stream_options.include_usage", v.Get("include_usage"))
+		u := v.Get("include_usage")
+		if u.Exists() {
+			r.includeUsage = valueSpan(u) // gjson gives a nested value's index in the whole body
+			if u.Index <= 0 || !bytes.Equal(r.raw[r.includeUsage.at:min(r.includeUsage.end, len(r.raw))], []byte(u.Raw)) {
+				r.includeUsage = unlocated // not where gjson says (it cannot always tell): never edit blind
+			}
+		}
+		b, err := optionalBool("stream_options.include_usage", u)
 		r.IncludeUsage = b
 		return err
 	case "max_tokens", "max_completion_tokens":
+		if name == "max_completion_tokens" {
+			r.maxCompletion = valueSpan(v)
+		}
 		n, err := optionalCount(name, v)
 		r.MaxTokens = max(r.MaxTokens, n)
 		return err
@@ -176,6 +193,14 @@ func (r *Request) readMessages(v gjson.Result) error {
 	v.ForEach(func(_, m gjson.Result) bool {
 		err = checkMessage(i, m)
 		i++
+		if c := m.Get("content"); c.IsArray() {
+			c.ForEach(func(_, part gjson.Result) bool {
+				if part.Get("type").Str != "text" {
+					r.MediaParts++
+				}
+				return true
+			})
+		}
 		return err == nil
 	})
 	if err != nil {
@@ -301,6 +326,34 @@ func (r *Request) WithModel(model string) []byte { return r.Upstream(model, r.St
 // request that does not stream. It does not change r; each call returns a
 // new slice.
 func (r *Request) Upstream(model string, stream bool) []byte {
+	return splice(r.raw, r.upstream(model, stream))
+}
+
+// UpstreamAskingUsage is Upstream for a streamed answer that also asks
+// for the usage ("stream_options": {"include_usage": true}) when the
+// caller did not: a gateway that charges by the token needs the count
+// whether or not its caller wants to read it (and then drops the usage
+// chunk on the way back; see IncludeUsage). Every other member of the
+// caller's stream_options stays as it was.
+func (r *Request) UpstreamAskingUsage(model string) []byte {
+	edits := r.upstream(model, true)
+	switch {
+	case r.IncludeUsage, r.includeUsage == unlocated:
+	case r.includeUsage.present(): // false, or null
+		edits = append(edits, edit{r.includeUsage, []byte("true")})
+	case r.optionsValue.present() && r.raw[r.optionsValue.at] == '{' && len(bytes.TrimSpace(r.raw[r.optionsValue.at+1:r.optionsValue.end-1])) > 0:
+		at := r.optionsValue.at + 1
+		edits = append(edits, edit{span{at, at}, []byte(`"include_usage":true,`)})
+	case r.optionsValue.present(): // null, or {}
+		edits = append(edits, edit{r.optionsValue, []byte(`{"include_usage":true}`)})
+	default:
+		edits = append(edits, r.insert(`"stream_options":{"include_usage":true},`))
+	}
+	return splice(r.raw, edits)
+}
+
+// upstream is the edits Upstream makes.
+func (r *Request) upstream(model string, stream bool) []edit {
 	quoted, _ := json.Marshal(model) // a string always marshals
 	var edits []edit
 	if r.model.present() {
@@ -319,7 +372,7 @@ func (r *Request) Upstream(model string, stream bool) []byte {
 			edits = append(edits, edit{r.member(r.streamOptions), nil})
 		}
 	}
-	return splice(r.raw, edits)
+	return edits
 }
 
 // WithMaxTokens returns the request with "max_completion_tokens" set to n
@@ -332,10 +385,13 @@ func (r *Request) WithMaxTokens(n int) *Request {
 	if r.MaxTokens > 0 || n <= 0 {
 		return r
 	}
-	body := splice(r.raw, []edit{r.insert(`"max_completion_tokens":` + strconv.Itoa(n) + `,`)})
-	out, err := Parse(body)
+	e := r.insert(`"max_completion_tokens":` + strconv.Itoa(n) + `,`)
+	if r.maxCompletion.present() { // "max_completion_tokens": null
+		e = edit{r.maxCompletion, []byte(strconv.Itoa(n))}
+	}
+	out, err := Parse(splice(r.raw, []edit{e}))
 	if err != nil {
-		panic("chatapi: WithMaxTokens made an invalid request: " + err.Error()) // cannot happen: one valid member added to a valid object
+		panic("chatapi: WithMaxTokens made an invalid request: " + err.Error()) // cannot happen: one valid value set in a valid object
 	}
 	return out
 }
@@ -343,8 +399,12 @@ func (r *Request) WithMaxTokens(n int) *Request {
 // span is a range of a request's bytes, [at, end).
 type span struct{ at, end int }
 
-// absent is the span of a field the request does not have.
-var absent = span{at: -1, end: -1}
+// absent is the span of a field the request does not have; unlocated,
+// of one it has whose bytes could not be found.
+var (
+	absent    = span{at: -1, end: -1}
+	unlocated = span{at: -2, end: -2}
+)
 
 func (s span) present() bool { return s.at >= 0 }
 

@@ -72,6 +72,7 @@ func TestParseReadsTheFieldsTheGatewayActsOn(t *testing.T) {
 	assert.Equal(t, 70, r.MaxTokens, "both names sent: the larger, since an upstream may honour either")
 	assert.Zero(t, r.Choices, "no n: one answer")
 	assert.Equal(t, 2, r.Messages)
+	assert.Equal(t, 1, r.MediaParts, "one image part; the text part and the string content are text")
 	assert.Equal(t, "be brief\nlook", r.Text(), "the text of string contents and text parts, in order")
 
 	r, err = Parse([]byte(`{"max_completion_tokens":10,"max_tokens":100000,"n":3,"messages":[{"role":"user","content":"x"}]}`))
@@ -251,5 +252,52 @@ func TestWithMaxTokensAddsTheLimitOnlyWhenTheCallerSetNone(t *testing.T) {
 		r, err := Parse([]byte(body))
 		require.NoError(t, err)
 		assert.Same(t, r, r.WithMaxTokens(1024), "a caller's own limit stands: %s", body)
+	}
+	for body, want := range map[string]string{
+		`{"max_completion_tokens":null,"messages":[{"role":"user","content":"hi"}]}`: `{"max_completion_tokens":1024,"messages":[{"role":"user","content":"hi"}]}`,
+		`{"max_tokens":null,"messages":[{"role":"user","content":"hi"}]}`:            `{"max_completion_tokens":1024,"max_tokens":null,"messages":[{"role":"user","content":"hi"}]}`,
+	} {
+		r, err := Parse([]byte(body))
+		require.NoError(t, err)
+		capped := r.WithMaxTokens(1024)
+		assert.Equal(t, want, string(capped.Body()), "a limit sent as null is no limit: it is set, never added twice")
+	}
+}
+
+func TestUpstreamAskingUsageAsksForItAndKeepsTheRest(t *testing.T) {
+	msgs := `"messages":[{"role":"user","content":"hi"}]`
+	for _, tc := range []struct{ name, body, want string }{
+		{"no stream_options", `{"stream":true,` + msgs + `}`,
+			`{"stream_options":{"include_usage":true},"model":"up","stream":true,` + msgs + `}`},
+		{"stream_options null", `{"model":"m","stream":true,"stream_options":null,` + msgs + `}`,
+			`{"model":"up","stream":true,"stream_options":{"include_usage":true},` + msgs + `}`},
+		{"stream_options empty", `{"model":"m","stream":true,"stream_options":{ },` + msgs + `}`,
+			`{"model":"up","stream":true,"stream_options":{"include_usage":true},` + msgs + `}`},
+		{"include_usage false beside another option", `{"model":"m","stream":true,"stream_options":{"continuous_usage_stats":true, "include_usage" : false},` + msgs + `}`,
+			`{"model":"up","stream":true,"stream_options":{"continuous_usage_stats":true, "include_usage" : true},` + msgs + `}`},
+		{"include_usage null", `{"model":"m","stream":true,"stream_options":{"include_usage":null},` + msgs + `}`,
+			`{"model":"up","stream":true,"stream_options":{"include_usage":true},` + msgs + `}`},
+		{"another option only", `{"model":"m","stream":true,"stream_options":{"include_obfuscation":false},` + msgs + `}`,
+			`{"model":"up","stream":true,"stream_options":{"include_usage":true,"include_obfuscation":false},` + msgs + `}`},
+		{"the caller asked already", `{"model":"m","stream":true,"stream_options":{"include_usage":true},` + msgs + `}`,
+			`{"model":"up","stream":true,"stream_options":{"include_usage":true},` + msgs + `}`},
+		{"a request asked whole, streamed upstream", `{"model":"m",` + msgs + `}`,
+			`{"stream_options":{"include_usage":true},"stream":true,"model":"up",` + msgs + `}`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r, err := Parse([]byte(tc.body))
+			require.NoError(t, err)
+			got := r.UpstreamAskingUsage("up")
+			out, err := Parse(got)
+			require.NoError(t, err, "%s", got)
+			assert.True(t, out.IncludeUsage, "%s", got)
+			assert.True(t, out.Stream)
+			assert.Equal(t, "up", out.Model)
+			if !strings.HasPrefix(tc.name, "no stream_options") && !strings.HasPrefix(tc.name, "a request asked whole") {
+				assert.Equal(t, tc.want, string(got), "every other byte as the caller sent it")
+			} else {
+				assert.JSONEq(t, tc.want, string(got))
+			}
+		})
 	}
 }

@@ -19,6 +19,12 @@ import (
 // generous guess costs nothing but headroom while the request runs.
 const DefaultMaxTokens = 1024
 
+// MediaPartTokens is what a content part that is not text (an image, an
+// audio clip, a file) is reserved for: its bytes here are a URL or an id,
+// not what the upstream counts. A high-detail image costs OpenAI's models
+// up to about 1,100 tokens; the settle corrects the guess either way.
+const MediaPartTokens = 1500
+
 // LeaseTTL is how long an in-flight lease lives without renewal: a request
 // renews its lease every third of it while it runs, so a replica that
 // crashed (or a Redis that ran a lease's acquire after its caller gave up)
@@ -116,7 +122,7 @@ func (g *Guard) meter(ctx context.Context, id httpapi.Identity, tier policy.Tier
 		m.answer = DefaultMaxTokens
 	}
 	// Each of the n answers asked for may be up to m.answer long.
-	m.estimate = a.BodyBytes/4 + max(a.Choices, 1)*m.answer
+	m.estimate = a.BodyBytes/4 + a.MediaParts*MediaPartTokens + max(a.Choices, 1)*m.answer
 	if m.estimate > tier.TokensPerMinute {
 		g.cfg.Observer.TierRefused(policy.LimitTokens)
 		return nil, &chatapi.Error{Status: http.StatusRequestEntityTooLarge, Type: "invalid_request_error", Code: "tokens_over_quota",

@@ -306,6 +306,17 @@ func TestEachOfTheAnswersAskedForIsReserved(t *testing.T) {
 	assert.Equal(t, 2000-(100+3*600), r.left(t, "acme", 2000), "n = 3: three answers of up to 600 each")
 }
 
+func TestEachMediaPartIsReservedWhatItsBytesDoNotShow(t *testing.T) {
+	r := newRig(t, false)
+	id := httpapi.Identity{Key: "acme", Tier: "small"}
+	a := ask(400, 100)
+	a.MediaParts = 1
+	_, done, e := r.g.Admit(t.Context(), id, a)
+	require.Nil(t, e)
+	defer done(nil, nil)
+	assert.Equal(t, 2000-(100+MediaPartTokens+100), r.left(t, "acme", 2000), "an image is a URL here and a thousand tokens upstream")
+}
+
 func TestATierWithoutATokenQuotaIsNotCharged(t *testing.T) {
 	r := newRig(t, false)
 	id := httpapi.Identity{Key: "acme", Tier: "open"}

@@ -7,6 +7,7 @@ import (
 	"net"
 	"sync"
 
+	"github.com/production-go/gateway-lab/solutions/chatapi"
 	"github.com/production-go/gateway-lab/solutions/llm"
 	"github.com/production-go/gateway-lab/solutions/policy"
 	"github.com/production-go/gateway-lab/solutions/quota"
@@ -112,7 +113,9 @@ func (m *meter) finish() {
 }
 
 func (c charge) settle() {
-	detached(func(ctx context.Context) { _ = c.res.Settle(ctx, c.tokens) })
+	// An absurd usage report is held to the most a settle takes (and then
+	// to the debt limit), not refused, which would leave the estimate.
+	detached(func(ctx context.Context) { _ = c.res.Settle(ctx, min(c.tokens, quota.MaxPerMinute)) })
 }
 
 // tokensFor is what a call is charged, by the rules above.
@@ -134,11 +137,14 @@ func tokensFor(reserved int, u *llm.Usage, err error, sentOutput bool) int {
 
 // neverReached reports whether a failed call provably cost the upstream
 // nothing: its connection was never made, or the upstream answered with a
-// status other than 2xx.
+// status other than 2xx — its own, not an error object it sent in a 200.
 func neverReached(err error) bool {
 	var op *net.OpError
 	if errors.As(err, &op) && op.Op == "dial" {
 		return true
+	}
+	if ue, ok := errors.AsType[*chatapi.UpstreamError](err); ok && ue.InBody {
+		return false
 	}
 	s := llm.StatusOf(err)
 	return s != 0 && (s < 200 || s > 299)
@@ -161,12 +167,12 @@ func (p metered) Generate(ctx context.Context, req llm.Request) (llm.Completion,
 	if m == nil {
 		return llm.Generate(ctx, p.Inner, req)
 	}
+	req.Chat = req.Chat.WithMaxTokens(m.answer) // before the reservation: nothing between it and ended may panic
 	res, err := m.take(ctx)
 	if err != nil {
 		return llm.Completion{}, err
 	}
-	req.Chat = req.Chat.WithMaxTokens(m.answer)
-	c, err := llm.Generate(ctx, p.Inner, req)
+	c, err := llm.Generate(ctx, p.Inner, req) // a panic in the call comes back as llm.ErrPanic
 	m.ended(res, c.Usage, err, false)
 	return c, err
 }
@@ -178,11 +184,11 @@ func (p metered) Stream(ctx context.Context, req llm.Request, emit func(llm.Chun
 	if m == nil {
 		return llm.Stream(ctx, p.Inner, req, emit)
 	}
+	req.Chat = req.Chat.WithMaxTokens(m.answer)
 	res, err := m.take(ctx)
 	if err != nil {
 		return llm.Completion{}, err
 	}
-	req.Chat = req.Chat.WithMaxTokens(m.answer)
 	sent := false
 	c, err := llm.Stream(ctx, p.Inner, req, func(ch llm.Chunk) error {
 		sent = true

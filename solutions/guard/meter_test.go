@@ -97,11 +97,14 @@ func TestEachCallIsChargedByTheRules(t *testing.T) {
 		charged int
 	}{
 		{"answered with usage: the usage", &upstream{usage: &llm.Usage{TotalTokens: 42}}, false, 42},
+		{"answered with an absurd usage: held to the debt limit, one minute's quota in debt", &upstream{usage: &llm.Usage{TotalTokens: 5_000_000_000}}, false, 4000},
 		{"answered with usage but no total: prompt and completion", &upstream{usage: &llm.Usage{PromptTokens: 10, CompletionTokens: 300}}, false, 310},
 		{"answered with a total short of its parts: the parts", &upstream{usage: &llm.Usage{PromptTokens: 10, CompletionTokens: 300, TotalTokens: 5}}, false, 310},
 		{"answered without usage: the reservation", &upstream{}, false, 150},
 		{"an upstream 500 before any output: nothing", &upstream{err: chatapi.NewUpstreamError("up", 500, nil, 0)}, false, 0},
 		{"an upstream 429: nothing", &upstream{err: chatapi.NewUpstreamError("up", 429, nil, 0)}, false, 0},
+		{"an error object in a 200: the reservation", &upstream{err: &chatapi.UpstreamError{Provider: "up", Status: 502, InBody: true}}, false, 150},
+		{"an error event before any output: the reservation", &upstream{err: &chatapi.UpstreamError{Provider: "up", Status: 502, InBody: true}}, true, 150},
 		{"a dial refused: nothing, the upstream never had it", &upstream{err: fmt.Errorf("up: %w", dialRefused)}, false, 0},
 		{"the caller hung up: the reservation", &upstream{err: context.Canceled}, false, 150},
 		{"the attempt timed out: the reservation", &upstream{err: context.DeadlineExceeded}, false, 150},
@@ -215,4 +218,37 @@ func TestALeaseIsRenewedWhileItsRequestRunsAndNotAfter(t *testing.T) {
 		time.Sleep(time.Minute)
 		assert.Equal(t, int32(3), renewals.Load(), "stop ended the loop, and returned only once it had")
 	})
+}
+
+// panicker is a provider with a bug.
+type panicker struct{}
+
+func (panicker) Name() string         { return "up" }
+func (panicker) HonoursContext() bool { return true }
+func (panicker) Generate(context.Context, llm.Request) (llm.Completion, error) {
+	panic("a bug")
+}
+func (panicker) Stream(context.Context, llm.Request, func(llm.Chunk) error) (llm.Completion, error) {
+	panic("a bug")
+}
+
+func TestACallThatPanicsIsSettledAtItsReservation(t *testing.T) {
+	for _, stream := range []bool{false, true} {
+		t.Run(fmt.Sprintf("stream=%v", stream), func(t *testing.T) {
+			r := newRig(t, false)
+			ctx, done, e := r.g.Admit(t.Context(), httpapi.Identity{Key: "acme", Tier: "small"}, ask(400, 50))
+			require.Nil(t, e)
+			var err error
+			if stream {
+				_, err = r.stream(ctx, panicker{})
+			} else {
+				_, err = r.call(ctx, panicker{})
+			}
+			require.ErrorIs(t, err, llm.ErrPanic)
+			done(nil, nil)
+			_, open := r.g.tokens.Keys("acme")
+			assert.False(t, r.m.Exists(open), "no reservation is left open for its window")
+			assert.Equal(t, 2000-150, r.left(t, "acme", 2000), "whether it reached the upstream is not known: it keeps its reservation")
+		})
+	}
 }

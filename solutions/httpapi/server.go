@@ -123,7 +123,10 @@ type Admission struct {
 	BodyBytes int    // the request body's size
 	MaxTokens int    // the caller's limit on each answer's tokens; 0 if unset
 	Choices   int    // how many answers the caller asked for ("n"); 0 if unset (one)
-	Stream    bool
+	// MediaParts is how many content parts are not text (images, audio,
+	// files), whose tokens the body's size does not show.
+	MediaParts int
+	Stream     bool
 }
 
 // Server serves the gateway over HTTP.

@@ -573,10 +573,10 @@ func TestAdmitHookSeesTheRequestAndSettlesWithItsUsage(t *testing.T) {
 			}
 		}, simProvider(t, sim.Config{Name: "alpha"}))
 
-		body := `{"model":"auto","max_tokens":64,"n":2,"messages":[{"role":"user","content":"count me"}]}`
+		body := `{"model":"auto","max_tokens":64,"n":2,"messages":[{"role":"user","content":[{"type":"text","text":"count me"},{"type":"image_url","image_url":{"url":"https://example.com/a.png"}}]}]}`
 		rec := r.do(http.MethodPost, "/v1/chat/completions", body, "X-Tenant-ID", "acme")
 		require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
-		assert.Equal(t, Admission{Model: "auto", BodyBytes: len(body), MaxTokens: 64, Choices: 2}, seen)
+		assert.Equal(t, Admission{Model: "auto", BodyBytes: len(body), MaxTokens: 64, Choices: 2, MediaParts: 1}, seen)
 		assert.Equal(t, "acme", tenant, "the identity travels in the request's context")
 		require.Len(t, settled, 1, "done is called once, when the request ends")
 		require.NotNil(t, settled[0], "with the answer's usage")

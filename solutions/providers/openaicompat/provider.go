@@ -33,6 +33,7 @@ import (
 	"github.com/production-go/gateway-lab/solutions/chatapi"
 	"github.com/production-go/gateway-lab/solutions/llm"
 	"github.com/production-go/gateway-lab/solutions/providers/spec"
+	"github.com/tidwall/gjson"
 	"go.opentelemetry.io/otel/trace"
 )
 
@@ -60,6 +61,12 @@ type Config struct {
 	TLSHandshakeTimeout   time.Duration // default 3s
 	ResponseHeaderTimeout time.Duration // time to the response headers (first token for streams); default 30s
 	MaxIdleConnsPerHost   int           // default 64
+
+	// NoStreamUsage stops asking for a stream's usage on the caller's
+	// behalf, for an upstream that refuses "stream_options". By default a
+	// stream asks for it (and the usage chunk the caller did not ask for is
+	// not passed on), so that what the stream used can be counted.
+	NoStreamUsage bool
 
 	// Local marks an upstream on this machine or a private network, for
 	// development: a service that guards its egress (secure_app) lets it
@@ -176,7 +183,7 @@ func (p *Provider) Generate(ctx context.Context, req llm.Request) (llm.Completio
 	a, ok, err := chatapi.ReadAnswer(p.cfg.Name, body)
 	switch {
 	case err != nil:
-		return llm.Completion{}, inBody(err)
+		return llm.Completion{}, p.inBody(err)
 	case !ok:
 		return llm.Completion{}, fmt.Errorf("%w: %s: the answer is not a JSON object", ErrMalformed, p.cfg.Name)
 	}
@@ -184,13 +191,31 @@ func (p *Provider) Generate(ctx context.Context, req llm.Request) (llm.Completio
 }
 
 // inBody marks an error object an upstream sent in a 200 answer or a
-// stream event: a failure of the upstream's, like a 502.
-func inBody(err error) error {
+// stream event: a failure of the upstream's, like a 502, after it had the
+// request.
+func (p *Provider) inBody(err error) error {
 	var ue *chatapi.UpstreamError
-	if errors.As(err, &ue) && ue.Status == 0 {
-		ue.Status = http.StatusBadGateway
+	if errors.As(err, &ue) {
+		ue.InBody = true
+		if ue.Status == 0 {
+			ue.Status = http.StatusBadGateway
+		}
+		p.scrub(ue)
 	}
 	return err
+}
+
+// scrub replaces the gateway's own key wherever an upstream's error quotes
+// it — in the decoded fields, so that a key spelled with JSON escapes
+// (\u0073k-…) is caught too: the text reaches the caller (a 400 is theirs
+// to fix) and the log.
+func (p *Provider) scrub(e *chatapi.UpstreamError) {
+	if len(p.cfg.APIKey) < 8 {
+		return // too short to replace without mangling the text: never the case for a real key
+	}
+	for _, f := range []*string{&e.Message, &e.Type, &e.Code, &e.Param} {
+		*f = strings.ReplaceAll(*f, p.cfg.APIKey, "[the gateway's key]")
+	}
 }
 
 // Stream asks for a streamed answer and relays each event's data to emit,
@@ -205,7 +230,8 @@ func (p *Provider) Stream(ctx context.Context, req llm.Request, emit func(llm.Ch
 		return llm.Completion{}, err
 	}
 	defer resp.Body.Close()
-	r := &streamReader{name: p.cfg.Name, model: cmp.Or(req.Model, p.cfg.Model), emit: emit}
+	r := &streamReader{p: p, name: p.cfg.Name, model: cmp.Or(req.Model, p.cfg.Model), emit: emit,
+		dropUsage: !p.cfg.NoStreamUsage && !req.Chat.IncludeUsage}
 	err = chatapi.ReadEvents(resp.Body, r.event)
 	c := llm.Completion{Model: r.model, Usage: r.usage}
 	switch {
@@ -226,11 +252,15 @@ var errDone = errors.New("[DONE]")
 
 // streamReader handles one stream's events.
 type streamReader struct {
+	p        *Provider
 	name     string
 	model    string
 	emit     func(llm.Chunk) error
 	usage    *chatapi.Usage
 	finished bool
+	// dropUsage: the usage was asked for on the caller's behalf, so the
+	// chunk that carries only it is not passed on.
+	dropUsage bool
 }
 
 func (r *streamReader) event(data []byte) error {
@@ -240,7 +270,7 @@ func (r *streamReader) event(data []byte) error {
 	a, ok, err := chatapi.ReadAnswer(r.name, data)
 	switch {
 	case err != nil:
-		return inBody(err)
+		return r.p.inBody(err)
 	case !ok:
 		return fmt.Errorf("%w: %s: an event that is not a JSON object", ErrMalformed, r.name)
 	}
@@ -249,6 +279,9 @@ func (r *streamReader) event(data []byte) error {
 		r.usage = a.Usage // sent with the last chunk when include_usage is asked for
 	}
 	r.finished = r.finished || a.FinishReason != ""
+	if r.dropUsage && a.Usage != nil && gjson.GetBytes(data, "choices.#").Int() == 0 {
+		return nil
+	}
 	return r.emit(llm.Chunk{Raw: bytes.Clone(data)})
 }
 
@@ -263,7 +296,11 @@ func (p *Provider) post(ctx context.Context, req llm.Request, stream bool) (*htt
 	ctx, span := p.span(ctx, model)
 	defer span.end()
 	ctx = p.timed(ctx)
-	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, p.endpoint, bytes.NewReader(req.Chat.Upstream(model, stream)))
+	body := req.Chat.Upstream(model, stream)
+	if stream && !p.cfg.NoStreamUsage {
+		body = req.Chat.UpstreamAskingUsage(model)
+	}
+	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, p.endpoint, bytes.NewReader(body))
 	if err != nil {
 		return nil, err
 	}
@@ -285,17 +322,14 @@ func (p *Provider) post(ctx context.Context, req llm.Request, stream bool) (*htt
 		return resp, nil
 	}
 	defer resp.Body.Close()
-	body, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
-	// A refusal's text reaches the caller (a 400 is the caller's to fix), so
-	// it must not carry the gateway's own key, which some servers quote.
-	if len(p.cfg.APIKey) >= 8 {
-		body = bytes.ReplaceAll(body, []byte(p.cfg.APIKey), []byte("[the gateway's key]"))
-	}
+	body, _ = io.ReadAll(io.LimitReader(resp.Body, 64<<10))
 	var retryAfter time.Duration
 	if resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode == http.StatusServiceUnavailable {
 		retryAfter = chatapi.ParseRetryAfter(resp.Header.Get("Retry-After"), time.Now())
 	}
-	return nil, chatapi.NewUpstreamError(p.cfg.Name, resp.StatusCode, body, retryAfter)
+	e := chatapi.NewUpstreamError(p.cfg.Name, resp.StatusCode, body, retryAfter)
+	p.scrub(e)
+	return nil, e
 }
 
 // ParseSpec reads an upstream from the command line:
@@ -325,8 +359,12 @@ func ParseSpec(s string, getenv func(string) string) (Config, error) {
 			cfg.ResponseHeaderTimeout, err = time.ParseDuration(v)
 		case "local":
 			cfg.Local, err = strconv.ParseBool(v)
+		case "stream-usage":
+			var ask bool
+			ask, err = strconv.ParseBool(v)
+			cfg.NoStreamUsage = !ask
 		default:
-			return errors.New("unknown field (want name, url, model, key-env, dial-timeout, header-timeout, local)")
+			return errors.New("unknown field (want name, url, model, key-env, dial-timeout, header-timeout, local, stream-usage)")
 		}
 		return err
 	})

@@ -124,15 +124,35 @@ func TestBadRequestCarriesTheUpstreamsTypeCodeAndMessage(t *testing.T) {
 }
 
 func TestARefusalThatQuotesTheGatewaysKeyReachesNoOneWithIt(t *testing.T) {
-	p := upstream(t, func(w http.ResponseWriter, _ *http.Request) {
-		w.WriteHeader(http.StatusBadRequest)
-		_, _ = io.WriteString(w, `{"error":{"message":"bad request for key sk-secret-123 (sk-secret-123)","type":"invalid_request_error","code":"bad"}}`)
-	})
-	_, err := p.Generate(t.Context(), req)
-	var se *chatapi.UpstreamError
-	require.ErrorAs(t, err, &se)
-	assert.Equal(t, "bad request for key [the gateway's key] ([the gateway's key])", se.Message, "the caller reads the refusal, without the key")
-	assert.Equal(t, "bad", se.Code)
+	const escaped = `\u0073k-secret\u002d123` // sk-secret-123, as JSON may spell it
+	for _, tc := range []struct {
+		name   string
+		status int
+		body   string
+		stream bool
+	}{
+		{"a 400", http.StatusBadRequest, `{"error":{"message":"bad request for key sk-secret-123 (` + escaped + `)","type":"invalid_request_error","code":"k_` + escaped + `"}}`, false},
+		{"an error object in a 200", http.StatusOK, `{"error":{"message":"key ` + escaped + `","code":"k_sk-secret-123"}}`, false},
+		{"an error event in a stream", http.StatusOK, "data: {\"error\":{\"message\":\"key " + escaped + "\",\"code\":\"k_sk-secret-123\"}}\n\n", true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := upstream(t, func(w http.ResponseWriter, _ *http.Request) {
+				w.WriteHeader(tc.status)
+				_, _ = io.WriteString(w, tc.body)
+			})
+			var err error
+			if tc.stream {
+				_, err = p.Stream(t.Context(), streamReq, func(llm.Chunk) error { return nil })
+			} else {
+				_, err = p.Generate(t.Context(), req)
+			}
+			var se *chatapi.UpstreamError
+			require.ErrorAs(t, err, &se)
+			assert.NotContains(t, se.Message+se.Code+se.Type+se.Param+err.Error(), "sk-secret-123", "the key is in no field the caller or the log reads")
+			assert.Contains(t, se.Message, "[the gateway's key]", "the rest of the refusal is kept")
+			assert.Equal(t, tc.status == http.StatusOK, se.InBody, "an error in a 200 is marked: the upstream had the request")
+		})
+	}
 }
 
 func TestUpstreamErrorTextIsBounded(t *testing.T) {
@@ -271,4 +291,47 @@ func TestParseSpecReadsTheKeyFromTheEnvironment(t *testing.T) {
 	assert.ErrorIs(t, err, ErrInvalidConfig, "a named but empty key variable is an error at start, not a 401 later")
 	_, err = ParseSpec("name=up,key=sk-literal", func(string) string { return "" })
 	assert.ErrorIs(t, err, ErrInvalidConfig, "keys are never accepted on the command line")
+	cfg, err = ParseSpec("name=up,url=https://up.example/v1,stream-usage=false", func(string) string { return "" })
+	require.NoError(t, err)
+	assert.True(t, cfg.NoStreamUsage, "an upstream that refuses stream_options is told apart")
+}
+
+func TestAStreamAsksForItsUsageAndPassesItOnOnlyIfTheCallerDid(t *testing.T) {
+	usageChunk := `data: {"choices":[],"usage":{"prompt_tokens":9,"completion_tokens":2,"total_tokens":11}}`
+	for _, tc := range []struct {
+		name        string
+		callerAsked bool
+		noUsage     bool
+		wantAsked   bool
+		wantRelayed int
+	}{
+		{"the caller did not ask", false, false, true, 1},
+		{"the caller asked", true, false, true, 2},
+		{"an upstream configured not to be asked", false, true, false, 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var sent []byte
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				sent, _ = io.ReadAll(r.Body)
+				sse(w, `data: {"choices":[{"index":0,"delta":{"content":"hi"},"finish_reason":"stop"}]}`, usageChunk, "data: [DONE]")
+			}))
+			t.Cleanup(srv.Close)
+			p, err := New(Config{Name: "up", BaseURL: srv.URL + "/v1", Model: "small-1", NoStreamUsage: tc.noUsage})
+			require.NoError(t, err)
+			t.Cleanup(p.Close)
+			body := `{"stream":true,"messages":[{"role":"user","content":"hello"}]}`
+			if tc.callerAsked {
+				body = `{"stream":true,"stream_options":{"include_usage":true},"messages":[{"role":"user","content":"hello"}]}`
+			}
+			chat, err := chatapi.Parse([]byte(body))
+			require.NoError(t, err)
+			var relayed int
+			c, err := p.Stream(t.Context(), llm.Request{Chat: chat}, func(llm.Chunk) error { relayed++; return nil })
+			require.NoError(t, err)
+			asked, _ := chatapi.Parse(sent)
+			assert.Equal(t, tc.wantAsked, asked.IncludeUsage, "what the upstream was sent: %s", sent)
+			assert.Equal(t, tc.wantRelayed, relayed, "the usage chunk reaches the caller only if the caller asked for it (or the gateway did not)")
+			assert.Equal(t, &llm.Usage{PromptTokens: 9, CompletionTokens: 2, TotalTokens: 11}, c.Usage, "the gateway counts it either way")
+		})
+	}
 }
