@@ -26,18 +26,19 @@ func (r *Router) normal(t Target) Target {
 // healthOf returns the target's breaker, making it on first use. Targets
 // come from configuration (the route table) or a pinned provider's default,
 // so the map stays small.
-func (r *Router) healthOf(t Target) (*breaker.Breaker, error) {
+func (r *Router) healthOf(t Target) (*breaker.Breaker, *streak, error) {
 	r.mu.RLock()
-	b := r.health[t]
+	b, s := r.health[t], r.streaks[t]
 	r.mu.RUnlock()
 	if b != nil {
-		return b, nil
+		return b, s, nil
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if b := r.health[t]; b != nil {
-		return b, nil
+		return b, r.streaks[t], nil
 	}
+	s = &streak{}
 	b, err := breaker.New(breaker.Config{
 		FailureThreshold: r.cfg.FailureThreshold,
 		RecoveryTimeout:  r.cfg.RecoveryTimeout,
@@ -45,10 +46,10 @@ func (r *Router) healthOf(t Target) (*breaker.Breaker, error) {
 		OnStateChange:    func(from, to breaker.State) { r.obs.BreakerChanged(t, from, to) },
 	})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	r.health[t] = b
-	return b, nil
+	r.health[t], r.streaks[t] = b, s
+	return b, s, nil
 }
 
 // TargetState reports the breaker state of one (provider, model) target —
@@ -85,6 +86,7 @@ type step struct {
 	target   Target
 	provider llm.Provider
 	health   *breaker.Breaker
+	streak   *streak
 	direct   bool // the provider honours its context: no bridge needed
 }
 
@@ -114,12 +116,12 @@ func (r *Router) plan(run *run, pinned llm.Provider) error {
 	*p = plan{steps: run.inline[:0], tried: run.tried[:0], last: -1, pinned: pinned != nil, fallbackOn: run.req.FallbackOn}
 	for _, t := range targets {
 		t = r.normal(t)
-		b, err := r.healthOf(t)
+		b, s, err := r.healthOf(t)
 		if err != nil {
 			return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 		}
 		prov := r.byName[t.Provider]
-		p.steps = append(p.steps, step{target: t, provider: prov, health: b, direct: llm.HonoursContext(prov)})
+		p.steps = append(p.steps, step{target: t, provider: prov, health: b, streak: s, direct: llm.HonoursContext(prov)})
 		p.tried = append(p.tried, false)
 	}
 	return nil

@@ -115,10 +115,15 @@ func (run *run) attempt(ctx context.Context, n int) error {
 	run.r.obs.Attempt(s.target, n, took, err)
 	if err == nil {
 		done(nil)
+		s.streak.reset()
 		run.answer, run.used = c, s
 		return nil
 	}
-	done(breakerVerdict(err))
+	verdict := breakerVerdict(err)
+	if run.r.cfg.TimeoutsNeedTwoTenants {
+		verdict = s.streak.verdict(run.req.Tenant, err, verdict, run.r.cfg.FailureThreshold)
+	}
+	done(verdict)
 	run.plan.last = k
 	next := run.plan.decide(run.caller, k, err)
 	if _, fo := next.(failover); run.r.cfg.RetryBudget != nil && (fo || !llm.CallersFault(err) && !errors.Is(err, llm.ErrNotSent)) { // the loop would try again

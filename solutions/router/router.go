@@ -189,6 +189,15 @@ type Config struct {
 
 	FailureThreshold int           // consecutive failures that open a target's breaker
 	RecoveryTimeout  time.Duration // how long it stays open before one probe
+	// TimeoutsNeedTwoTenants keeps a run of timeouts (an attempt's, or a
+	// stream's first-token or idle limit) from one tenant alone one short
+	// of FailureThreshold: a tenant whose own requests are slow — long
+	// answers, huge prompts — cannot open a target's breaker for every
+	// tenant. A failure of another kind, or a timeout of a second tenant in
+	// the same run, counts as usual. For a service whose tenants are
+	// authenticated (secure_app): with one tenant, timeouts alone never
+	// open a breaker, and the tenant's own attempts time out instead.
+	TimeoutsNeedTwoTenants bool
 
 	// MaxProviderCalls bounds calls to providers that do not honour their
 	// context running at once, abandoned ones included; 0 means
@@ -255,6 +264,7 @@ type Router struct {
 
 	mu      sync.RWMutex
 	health  map[Target]*breaker.Breaker // per (provider, upstream model), made on first use
+	streaks map[Target]*streak          // beside each breaker, for Config.TimeoutsNeedTwoTenants
 	byOrder []Target                    // every provider with its default model, in priority order
 }
 
@@ -264,7 +274,8 @@ func New(cfg Config, providers ...llm.Provider) (*Router, error) {
 		return nil, err
 	}
 	r := &Router{cfg: cfg, providers: providers, byName: map[string]llm.Provider{}, routes: map[string]Route{},
-		tenants: newTenantCap(cfg.MaxPerTenant), inflight: drain.New(), obs: cfg.Observer, health: map[Target]*breaker.Breaker{}}
+		tenants: newTenantCap(cfg.MaxPerTenant), inflight: drain.New(), obs: cfg.Observer, health: map[Target]*breaker.Breaker{},
+		streaks: map[Target]*streak{}}
 	if err := r.buildAdmission(); err != nil {
 		return nil, err
 	}
@@ -284,7 +295,7 @@ func New(cfg Config, providers ...llm.Provider) (*Router, error) {
 	}
 	for _, p := range providers {
 		t := r.normal(Target{Provider: p.Name()})
-		if _, err := r.healthOf(t); err != nil {
+		if _, _, err := r.healthOf(t); err != nil {
 			return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 		}
 		r.byOrder = append(r.byOrder, t)
@@ -364,7 +375,7 @@ func (r *Router) addRoutes(routes []Route) error {
 			if r.byName[t.Provider] == nil {
 				return fmt.Errorf("%w: route %q: unknown provider %q (have %s)", ErrInvalidConfig, rt.Name, t.Provider, strings.Join(r.Providers(), ", "))
 			}
-			if _, err := r.healthOf(r.normal(t)); err != nil {
+			if _, _, err := r.healthOf(r.normal(t)); err != nil {
 				return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 			}
 		}

@@ -160,3 +160,28 @@ func TestIntegrationAStalledRedisIsGivenItsDocumentedBudgetNotTheReadTimeout(t *
 	assert.Equal(t, http.StatusServiceUnavailable, code, "the stall outlasts the 100 ms the rate may take: %s", body)
 	assert.Equal(t, "rate_limiter_unavailable", errorCode(t, body))
 }
+
+// TestIntegrationOneTenantsSlowRequestsDoNotOpenTheBreakerForEveryone:
+// timeouts of one tenant alone stop one short of the threshold; a second
+// tenant's timeout in the same run opens it.
+func TestIntegrationOneTenantsSlowRequestsDoNotOpenTheBreakerForEveryone(t *testing.T) {
+	in := start(t, prefix(t), "-tiers", tiersFile(t, 8, 0), "-provider", "name=slow,latency=2s",
+		"-attempt-timeout", "200ms", "-max-attempts", "1", "-failure-threshold", "2")
+	breaker := func() string {
+		for _, line := range strings.Split(metricsOf(t, in.admin), "\n") {
+			if strings.HasPrefix(line, `gateway_breaker_state{model="slow-1",provider="slow"}`) {
+				return strings.Fields(line)[1]
+			}
+		}
+		return "missing"
+	}
+	slowpoke := token(t, "slowpoke", "tight", time.Hour)
+	for range 3 {
+		code, _, body := call(t, in.url, slowpoke, chatWith("slow", 10))
+		require.Equal(t, http.StatusGatewayTimeout, code, body)
+	}
+	assert.Equal(t, "0", breaker(), "three timeouts, all one tenant's: closed")
+	code, _, body := call(t, in.url, token(t, "other", "tight", time.Hour), chatWith("slow", 10))
+	require.Equal(t, http.StatusGatewayTimeout, code, body)
+	assert.Equal(t, "1", breaker(), "a second tenant times out too: the target is down for everyone, open")
+}

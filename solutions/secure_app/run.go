@@ -164,6 +164,9 @@ func hooks(g *guard.Guard) service.Hooks {
 			// tenant across replicas, the cap keeps it from taking every
 			// slot of one.
 			c.Limiter = g.Limiter()
+			// Tenants are authenticated here, so one whose own requests
+			// are slow cannot open a target's breaker for everyone.
+			c.TimeoutsNeedTwoTenants = true
 		},
 		Provider: g.Meter, // every upstream call charged to its request's token quota
 		Upstream: func(c *openaicompat.Config) {

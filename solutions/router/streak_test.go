@@ -1,0 +1,129 @@
+package router_test
+
+import (
+	"context"
+	"net/http"
+	"strings"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/production-go/gateway-lab/solutions/chatapi"
+	"github.com/production-go/gateway-lab/solutions/llm"
+	"github.com/production-go/gateway-lab/solutions/router"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// byPrompt answers at once unless the prompt says how to fail: "slow"
+// waits until its attempt gives up, "broken" is a 500.
+type byPrompt struct{}
+
+func (byPrompt) Name() string         { return "up" }
+func (byPrompt) HonoursContext() bool { return true }
+func (byPrompt) Generate(ctx context.Context, req llm.Request) (llm.Completion, error) {
+	switch text := req.Chat.Text(); {
+	case strings.Contains(text, "slow"):
+		<-ctx.Done()
+		return llm.Completion{}, ctx.Err()
+	case strings.Contains(text, "broken"):
+		return llm.Completion{}, chatapi.NewUpstreamError("up", http.StatusInternalServerError, nil, 0)
+	}
+	return answer("", "ok"), nil
+}
+
+// twoTenants is a gateway with one target whose breaker opens after 3
+// failures in a row, one attempt per request.
+func twoTenants(t *testing.T, isolate bool) *router.Router {
+	cfg := config()
+	cfg.MaxAttempts, cfg.FailureThreshold, cfg.TimeoutsNeedTwoTenants = 1, 3, isolate
+	return newGateway(t, cfg, byPrompt{})
+}
+
+func send(g *router.Router, tenant, prompt string) error {
+	_, err := g.Generate(context.Background(), router.Request{Tenant: tenant, Chat: chatapi.NewRequest(prompt, false)})
+	return err
+}
+
+func TestOneTenantsTimeoutsAloneNeverOpenTheBreaker(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g := twoTenants(t, true)
+		for i := range 10 {
+			require.ErrorIs(t, send(g, "acme", "slow"), context.DeadlineExceeded, "request %d", i)
+		}
+		assert.Equal(t, "closed", state(g, "up"), "ten timeouts, all acme's: its long answers are no sign the target is down")
+		assert.NoError(t, send(g, "bob", "hi"), "and bob is served")
+	})
+}
+
+func TestTimeoutsOfTwoTenantsOpenTheBreaker(t *testing.T) {
+	for _, order := range [][]string{{"acme", "acme", "bob"}, {"acme", "bob", "acme"}, {"bob", "acme", "acme"}} {
+		t.Run(strings.Join(order, ","), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				g := twoTenants(t, true)
+				for _, tenant := range order {
+					require.Error(t, send(g, tenant, "slow"))
+				}
+				assert.Equal(t, "open", state(g, "up"), "three timeouts in a row, from two tenants: the target is down for everyone")
+			})
+		})
+	}
+}
+
+func TestOneTenantsOtherFailuresStillOpenTheBreaker(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g := twoTenants(t, true)
+		for range 3 {
+			require.Error(t, send(g, "acme", "broken"))
+		}
+		assert.Equal(t, "open", state(g, "up"), "a 500 is the target's failure whoever asked")
+	})
+}
+
+func TestATimeoutAfterAnotherTenantsFailureCounts(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g := twoTenants(t, true)
+		require.Error(t, send(g, "bob", "broken"))
+		require.Error(t, send(g, "acme", "slow"))
+		require.Error(t, send(g, "acme", "slow"))
+		assert.Equal(t, "open", state(g, "up"), "a run of two tenants' failures, the last two timeouts")
+	})
+}
+
+func TestASuccessStartsTheRunAgain(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g := twoTenants(t, true)
+		require.Error(t, send(g, "bob", "slow"))
+		require.NoError(t, send(g, "bob", "hi"))
+		for range 5 {
+			require.Error(t, send(g, "acme", "slow"))
+		}
+		assert.Equal(t, "closed", state(g, "up"), "bob's timeout belongs to a run a success ended: the new run is acme's alone")
+	})
+}
+
+func TestARunCountsAgainAfterTheBreakerRecovers(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g := twoTenants(t, true)
+		for _, tenant := range []string{"acme", "bob", "acme"} {
+			require.Error(t, send(g, tenant, "slow"))
+		}
+		require.Equal(t, "open", state(g, "up"))
+		time.Sleep(config().RecoveryTimeout)
+		require.NoError(t, send(g, "bob", "hi"), "the probe succeeds: closed again")
+		for range 5 {
+			require.Error(t, send(g, "acme", "slow"))
+		}
+		assert.Equal(t, "closed", state(g, "up"), "the run before the breaker opened is forgotten: this one is acme's alone")
+	})
+}
+
+func TestWithoutTheOptionOneTenantsTimeoutsOpenTheBreaker(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g := twoTenants(t, false)
+		for range 3 {
+			require.Error(t, send(g, "acme", "slow"))
+		}
+		assert.Equal(t, "open", state(g, "up"), "the default: a timeout is a failure whoever asked (one tenant, or tenants that cannot be told apart)")
+	})
+}
