@@ -1,0 +1,281 @@
+// Package streaming relays a streamed LLM answer from its upstreams to a
+// caller: the streaming fallback problem.
+//
+// Before the first chunk reaches the caller, a failed or silent upstream
+// may be replaced by the next one, and nobody can tell. After it, the
+// caller holds part of an answer and the HTTP status line is long sent:
+// the relay must never splice another upstream's answer onto it. It either
+// continues the answer on an upstream that can continue an assistant
+// prefill, so the caller reads one answer, or it ends with an error the
+// caller's stream reports in-band — never with a clean end that passes a
+// truncated answer off as a whole one.
+package streaming
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+)
+
+var (
+	// ErrFirstToken: no chunk within Config.FirstToken of opening a stream.
+	ErrFirstToken = errors.New("streaming: no first chunk in time")
+	// ErrIdle: no chunk within Config.Idle of the last one.
+	ErrIdle = errors.New("streaming: the stream went idle")
+	// ErrMalformed is what a Stream returns for a chunk it cannot read; the
+	// relay passes nothing of it on and treats it as the stream breaking.
+	ErrMalformed = errors.New("streaming: malformed chunk")
+	// ErrTruncated: the stream ended before any chunk said it finished.
+	ErrTruncated = errors.New("streaming: the stream ended before it finished")
+	// ErrBroken wraps the failure of a stream that had already sent the
+	// caller part of its answer, when no upstream could continue it: the
+	// caller's stream must end with an error, and no [DONE].
+	ErrBroken = errors.New("streaming: the answer broke after its first chunk")
+	// ErrNoTargets: Relay was given no upstream to ask.
+	ErrNoTargets = errors.New("streaming: no targets")
+	// ErrInvalidConfig: a limit that is not positive.
+	ErrInvalidConfig = errors.New("streaming: invalid config")
+)
+
+// Chunk is one event of a streamed answer, as the relay reads it.
+type Chunk struct {
+	Text         string // the text it adds (delta.content)
+	Other        bool   // it carries something besides text: tool calls, a refusal, audio
+	FinishReason string // why the answer ended; "" until its last chunk
+	Usage        *Usage // what the stream used, on the chunk that reports it
+	// Raw is the event as the upstream sent it, for a caller's stream to
+	// pass on as it came; the relay sets it to nil on a chunk whose Text
+	// it changed, which the caller's stream then writes from the fields.
+	Raw []byte
+}
+
+// Usage is what an upstream says a stream used.
+type Usage struct {
+	PromptTokens, CompletionTokens int
+}
+
+// Stream is one upstream's answer, being streamed.
+type Stream interface {
+	// Next returns the next chunk. It returns io.EOF when the upstream ends
+	// the stream, ErrMalformed for a chunk it cannot read, and ctx's error
+	// soon after ctx ends.
+	Next(ctx context.Context) (Chunk, error)
+	// Close releases the stream. The relay closes every stream it opens,
+	// once.
+	Close() error
+}
+
+// Target is an upstream the relay may ask.
+type Target struct {
+	Name string
+	// CanContinue says the upstream continues an assistant prefill — the
+	// answer so far, sent as the last assistant message — instead of
+	// starting over. Only such a target may take over a broken answer.
+	CanContinue bool
+	// Open starts a stream: a fresh answer for prefill "", or the rest of
+	// the answer that begins with prefill.
+	Open func(ctx context.Context, prefill string) (Stream, error)
+}
+
+// Config bounds the silence of an upstream.
+type Config struct {
+	// FirstToken bounds the wait for a stream's first chunk, from Open.
+	FirstToken time.Duration
+	// Idle bounds the gap between two chunks.
+	Idle time.Duration
+	// NoContinue: the request opted out of continuation; an answer that
+	// breaks after its first chunk ends with ErrBroken.
+	NoContinue bool
+}
+
+// Result is what the caller received.
+type Result struct {
+	Text         string   // the answer's text, as the caller read it
+	FinishReason string   // why it ended
+	Usage        Usage    // summed over every stream that reported usage
+	Served       []string // the targets whose chunks reached the caller, in order
+}
+
+// Relay streams an answer from targets, in order, to emit, and returns
+// what the caller received.
+//
+// Until a chunk has reached emit, a target that fails to open, errs, sends
+// a malformed chunk, ends early or stays silent past FirstToken or Idle is
+// replaced by the next one. After it, a failure is handed to the next
+// target that CanContinue, with the text so far as its prefill — unless
+// the answer so far holds anything but text, or Config.NoContinue — and
+// the caller reads on as if nothing happened; a continuation that starts
+// by repeating the prefill has the repeat dropped. With no such target the
+// error wraps ErrBroken and the failure.
+//
+// A chunk with a finish reason ends the answer: what follows it is read
+// only for the usage, and an end of any kind after it (EOF, silence, an
+// error) is the answer finishing, not breaking. Usage-only chunks are not
+// passed to emit: Result.Usage has their sum.
+//
+// An error from emit means the caller has gone: the relay stops at once
+// and returns it. Every stream opened is closed before Relay returns.
+func Relay(ctx context.Context, cfg Config, targets []Target, emit func(Chunk) error) (Result, error) {
+	switch {
+	case cfg.FirstToken <= 0 || cfg.Idle <= 0:
+		return Result{}, fmt.Errorf("%w: the first-token and idle limits must be positive", ErrInvalidConfig)
+	case len(targets) == 0:
+		return Result{}, ErrNoTargets
+	}
+	r := &relay{cfg: cfg, targets: targets, emit: emit}
+	err := r.run(ctx)
+	return r.res, err
+}
+
+type relay struct {
+	cfg     Config
+	targets []Target
+	emit    func(Chunk) error
+	res     Result
+	sent    bool // a chunk has reached the caller
+	other   bool // one of them carried more than text
+}
+
+func (r *relay) run(ctx context.Context) error {
+	var last error
+	for i := 0; i < len(r.targets); i++ {
+		t := r.targets[i]
+		if r.sent && !t.CanContinue {
+			continue
+		}
+		err := r.attempt(ctx, t)
+		switch {
+		case err == nil:
+			return nil
+		case errors.Is(err, errCallerGone), ctx.Err() != nil:
+			return err
+		}
+		last = err
+		if r.sent && (r.other || r.cfg.NoContinue) {
+			break // never continued: ends as broken below
+		}
+	}
+	if r.sent {
+		return fmt.Errorf("%w: %w", ErrBroken, last)
+	}
+	return last
+}
+
+// errCallerGone wraps the error emit returned.
+var errCallerGone = errors.New("streaming: the caller has gone")
+
+// attempt reads one target's stream to its end.
+func (r *relay) attempt(ctx context.Context, t Target) (err error) {
+	prefill := ""
+	if r.sent {
+		prefill = r.res.Text
+	}
+	// The first-token limit runs from Open (a connection, a request, the
+	// upstream's queue) to the first chunk, and ends the stream's context
+	// — the one Open was given — when it runs out.
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	firstToken := time.AfterFunc(r.cfg.FirstToken, func() { cancel(ErrFirstToken) })
+	defer firstToken.Stop()
+	s, err := t.Open(ctx, prefill)
+	if err != nil {
+		return fmt.Errorf("%s: %w", t.Name, limitOr(ctx, err))
+	}
+	defer s.Close()
+	echo := prefill // what a continuation may repeat before it adds anything
+	var limit time.Duration // none of its own before the first chunk: firstToken is the limit
+	served := false
+	var held *Chunk // a chunk that says nothing yet (the role), kept until one does
+	for {
+		c, err := next(ctx, s, limit)
+		switch {
+		case err != nil && r.res.FinishReason != "" && ctx.Err() == nil:
+			return nil // the answer had finished: only the usage was still to come
+		case errors.Is(err, io.EOF):
+			return fmt.Errorf("%s: %w", t.Name, ErrTruncated)
+		case err != nil:
+			return fmt.Errorf("%s: %w", t.Name, err)
+		}
+		firstToken.Stop()
+		limit = r.cfg.Idle
+		hadUsage := c.Usage != nil
+		if hadUsage {
+			r.res.Usage.PromptTokens += c.Usage.PromptTokens
+			r.res.Usage.CompletionTokens += c.Usage.CompletionTokens
+			c.Usage = nil // the caller is told the sum, once (Result.Usage)
+		}
+		text, rest := dropEcho(c.Text, echo)
+		if text != c.Text {
+			c.Text, c.Raw = text, nil // the upstream's bytes say more than the caller may read
+		}
+		echo = rest
+		if c.Text == "" && !c.Other && c.FinishReason == "" {
+			switch {
+			case hadUsage && r.res.FinishReason != "":
+				return nil // the usage after the last choice: the answer is whole
+			case !hadUsage && !r.sent:
+				held = &c // the role chunk: sent with the first that says something
+			}
+			continue // or a usage-only chunk, or one the echo used up
+		}
+		if held != nil && !r.sent {
+			if err := r.emit(*held); err != nil {
+				return fmt.Errorf("%w: %w", errCallerGone, err)
+			}
+		}
+		held = nil
+		if err := r.emit(c); err != nil {
+			return fmt.Errorf("%w: %w", errCallerGone, err)
+		}
+		if !served {
+			r.res.Served = append(r.res.Served, t.Name)
+			served = true
+		}
+		r.sent = true
+		r.other = r.other || c.Other
+		r.res.Text += c.Text
+		if c.FinishReason != "" {
+			r.res.FinishReason = c.FinishReason
+		}
+	}
+}
+
+// next reads one chunk, within the idle limit if there is one.
+func next(ctx context.Context, s Stream, idle time.Duration) (Chunk, error) {
+	if idle > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeoutCause(ctx, idle, ErrIdle)
+		defer cancel()
+	}
+	c, err := s.Next(ctx)
+	if err != nil {
+		return Chunk{}, limitOr(ctx, err)
+	}
+	return c, nil
+}
+
+// limitOr is the limit that ended ctx, if one did, or else err: a
+// stream's error after its context ended says only that it ended.
+func limitOr(ctx context.Context, err error) error {
+	if cause := context.Cause(ctx); errors.Is(cause, ErrFirstToken) || errors.Is(cause, ErrIdle) {
+		return cause
+	}
+	return err
+}
+
+// dropEcho removes from text what it repeats of echo, the prefill a
+// continuation has not got past yet, and returns what is left of both.
+func dropEcho(text, echo string) (string, string) {
+	switch {
+	case echo == "":
+		return text, ""
+	case strings.HasPrefix(echo, text):
+		return "", echo[len(text):]
+	case strings.HasPrefix(text, echo):
+		return text[len(echo):], ""
+	}
+	return text, "" // no echo: it went straight on
+}
