@@ -185,7 +185,7 @@ func (r *relay) attempt(ctx context.Context, t Target) (err error) {
 		return fmt.Errorf("%s: %w", t.Name, limitOr(ctx, err))
 	}
 	defer s.Close()
-	echo := prefill // what a continuation may repeat before it adds anything
+	echo := prefill         // what a continuation may repeat before it adds anything
 	var limit time.Duration // none of its own before the first chunk: firstToken is the limit
 	served := false
 	var held *Chunk // a chunk that says nothing yet (the role), kept until one does
