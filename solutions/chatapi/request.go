@@ -193,11 +193,18 @@ func (r *Request) readMessages(v gjson.Result) error {
 	v.ForEach(func(_, m gjson.Result) bool {
 		err = checkMessage(i, m)
 		i++
-		if c := m.Get("content"); c.IsArray() {
+		if c := m.Get("content"); err == nil && c.IsArray() {
+			j := 0
 			c.ForEach(func(_, part gjson.Result) bool {
+				if duplicate(part, "type") != "" {
+					field := fmt.Sprintf("messages[%d].content[%d].type", i-1, j)
+					err = invalid(field, "duplicate_field", field+" appears more than once") // read as text here, as an image upstream
+					return false
+				}
 				if part.Get("type").Str != "text" {
 					r.MediaParts++
 				}
+				j++
 				return true
 			})
 		}

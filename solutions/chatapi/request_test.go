@@ -92,6 +92,7 @@ func TestParseErrorsNameTheField(t *testing.T) {
 		{"n as a string", `{"messages":[{"role":"user","content":"a"}],"n":"4"}`, "n"},
 		{"n given twice, the last larger", `{"messages":[{"role":"user","content":"a"}],"n":1,"n":128}`, "n"},
 		{"messages given twice, the last empty", `{"messages":[{"role":"user","content":"a"}],"messages":[]}`, "messages"},
+		{"a content part's type given twice", `{"messages":[{"role":"user","content":"a"},{"role":"user","content":[{"type":"text","type":"image_url","image_url":{"url":"x"}}]}]}`, "messages[1].content[0].type"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			body, param := tc.body, tc.param

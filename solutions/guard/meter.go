@@ -120,19 +120,29 @@ func (c charge) settle() {
 
 // tokensFor is what a call is charged, by the rules above.
 func tokensFor(reserved int, u *llm.Usage, err error, sentOutput bool) int {
-	used := 0
-	if u != nil { // an upstream may leave out total_tokens, or report it short
-		used = max(u.TotalTokens, u.PromptTokens+u.CompletionTokens, 0)
-	}
+	used := counted(u)
 	switch {
-	case err == nil && u != nil:
+	case err == nil && used > 0:
 		return used
 	case err == nil:
-		return reserved // answered, and no usage to say how much of the reservation
+		return reserved // answered, and no usage (or none that counts anything) to say how much of the reservation
 	case !sentOutput && neverReached(err):
 		return 0
 	}
 	return max(used, reserved)
+}
+
+// counted is what a usage report says was used: total_tokens, or the
+// prompt and completion tokens when they add up to more (an upstream may
+// leave the total out, or report it short). A report that counts nothing
+// — {}, another schema's names, negative or absurd numbers — is 0: no
+// report, so the call keeps its reservation.
+func counted(u *llm.Usage) int {
+	if u == nil {
+		return 0
+	}
+	part := func(n int) int { return min(max(n, 0), quota.MaxPerMinute) } // no overflow below
+	return max(part(u.TotalTokens), part(u.PromptTokens)+part(u.CompletionTokens))
 }
 
 // neverReached reports whether a failed call provably cost the upstream

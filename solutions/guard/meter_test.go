@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net"
 	"strconv"
 	"sync"
@@ -98,6 +99,9 @@ func TestEachCallIsChargedByTheRules(t *testing.T) {
 	}{
 		{"answered with usage: the usage", &upstream{usage: &llm.Usage{TotalTokens: 42}}, false, 42},
 		{"answered with an absurd usage: held to the debt limit, one minute's quota in debt", &upstream{usage: &llm.Usage{TotalTokens: 5_000_000_000}}, false, 4000},
+		{"answered with parts that overflow when added: held to the debt limit", &upstream{usage: &llm.Usage{PromptTokens: math.MaxInt, CompletionTokens: math.MaxInt}}, false, 4000},
+		{"answered with a usage that counts nothing ({}, another schema): the reservation", &upstream{usage: &llm.Usage{}}, false, 150},
+		{"answered with negative counts: the reservation", &upstream{usage: &llm.Usage{PromptTokens: -5, CompletionTokens: -5, TotalTokens: -10}}, false, 150},
 		{"answered with usage but no total: prompt and completion", &upstream{usage: &llm.Usage{PromptTokens: 10, CompletionTokens: 300}}, false, 310},
 		{"answered with a total short of its parts: the parts", &upstream{usage: &llm.Usage{PromptTokens: 10, CompletionTokens: 300, TotalTokens: 5}}, false, 310},
 		{"answered without usage: the reservation", &upstream{}, false, 150},

@@ -41,11 +41,12 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if chat.Stream {
-		done(s.streamChat(w, r, req))
+		u, err := s.streamChat(w, r, req)
+		settled(w, done, u, err)
 		return
 	}
 	resp, err := s.opts.Router.Generate(r.Context(), req)
-	defer done(resp.Usage, err) // after the answer is written: its settling is not the caller's wait
+	defer settled(w, done, resp.Usage, err)
 	traceChat(r.Context(), cmp.Or(chat.Model, router.AutoModel), resp)
 	if err != nil {
 		s.fail(w, r, err)

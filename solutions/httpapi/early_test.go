@@ -100,16 +100,17 @@ func TestTheAdmissionIsSettledAfterTheAnswerIsWritten(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				rec := httptest.NewRecorder()
-				written := -1
+				written, flushed := -1, false
 				r := newRigWith(t, baseConfig(), func(o *Options) {
 					o.Admit = func(ctx context.Context, _ Identity, _ Admission) (context.Context, Done, *chatapi.Error) {
-						return ctx, func(*llm.Usage, error) { written = rec.Body.Len() }, nil
+						return ctx, func(*llm.Usage, error) { written, flushed = rec.Body.Len(), rec.Flushed }, nil
 					}
 				}, simProvider(t, sim.Config{Name: "alpha"}))
 				req := httptest.NewRequest(http.MethodPost, tc.path, strings.NewReader(tc.body))
 				r.srv.ServeHTTP(rec, req)
 				require.Equal(t, http.StatusOK, rec.Code)
 				assert.Equal(t, rec.Body.Len(), written, "done ran once the whole answer had been written")
+				assert.True(t, flushed, "and flushed: net/http holds a small answer until the handler returns, after done")
 			})
 		})
 	}

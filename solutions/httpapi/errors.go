@@ -166,6 +166,15 @@ func (s *Server) writeError(w http.ResponseWriter, e *chatapi.Error) {
 
 // writeDeadline bounds the writes of a whole (not streamed) answer, so a
 // client that never reads it cannot hold the handler, its slot and a drain.
+// settled calls an admission's done once the answer is on its way: the
+// response is flushed first, since net/http would otherwise hold a small
+// answer in its buffer until the handler returns — after done's Redis
+// round trips, which are not the caller's to wait for.
+func settled(w http.ResponseWriter, done Done, u *llm.Usage, err error) {
+	_ = http.NewResponseController(w).Flush()
+	done(u, err)
+}
+
 func (s *Server) writeDeadline(w http.ResponseWriter) {
 	_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(s.opts.WriteTimeout))
 }

@@ -98,7 +98,7 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	resp, err := s.opts.Router.Generate(r.Context(), req)
-	defer done(resp.Usage, err) // after the answer is written: its settling is not the caller's wait
+	defer settled(w, done, resp.Usage, err)
 	if err != nil {
 		s.fail(w, r, err)
 		return

@@ -12,6 +12,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
 )
 
 // errorLog collects what OnError hears.
@@ -94,6 +95,17 @@ func TestASettleThatFailedIsRetriedInTheBackground(t *testing.T) {
 	require.NoError(t, f.m.Restart())
 	q.Close() // waits for the background retries
 	assert.Equal(t, 900, balance(t, q, "acme", 1000), "the settle was applied once Redis was back: 400 reserved, 100 used")
+}
+
+func TestNothingIsRetriedInTheBackgroundAfterClose(t *testing.T) {
+	f := newFixture(t)
+	q := newTokens(t, f.rdb, TokensConfig{Timeout: 20 * time.Millisecond})
+	r, _ := reserve(t, q, "acme", 1000, 400)
+	q.Close() // the service is shutting down; an abandoned call returns late
+	f.m.Close()
+	running := goleak.IgnoreCurrent()
+	require.ErrorIs(t, r.Settle(t.Context(), 100), ErrUnavailable)
+	goleak.VerifyNone(t, running) // no retry against a client about to be closed, that nobody would wait for
 }
 
 func TestQuotaRecoversWhenRedisReturns(t *testing.T) {

@@ -197,8 +197,8 @@ type store struct {
 	prefix    string
 	timeout   time.Duration
 	fail      failure
-	undos     *sync.WaitGroup // the undo calls still running (see undo)
-	undoSlots chan struct{}   // one per undo running, up to maxUndos
+	undos     *undos        // the undo calls still running (see undo)
+	undoSlots chan struct{} // one per undo running, up to maxUndos
 }
 
 // undo runs a script in the background, best effort, to take back a call
@@ -233,11 +233,11 @@ func (s store) retry(ctx context.Context, done func(set bool) bool, script *redi
 	default:
 		return // too many undos at once: an outage, not a stall
 	}
-	s.undos.Go(func() {
+	if !s.undos.goUnlessClosed(func() {
 		defer func() { <-s.undoSlots }()
 		ctx := context.WithoutCancel(ctx)
 		wait := min(s.timeout, DefaultTimeout)
-		for range undoAttempts {
+		for n := range undoAttempts {
 			if done(false) {
 				return
 			}
@@ -245,10 +245,14 @@ func (s store) retry(ctx context.Context, done func(set bool) bool, script *redi
 				done(true)
 				return
 			}
-			time.Sleep(wait) // a pause between attempts of a background retry, not synchronisation
-			wait = min(2*wait, time.Second)
+			if n < undoAttempts-1 {
+				time.Sleep(wait) // a pause between attempts of a background retry, not synchronisation
+				wait = min(2*wait, time.Second)
+			}
 		}
-	})
+	}) {
+		<-s.undoSlots // closed: nothing runs
+	}
 }
 
 // mayHaveRun reports whether a call that failed with err may still have
@@ -270,7 +274,33 @@ const (
 
 // Close waits for the undo calls still running (each at most
 // undoAttempts attempts apart). Call it before closing the Redis client.
-func (s store) Close() { s.undos.Wait() }
+func (s store) Close() { s.undos.close() }
+
+// undos runs the background calls, and stops taking new ones once closed:
+// a settle that fails after Close (an abandoned call returning late) is
+// not retried against a client about to be closed.
+type undos struct {
+	mu     sync.Mutex
+	closed bool
+	wg     sync.WaitGroup
+}
+
+func (u *undos) goUnlessClosed(f func()) bool {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if u.closed {
+		return false
+	}
+	u.wg.Go(f)
+	return true
+}
+
+func (u *undos) close() {
+	u.mu.Lock()
+	u.closed = true
+	u.mu.Unlock()
+	u.wg.Wait()
+}
 
 func newStore(rdb redis.Scripter, prefix string, timeout time.Duration, failOpen bool, onError func(error)) (store, error) {
 	if rdb == nil {
@@ -284,7 +314,7 @@ func newStore(rdb redis.Scripter, prefix string, timeout time.Duration, failOpen
 		return store{}, err
 	}
 	return store{rdb: rdb, prefix: prefix, timeout: timeout, fail: failure{failOpen: failOpen, onError: onError},
-		undos: &sync.WaitGroup{}, undoSlots: make(chan struct{}, maxUndos)}, nil
+		undos: &undos{}, undoSlots: make(chan struct{}, maxUndos)}, nil
 }
 
 // checkSpan validates a lifetime the scripts keep in whole milliseconds

@@ -115,12 +115,14 @@ func (run *run) attempt(ctx context.Context, n int) error {
 	run.r.obs.Attempt(s.target, n, took, err)
 	if err == nil {
 		done(nil)
-		s.streak.reset()
+		if run.r.cfg.IsolateTenantFailures {
+			s.streak.reset()
+		}
 		run.answer, run.used = c, s
 		return nil
 	}
 	verdict := breakerVerdict(err)
-	if run.r.cfg.TimeoutsNeedTwoTenants {
+	if run.r.cfg.IsolateTenantFailures {
 		verdict = s.streak.verdict(run.req.Tenant, err, verdict, run.r.cfg.FailureThreshold)
 	}
 	done(verdict)

@@ -189,15 +189,17 @@ type Config struct {
 
 	FailureThreshold int           // consecutive failures that open a target's breaker
 	RecoveryTimeout  time.Duration // how long it stays open before one probe
-	// TimeoutsNeedTwoTenants keeps a run of timeouts (an attempt's, or a
-	// stream's first-token or idle limit) from one tenant alone one short
-	// of FailureThreshold: a tenant whose own requests are slow — long
-	// answers, huge prompts — cannot open a target's breaker for every
-	// tenant. A failure of another kind, or a timeout of a second tenant in
-	// the same run, counts as usual. For a service whose tenants are
-	// authenticated (secure_app): with one tenant, timeouts alone never
-	// open a breaker, and the tenant's own attempts time out instead.
-	TimeoutsNeedTwoTenants bool
+	// IsolateTenantFailures keeps a run of the failures a tenant's own
+	// requests can provoke — timeouts (an attempt's, or a stream's
+	// first-token or idle limit) and an upstream's 403, 408 or 429 (a
+	// filter that dislikes a prompt, a request over the upstream's own
+	// limits) — from one tenant alone one short of FailureThreshold, so
+	// that tenant cannot open a target's breaker for every tenant. Any
+	// other failure (a 5xx, a reset, the gateway's own key refused), or one
+	// of a second tenant in the same run, counts as usual. For a service
+	// whose tenants are authenticated (secure_app): with one tenant, these
+	// failures alone never open a breaker, and its own attempts fail over.
+	IsolateTenantFailures bool
 
 	// MaxProviderCalls bounds calls to providers that do not honour their
 	// context running at once, abandoned ones included; 0 means
@@ -264,7 +266,7 @@ type Router struct {
 
 	mu      sync.RWMutex
 	health  map[Target]*breaker.Breaker // per (provider, upstream model), made on first use
-	streaks map[Target]*streak          // beside each breaker, for Config.TimeoutsNeedTwoTenants
+	streaks map[Target]*streak          // beside each breaker, for Config.IsolateTenantFailures
 	byOrder []Target                    // every provider with its default model, in priority order
 }
 

@@ -3,11 +3,25 @@ package router
 import (
 	"context"
 	"errors"
+	"net/http"
 	"sync"
+
+	"github.com/production-go/gateway-lab/solutions/llm"
 )
 
+// provoked reports whether a failure is one a tenant's own request can
+// cause on a healthy upstream: a timeout (a long answer), or a 403, 408 or
+// 429 (a filter, a request over the upstream's limits).
+func provoked(err error) bool {
+	switch llm.StatusOf(err) {
+	case http.StatusForbidden, http.StatusRequestTimeout, http.StatusTooManyRequests:
+		return true
+	}
+	return errors.Is(err, context.DeadlineExceeded)
+}
+
 // streak follows a target's current run of failures for
-// Config.TimeoutsNeedTwoTenants: how long it is, and whether one tenant
+// Config.IsolateTenantFailures: how long it is, and whether one tenant
 // alone made it. It mirrors the breaker's own count closely enough —
 // concurrent attempts may report in either order — to keep one tenant's
 // timeouts one short of the threshold.
@@ -40,7 +54,7 @@ func (s *streak) verdict(tenant string, err, verdict error, threshold int) error
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	alone := !s.mixed && (s.fails == 0 || s.tenant == tenant)
-	if alone && s.fails+1 >= threshold && errors.Is(err, context.DeadlineExceeded) {
+	if alone && s.fails+1 >= threshold && provoked(err) {
 		return context.Canceled // the breaker hears nothing of it
 	}
 	if s.fails == 0 {

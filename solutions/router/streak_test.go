@@ -3,6 +3,7 @@ package router_test
 import (
 	"context"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"testing/synctest"
@@ -16,7 +17,7 @@ import (
 )
 
 // byPrompt answers at once unless the prompt says how to fail: "slow"
-// waits until its attempt gives up, "broken" is a 500.
+// waits until its attempt gives up, "broken" is a 500, "status=N" is N.
 type byPrompt struct{}
 
 func (byPrompt) Name() string         { return "up" }
@@ -28,6 +29,9 @@ func (byPrompt) Generate(ctx context.Context, req llm.Request) (llm.Completion, 
 		return llm.Completion{}, ctx.Err()
 	case strings.Contains(text, "broken"):
 		return llm.Completion{}, chatapi.NewUpstreamError("up", http.StatusInternalServerError, nil, 0)
+	case strings.HasPrefix(text, "status="):
+		code, _ := strconv.Atoi(strings.TrimSpace(strings.TrimPrefix(text, "status=")))
+		return llm.Completion{}, chatapi.NewUpstreamError("up", code, nil, 0)
 	}
 	return answer("", "ok"), nil
 }
@@ -36,7 +40,7 @@ func (byPrompt) Generate(ctx context.Context, req llm.Request) (llm.Completion, 
 // failures in a row, one attempt per request.
 func twoTenants(t *testing.T, isolate bool) *router.Router {
 	cfg := config()
-	cfg.MaxAttempts, cfg.FailureThreshold, cfg.TimeoutsNeedTwoTenants = 1, 3, isolate
+	cfg.MaxAttempts, cfg.FailureThreshold, cfg.IsolateTenantFailures = 1, 3, isolate
 	return newGateway(t, cfg, byPrompt{})
 }
 
@@ -45,15 +49,20 @@ func send(g *router.Router, tenant, prompt string) error {
 	return err
 }
 
-func TestOneTenantsTimeoutsAloneNeverOpenTheBreaker(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		g := twoTenants(t, true)
-		for i := range 10 {
-			require.ErrorIs(t, send(g, "acme", "slow"), context.DeadlineExceeded, "request %d", i)
-		}
-		assert.Equal(t, "closed", state(g, "up"), "ten timeouts, all acme's: its long answers are no sign the target is down")
-		assert.NoError(t, send(g, "bob", "hi"), "and bob is served")
-	})
+func TestWhatOneTenantCanProvokeAloneNeverOpensTheBreaker(t *testing.T) {
+	for _, prompt := range []string{"slow", "status=403", "status=408", "status=429"} {
+		t.Run(prompt, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				g := twoTenants(t, true)
+				for i := range 10 {
+					require.Error(t, send(g, "acme", prompt), "request %d", i)
+				}
+				assert.Equal(t, "closed", state(g, "up"),
+					"ten failures a tenant's own requests can provoke (a long answer, a filtered prompt, a request over the upstream's limits), all acme's: no sign the target is down")
+				assert.NoError(t, send(g, "bob", "hi"), "and bob is served")
+			})
+		})
+	}
 }
 
 func TestTimeoutsOfTwoTenantsOpenTheBreaker(t *testing.T) {
@@ -71,13 +80,17 @@ func TestTimeoutsOfTwoTenantsOpenTheBreaker(t *testing.T) {
 }
 
 func TestOneTenantsOtherFailuresStillOpenTheBreaker(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		g := twoTenants(t, true)
-		for range 3 {
-			require.Error(t, send(g, "acme", "broken"))
-		}
-		assert.Equal(t, "open", state(g, "up"), "a 500 is the target's failure whoever asked")
-	})
+	for _, prompt := range []string{"broken", "status=502", "status=401"} {
+		t.Run(prompt, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				g := twoTenants(t, true)
+				for range 3 {
+					require.Error(t, send(g, "acme", prompt))
+				}
+				assert.Equal(t, "open", state(g, "up"), "a 5xx, or the gateway's own key refused, is the target's failure whoever asked")
+			})
+		})
+	}
 }
 
 func TestATimeoutAfterAnotherTenantsFailureCounts(t *testing.T) {

@@ -166,7 +166,7 @@ func hooks(g *guard.Guard) service.Hooks {
 			c.Limiter = g.Limiter()
 			// Tenants are authenticated here, so one whose own requests
 			// are slow cannot open a target's breaker for everyone.
-			c.TimeoutsNeedTwoTenants = true
+			c.IsolateTenantFailures = true
 		},
 		Provider: g.Meter, // every upstream call charged to its request's token quota
 		Upstream: func(c *openaicompat.Config) {

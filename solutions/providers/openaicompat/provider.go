@@ -296,9 +296,11 @@ func (p *Provider) post(ctx context.Context, req llm.Request, stream bool) (*htt
 	ctx, span := p.span(ctx, model)
 	defer span.end()
 	ctx = p.timed(ctx)
-	body := req.Chat.Upstream(model, stream)
+	var body []byte
 	if stream && !p.cfg.NoStreamUsage {
 		body = req.Chat.UpstreamAskingUsage(model)
+	} else {
+		body = req.Chat.Upstream(model, stream)
 	}
 	hreq, err := http.NewRequestWithContext(ctx, http.MethodPost, p.endpoint, bytes.NewReader(body))
 	if err != nil {
