@@ -18,7 +18,10 @@
 -- ARGV[6]  settle only: actual usage (tokens)
 --
 -- Both are idempotent per id, so a call that a client library resends after
--- a lost reply is not applied twice.
+-- a lost reply is not applied twice. And their order does not matter: a
+-- settle that finds no reservation leaves a marker ("settled:" .. id) in
+-- the set, so a reserve that arrives after it — one a stalled Redis runs
+-- late, after the undo sent on another connection — takes nothing.
 --
 -- reserve returns {allowed (0|1), whole tokens remaining, retry after (ms)}
 -- settle  returns {applied (0|1), whole tokens remaining, 0}
@@ -68,8 +71,8 @@ local function remaining()
 end
 
 if ARGV[1] == 'reserve' then
-  if redis.call('ZSCORE', KEYS[2], id) then
-    return {1, remaining(), 0} -- a retried call: reserved already
+  if redis.call('ZSCORE', KEYS[2], id) or redis.call('ZSCORE', KEYS[2], 'settled:' .. id) then
+    return {1, remaining(), 0} -- a retried call (reserved already), or one settled before it ran
   end
   if tokens < estimate then
     store() -- keep the refill; take nothing
@@ -89,7 +92,13 @@ end
 -- settle: only an open reservation within its window is applied, once.
 local opened = tonumber(redis.call('ZSCORE', KEYS[2], id))
 if opened == nil then
-  return {0, remaining(), 0} -- settled before, or never opened
+  -- Settled before, or not opened yet: mark it settled for the window, so
+  -- that a reserve that arrives late takes nothing.
+  redis.call('ZADD', KEYS[2], now, 'settled:' .. id)
+  if redis.call('PTTL', KEYS[2]) < window then
+    redis.call('PEXPIRE', KEYS[2], window)
+  end
+  return {0, remaining(), 0}
 end
 redis.call('ZREM', KEYS[2], id)
 if opened <= now - window then

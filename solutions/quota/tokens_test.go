@@ -400,3 +400,26 @@ func TestNewTokensRejectsBadConfig(t *testing.T) {
 	assert.ErrorIs(t, err, ErrInvalidConfig, "no client")
 	assert.Nil(t, q)
 }
+
+// TestAReserveThatArrivesAfterItsUndoTakesNothing: a Reserve the client
+// gave up on during a stall is undone by a settle sent on another
+// connection, which Redis may run first; the reserve, run after it, must
+// not charge the tenant for a request that was refused.
+func TestAReserveThatArrivesAfterItsUndoTakesNothing(t *testing.T) {
+	f := newFixture(t)
+	q := newTokens(t, f.rdb, TokensConfig{SettleWindow: time.Minute})
+	bucket, open := q.Keys("acme")
+	run := func(args ...any) {
+		t.Helper()
+		require.NoError(t, tokensScript.Run(t.Context(), f.rdb, []string{bucket, open}, args...).Err())
+	}
+	window := time.Minute.Milliseconds()
+	run("settle", 1000, "stalled", 300, window, 0) // the undo, first
+	run("reserve", 1000, "stalled", 300, window)   // the stalled reserve, after it
+	assert.Equal(t, 1000, balance(t, q, "acme", 1000), "the late reserve took nothing")
+	run("settle", 1000, "stalled", 300, window, 0)
+	assert.Equal(t, 1000, balance(t, q, "acme", 1000), "and a second undo gives nothing back")
+
+	f.advance(time.Minute)
+	assert.False(t, f.m.Exists(open), "the marker lives for the settle window, then costs nothing")
+}
