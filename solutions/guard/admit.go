@@ -80,7 +80,19 @@ func (g *Guard) lease(ctx context.Context, id httpapi.Identity, tier policy.Tier
 		return nil, &chatapi.Error{Status: http.StatusTooManyRequests, Type: "rate_limit_error", Code: "too_many_concurrent_requests",
 			Message: fmt.Sprintf("the %s tier allows %d requests in flight per tenant", tier.Name, tier.MaxInFlight), RetryAfter: time.Second}
 	}
-	stop := keepAlive(g.leaseTTL()/3, func() { detached(func(ctx context.Context) { _, _ = lease.Renew(ctx) }) })
+	if lease == nil {
+		return func() {}, nil // admitted with Redis down and failing open: no lease to keep
+	}
+	stop := keepAlive(g.leaseTTL()/3, func() {
+		detached(func(ctx context.Context) {
+			if live, err := lease.Renew(ctx); err == nil && !live {
+				// Expired before it could be renewed (a Redis stall longer
+				// than its TTL): the request runs on without counting
+				// against the tenant's cap. Rare, and worth knowing.
+				g.cfg.Log.Warn("in-flight lease lost while its request runs", "tenant", id.Tenant, "tier", tier.Name)
+			}
+		})
+	})
 	return func() {
 		stop()
 		detached(func(ctx context.Context) { _ = lease.Release(ctx) })

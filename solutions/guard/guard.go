@@ -200,6 +200,17 @@ func (g *Guard) Identify(r *http.Request) (httpapi.Identity, *chatapi.Error) {
 		MaxBodyBytes: int64(tier.MaxPromptBytes), MaxInFlight: tier.MaxInFlight}, nil
 }
 
+// CallerLimited counts a request the HTTP layer refused for a limit of its
+// tier that Identify put on the identity: httpapi.Options.CallerLimited.
+func (g *Guard) CallerLimited(_ httpapi.Identity, limit string) {
+	switch limit {
+	case "prompt_bytes":
+		g.cfg.Observer.TierRefused(policy.LimitPromptBytes)
+	case "in_flight":
+		g.cfg.Observer.TierRefused(policy.LimitInFlight)
+	}
+}
+
 // keyOf is a tenant's name as a Redis key part: the limits put the key in
 // a {hash tag}, so the braces a tenant name may contain (any visible ASCII)
 // are escaped — as is the escape character, so two names never share a key.

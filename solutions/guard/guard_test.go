@@ -71,7 +71,10 @@ type rig struct {
 	obs *seen
 }
 
-func newRig(t *testing.T, failOpen bool) *rig {
+func newRig(t *testing.T, failOpen bool) *rig { return newRigWith(t, failOpen, nil) }
+
+// newRigWith is newRig with changes to the guard's config.
+func newRigWith(t *testing.T, failOpen bool, change func(*Config)) *rig {
 	t.Helper()
 	m := miniredis.RunT(t)
 	m.SetTime(time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)) // Redis' clock stands still: no refill between two steps
@@ -82,7 +85,11 @@ func newRig(t *testing.T, failOpen bool) *rig {
 	v, err := identity.NewVerifier(identity.Config{Secret: []byte(secret), Issuer: "iss", Audience: "aud"})
 	require.NoError(t, err)
 	obs := &seen{}
-	g, err := New(Config{Verifier: v, Policy: pol, Redis: rdb, Prefix: "t", FailOpen: failOpen, Timeout: 5 * time.Second, Observer: obs})
+	cfg := Config{Verifier: v, Policy: pol, Redis: rdb, Prefix: "t", FailOpen: failOpen, Timeout: 5 * time.Second, Observer: obs}
+	if change != nil {
+		change(&cfg)
+	}
+	g, err := New(cfg)
 	require.NoError(t, err)
 	t.Cleanup(g.Close)
 	return &rig{g: g, m: m, obs: obs}
@@ -120,6 +127,14 @@ func TestIdentifyCarriesTheTiersLimitsOnTheRequest(t *testing.T) {
 		assert.Equal(t, httpapi.Identity{Key: "acme", Tenant: "acme", Tier: tc.tier, MaxBodyBytes: tc.body, MaxInFlight: tc.inFlight}, id,
 			"a body over the tier's prompt size, and a request over its in-flight cap, are refused before anything is read or asked of Redis")
 	}
+}
+
+func TestRefusalsTheHTTPLayerMakesForTheTierAreCounted(t *testing.T) {
+	r := newRig(t, false)
+	r.g.CallerLimited(httpapi.Identity{Key: "acme"}, "prompt_bytes")
+	r.g.CallerLimited(httpapi.Identity{Key: "acme"}, "in_flight")
+	r.g.CallerLimited(httpapi.Identity{Key: "acme"}, "something else")
+	assert.Equal(t, []string{"tier:" + string(policy.LimitPromptBytes), "tier:" + string(policy.LimitInFlight)}, r.obs.all())
 }
 
 func TestIdentifyTellsTheCallerOnlyTheKindOfRefusal(t *testing.T) {

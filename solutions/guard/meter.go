@@ -50,6 +50,7 @@ type meter struct {
 	estimate int // one call's worst case: the prompt at four bytes a token, and the answer
 
 	mu       sync.Mutex
+	from, to *chatapi.Request   // the caller's request, and the same held to the answer (see cap)
 	first    *quota.Reservation // Admit's, for the first call; nil once a call took it
 	pending  []charge           // calls that ended, settled when the request does
 	finished bool
@@ -59,6 +60,18 @@ type meter struct {
 type charge struct {
 	res    *quota.Reservation
 	tokens int
+}
+
+// cap is c asking for no more answer than a call reserves. Every call of
+// a request — retries, fail-overs, hedges — sends the same request, so it
+// is made once (WithMaxTokens parses the body again).
+func (m *meter) cap(c *chatapi.Request) *chatapi.Request {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.from != c {
+		m.from, m.to = c, c.WithMaxTokens(m.answer)
+	}
+	return m.to
 }
 
 // take is the reservation for one call: the first call's, taken at
@@ -177,7 +190,7 @@ func (p metered) Generate(ctx context.Context, req llm.Request) (llm.Completion,
 	if m == nil {
 		return llm.Generate(ctx, p.Inner, req)
 	}
-	req.Chat = req.Chat.WithMaxTokens(m.answer) // before the reservation: nothing between it and ended may panic
+	req.Chat = m.cap(req.Chat) // before the reservation: nothing between it and ended may panic
 	res, err := m.take(ctx)
 	if err != nil {
 		return llm.Completion{}, err
@@ -194,7 +207,7 @@ func (p metered) Stream(ctx context.Context, req llm.Request, emit func(llm.Chun
 	if m == nil {
 		return llm.Stream(ctx, p.Inner, req, emit)
 	}
-	req.Chat = req.Chat.WithMaxTokens(m.answer)
+	req.Chat = m.cap(req.Chat)
 	res, err := m.take(ctx)
 	if err != nil {
 		return llm.Completion{}, err

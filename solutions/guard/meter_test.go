@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
 	"net"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -14,6 +16,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/production-go/gateway-lab/internal/testkit"
 	"github.com/production-go/gateway-lab/solutions/chatapi"
 	"github.com/production-go/gateway-lab/solutions/httpapi"
 	"github.com/production-go/gateway-lab/solutions/llm"
@@ -222,6 +225,21 @@ func TestALeaseIsRenewedWhileItsRequestRunsAndNotAfter(t *testing.T) {
 		time.Sleep(time.Minute)
 		assert.Equal(t, int32(3), renewals.Load(), "stop ended the loop, and returned only once it had")
 	})
+}
+
+func TestALeaseLostWhileItsRequestRunsIsLogged(t *testing.T) {
+	var logs testkit.LogBuffer
+	r := newRigWith(t, false, func(c *Config) {
+		c.LeaseTTL = 30 * time.Millisecond // renewed every 10 ms of real time
+		c.Log = slog.New(slog.NewJSONHandler(&logs, nil))
+	})
+	_, done, e := r.g.Admit(t.Context(), httpapi.Identity{Key: "acme", Tenant: "acme", Tier: "small"}, ask(400, 50))
+	require.Nil(t, e)
+	defer done(nil, nil)
+	r.m.FastForward(time.Minute) // Redis' clock jumps past the lease's TTL: a stall that outlived it
+	require.Eventually(t, func() bool { return strings.Contains(logs.String(), "in-flight lease lost") },
+		5*time.Second, 5*time.Millisecond, "the next renewal finds the lease gone, and says so")
+	assert.Contains(t, logs.String(), `"tenant":"acme"`)
 }
 
 // panicker is a provider with a bug.

@@ -65,10 +65,12 @@ func TestATenantOverItsRateIsRefusedBeforeItsBodyIsRead(t *testing.T) {
 // smaller body limit than the server's (a tier's prompt size).
 func TestABodyOverTheCallersOwnLimitIsRefusedUnread(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
+		var limited []string
 		r := newRigWith(t, baseConfig(), func(o *Options) {
 			o.Identify = func(*http.Request) (Identity, *chatapi.Error) {
 				return Identity{Key: "acme", Tenant: "acme", Tier: "free", MaxBodyBytes: 100}, nil
 			}
+			o.CallerLimited = func(id Identity, limit string) { limited = append(limited, id.Key+":"+limit) }
 		}, simProvider(t, sim.Config{Name: "alpha"}))
 		big := `{"messages":[{"role":"user","content":"` + strings.Repeat("x", 200) + `"}]}`
 		rec := r.do(http.MethodPost, "/v1/chat/completions", big)
@@ -85,6 +87,7 @@ func TestABodyOverTheCallersOwnLimitIsRefusedUnread(t *testing.T) {
 		assert.Equal(t, http.StatusRequestEntityTooLarge, rec.Code)
 		assert.False(t, b.read.Load(), "a body declared too big is refused before it is read")
 		assert.Equal(t, http.StatusOK, r.do(http.MethodPost, "/v1/chat/completions", chatBody).Code, "one within the limit is served")
+		assert.Equal(t, []string{"acme:prompt_bytes", "acme:prompt_bytes"}, limited, "both refusals counted, the read one and the declared one")
 	})
 }
 
@@ -117,12 +120,15 @@ func TestTheAdmissionIsSettledAfterTheAnswerIsWritten(t *testing.T) {
 }
 
 // capped identifies each request by its X-Tenant-ID header, with an
-// in-flight cap of max.
-func capped(max int) func(*Options) {
+// in-flight cap of max, and counts the refusals it causes in limited.
+func capped(max int, limited ...*[]string) func(*Options) {
 	return func(o *Options) {
 		o.Identify = func(r *http.Request) (Identity, *chatapi.Error) {
 			t := r.Header.Get("X-Tenant-ID")
 			return Identity{Key: t, Tenant: t, MaxInFlight: max}, nil
+		}
+		if len(limited) > 0 {
+			o.CallerLimited = func(id Identity, limit string) { *limited[0] = append(*limited[0], id.Key+":"+limit) }
 		}
 	}
 }
@@ -134,7 +140,8 @@ func TestACallerAtItsInFlightCapIsRefusedBeforeAnythingElse(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		cfg := baseConfig()
 		cfg.RatePerSecond, cfg.Burst = 0.001, 3
-		r := newRigWith(t, cfg, capped(2), simProvider(t, sim.Config{Name: "alpha", Latency: time.Second}))
+		var limited []string
+		r := newRigWith(t, cfg, capped(2, &limited), simProvider(t, sim.Config{Name: "alpha", Latency: time.Second}))
 		held := make(chan int, 2)
 		for range 2 {
 			go func() { held <- r.do(http.MethodPost, "/v1/chat/completions", chatBody, "X-Tenant-ID", "acme").Code }()
@@ -151,6 +158,7 @@ func TestACallerAtItsInFlightCapIsRefusedBeforeAnythingElse(t *testing.T) {
 		assert.Equal(t, "1", rec.Header().Get("Retry-After"))
 		assert.False(t, b.read.Load(), "its body is never read")
 		assert.Zero(t, promtest.Counter(t, r.reg, "gateway_admission_rejections_total", "reason", "rate_limited"), "nor is its rate asked")
+		assert.Equal(t, []string{"acme:in_flight"}, limited, "the refusal is counted")
 
 		other := make(chan int, 1)
 		go func() { other <- r.do(http.MethodPost, "/v1/chat/completions", chatBody, "X-Tenant-ID", "other").Code }()

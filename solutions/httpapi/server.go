@@ -66,6 +66,12 @@ type Options struct {
 	// router.ErrAfterFirstByte when a stream was cut after output) — or an
 	// error to send instead.
 	Admit func(ctx context.Context, id Identity, a Admission) (context.Context, Done, *chatapi.Error)
+	// CallerLimited, if set, hears of each request refused for one of its
+	// caller's own limits, which the identity carries and the server
+	// enforces before Admit runs: "prompt_bytes" (Identity.MaxBodyBytes)
+	// or "in_flight" (Identity.MaxInFlight). secure_app counts them as
+	// tier refusals.
+	CallerLimited func(id Identity, limit string)
 	// Tracer, if set, records a server span per request — joined to the
 	// caller's trace when it sends a W3C traceparent — under which the
 	// gateway's and the upstream call's spans hang. nil records nothing.
@@ -354,6 +360,7 @@ func (s *Server) accept(w http.ResponseWriter, r *http.Request) (id Identity, _ 
 	}
 	leave, ok := s.callers.enter(id)
 	if !ok {
+		s.callerLimited(id, "in_flight")
 		s.refuseBody(w, &chatapi.Error{Status: http.StatusTooManyRequests, Type: "rate_limit_error", Code: "too_many_concurrent_requests",
 			Message: fmt.Sprintf("this caller may have %d requests in flight", id.MaxInFlight), RetryAfter: time.Second})
 		return Identity{}, r, nil, nil, false
@@ -460,11 +467,18 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request, id Identity) (
 // the caller's (its tier's) when that is the smaller.
 func (s *Server) tooLarge(id Identity, limit int64) *chatapi.Error {
 	if id.MaxBodyBytes > 0 && id.MaxBodyBytes == limit && limit < s.opts.MaxBodyBytes {
+		s.callerLimited(id, "prompt_bytes")
 		return &chatapi.Error{Status: http.StatusRequestEntityTooLarge, Type: "invalid_request_error", Code: "prompt_too_large",
 			Message: fmt.Sprintf("the request is over %d bytes, the most the %s tier allows", limit, cmp.Or(id.Tier, "caller's"))}
 	}
 	return &chatapi.Error{Status: http.StatusRequestEntityTooLarge, Type: "invalid_request_error", Code: "request_too_large",
 		Message: "the request body is larger than " + strconv.FormatInt(limit, 10) + " bytes"}
+}
+
+func (s *Server) callerLimited(id Identity, limit string) {
+	if s.opts.CallerLimited != nil {
+		s.opts.CallerLimited(id, limit)
+	}
 }
 
 // refuseBody answers a request whose body will not be read, and closes the

@@ -73,7 +73,7 @@ type Verifier struct {
 // matching ErrConfig that says why, a Secret (or a set Previous) shorter than
 // MinSecretBytes, an empty Issuer or Audience, and a bad Leeway or
 // MaxLifetime. It checks the secrets' length only: SecretsFromEnv, where a
-// secret a person chose comes in, also refuses a weak one (WeakSecret).
+// secret a person chose comes in, also refuses a weak one (see SecretBits).
 func NewVerifier(cfg Config) (*Verifier, error) {
 	if err := checkSecret("Secret", cfg.Secret); err != nil {
 		return nil, err

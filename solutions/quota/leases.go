@@ -160,6 +160,3 @@ func (lease *Lease) Renew(ctx context.Context) (bool, error) {
 	}
 	return reply[0] == 1, nil
 }
-
-// TTL is how long a lease lives unless renewed or released.
-func (l *Leases) TTL() time.Duration { return l.ttl }

@@ -201,10 +201,10 @@ func withCA(c *tls.Config, file string) error {
 	return nil
 }
 
-// credentialsIn finds what may be a credential in a Redis URL or address
-// list without trusting it to parse: everything between "://" (or the
-// start) and the last "@", and the value of a password-like query
-// parameter.
+// userinfo and passwordArg find what may be a credential in a Redis URL
+// or address list without trusting it to parse: everything between "://"
+// (or the start) and the last "@", and the value of a password-like query
+// parameter (see secretsIn and redactURL).
 var (
 	userinfo    = regexp.MustCompile(`^((?:[A-Za-z][A-Za-z0-9+.-]*://)?)(.*)@`)
 	passwordArg = regexp.MustCompile(`(?i)((?:^|[?&;\s])(?:password|pass|pwd|auth|secret)=)([^&#\s]*)`)

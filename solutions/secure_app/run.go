@@ -156,6 +156,7 @@ func hooks(g *guard.Guard) service.Hooks {
 		API: func(o *httpapi.Options) {
 			o.Identify = g.Identify
 			o.Admit = g.Admit
+			o.CallerLimited = g.CallerLimited
 		},
 		Router: func(c *router.Config) {
 			// The tier's rate, shared by every replica. The per-replica
