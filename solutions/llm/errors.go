@@ -59,8 +59,8 @@ func ReasonOf(err error) Reason {
 	switch status := StatusOf(err); {
 	case err == nil:
 		return ReasonNone
-	case errors.Is(err, context.Canceled):
-		return ReasonCancelled
+	case errors.Is(err, context.Canceled), errors.Is(err, ErrNotSent):
+		return ReasonCancelled // called off: by its caller, or before it was sent (no provider's doing)
 	case errors.Is(err, context.DeadlineExceeded):
 		return ReasonTimeout
 	case status == http.StatusTooManyRequests:

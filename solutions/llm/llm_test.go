@@ -40,6 +40,7 @@ func TestReasonOfClassifiesEachCauseOnce(t *testing.T) {
 		{"dns", &net.DNSError{Err: "no such host", Name: "x"}, llm.ReasonConnection, llm.OutcomeError},
 		{"anything else", errors.New("malformed"), llm.ReasonOther, llm.OutcomeError},
 		{"a panic", fmt.Errorf("x: %w", llm.ErrPanic), llm.ReasonOther, llm.OutcomeError},
+		{"refused before it was sent (a quota out of tokens)", fmt.Errorf("%w: %w", llm.ErrNotSent, &chatapi.Error{Status: 429, Code: "tokens_per_minute"}), llm.ReasonCancelled, llm.OutcomeCancelled},
 		{"cancelled wins over a status", errors.Join(context.Canceled, upstream(500, "")), llm.ReasonCancelled, llm.OutcomeCancelled},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
