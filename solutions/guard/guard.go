@@ -67,8 +67,11 @@ type Config struct {
 	// LeaseTTL is how long an in-flight lease lives without renewal; 0 is
 	// LeaseTTL.
 	LeaseTTL time.Duration
-	Log      *slog.Logger // nil: discarded
-	Observer Observer     // nil: nothing is counted
+	// TokenDebtMinutes is how many minutes of its token quota a tenant may
+	// owe for usage above its reservations (quota.TokensConfig.DebtMinutes).
+	TokenDebtMinutes int
+	Log              *slog.Logger // nil: discarded
+	Observer         Observer     // nil: nothing is counted
 }
 
 // Guard is secure_app's admission. Safe for concurrent use.
@@ -120,7 +123,7 @@ func (g *Guard) shared() error {
 	}
 	var err error
 	g.tokens, err = quota.NewTokens(g.cfg.Redis, quota.TokensConfig{Prefix: g.cfg.Prefix + ":tokens", FailOpen: g.cfg.FailOpen,
-		Timeout: g.cfg.Timeout, OnError: g.onError(policy.LimitTokens)})
+		Timeout: g.cfg.Timeout, DebtMinutes: g.cfg.TokenDebtMinutes, OnError: g.onError(policy.LimitTokens)})
 	if err != nil {
 		return err
 	}

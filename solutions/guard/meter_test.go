@@ -138,6 +138,16 @@ func TestEachCallIsChargedByTheRules(t *testing.T) {
 	}
 }
 
+func TestAnUnderestimateIsOwedUpToTheConfiguredDebt(t *testing.T) {
+	r := newRigWith(t, false, func(c *Config) { c.TokenDebtMinutes = 3 })
+	ctx, done, e := r.g.Admit(t.Context(), httpapi.Identity{Key: "acme", Tier: "small"}, ask(400, 50))
+	require.Nil(t, e)
+	_, err := r.call(ctx, &upstream{usage: &llm.Usage{TotalTokens: 1_000_000}}) // a prompt of files
+	require.NoError(t, err)
+	done(nil, nil)
+	assert.Equal(t, -3*2000, r.left(t, "acme", 2000), "three minutes of the quota owed, the rest forgiven")
+}
+
 func TestARequestThatMadeNoCallIsRefundedItsReservation(t *testing.T) {
 	r := newRig(t, false)
 	_, done, e := r.g.Admit(t.Context(), httpapi.Identity{Key: "acme", Tier: "small"}, ask(400, 1900))

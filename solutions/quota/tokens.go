@@ -37,7 +37,17 @@ type TokensConfig struct {
 	// reservation stays charged its estimate. Make it longer than the
 	// longest request.
 	SettleWindow time.Duration
+	// DebtMinutes is how many minutes of a tenant's quota it may owe —
+	// usage above what it reserved — before the rest is forgiven; 0 means
+	// 1, at most MaxDebtMinutes. More makes an underestimate (a prompt of
+	// images or files) cost what it used; less keeps one absurd usage
+	// report from locking a tenant out for long.
+	DebtMinutes int
 }
+
+// MaxDebtMinutes bounds TokensConfig.DebtMinutes: the script's arithmetic
+// stays exact (below 2^53) for a quota of MaxPerMinute.
+const MaxDebtMinutes = 60
 
 //go:embed tokens.lua
 var tokensLua string
@@ -55,6 +65,7 @@ var tokensScript = redis.NewScript(tokensLua)
 type Tokens struct {
 	store
 	window time.Duration
+	debt   int // minutes of quota a tenant may owe
 }
 
 // NewTokens validates cfg and returns Tokens that runs its script through
@@ -68,7 +79,10 @@ func NewTokens(rdb redis.Scripter, cfg TokensConfig) (*Tokens, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Tokens{store: s, window: window}, nil
+	if cfg.DebtMinutes < 0 || cfg.DebtMinutes > MaxDebtMinutes {
+		return nil, fmt.Errorf("%w: debt of %d minutes is outside [0, %d]", ErrInvalidConfig, cfg.DebtMinutes, MaxDebtMinutes)
+	}
+	return &Tokens{store: s, window: window, debt: max(cfg.DebtMinutes, 1)}, nil
 }
 
 // Keys returns the names of tenant's two keys: the bucket and its open
@@ -108,11 +122,11 @@ func (q *Tokens) Reserve(ctx context.Context, tenant string, perMinute, estimate
 	r := &Reservation{q: q, tenant: tenant, id: rand.Text(), perMinute: perMinute, estimate: estimate}
 	bucket, open := q.Keys(tenant)
 	reply, err := runScript(ctx, q.rdb, q.timeout, tokensScript, []string{bucket, open}, 3,
-		"reserve", perMinute, r.id, estimate, q.window.Milliseconds())
+		"reserve", perMinute, r.id, estimate, q.window.Milliseconds(), q.debt)
 	if err != nil {
 		// The reserve may yet run: settle its id at zero, so it cannot stay
 		// charged for a request that never ran.
-		q.undo(ctx, err, tokensScript, []string{bucket, open}, "settle", perMinute, r.id, estimate, q.window.Milliseconds(), 0)
+		q.undo(ctx, err, tokensScript, []string{bucket, open}, "settle", perMinute, r.id, estimate, q.window.Milliseconds(), q.debt, 0)
 		err, failOpen := q.fail.report(err)
 		if failOpen {
 			return &Reservation{noop: true, estimate: estimate}, Decision{Allowed: true}, nil
@@ -186,7 +200,7 @@ func (r *Reservation) Settle(ctx context.Context, actual int) error {
 	}
 	q := r.q
 	bucket, open := q.Keys(r.tenant)
-	args := []any{"settle", r.perMinute, r.id, r.estimate, q.window.Milliseconds(), actual}
+	args := []any{"settle", r.perMinute, r.id, r.estimate, q.window.Milliseconds(), q.debt, actual}
 	_, err := runScript(ctx, q.rdb, q.timeout, tokensScript, []string{bucket, open}, 3, args...)
 	if err != nil {
 		// Retried in the background (a settle is idempotent by id): a

@@ -15,7 +15,8 @@
 -- ARGV[3]  reservation id
 -- ARGV[4]  estimate (tokens)
 -- ARGV[5]  settle window (ms): a reservation older than this stays charged
--- ARGV[6]  settle only: actual usage (tokens)
+-- ARGV[6]  debt (minutes of quota): how far below zero usage may take it
+-- ARGV[7]  settle only: actual usage (tokens)
 --
 -- Both are idempotent per id, so a call that a client library resends after
 -- a lost reply is not applied twice. And their order does not matter: a
@@ -31,12 +32,13 @@ local cap = per * UNIT
 local id = ARGV[3]
 local estimate = tonumber(ARGV[4]) * UNIT
 local window = tonumber(ARGV[5])
+local floor = -cap * tonumber(ARGV[6])
 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 
 -- Load and refill. A quota lowered since the last call clamps the bucket
--- to the new bounds: at most full, at most one capacity in debt.
+-- to the new bounds: at most full, at most the debt allowed below zero.
 local state = redis.call('HMGET', KEYS[1], 'tokens', 'ts')
 local tokens = tonumber(state[1])
 local ts = tonumber(state[2])
@@ -44,7 +46,7 @@ if tokens == nil or ts == nil then
   tokens = cap
   ts = now
 end
-tokens = math.max(-cap, math.min(cap, tokens))
+tokens = math.max(floor, math.min(cap, tokens))
 if now > ts then -- a clock that stepped back refills nothing
   if (now - ts) * per >= cap - tokens then
     tokens = cap
@@ -104,7 +106,7 @@ redis.call('ZREM', KEYS[2], id)
 if opened <= now - window then
   return {0, remaining(), 0} -- too late: it stays charged its estimate
 end
-local actual = tonumber(ARGV[6]) * UNIT
-tokens = math.max(-cap, math.min(cap, tokens + estimate - actual))
+local actual = tonumber(ARGV[7]) * UNIT
+tokens = math.max(floor, math.min(cap, tokens + estimate - actual))
 store()
 return {1, remaining(), 0}

@@ -133,6 +133,25 @@ func TestDebtIsAtMostOneMinuteOfQuota(t *testing.T) {
 	assert.Equal(t, time.Minute, d.RetryAfter, "the debt stops at one capacity below zero: one absurd usage report locks a tenant out for a minute, not for ten")
 }
 
+func TestDebtCarriesOverUpToTheConfiguredMinutes(t *testing.T) {
+	f := newFixture(t)
+	q := newTokens(t, f.rdb, TokensConfig{DebtMinutes: 10})
+	bucket, _ := q.Keys("acme")
+	first, _ := reserve(t, q, "acme", 600, 300)
+	second, _ := reserve(t, q, "acme", 600, 300)
+	settle(t, first, 300+3000) // a prompt of files the estimate knew nothing of
+	_, d := reserve(t, q, "acme", 600, 0)
+	assert.Equal(t, 5*time.Minute, d.RetryAfter, "3,000 tokens owed at 600 a minute: all of it carried over")
+	settle(t, second, 1_000_000)
+	_, d = reserve(t, q, "acme", 600, 0)
+	assert.Equal(t, 10*time.Minute, d.RetryAfter, "then up to ten minutes of quota, no more")
+	assert.Equal(t, 11*time.Minute, f.m.TTL(bucket), "ten minutes of debt, then one to fill")
+	for _, bad := range []int{-1, MaxDebtMinutes + 1} {
+		_, err := NewTokens(f.rdb, TokensConfig{DebtMinutes: bad})
+		assert.ErrorIs(t, err, ErrInvalidConfig, "%d minutes", bad)
+	}
+}
+
 func TestSettleTwiceAppliesOnce(t *testing.T) {
 	f := newFixture(t)
 	q := newTokens(t, f.rdb, TokensConfig{})
@@ -414,10 +433,10 @@ func TestAReserveThatArrivesAfterItsUndoTakesNothing(t *testing.T) {
 		require.NoError(t, tokensScript.Run(t.Context(), f.rdb, []string{bucket, open}, args...).Err())
 	}
 	window := time.Minute.Milliseconds()
-	run("settle", 1000, "stalled", 300, window, 0) // the undo, first
-	run("reserve", 1000, "stalled", 300, window)   // the stalled reserve, after it
+	run("settle", 1000, "stalled", 300, window, 1, 0) // the undo, first
+	run("reserve", 1000, "stalled", 300, window, 1)   // the stalled reserve, after it
 	assert.Equal(t, 1000, balance(t, q, "acme", 1000), "the late reserve took nothing")
-	run("settle", 1000, "stalled", 300, window, 0)
+	run("settle", 1000, "stalled", 300, window, 1, 0)
 	assert.Equal(t, 1000, balance(t, q, "acme", 1000), "and a second undo gives nothing back")
 
 	f.advance(time.Minute)

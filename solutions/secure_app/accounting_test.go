@@ -105,6 +105,15 @@ func TestIntegrationOneTenantCannotTakeEverySlotOfAReplica(t *testing.T) {
 	assert.Equal(t, map[int]int{200: 2, 429: 1}, got, "the hog's third request, within its tier's cap of 3, is over the replica's cap of 2")
 }
 
+func TestATokenDebtOutsideItsRangeDoesNotStart(t *testing.T) {
+	t.Setenv("JWT_SECRET", secret)
+	for _, minutes := range []string{"0", "61"} {
+		var out, errOut testkit.LogBuffer
+		assert.Equal(t, 2, run(t.Context(), []string{"-token-debt-minutes", minutes, "-redis-url", "redis://127.0.0.1:1"}, &out, &errOut, nil))
+		assert.Contains(t, errOut.String(), "-token-debt-minutes "+minutes+": want 1 to 60")
+	}
+}
+
 func TestATierThatCouldTakeEverySlotDoesNotStart(t *testing.T) {
 	t.Setenv("JWT_SECRET", secret)
 	var out, errOut testkit.LogBuffer

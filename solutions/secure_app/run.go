@@ -19,6 +19,7 @@ import (
 	"github.com/production-go/gateway-lab/solutions/internal/egress"
 	"github.com/production-go/gateway-lab/solutions/policy"
 	"github.com/production-go/gateway-lab/solutions/providers/openaicompat"
+	"github.com/production-go/gateway-lab/solutions/quota"
 	"github.com/production-go/gateway-lab/solutions/router"
 	"github.com/production-go/gateway-lab/solutions/service"
 	"github.com/production-go/gateway-lab/solutions/telemetry"
@@ -38,6 +39,7 @@ type settings struct {
 	redis       redisSettings
 	prefix      string
 	failOpen    bool
+	debt        int
 }
 
 func (s *settings) flags(fs *flag.FlagSet) {
@@ -49,6 +51,7 @@ func (s *settings) flags(fs *flag.FlagSet) {
 	s.redis.flags(fs)
 	fs.StringVar(&s.prefix, "redis-prefix", "gw", "prefix of every key the shared limits write (one per deployment on a shared Redis)")
 	fs.BoolVar(&s.failOpen, "ratelimit-fail-open", false, "when Redis is down, admit requests (default: refuse them with 503)")
+	fs.IntVar(&s.debt, "token-debt-minutes", 10, fmt.Sprintf("minutes of its token quota a tenant may owe for usage above what it reserved (a prompt of images or files); beyond that is forgiven (1…%d)", quota.MaxDebtMinutes))
 }
 
 // The issuer and audience secure_app and its token command agree on by
@@ -85,6 +88,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, ln net.Li
 	}
 	if err := fitsTheSlots(pol, c.Router.MaxConcurrent); err != nil {
 		return fail(stderr, 2, err)
+	}
+	if s.debt < 1 || s.debt > quota.MaxDebtMinutes {
+		return fail(stderr, 2, fmt.Errorf("-token-debt-minutes %d: want 1 to %d", s.debt, quota.MaxDebtMinutes))
 	}
 	g, metrics, rdb, err := newGuard(s, pol, log)
 	if err != nil {
@@ -141,7 +147,8 @@ func newGuard(s settings, pol *policy.Policy, log *slog.Logger) (*guard.Guard, *
 		return nil, nil, nil, err
 	}
 	metrics := telemetry.NewGuard(s.failOpen)
-	g, err := guard.New(guard.Config{Verifier: v, Policy: pol, Redis: rdb, Prefix: s.prefix, FailOpen: s.failOpen, Log: log, Observer: metrics})
+	g, err := guard.New(guard.Config{Verifier: v, Policy: pol, Redis: rdb, Prefix: s.prefix, FailOpen: s.failOpen,
+		TokenDebtMinutes: s.debt, Log: log, Observer: metrics})
 	if err != nil {
 		_ = rdb.Close()
 		return nil, nil, nil, err
