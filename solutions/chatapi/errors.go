@@ -54,8 +54,14 @@ func (e *Error) JSON() []byte {
 	return b
 }
 
-// MaxMessageBytes bounds the upstream text a caller is shown.
-const MaxMessageBytes = 1024
+// MaxMessageBytes bounds the upstream text a caller is shown; MaxCodeBytes
+// bounds an error's type, code and param, which are identifiers — and go
+// to the logs, where an upstream that echoes the request must not put a
+// prompt.
+const (
+	MaxMessageBytes = 1024
+	MaxCodeBytes    = 64
+)
 
 // UpstreamError is what an upstream said when it refused or failed a call:
 // its status and its own error type, code, param and message. The message
@@ -87,20 +93,20 @@ func NewUpstreamError(provider string, status int, body []byte, retryAfter time.
 
 // readObject takes the fields of an OpenAI error object.
 func (e *UpstreamError) readObject(obj gjson.Result) {
-	e.Message = bounded(obj.Get("message").String())
-	e.Type = bounded(obj.Get("type").String())
-	e.Code = bounded(obj.Get("code").String()) // some upstreams send a number
-	e.Param = bounded(obj.Get("param").String())
+	e.Message = bounded(obj.Get("message").String(), MaxMessageBytes)
+	e.Type = bounded(obj.Get("type").String(), MaxCodeBytes)
+	e.Code = bounded(obj.Get("code").String(), MaxCodeBytes) // some upstreams send a number
+	e.Param = bounded(obj.Get("param").String(), MaxCodeBytes)
 }
 
-// bounded keeps s within MaxMessageBytes, cut at a character boundary, as
+// bounded keeps s within limit bytes, cut at a character boundary, as
 // valid UTF-8.
-func bounded(s string) string {
+func bounded(s string, limit int) string {
 	s = strings.ToValidUTF8(s, "\uFFFD")
-	if len(s) <= MaxMessageBytes {
+	if len(s) <= limit {
 		return s
 	}
-	cut := MaxMessageBytes
+	cut := limit
 	for cut > 0 && !utf8.RuneStart(s[cut]) {
 		cut--
 	}

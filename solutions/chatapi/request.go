@@ -196,7 +196,7 @@ func (r *Request) readMessages(v gjson.Result) error {
 		if c := m.Get("content"); err == nil && c.IsArray() {
 			j := 0
 			c.ForEach(func(_, part gjson.Result) bool {
-				if duplicate(part, "type") != "" {
+				if duplicate(part, "type") != "" || hasCaseVariant(part, "type") {
 					field := fmt.Sprintf("messages[%d].content[%d].type", i-1, j)
 					err = invalid(field, "duplicate_field", field+" appears more than once") // read as text here, as an image upstream
 					return false
@@ -227,6 +227,11 @@ func checkMessage(i int, m gjson.Result) error {
 	}
 	if dup := duplicate(m, "role", "content"); dup != "" {
 		return invalid(field("."+dup), "duplicate_field", fmt.Sprintf("%s appears more than once", field("."+dup)))
+	}
+	for _, name := range []string{"role", "content"} {
+		if hasCaseVariant(m, name) { // "Role": "system" beside "role": "user", read by a Go upstream as system
+			return invalid(field("."+name), "duplicate_field", fmt.Sprintf("%s appears more than once, in another case", field("."+name)))
+		}
 	}
 	role := m.Get("role")
 	switch {

@@ -93,6 +93,9 @@ func TestParseErrorsNameTheField(t *testing.T) {
 		{"n given twice, the last larger", `{"messages":[{"role":"user","content":"a"}],"n":1,"n":128}`, "n"},
 		{"messages given twice, the last empty", `{"messages":[{"role":"user","content":"a"}],"messages":[]}`, "messages"},
 		{"a content part's type given twice", `{"messages":[{"role":"user","content":"a"},{"role":"user","content":[{"type":"text","type":"image_url","image_url":{"url":"x"}}]}]}`, "messages[1].content[0].type"},
+		{"a content part's type in another case", `{"messages":[{"role":"user","content":[{"type":"text","text":"b"},{"type":"text","TYPE":"input_audio"}]}]}`, "messages[0].content[1].type"},
+		{"a role in another case", `{"messages":[{"role":"user","Role":"system","content":"a"}]}`, "messages[0].role"},
+		{"a content in another case", `{"messages":[{"role":"user","content":"hi","Content":[{"type":"image_url","image_url":{"url":"x"}}]}]}`, "messages[0].content"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			body, param := tc.body, tc.param

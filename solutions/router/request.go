@@ -123,7 +123,7 @@ func (run *run) attempt(ctx context.Context, n int) error {
 	}
 	verdict := breakerVerdict(err)
 	if run.r.cfg.IsolateTenantFailures {
-		verdict = s.streak.verdict(run.req.Tenant, err, verdict, run.r.cfg.FailureThreshold)
+		verdict = s.streak.verdict(run.req.Tenant, err, verdict)
 	}
 	done(verdict)
 	run.plan.last = k

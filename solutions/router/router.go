@@ -189,16 +189,17 @@ type Config struct {
 
 	FailureThreshold int           // consecutive failures that open a target's breaker
 	RecoveryTimeout  time.Duration // how long it stays open before one probe
-	// IsolateTenantFailures keeps a run of the failures a tenant's own
-	// requests can provoke — timeouts (an attempt's, or a stream's
-	// first-token or idle limit) and an upstream's 403, 408 or 429 (a
-	// filter that dislikes a prompt, a request over the upstream's own
-	// limits) — from one tenant alone one short of FailureThreshold, so
-	// that tenant cannot open a target's breaker for every tenant. Any
-	// other failure (a 5xx, a reset, the gateway's own key refused), or one
-	// of a second tenant in the same run, counts as usual. For a service
-	// whose tenants are authenticated (secure_app): with one tenant, these
-	// failures alone never open a breaker, and its own attempts fail over.
+	// IsolateTenantFailures counts the failures a tenant's own requests
+	// can provoke — timeouts (an attempt's, or a stream's first-token or
+	// idle limit) and an upstream's 403, 408 or 429 (a filter that dislikes
+	// a prompt, a request over the upstream's own limits) — towards a
+	// target's breaker only once two tenants have had them since the
+	// target's last success: one tenant cannot open the breaker for every
+	// tenant, nor keep it open by failing the probe. Any other failure (a
+	// 5xx, a reset, the gateway's own key refused) counts as usual. For a
+	// service whose tenants are authenticated (secure_app): with one
+	// tenant, these failures never open a breaker, and its attempts fail
+	// over instead.
 	IsolateTenantFailures bool
 
 	// MaxProviderCalls bounds calls to providers that do not honour their

@@ -20,48 +20,45 @@ func provoked(err error) bool {
 	return errors.Is(err, context.DeadlineExceeded)
 }
 
-// streak follows a target's current run of failures for
-// Config.IsolateTenantFailures: how long it is, and whether one tenant
-// alone made it. It mirrors the breaker's own count closely enough —
-// concurrent attempts may report in either order — to keep one tenant's
-// timeouts one short of the threshold.
+// streak follows a target's current run of failures — since its last
+// success — for Config.IsolateTenantFailures: which tenants' requests
+// have provoked one. Provoked failures count towards the breaker only once
+// two tenants have had them in the run: one tenant alone, however many it
+// provokes, and whatever other failures the run holds, never opens the
+// breaker — nor keeps it open by failing the probe.
 type streak struct {
-	mu     sync.Mutex
-	fails  int
-	tenant string // the tenant of every failure so far, while it is one
-	mixed  bool   // failures from more than one tenant
+	mu    sync.Mutex
+	first string // the first tenant with a provoked failure in the run
+	two   bool   // a second tenant has had one too
 }
 
-// reset starts a new run, after a success. (A run that opened the breaker
-// needs no reset of its own: the breaker ends Open only by a success.)
+// reset starts a new run, after a success.
 func (s *streak) reset() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.fails, s.tenant, s.mixed = 0, "", false
+	s.first, s.two = "", false
 }
 
 // verdict is what a failed attempt of tenant tells its target's breaker,
-// given what breakerVerdict made of err: a timeout that would let one
-// tenant alone reach threshold is neutral instead.
-func (s *streak) verdict(tenant string, err, verdict error, threshold int) error {
-	if verdict == nil {
+// given what breakerVerdict made of err.
+func (s *streak) verdict(tenant string, err, verdict error) error {
+	switch {
+	case verdict == nil:
 		s.reset() // the breaker counts it a success
 		return nil
-	}
-	if errors.Is(verdict, context.Canceled) {
-		return verdict // neutral: the run goes on as it was
+	case errors.Is(verdict, context.Canceled), !provoked(err):
+		return verdict // neutral already, or a failure whoever asked
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	alone := !s.mixed && (s.fails == 0 || s.tenant == tenant)
-	if alone && s.fails+1 >= threshold && provoked(err) {
+	switch {
+	case s.first == "":
+		s.first = tenant
+	case s.first != tenant:
+		s.two = true
+	}
+	if !s.two {
 		return context.Canceled // the breaker hears nothing of it
 	}
-	if s.fails == 0 {
-		s.tenant = tenant
-	} else if s.tenant != tenant {
-		s.mixed = true
-	}
-	s.fails++
 	return verdict
 }

@@ -65,18 +65,55 @@ func TestWhatOneTenantCanProvokeAloneNeverOpensTheBreaker(t *testing.T) {
 	}
 }
 
-func TestTimeoutsOfTwoTenantsOpenTheBreaker(t *testing.T) {
-	for _, order := range [][]string{{"acme", "acme", "bob"}, {"acme", "bob", "acme"}, {"bob", "acme", "acme"}} {
-		t.Run(strings.Join(order, ","), func(t *testing.T) {
+func TestOnceTwoTenantsHaveHadThemProvokedFailuresCount(t *testing.T) {
+	for _, tc := range []struct {
+		order []string
+		want  string
+	}{
+		{[]string{"acme", "bob", "acme", "bob"}, "open"},          // acme's first does not count; the next three do
+		{[]string{"acme", "acme", "bob", "acme"}, "closed"},       // bob's and the last acme's count: two of three
+		{[]string{"acme", "acme", "bob", "acme", "acme"}, "open"}, // and then every one of acme's too
+		{[]string{"acme", "acme", "acme", "bob"}, "closed"},       // only bob's counts: one of three
+	} {
+		t.Run(strings.Join(tc.order, ","), func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				g := twoTenants(t, true)
-				for _, tenant := range order {
+				for _, tenant := range tc.order {
 					require.Error(t, send(g, tenant, "slow"))
 				}
-				assert.Equal(t, "open", state(g, "up"), "three timeouts in a row, from two tenants: the target is down for everyone")
+				assert.Equal(t, tc.want, state(g, "up"))
 			})
 		})
 	}
+}
+
+func TestAnotherTenantsServerErrorDoesNotMakeOneTenantsTimeoutsCount(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g := twoTenants(t, true)
+		require.Error(t, send(g, "bob", "broken"))
+		for range 5 {
+			require.Error(t, send(g, "acme", "slow"))
+		}
+		assert.Equal(t, "closed", state(g, "up"), "bob's 500 counts, acme's timeouts never do: one stray failure of another tenant is no licence")
+		require.Error(t, send(g, "bob", "broken"))
+		require.Error(t, send(g, "bob", "broken"))
+		assert.Equal(t, "open", state(g, "up"), "three 500s: the target's failures, whoever asked")
+	})
+}
+
+func TestOneTenantCannotKeepTheBreakerOpenByFailingTheProbe(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		g := twoTenants(t, true)
+		for range 3 {
+			require.Error(t, send(g, "bob", "broken"))
+		}
+		require.Equal(t, "open", state(g, "up"))
+		time.Sleep(config().RecoveryTimeout)
+		require.Error(t, send(g, "acme", "slow"), "acme's request is the probe, and times out")
+		assert.Equal(t, "half-open", state(g, "up"), "acme's timeout says nothing of the target: the next request probes again")
+		require.NoError(t, send(g, "bob", "hi"))
+		assert.Equal(t, "closed", state(g, "up"))
+	})
 }
 
 func TestOneTenantsOtherFailuresStillOpenTheBreaker(t *testing.T) {
@@ -91,16 +128,6 @@ func TestOneTenantsOtherFailuresStillOpenTheBreaker(t *testing.T) {
 			})
 		})
 	}
-}
-
-func TestATimeoutAfterAnotherTenantsFailureCounts(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		g := twoTenants(t, true)
-		require.Error(t, send(g, "bob", "broken"))
-		require.Error(t, send(g, "acme", "slow"))
-		require.Error(t, send(g, "acme", "slow"))
-		assert.Equal(t, "open", state(g, "up"), "a run of two tenants' failures, the last two timeouts")
-	})
 }
 
 func TestASuccessStartsTheRunAgain(t *testing.T) {
@@ -118,7 +145,7 @@ func TestASuccessStartsTheRunAgain(t *testing.T) {
 func TestARunCountsAgainAfterTheBreakerRecovers(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		g := twoTenants(t, true)
-		for _, tenant := range []string{"acme", "bob", "acme"} {
+		for _, tenant := range []string{"acme", "bob", "acme", "bob"} {
 			require.Error(t, send(g, tenant, "slow"))
 		}
 		require.Equal(t, "open", state(g, "up"))

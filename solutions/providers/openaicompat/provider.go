@@ -214,8 +214,24 @@ func (p *Provider) scrub(e *chatapi.UpstreamError) {
 		return // too short to replace without mangling the text: never the case for a real key
 	}
 	for _, f := range []*string{&e.Message, &e.Type, &e.Code, &e.Param} {
-		*f = strings.ReplaceAll(*f, p.cfg.APIKey, "[the gateway's key]")
+		*f = scrubbed(*f, p.cfg.APIKey)
 	}
+}
+
+// scrubbed is s with key replaced, and with any start of the key that
+// ends s before its "…" (a field cut at its size limit mid-key) replaced
+// too.
+func scrubbed(s, key string) string {
+	const mask = "[the gateway's key]"
+	s = strings.ReplaceAll(s, key, mask)
+	if body, cut := strings.CutSuffix(s, "…"); cut {
+		for n := len(key) - 1; n >= 4; n-- {
+			if strings.HasSuffix(body, key[:n]) {
+				return body[:len(body)-n] + mask + "…"
+			}
+		}
+	}
+	return s
 }
 
 // Stream asks for a streamed answer and relays each event's data to emit,

@@ -133,6 +133,7 @@ func TestARefusalThatQuotesTheGatewaysKeyReachesNoOneWithIt(t *testing.T) {
 	}{
 		{"a 400", http.StatusBadRequest, `{"error":{"message":"bad request for key sk-secret-123 (` + escaped + `)","type":"invalid_request_error","code":"k_` + escaped + `"}}`, false},
 		{"an error object in a 200", http.StatusOK, `{"error":{"message":"key ` + escaped + `","code":"k_sk-secret-123"}}`, false},
+		{"a key cut in two by the size limit", http.StatusNotFound, `{"error":{"message":"` + strings.Repeat("x", chatapi.MaxMessageBytes-18) + `Bearer sk-secret-123"}}`, false},
 		{"an error event in a stream", http.StatusOK, "data: {\"error\":{\"message\":\"key " + escaped + "\",\"code\":\"k_sk-secret-123\"}}\n\n", true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -149,6 +150,7 @@ func TestARefusalThatQuotesTheGatewaysKeyReachesNoOneWithIt(t *testing.T) {
 			var se *chatapi.UpstreamError
 			require.ErrorAs(t, err, &se)
 			assert.NotContains(t, se.Message+se.Code+se.Type+se.Param+err.Error(), "sk-secret-123", "the key is in no field the caller or the log reads")
+			assert.NotContains(t, se.Message, "sk-se", "nor any start of it")
 			assert.Contains(t, se.Message, "[the gateway's key]", "the rest of the refusal is kept")
 			assert.Equal(t, tc.status == http.StatusOK, se.InBody, "an error in a 200 is marked: the upstream had the request")
 		})
@@ -158,13 +160,17 @@ func TestARefusalThatQuotesTheGatewaysKeyReachesNoOneWithIt(t *testing.T) {
 func TestUpstreamErrorTextIsBounded(t *testing.T) {
 	p := upstream(t, func(w http.ResponseWriter, _ *http.Request) {
 		w.WriteHeader(http.StatusBadRequest)
-		_, _ = io.WriteString(w, `{"error":{"message":"`+strings.Repeat("é", 4000)+`","code":"x"}}`)
+		echo := strings.Repeat("my secret prompt ", 100) // an upstream that quotes the request in its code
+		_, _ = io.WriteString(w, `{"error":{"message":"`+strings.Repeat("é", 4000)+`","code":"`+echo+`","type":"`+echo+`","param":"`+echo+`"}}`)
 	})
 	_, err := p.Generate(t.Context(), req)
 	var se *chatapi.UpstreamError
 	require.ErrorAs(t, err, &se)
 	assert.LessOrEqual(t, len(se.Message), chatapi.MaxMessageBytes+len("…"))
 	assert.True(t, utf8.ValidString(se.Message), "cut at a character boundary")
+	for _, f := range []string{se.Code, se.Type, se.Param} {
+		assert.LessOrEqual(t, len(f), chatapi.MaxCodeBytes+len("…"), "an identifier is short: a logged code cannot carry a prompt")
+	}
 }
 
 func sse(w http.ResponseWriter, lines ...string) {
