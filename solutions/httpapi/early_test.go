@@ -61,16 +61,22 @@ func TestATenantOverItsRateIsRefusedBeforeItsBodyIsRead(t *testing.T) {
 	}
 }
 
-// TestABodyOverTheCallersOwnLimitIsRefusedUnread: an identity may carry a
-// smaller body limit than the server's (a tier's prompt size).
-func TestABodyOverTheCallersOwnLimitIsRefusedUnread(t *testing.T) {
+// TestABodyOverTheCallersOwnLimitIsRefusedUnparsed: an identity may carry
+// a smaller body limit than the server's (a tier's prompt size); a body
+// over it is never buffered past it, parsed or admitted.
+func TestABodyOverTheCallersOwnLimitIsRefusedUnparsed(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var limited []string
+		admitted := 0
 		r := newRigWith(t, baseConfig(), func(o *Options) {
 			o.Identify = func(*http.Request) (Identity, *chatapi.Error) {
 				return Identity{Key: "acme", Tenant: "acme", Tier: "free", MaxBodyBytes: 100}, nil
 			}
 			o.CallerLimited = func(id Identity, limit string) { limited = append(limited, id.Key+":"+limit) }
+			o.Admit = func(ctx context.Context, _ Identity, _ Admission) (context.Context, Done, *chatapi.Error) {
+				admitted++
+				return ctx, nil, nil
+			}
 		}, simProvider(t, sim.Config{Name: "alpha"}))
 		big := `{"messages":[{"role":"user","content":"` + strings.Repeat("x", 200) + `"}]}`
 		rec := r.do(http.MethodPost, "/v1/chat/completions", big)
@@ -79,16 +85,43 @@ func TestABodyOverTheCallersOwnLimitIsRefusedUnread(t *testing.T) {
 		assert.Contains(t, rec.Body.String(), "100", "the refusal names the limit")
 		assert.Contains(t, rec.Body.String(), "free tier")
 
-		b := &watchedBody{r: strings.NewReader(big)}
-		req := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", b)
+		req := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", strings.NewReader(big))
 		req.ContentLength = int64(len(big))
 		rec = httptest.NewRecorder()
 		r.srv.ServeHTTP(rec, req)
-		assert.Equal(t, http.StatusRequestEntityTooLarge, rec.Code)
-		assert.False(t, b.read.Load(), "a body declared too big is refused before it is read")
+		assert.Equal(t, http.StatusRequestEntityTooLarge, rec.Code, "declared too big: refused the same")
+		assert.Zero(t, admitted, "neither is parsed, nor shown to Admit")
 		assert.Equal(t, http.StatusOK, r.do(http.MethodPost, "/v1/chat/completions", chatBody).Code, "one within the limit is served")
+		assert.Equal(t, 1, admitted)
 		assert.Equal(t, []string{"acme:prompt_bytes", "acme:prompt_bytes"}, limited, "both refusals counted, the read one and the declared one")
 	})
+}
+
+// TestAClientStillSendingATooLargePromptReadsThe413: over a real
+// connection, a body over the caller's limit but within the server's is
+// answered, then drained — never reset under a client still writing it.
+func TestAClientStillSendingATooLargePromptReadsThe413(t *testing.T) {
+	r := newRigWith(t, baseConfig(), func(o *Options) {
+		o.MaxBodyBytes = 1 << 20
+		o.Identify = func(*http.Request) (Identity, *chatapi.Error) {
+			return Identity{Key: "acme", Tenant: "acme", Tier: "free", MaxBodyBytes: 100}, nil
+		}
+	}, simProvider(t, sim.Config{Name: "alpha"}))
+	srv := httptest.NewServer(r.srv)
+	t.Cleanup(srv.Close)
+	big := `{"messages":[{"role":"user","content":"` + strings.Repeat("x", 200_000) + `"}]}`
+	for i := range 20 {
+		for _, chunked := range []bool{false, true} {
+			var body io.Reader = strings.NewReader(big)
+			if chunked {
+				body = io.MultiReader(strings.NewReader(big)) // no length: read until the limit trips
+			}
+			resp, err := srv.Client().Post(srv.URL+"/v1/chat/completions", "application/json", body)
+			require.NoError(t, err, "round %d, chunked %v: the client must read the refusal, not a reset", i, chunked)
+			_ = resp.Body.Close()
+			assert.Equal(t, http.StatusRequestEntityTooLarge, resp.StatusCode)
+		}
+	}
 }
 
 // TestTheAdmissionIsSettledAfterTheAnswerIsWritten: settling tokens and

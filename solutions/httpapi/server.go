@@ -15,6 +15,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net/http"
 	"os"
@@ -427,7 +428,7 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request, id Identity) (
 	if r.ContentLength > limit {
 		// Declared too big: say so now, without waiting for (or asking for,
 		// with 100 Continue) a body we would refuse anyway.
-		s.refuseBody(w, s.tooLarge(id, limit))
+		s.refuseTooLarge(w, r, id, limit, r.ContentLength)
 		return nil, false
 	}
 	if enc := r.Header.Get("Content-Encoding"); enc != "" && !strings.EqualFold(enc, "identity") {
@@ -452,7 +453,7 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request, id Identity) (
 	var tooBig *http.MaxBytesError
 	switch {
 	case errors.As(err, &tooBig):
-		s.refuseBody(w, s.tooLarge(id, tooBig.Limit))
+		s.refuseTooLarge(w, r, id, tooBig.Limit, -1)
 	case errors.Is(err, os.ErrDeadlineExceeded):
 		s.refuseBody(w, &chatapi.Error{Status: http.StatusRequestTimeout, Type: "invalid_request_error", Code: "request_timeout",
 			Message: "the request body did not arrive within " + s.opts.BodyTimeout.String()})
@@ -479,6 +480,27 @@ func (s *Server) callerLimited(id Identity, limit string) {
 	if s.opts.CallerLimited != nil {
 		s.opts.CallerLimited(id, limit)
 	}
+}
+
+// refuseTooLarge answers a body over limit (declared, when known, or -1).
+// Over the server's own limit, or with Expect: 100-continue (the client
+// has sent nothing yet), it is refused unread. Over only the caller's
+// smaller limit — a tier's prompt size, which an honest client may not
+// know — the rest of the body, up to the server's limit and within the
+// body timeout, is read and thrown away before the refusal is sent:
+// closing a connection with unread data resets it, and a client still
+// sending would get a broken pipe instead of the 413. Nothing of it is
+// kept or parsed.
+func (s *Server) refuseTooLarge(w http.ResponseWriter, r *http.Request, id Identity, limit, declared int64) {
+	e := s.tooLarge(id, limit)
+	if limit >= s.opts.MaxBodyBytes || declared > s.opts.MaxBodyBytes || r.Header.Get("Expect") != "" {
+		s.refuseBody(w, e)
+		return
+	}
+	_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(s.opts.BodyTimeout))
+	_, _ = io.Copy(io.Discard, io.LimitReader(r.Body, s.opts.MaxBodyBytes))
+	w.Header().Set("Connection", "close")
+	s.writeError(w, e)
 }
 
 // refuseBody answers a request whose body will not be read, and closes the
