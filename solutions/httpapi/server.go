@@ -26,6 +26,7 @@ import (
 
 	drain "github.com/production-go/gateway-lab/solutions/05-drain"
 	"github.com/production-go/gateway-lab/solutions/chatapi"
+	"github.com/production-go/gateway-lab/solutions/internal/inflight"
 	"github.com/production-go/gateway-lab/solutions/llm"
 	"github.com/production-go/gateway-lab/solutions/router"
 	"github.com/production-go/gateway-lab/solutions/telemetry"
@@ -386,10 +387,7 @@ func (s *Server) accept(w http.ResponseWriter, r *http.Request) (id Identity, _ 
 
 // callers counts the requests in the server per caller, for
 // Identity.MaxInFlight.
-type callers struct {
-	mu sync.Mutex
-	in map[string]int
-}
+type callers struct{ n inflight.Counter }
 
 // enter counts one more request of id, unless it already has
 // id.MaxInFlight; leave uncounts it.
@@ -397,22 +395,10 @@ func (c *callers) enter(id Identity) (leave func(), ok bool) {
 	if id.MaxInFlight <= 0 {
 		return func() {}, true
 	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.in[id.Key] >= id.MaxInFlight {
+	if !c.n.Enter(id.Key, id.MaxInFlight) {
 		return nil, false
 	}
-	if c.in == nil {
-		c.in = map[string]int{}
-	}
-	c.in[id.Key]++
-	return func() {
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		if c.in[id.Key]--; c.in[id.Key] == 0 {
-			delete(c.in, id.Key) // an idle caller costs nothing
-		}
-	}, true
+	return func() { c.n.Leave(id.Key) }, true
 }
 
 // readBody reads a size- and time-limited body into a pooled buffer: at
