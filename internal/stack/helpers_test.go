@@ -22,10 +22,9 @@ import (
 	"github.com/production-go/gateway-lab/internal/testkit/redistest"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"go.uber.org/goleak"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m, redistest.StopOnExit()) }
+func TestMain(m *testing.M) { redistest.VerifyTestMain(m) }
 
 var (
 	buildOnce sync.Once

@@ -4,9 +4,8 @@ import (
 	"testing"
 
 	"github.com/production-go/gateway-lab/internal/testkit/redistest"
-	"go.uber.org/goleak"
 )
 
 // TestMain fails the package if any test leaves a goroutine running, and
 // stops the redis-server the real-Redis test may have started.
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m, redistest.StopOnExit()) }
+func TestMain(m *testing.M) { redistest.VerifyTestMain(m) }

@@ -11,12 +11,11 @@ import (
 	"github.com/production-go/gateway-lab/internal/testkit/redistest"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/require"
-	"go.uber.org/goleak"
 )
 
 // TestMain fails the package if any test leaves a goroutine running, and
 // stops the redis-server the real-Redis tests may have started.
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m, redistest.StopOnExit()) }
+func TestMain(m *testing.M) { redistest.VerifyTestMain(m) }
 
 // Unit tests run against miniredis, an in-process Redis that runs the same
 // Lua. The test owns Redis' clock: SetTime moves what TIME returns and

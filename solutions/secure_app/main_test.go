@@ -18,7 +18,6 @@ import (
 	"github.com/production-go/gateway-lab/solutions/identity"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"go.uber.org/goleak"
 )
 
 // These tests start the real service on loopback ports, against a real
@@ -26,7 +25,7 @@ import (
 // skip that REDIS_INTEGRATION_REQUIRED=1 turns into a failure), with keys
 // under a prefix of the test's own.
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m, redistest.StopOnExit()) }
+func TestMain(m *testing.M) { redistest.VerifyTestMain(m) }
 
 const secret = "test-secret-that-is-at-least-32-bytes-long!"
 

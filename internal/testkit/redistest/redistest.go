@@ -14,9 +14,10 @@
 // Tests share a server they may not own: every key a test writes starts with
 // Prefix(t), and the helper never runs FLUSHALL or FLUSHDB.
 //
-// A package that uses this helper stops the server it started from TestMain:
+// A package that uses this helper checks for leaks and stops the server it
+// started from TestMain:
 //
-//	func TestMain(m *testing.M) { goleak.VerifyTestMain(m, redistest.StopOnExit()) }
+//	func TestMain(m *testing.M) { redistest.VerifyTestMain(m) }
 package redistest
 
 import (
@@ -117,6 +118,40 @@ var (
 	prefixes  sync.Map // testing.TB → string
 	prefixSeq atomic.Uint64
 )
+
+// VerifyTestMain runs the tests, checks that no goroutine outlived them, stops
+// a redis-server this binary started, and exits. It is goleak.VerifyTestMain
+// with a longer wait: after a pool has failed to dial PoolSize times, go-redis
+// starts a probe goroutine that sleeps a second between dials and only looks
+// at the pool's closed flag when it wakes, so a test that closed its client
+// after stopping a server leaves that goroutine alive for up to a second —
+// longer than goleak's own retries (about half a second). A client nobody
+// closed keeps its probe forever and is still reported.
+func VerifyTestMain(m *testing.M, opts ...goleak.Option) {
+	code := m.Run()
+	if code == 0 {
+		if err := settledLeaks(3*time.Second, opts...); err != nil {
+			fmt.Fprintf(os.Stderr, "goleak: Errors on successful test run: %v\n", err)
+			code = 1
+		}
+	}
+	if defaultFinder.stop != nil {
+		defaultFinder.stop()
+	}
+	os.Exit(code)
+}
+
+// settledLeaks asks goleak until it finds nothing or wait has passed.
+func settledLeaks(wait time.Duration, opts ...goleak.Option) error {
+	deadline := time.Now().Add(wait)
+	for {
+		err := goleak.Find(opts...)
+		if err == nil || time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
 
 // StopOnExit is a goleak option that stops a redis-server (or container)
 // this test binary started, after the leak check, then exits.

@@ -13,10 +13,9 @@ import (
 	"github.com/production-go/gateway-lab/internal/testkit/redismark"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	"go.uber.org/goleak"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m, StopOnExit()) }
+func TestMain(m *testing.M) { VerifyTestMain(m) }
 
 // recordingTB stands in for a test so the helper's skip-or-fail decision
 // can be observed instead of ending the real test.
