@@ -46,6 +46,8 @@ type Request struct {
 	maxCompletion span // the "max_completion_tokens" value in raw
 	optionsValue  span // the "stream_options" value in raw
 	includeUsage  span // the "stream_options.include_usage" value in raw
+	messages      span // the "messages" value in raw
+	lastRole      string
 
 	// Model is the public model name the caller asked for ("" if none).
 	Model string
@@ -138,6 +140,7 @@ func (r *Request) read(key, v gjson.Result) error {
 		}
 		r.Model, r.model = v.Str, valueSpan(v)
 	case "messages":
+		r.messages = valueSpan(v)
 		return r.readMessages(v)
 	case "stream":
 		b, err := optionalBool(name, v)
@@ -192,6 +195,7 @@ func (r *Request) readMessages(v gjson.Result) error {
 	i := 0
 	v.ForEach(func(_, m gjson.Result) bool {
 		err = checkMessage(i, m)
+		r.lastRole = m.Get("role").Str
 		i++
 		if c := m.Get("content"); err == nil && c.IsArray() {
 			j := 0

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/production-go/gateway-lab/solutions/chatapi"
@@ -14,6 +15,13 @@ import (
 	"github.com/production-go/gateway-lab/solutions/router"
 	"github.com/production-go/gateway-lab/solutions/telemetry"
 )
+
+// ContinuationHeader, set to "off", asks that a stream which breaks after
+// its first byte end with an error event rather than be continued on
+// another of its route's targets (see router.Stream). A header, not a body
+// field: the body goes upstream as sent, and an upstream may refuse a
+// field it does not know.
+const ContinuationHeader = "X-Gateway-Continuation"
 
 // chatCompletions is POST /v1/chat/completions: the caller's request goes
 // to the route's targets as sent (only "model" rewritten per target), and
@@ -31,6 +39,15 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	req := router.Request{Tenant: id.Key, RateChecked: true, Chat: chat}
+	switch v := r.Header.Get(ContinuationHeader); {
+	case v == "", strings.EqualFold(v, "on"):
+	case strings.EqualFold(v, "off"):
+		req.NoContinue = true
+	default:
+		s.writeError(w, &chatapi.Error{Status: http.StatusBadRequest, Type: "invalid_request_error", Code: "invalid_header", Param: ContinuationHeader,
+			Message: fmt.Sprintf("%s must be on or off", ContinuationHeader)})
+		return
+	}
 	if !s.opts.Router.Resolve(chat.Model, &req) {
 		s.writeError(w, &chatapi.Error{Status: http.StatusNotFound, Type: "invalid_request_error", Code: "model_not_found", Param: "model",
 			Message: fmt.Sprintf("the model %q does not exist here; GET /v1/models lists the models this gateway serves", chat.Model)})

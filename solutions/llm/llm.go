@@ -81,6 +81,20 @@ type DefaultModeler interface{ DefaultModel() string }
 // gives up on it can leave it behind.
 type ContextHonourer interface{ HonoursContext() bool }
 
+// Prefiller is a Provider whose upstream continues an assistant prefill
+// (see chatapi.WithPrefill) in a style other than chatapi.PrefillAssistant.
+type Prefiller interface{ PrefillStyle() chatapi.PrefillStyle }
+
+// PrefillStyle is the style p's upstream reads a prefill in:
+// chatapi.PrefillAssistant unless p says otherwise. Whether the upstream
+// continues a prefill at all is the route's to declare, not the provider's.
+func PrefillStyle(p Provider) chatapi.PrefillStyle {
+	if pf, ok := p.(Prefiller); ok && pf.PrefillStyle() != "" {
+		return pf.PrefillStyle()
+	}
+	return chatapi.PrefillAssistant
+}
+
 // HonoursContext reports whether p promises to return promptly once its
 // context ends.
 func HonoursContext(p Provider) bool {
@@ -107,6 +121,9 @@ func (w Wrapped) Name() string { return w.Inner.Name() }
 
 // DefaultModel is the wrapped provider's, or "".
 func (w Wrapped) DefaultModel() string { return DefaultModel(w.Inner) }
+
+// PrefillStyle is the wrapped provider's.
+func (w Wrapped) PrefillStyle() chatapi.PrefillStyle { return PrefillStyle(w.Inner) }
 
 // HonoursContext is the wrapped provider's: a middleware itself never
 // outlives its context.

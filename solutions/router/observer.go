@@ -24,6 +24,9 @@ type Observer interface {
 	Late(took time.Duration, err error)
 	// RetryRefused: the retry budget refused an attempt to provider.
 	RetryRefused(provider string)
+	// Continued: a stream from t broke after its first byte, and this is
+	// what became of it (see Router.Stream).
+	Continued(t Target, outcome ContinueOutcome)
 }
 
 // RejectReason says why a request was refused before any provider call.
@@ -52,3 +55,4 @@ func (NopObserver) Attempt(Target, int, time.Duration, error)           {}
 func (NopObserver) BreakerChanged(Target, breaker.State, breaker.State) {}
 func (NopObserver) Late(time.Duration, error)                           {}
 func (NopObserver) RetryRefused(string)                                 {}
+func (NopObserver) Continued(Target, ContinueOutcome)                   {}

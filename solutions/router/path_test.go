@@ -99,7 +99,8 @@ func (r *recorder) Late(time.Duration, error) {
 	r.late++
 }
 
-func (r *recorder) RetryRefused(string) {}
+func (r *recorder) RetryRefused(string)                             {}
+func (r *recorder) Continued(router.Target, router.ContinueOutcome) {}
 
 // answer is a whole answer in the wire format, as an upstream sends it.
 func answer(model, text string) llm.Completion {

@@ -83,11 +83,12 @@ func (r *Router) Targets() []Target {
 
 // step is one target of a request's plan, resolved.
 type step struct {
-	target   Target
-	provider llm.Provider
-	health   *breaker.Breaker
-	streak   *streak
-	direct   bool // the provider honours its context: no bridge needed
+	target    Target
+	provider  llm.Provider
+	health    *breaker.Breaker
+	streak    *streak
+	direct    bool // the provider honours its context: no bridge needed
+	continues bool // the route says its upstream continues a prefill
 }
 
 // plan is one request's way through its targets: which one failed last,
@@ -115,13 +116,14 @@ func (r *Router) plan(run *run, pinned llm.Provider) error {
 	p := &run.plan
 	*p = plan{steps: run.inline[:0], tried: run.tried[:0], last: -1, pinned: pinned != nil, fallbackOn: run.req.FallbackOn}
 	for _, t := range targets {
+		continues := pinned == nil && slices.Contains(run.req.Continue, t)
 		t = r.normal(t)
 		b, s, err := r.healthOf(t)
 		if err != nil {
 			return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 		}
 		prov := r.byName[t.Provider]
-		p.steps = append(p.steps, step{target: t, provider: prov, health: b, streak: s, direct: llm.HonoursContext(prov)})
+		p.steps = append(p.steps, step{target: t, provider: prov, health: b, streak: s, direct: llm.HonoursContext(prov), continues: continues})
 		p.tried = append(p.tried, false)
 	}
 	return nil

@@ -60,7 +60,12 @@ type run struct {
 	used              step
 	upstream, backoff time.Duration
 	lastEnd           time.Time
-	deadline          time.Time // the total deadline: TotalTimeout from the first attempt, or the caller's if sooner
+	// broke is the failure of a stream another target then finished (see
+	// continueAfter): the attempt succeeded for the caller, and failed for
+	// its target's health.
+	broke         error
+	continuations int       // attempts that continued a broken stream
+	deadline      time.Time // the total deadline: TotalTimeout from the first attempt, or the caller's if sooner
 }
 
 func (run *run) release() {
@@ -78,7 +83,7 @@ func (run *run) release() {
 // caller gone — the work is told to stop too.
 func (run *run) call(ctx context.Context, s step, req llm.Request) (llm.Completion, error) {
 	if run.stream != nil {
-		return run.stream.attempt(ctx, run.r, s, req)
+		return run.stream.attempt(ctx, run, s, req)
 	}
 	if s.direct {
 		return llm.Generate(ctx, s.provider, req)
@@ -108,12 +113,16 @@ func (run *run) attempt(ctx context.Context, n int) error {
 	}
 	ctx, span := run.r.attemptSpan(ctx, s.target, n)
 	c, err := run.call(ctx, s, llm.Request{Chat: run.req.Chat, Model: s.target.Model})
-	endAttemptSpan(span, err)
+	outcome := err
+	if err == nil && run.broke != nil {
+		outcome = run.broke // the caller got its answer; this target did not give it
+	}
+	endAttemptSpan(span, outcome)
 	run.lastEnd = time.Now()
 	took := run.lastEnd.Sub(start)
 	run.upstream += took
-	run.r.obs.Attempt(s.target, n, took, err)
-	if err == nil {
+	run.r.obs.Attempt(s.target, n, took, outcome)
+	if outcome == nil {
 		done(nil)
 		if run.r.cfg.IsolateTenantFailures {
 			s.streak.reset()
@@ -121,11 +130,15 @@ func (run *run) attempt(ctx context.Context, n int) error {
 		run.answer, run.used = c, s
 		return nil
 	}
-	verdict := breakerVerdict(err)
+	verdict := breakerVerdict(outcome)
 	if run.r.cfg.IsolateTenantFailures {
-		verdict = s.streak.verdict(run.req.Tenant, err, verdict)
+		verdict = s.streak.verdict(run.req.Tenant, outcome, verdict)
 	}
 	done(verdict)
+	if err == nil {
+		run.answer, run.used = c, s // continued on another target
+		return nil
+	}
 	run.plan.last = k
 	next := run.plan.decide(run.caller, k, err)
 	if _, fo := next.(failover); run.r.cfg.RetryBudget != nil && (fo || !llm.CallersFault(err) && !errors.Is(err, llm.ErrNotSent)) { // the loop would try again

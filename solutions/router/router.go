@@ -74,6 +74,11 @@ type Route struct {
 	// the error is the request's own fault: another model may accept what
 	// this one refused. Other 4xx answers end the request.
 	FallbackOn []string
+	// Continue lists the targets whose upstream continues an assistant
+	// prefill (the answer so far, sent as the last message) instead of
+	// starting over: a stream that breaks after its first byte may go on
+	// there (see Router.Stream). Each must also be in Targets.
+	Continue []Target
 }
 
 // Request is one caller's request.
@@ -88,6 +93,11 @@ type Request struct {
 	Route []Target
 	// FallbackOn is the route's (see Route).
 	FallbackOn []string
+	// Continue is the route's (see Route); Resolve sets it.
+	Continue []Target
+	// NoContinue: the caller asked that a broken stream never be
+	// continued on another target; it ends with an error instead.
+	NoContinue bool
 	// RateChecked says Allow already held this request to its tenant's
 	// rate (the HTTP layer asks before it reads a body); the request is
 	// then not asked again.
@@ -382,6 +392,14 @@ func (r *Router) addRoutes(routes []Route) error {
 				return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 			}
 		}
+		for _, t := range rt.Continue {
+			if !slices.Contains(rt.Targets, t) {
+				return fmt.Errorf("%w: route %q: continue names %s, which is not one of its targets", ErrInvalidConfig, rt.Name, t)
+			}
+			if !llm.HonoursContext(r.byName[t.Provider]) {
+				return fmt.Errorf("%w: route %q: %s cannot continue a stream: its provider does not honour its context", ErrInvalidConfig, rt.Name, t)
+			}
+		}
 		r.routes[rt.Name] = rt
 	}
 	return nil
@@ -396,7 +414,7 @@ func (r *Router) Resolve(model string, req *Request) bool {
 		return true
 	}
 	if rt, ok := r.routes[model]; ok {
-		req.Route, req.FallbackOn = rt.Targets, rt.FallbackOn
+		req.Route, req.FallbackOn, req.Continue = rt.Targets, rt.FallbackOn, rt.Continue
 		return true
 	}
 	if r.byName[model] != nil {

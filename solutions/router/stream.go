@@ -49,6 +49,9 @@ func (r *Router) Stream(ctx context.Context, req Request, limits StreamLimits, e
 		return Response{}, fmt.Errorf("%w: stream limits must be positive", ErrInvalidConfig)
 	}
 	st := &streamer{limits: limits, emit: emit}
+	if mayContinue(req) {
+		st.sofar = &sofar{}
+	}
 	// No per-attempt timeout: a healthy stream may run long. The watchdog
 	// bounds the silence instead, and TotalTimeout bounds the whole.
 	return r.serve(ctx, req, 0, st)
@@ -57,12 +60,20 @@ func (r *Router) Stream(ctx context.Context, req Request, limits StreamLimits, e
 type streamer struct {
 	limits StreamLimits
 	emit   func(llm.Chunk) error
+	sofar  *sofar // what the caller has read, kept only for a request that may be continued
 }
 
-func (st *streamer) attempt(ctx context.Context, r *Router, s step, req llm.Request) (llm.Completion, error) {
-	c, sent, err := st.once(ctx, r, s, req)
+func (st *streamer) attempt(ctx context.Context, run *run, s step, req llm.Request) (llm.Completion, error) {
+	c, sent, err := st.once(ctx, run.r, s, req)
 	if err != nil && sent {
-		// The client has part of an answer: no other target may add to it.
+		// The client has part of an answer: only a target that continues
+		// it may add to it, and no other target may start over.
+		if c, err, handled := st.continueAfter(ctx, run, s, err); handled {
+			if err != nil {
+				return c, timeouts.Permanent(fmt.Errorf("%w: %s: %w", ErrAfterFirstByte, s.target, err))
+			}
+			return c, nil
+		}
 		return c, timeouts.Permanent(fmt.Errorf("%w: %s: %w", ErrAfterFirstByte, s.target, err))
 	}
 	return c, err
@@ -95,6 +106,9 @@ func (st *streamer) once(ctx context.Context, r *Router, s step, req llm.Request
 		if err != nil {
 			cancel(errClientGone)
 			return errClientGone
+		}
+		if st.sofar != nil {
+			st.sofar.add(ch.Raw)
 		}
 		return nil
 	}

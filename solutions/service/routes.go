@@ -14,8 +14,15 @@ import (
 //
 //	{"routes": [{"model": "chat",
 //	             "targets": [{"provider": "alpha", "model": "alpha-large"},
-//	                         {"provider": "beta",  "model": "beta-small"}],
+//	                         {"provider": "beta",  "model": "beta-small", "continue": true}],
 //	             "fallback_on": ["context_length_exceeded"]}]}
+//
+// "continue": true declares that the target's upstream continues an
+// assistant prefill (the answer so far, sent as the last message) instead
+// of starting over, so that a stream another target broke after its first
+// byte may be finished there (see router.Stream). Declare it only for an
+// upstream that does: one that does not would repeat or garble the
+// answer. How the prefill is sent is the upstream's prefill= setting.
 //
 // fallback_on lists the upstream error codes (or HTTP statuses, as strings)
 // after which the next target is tried although the error is the request's
@@ -27,6 +34,7 @@ type routesFile struct {
 		Targets []struct {
 			Provider string `json:"provider"`
 			Model    string `json:"model"`
+			Continue bool   `json:"continue"`
 		} `json:"targets"`
 		FallbackOn []string `json:"fallback_on"`
 	} `json:"routes"`
@@ -81,7 +89,11 @@ func readRoutesFile(file string) ([]router.Route, error) {
 	for _, r := range f.Routes {
 		route := router.Route{Name: r.Model, FallbackOn: r.FallbackOn}
 		for _, t := range r.Targets {
-			route.Targets = append(route.Targets, router.Target{Provider: t.Provider, Model: t.Model})
+			target := router.Target{Provider: t.Provider, Model: t.Model}
+			route.Targets = append(route.Targets, target)
+			if t.Continue {
+				route.Continue = append(route.Continue, target)
+			}
 		}
 		routes = append(routes, route)
 	}

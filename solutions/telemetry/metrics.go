@@ -137,6 +137,7 @@ type routerMetrics struct {
 	late            *prometheus.CounterVec
 	upConnect       *prometheus.HistogramVec
 	upHeaders       *prometheus.HistogramVec
+	continuations   *prometheus.CounterVec
 }
 
 func newRouterMetrics() routerMetrics {
@@ -161,6 +162,10 @@ func newRouterMetrics() routerMetrics {
 		upHeaders: histogram("gateway_upstream_headers_seconds",
 			"From sending a request to an upstream to its response headers (a stream's time to first token, at the upstream).",
 			latencyBuckets, "provider"),
+		continuations: counter("gateway_stream_continuations_total",
+			"Streams that broke after their first byte, by the provider and model that broke them and what became of them: "+
+				"completed (continued on another target), failed, no_target, not_text, opted_out.",
+			append(target, "outcome")...),
 	}
 	for _, reason := range router.RejectReasons {
 		m.rejections.WithLabelValues(string(reason))
@@ -170,7 +175,7 @@ func newRouterMetrics() routerMetrics {
 
 func (m routerMetrics) collectors() []prometheus.Collector {
 	return []prometheus.Collector{m.queueWait, m.rejections, m.attempts, m.attemptDuration, m.retries, m.failures,
-		m.transitions, m.late, m.upConnect, m.upHeaders}
+		m.transitions, m.late, m.upConnect, m.upHeaders, m.continuations}
 }
 
 // UpstreamTiming records where an upstream call's time went before its

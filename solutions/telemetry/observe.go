@@ -71,6 +71,11 @@ func (m *Metrics) RetryRefused(provider string) {
 	m.budgetRefusals.WithLabelValues(provider, string(KindRetry)).Inc()
 }
 
+// Continued implements router.Observer.
+func (m *Metrics) Continued(t router.Target, outcome router.ContinueOutcome) {
+	m.continuations.WithLabelValues(t.Provider, t.Model, string(outcome)).Inc()
+}
+
 // BudgetKind says what the retry budget refused.
 type BudgetKind string
 

@@ -68,6 +68,11 @@ type Config struct {
 	// not passed on), so that what the stream used can be counted.
 	NoStreamUsage bool
 
+	// Prefill is how the upstream is asked to continue an answer (a route
+	// that declares the target "continue": true sends it the answer so
+	// far); "" is chatapi.PrefillAssistant. Set from the spec's prefill=.
+	Prefill chatapi.PrefillStyle
+
 	// Local marks an upstream on this machine or a private network, for
 	// development: a service that guards its egress (secure_app) lets it
 	// through. Set from the spec's local=true.
@@ -161,6 +166,9 @@ func (p *Provider) Close() { p.client.CloseIdleConnections() }
 // HonoursContext says every call returns promptly once its context ends,
 // so the gateway need not run it on a goroutine of its own.
 func (p *Provider) HonoursContext() bool { return true }
+
+// PrefillStyle is how the upstream continues an answer.
+func (p *Provider) PrefillStyle() chatapi.PrefillStyle { return p.cfg.Prefill }
 
 // DefaultModel is the upstream model asked for when a request names none.
 func (p *Provider) DefaultModel() string { return p.cfg.Model }
@@ -377,12 +385,14 @@ func ParseSpec(s string, getenv func(string) string) (Config, error) {
 			cfg.ResponseHeaderTimeout, err = time.ParseDuration(v)
 		case "local":
 			cfg.Local, err = strconv.ParseBool(v)
+		case "prefill":
+			cfg.Prefill, err = chatapi.ParsePrefillStyle(v)
 		case "stream-usage":
 			var ask bool
 			ask, err = strconv.ParseBool(v)
 			cfg.NoStreamUsage = !ask
 		default:
-			return errors.New("unknown field (want name, url, model, key-env, dial-timeout, header-timeout, local, stream-usage)")
+			return errors.New("unknown field (want name, url, model, key-env, dial-timeout, header-timeout, local, stream-usage, prefill)")
 		}
 		return err
 	})

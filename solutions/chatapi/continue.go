@@ -1,0 +1,164 @@
+package chatapi
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/tidwall/gjson"
+)
+
+// PrefillStyle is how an OpenAI-compatible server is asked to continue an
+// answer instead of starting a new one. The chat API has no standard way:
+// each server family reads the trailing assistant message its own way.
+type PrefillStyle string
+
+// The styles WithPrefill knows.
+const (
+	// PrefillAssistant sends the answer so far as the last message, an
+	// assistant's: servers that continue a trailing assistant message
+	// (Anthropic's Messages API behind an adapter, llama.cpp, Ollama).
+	PrefillAssistant PrefillStyle = "assistant"
+	// PrefillVLLM adds vLLM's "continue_final_message": true and
+	// "add_generation_prompt": false, without which vLLM opens a new
+	// assistant turn after the prefill.
+	PrefillVLLM PrefillStyle = "vllm"
+	// PrefillPrefix marks the assistant message "prefix": true, as
+	// Mistral's and DeepSeek's APIs ask.
+	PrefillPrefix PrefillStyle = "prefix"
+)
+
+// ParsePrefillStyle reads a style by name.
+func ParsePrefillStyle(s string) (PrefillStyle, error) {
+	switch st := PrefillStyle(s); st {
+	case PrefillAssistant, PrefillVLLM, PrefillPrefix:
+		return st, nil
+	}
+	return "", fmt.Errorf("unknown prefill style %q (want assistant, vllm or prefix)", s)
+}
+
+// ErrNotContinuable: the request cannot be continued with a prefill — it
+// already ends with an assistant message (the caller's own prefill), or the
+// gateway could not find its messages' bytes.
+var ErrNotContinuable = errors.New("chatapi: the request cannot be continued with a prefill")
+
+// Continuable reports whether WithPrefill can continue the request: its
+// last message is not an assistant's (a caller's own prefill, which a
+// second one would contradict).
+func (r *Request) Continuable() bool {
+	return r.lastRole != "assistant" && r.messages.present() && r.raw[r.messages.at] == '[' && r.raw[r.messages.end-1] == ']'
+}
+
+// WithPrefill returns the request with the answer so far, text, appended
+// as the last message, an assistant's, in style — asking an upstream for
+// the rest of that answer. No other message is added or changed: no system
+// prompt is injected. It does not change r.
+func (r *Request) WithPrefill(text string, style PrefillStyle) (*Request, error) {
+	if !r.Continuable() {
+		return nil, ErrNotContinuable
+	}
+	if _, err := ParsePrefillStyle(string(style)); err != nil {
+		return nil, err
+	}
+	msg := `,{"role":"assistant","content":` + string(marshal(text))
+	if style == PrefillPrefix {
+		msg += `,"prefix":true`
+	}
+	end := r.messages.end - 1
+	edits := []edit{{span{end, end}, []byte(msg + "}")}}
+	if style == PrefillVLLM {
+		for _, k := range []string{"continue_final_message", "add_generation_prompt"} {
+			if r.Get(k).Exists() {
+				return nil, fmt.Errorf("%w: it sets %q itself", ErrNotContinuable, k)
+			}
+		}
+		edits = append(edits, r.insert(`"continue_final_message":true,"add_generation_prompt":false,`))
+	}
+	out, err := Parse(splice(r.raw, edits))
+	if err != nil {
+		return nil, fmt.Errorf("chatapi: WithPrefill made an invalid request: %w", err)
+	}
+	return out, nil
+}
+
+// Piece is what a stream chunk adds to an answer, as a relay that may have
+// to continue the answer elsewhere reads it.
+type Piece struct {
+	Text   string // the first choice's delta.content
+	Other  bool   // anything besides text: tool calls, a refusal, reasoning, a second choice
+	Finish string // the finish_reason, once one is set
+	Usage  *Usage
+}
+
+// ErrMalformedChunk: a stream event that is not a chunk object.
+var ErrMalformedChunk = errors.New("chatapi: malformed stream chunk")
+
+// ReadPiece reads a chat.completion.chunk. Strings JSON-escaped in
+// unusual ways read as their text; anything that is not a JSON object is
+// ErrMalformedChunk.
+func ReadPiece(b []byte) (Piece, error) {
+	if !gjson.ValidBytes(b) {
+		return Piece{}, ErrMalformedChunk
+	}
+	root := gjson.ParseBytes(b)
+	if !root.IsObject() {
+		return Piece{}, ErrMalformedChunk
+	}
+	var p Piece
+	root.Get("choices").ForEach(func(i, c gjson.Result) bool {
+		if i.Int() > 0 || c.Get("index").Int() != 0 {
+			p.Other = true // a second answer: continuation would need one prefill each
+		}
+		c.Get("delta").ForEach(func(k, v gjson.Result) bool {
+			switch k.Str {
+			case "role":
+			case "content":
+				if v.Type == gjson.String {
+					p.Text += v.Str
+				}
+			default:
+				p.Other = p.Other || said(v)
+			}
+			return true
+		})
+		if f := c.Get("finish_reason").Str; f != "" && p.Finish == "" {
+			p.Finish = f
+		}
+		return true
+	})
+	if u := root.Get("usage"); u.IsObject() {
+		p.Usage = &Usage{PromptTokens: int(u.Get("prompt_tokens").Int()), CompletionTokens: int(u.Get("completion_tokens").Int()),
+			TotalTokens: int(u.Get("total_tokens").Int())}
+	}
+	return p, nil
+}
+
+// said reports whether a delta member says something: not null, "", [] or {}.
+func said(v gjson.Result) bool {
+	switch {
+	case v.Type == gjson.Null, v.Type == gjson.String && v.Str == "":
+		return false
+	case v.IsArray():
+		return len(v.Array()) > 0
+	case v.IsObject():
+		n := 0
+		v.ForEach(func(_, _ gjson.Result) bool { n++; return false })
+		return n > 0
+	}
+	return true
+}
+
+// WithDeltaText returns the chunk b with its first choice's delta.content
+// replaced by text, every other byte as it was — for a relay that must
+// drop the part of a continuation that repeats what the caller already
+// has. b must be a chunk ReadPiece read, with a string delta.content.
+func WithDeltaText(b []byte, text string) ([]byte, error) {
+	v := gjson.GetBytes(b, "choices.0.delta.content")
+	if v.Type != gjson.String || v.Index <= 0 || v.Index+len(v.Raw) > len(b) || string(b[v.Index:v.Index+len(v.Raw)]) != v.Raw {
+		return nil, ErrMalformedChunk
+	}
+	quoted := marshal(text)
+	out := make([]byte, 0, len(b)-len(v.Raw)+len(quoted))
+	out = append(out, b[:v.Index]...)
+	out = append(out, quoted...)
+	return append(out, b[v.Index+len(v.Raw):]...), nil
+}
