@@ -1,0 +1,199 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// tokens is the answer every fake upstream below gives, uninterrupted: 60
+// tokens, one a chunk.
+var tokens = func() []string {
+	t := make([]string, 60)
+	for i := range t {
+		t[i] = fmt.Sprintf("t%02d ", i)
+	}
+	return t
+}()
+
+// sseUpstream is an OpenAI-compatible upstream that streams tokens. With
+// a fault it breaks after 40 of them: "cut" drops the connection, "stall"
+// goes silent, "garbage" sends an event that is not JSON. Sent an assistant
+// prefill as the last message, it streams the rest of the answer — or,
+// with refusePrefill, answers 400 as an upstream that does not continue
+// prefills does.
+func sseUpstream(t *testing.T, name, fault string, refusePrefill bool) (*httptest.Server, *[]string) {
+	var mu sync.Mutex
+	prefills := []string{}
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var req struct {
+			Messages []struct{ Role, Content string }
+		}
+		if !assert.NoError(t, json.NewDecoder(r.Body).Decode(&req)) {
+			return
+		}
+		last := req.Messages[len(req.Messages)-1]
+		prefill := ""
+		if last.Role == "assistant" {
+			prefill = last.Content
+		}
+		mu.Lock()
+		prefills = append(prefills, prefill)
+		mu.Unlock()
+		if prefill != "" && refusePrefill {
+			w.WriteHeader(http.StatusBadRequest)
+			_, _ = io.WriteString(w, `{"error":{"message":"the last message must be a user's","type":"invalid_request_error","code":"invalid_prefill"}}`)
+			return
+		}
+		rest := tokens
+		if prefill != "" {
+			n := strings.Count(prefill, " ")
+			require.Equal(t, strings.Join(tokens[:n], ""), prefill, "%s was sent a prefill that is how the answer starts", name)
+			rest = tokens[n:]
+		}
+		w.Header().Set("Content-Type", "text/event-stream")
+		flush := w.(http.Flusher).Flush
+		send := func(data string) {
+			_, _ = fmt.Fprintf(w, "data: %s\n\n", data)
+			flush()
+		}
+		send(`{"id":"c","object":"chat.completion.chunk","model":"` + name + `-1","choices":[{"index":0,"delta":{"role":"assistant","content":""}}]}`)
+		for i, tok := range rest {
+			if i == 40 && prefill == "" {
+				switch fault {
+				case "cut":
+					panic(http.ErrAbortHandler) // the connection drops mid-answer
+				case "stall":
+					<-r.Context().Done()
+					return
+				case "garbage":
+					send(`{"choices":[{"delta":{"content":`)
+				}
+			}
+			send(`{"id":"c","object":"chat.completion.chunk","model":"` + name + `-1","choices":[{"index":0,"delta":{"content":"` + tok + `"}}]}`)
+		}
+		send(`{"id":"c","object":"chat.completion.chunk","model":"` + name + `-1","choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}`)
+		send(`[DONE]`)
+	}))
+	t.Cleanup(srv.Close)
+	return srv, &prefills
+}
+
+// streamText posts a streamed chat request and returns the text the
+// caller read, whether the stream ended with [DONE], and any error event.
+func streamText(t *testing.T, url string, header http.Header) (text string, done bool, errEvent string) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, url+"/v1/chat/completions",
+		strings.NewReader(`{"model":"chat","stream":true,"messages":[{"role":"user","content":"count"}]}`))
+	require.NoError(t, err)
+	for k, v := range header {
+		req.Header[k] = v
+	}
+	resp, err := client.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	var b strings.Builder
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		data, ok := strings.CutPrefix(sc.Text(), "data: ")
+		if !ok {
+			continue
+		}
+		if data == "[DONE]" {
+			done = true
+			continue
+		}
+		var chunk struct {
+			Choices []struct {
+				Delta struct{ Content string }
+			}
+			Error *struct{ Message, Code string }
+		}
+		require.NoError(t, json.Unmarshal([]byte(data), &chunk), "the caller is sent only JSON: %s", data)
+		if chunk.Error != nil {
+			errEvent = chunk.Error.Message
+			continue
+		}
+		for _, c := range chunk.Choices {
+			b.WriteString(c.Delta.Content)
+		}
+	}
+	return b.String(), done, errEvent
+}
+
+func startContinuing(t *testing.T, primary, fallback *httptest.Server) *instance {
+	t.Helper()
+	file := t.TempDir() + "/routes.json"
+	require.NoError(t, os.WriteFile(file, []byte(`{"routes":[{"model":"chat","targets":[{"provider":"primary"},{"provider":"fallback","continue":true}]}]}`), 0o644))
+	return start(t, "-readiness-delay=0", "-stream-idle-timeout=300ms", "-routes", file,
+		"-upstream", "name=primary,url="+primary.URL+"/v1,model=primary-1",
+		"-upstream", "name=fallback,url="+fallback.URL+"/v1,model=fallback-1")
+}
+
+func TestABrokenStreamEndsWithTheWholeAnswerFromAFallbackThatContinues(t *testing.T) {
+	whole := strings.Join(tokens, "")
+	for _, fault := range []string{"cut", "stall", "garbage"} {
+		t.Run(fault, func(t *testing.T) {
+			primary, _ := sseUpstream(t, "primary", fault, false)
+			fallback, prefills := sseUpstream(t, "fallback", "", false)
+			a := startContinuing(t, primary, fallback)
+			text, done, errEvent := streamText(t, a.url, nil)
+			assert.Empty(t, errEvent)
+			assert.True(t, done, "the answer is whole, and says so")
+			assert.Equal(t, whole, text, "the text is identical to an uninterrupted answer")
+			assert.Equal(t, []string{strings.Join(tokens[:40], "")}, *prefills, "the fallback was asked once, to continue the 40 tokens sent")
+			assert.Contains(t, metrics(t, a.url), `gateway_stream_continuations_total{model="primary-1",outcome="completed",provider="primary"} 1`)
+		})
+	}
+}
+
+func TestAFallbackThatRefusesThePrefillEndsTheStreamWithTheRealFailure(t *testing.T) {
+	primary, _ := sseUpstream(t, "primary", "cut", false)
+	fallback, prefills := sseUpstream(t, "fallback", "", true)
+	a := startContinuing(t, primary, fallback)
+	text, done, errEvent := streamText(t, a.url, nil)
+	assert.Equal(t, strings.Join(tokens[:40], ""), text)
+	assert.False(t, done, "no [DONE] after a cut answer")
+	require.NotEmpty(t, errEvent, "the stream ends with an error event")
+	assert.NotContains(t, errEvent, "the last message must be a user's", "never the prefill's 400 as the final error")
+	assert.Len(t, *prefills, 1)
+	assert.Contains(t, metrics(t, a.url), `gateway_stream_continuations_total{model="primary-1",outcome="failed",provider="primary"} 1`)
+}
+
+func TestACallerCanOptOutOfContinuation(t *testing.T) {
+	primary, _ := sseUpstream(t, "primary", "cut", false)
+	fallback, prefills := sseUpstream(t, "fallback", "", false)
+	a := startContinuing(t, primary, fallback)
+	_, done, errEvent := streamText(t, a.url, http.Header{"X-Gateway-Continuation": {"off"}})
+	assert.False(t, done)
+	assert.NotEmpty(t, errEvent)
+	assert.Empty(t, *prefills, "asked not to, the gateway does not continue")
+
+	code, body := postWith(t, a.url+"/v1/chat/completions", `{"model":"chat","messages":[{"role":"user","content":"x"}]}`,
+		http.Header{"X-Gateway-Continuation": {"maybe"}})
+	assert.Equal(t, http.StatusBadRequest, code, body)
+	assert.Contains(t, body, "X-Gateway-Continuation")
+}
+
+func postWith(t *testing.T, url, body string, header http.Header) (int, string) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, url, strings.NewReader(body))
+	require.NoError(t, err)
+	req.Header = header
+	resp, err := client.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
