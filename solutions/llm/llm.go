@@ -17,6 +17,7 @@ package llm
 
 import (
 	"context"
+	"errors"
 
 	"github.com/production-go/gateway-lab/solutions/chatapi"
 )
@@ -81,6 +82,26 @@ type DefaultModeler interface{ DefaultModel() string }
 // gives up on it can leave it behind.
 type ContextHonourer interface{ HonoursContext() bool }
 
+// Prober is a Provider that can check its upstream is answering without
+// a caller's request: a models list, or a one-token completion of model
+// ("" for its default). The router probes a target whose breaker opened,
+// and closes the breaker when a probe succeeds.
+type Prober interface {
+	Probe(ctx context.Context, model string) error
+}
+
+// ErrNoProbe: the provider cannot be probed (see Probe).
+var ErrNoProbe = errors.New("llm: the provider cannot be probed")
+
+// Probe asks p whether its upstream answers for model; ErrNoProbe when p
+// is not a Prober.
+func Probe(ctx context.Context, p Provider, model string) error {
+	if pr, ok := p.(Prober); ok {
+		return pr.Probe(ctx, model)
+	}
+	return ErrNoProbe
+}
+
 // Prefiller is a Provider whose upstream continues an assistant prefill
 // (see chatapi.WithPrefill) in a style other than chatapi.PrefillAssistant.
 type Prefiller interface{ PrefillStyle() chatapi.PrefillStyle }
@@ -121,6 +142,10 @@ func (w Wrapped) Name() string { return w.Inner.Name() }
 
 // DefaultModel is the wrapped provider's, or "".
 func (w Wrapped) DefaultModel() string { return DefaultModel(w.Inner) }
+
+// Probe is the wrapped provider's: a health check passes the middleware
+// by, as it spends no tenant's tokens or slots.
+func (w Wrapped) Probe(ctx context.Context, model string) error { return Probe(ctx, w.Inner, model) }
 
 // PrefillStyle is the wrapped provider's.
 func (w Wrapped) PrefillStyle() chatapi.PrefillStyle { return PrefillStyle(w.Inner) }

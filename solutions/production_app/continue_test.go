@@ -10,7 +10,9 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -196,4 +198,54 @@ func postWith(t *testing.T, url, body string, header http.Header) (int, string) 
 	defer resp.Body.Close()
 	b, _ := io.ReadAll(resp.Body)
 	return resp.StatusCode, string(b)
+}
+
+func TestAnUpstreamBackFromAnOutageIsProbedBackIntoService(t *testing.T) {
+	var down atomic.Bool
+	down.Store(true)
+	var probes atomic.Int32
+	primary := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodGet && r.URL.Path == "/v1/models" {
+			probes.Add(1)
+		}
+		if down.Load() {
+			w.WriteHeader(http.StatusServiceUnavailable)
+			_, _ = io.WriteString(w, `{"error":{"message":"down","type":"server_error"}}`)
+			return
+		}
+		if r.Method == http.MethodGet {
+			_, _ = io.WriteString(w, `{"object":"list","data":[]}`)
+			return
+		}
+		_, _ = io.WriteString(w, `{"model":"primary-1","choices":[{"index":0,"message":{"role":"assistant","content":"from primary"},"finish_reason":"stop"}]}`)
+	}))
+	defer primary.Close()
+	fallback := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.WriteString(w, `{"model":"fallback-1","choices":[{"index":0,"message":{"role":"assistant","content":"from fallback"},"finish_reason":"stop"}]}`)
+	}))
+	defer fallback.Close()
+	a := start(t, "-readiness-delay=0", "-failure-threshold=1", "-recovery-timeout=1h", "-probe-interval=20ms", "-probe-max-interval=50ms",
+		"-upstream", "name=primary,url="+primary.URL+"/v1,model=primary-1",
+		"-upstream", "name=fallback,url="+fallback.URL+"/v1,model=fallback-1",
+		"-route", "chat=primary,fallback")
+	ask := func() string {
+		code, body := post(t, a.url+"/v1/chat/completions", `{"model":"chat","messages":[{"role":"user","content":"hi"}]}`)
+		require.Equal(t, http.StatusOK, code, body)
+		return body
+	}
+	assert.Contains(t, ask(), "from fallback", "the primary is down: its breaker opens, the fallback answers")
+	assert.Contains(t, ask(), "from fallback")
+	for i := 0; i < 500 && probes.Load() < 2; i++ { // polled, with a bound: no timing is asserted
+		time.Sleep(10 * time.Millisecond)
+	}
+	require.GreaterOrEqual(t, probes.Load(), int32(2), "the open breaker's upstream is probed in the background")
+	down.Store(false)
+	page := ""
+	for i := 0; i < 500 && !strings.Contains(page, `gateway_health_probes_total{model="primary-1",outcome="ok",provider="primary"} 1`); i++ {
+		time.Sleep(10 * time.Millisecond)
+		page = metrics(t, a.url)
+	}
+	require.Contains(t, page, `gateway_health_probes_total{model="primary-1",outcome="ok",provider="primary"} 1`, "a probe found the primary back")
+	assert.Contains(t, page, `gateway_breaker_state{model="primary-1",provider="primary"} 0`, "and closed its breaker, an hour before its recovery timeout")
+	assert.Contains(t, ask(), "from primary", "traffic is back on the primary")
 }

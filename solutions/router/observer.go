@@ -27,6 +27,9 @@ type Observer interface {
 	// Continued: a stream from t broke after its first byte, and this is
 	// what became of it (see Router.Stream).
 	Continued(t Target, outcome ContinueOutcome)
+	// Probed: a background health probe of t, whose breaker is open,
+	// ended (err nil: the upstream answered, and the breaker closes).
+	Probed(t Target, err error)
 }
 
 // RejectReason says why a request was refused before any provider call.
@@ -56,3 +59,4 @@ func (NopObserver) BreakerChanged(Target, breaker.State, breaker.State) {}
 func (NopObserver) Late(time.Duration, error)                           {}
 func (NopObserver) RetryRefused(string)                                 {}
 func (NopObserver) Continued(Target, ContinueOutcome)                   {}
+func (NopObserver) Probed(Target, error)                                {}

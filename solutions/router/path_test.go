@@ -101,6 +101,7 @@ func (r *recorder) Late(time.Duration, error) {
 
 func (r *recorder) RetryRefused(string)                             {}
 func (r *recorder) Continued(router.Target, router.ContinueOutcome) {}
+func (r *recorder) Probed(router.Target, error)                     {}
 
 // answer is a whole answer in the wire format, as an upstream sends it.
 func answer(model, text string) llm.Completion {

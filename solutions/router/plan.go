@@ -39,17 +39,37 @@ func (r *Router) healthOf(t Target) (*breaker.Breaker, *streak, error) {
 		return b, r.streaks[t], nil
 	}
 	s = &streak{}
-	b, err := breaker.New(breaker.Config{
-		FailureThreshold: r.cfg.FailureThreshold,
-		RecoveryTimeout:  r.cfg.RecoveryTimeout,
-		ProbeTimeout:     r.cfg.AttemptTimeout,
-		OnStateChange:    func(from, to breaker.State) { r.obs.BreakerChanged(t, from, to) },
-	})
+	b, err := r.newBreaker(t)
 	if err != nil {
 		return nil, nil, err
 	}
 	r.health[t], r.streaks[t] = b, s
 	return b, s, nil
+}
+
+// newBreaker makes a target's breaker. Its changes are reported only
+// while it is the target's breaker: one a probe replaced (see probe.go)
+// may still hear from requests that were using it.
+func (r *Router) newBreaker(t Target) (*breaker.Breaker, error) {
+	var b *breaker.Breaker
+	b, err := breaker.New(breaker.Config{
+		FailureThreshold: r.cfg.FailureThreshold,
+		RecoveryTimeout:  r.cfg.RecoveryTimeout,
+		ProbeTimeout:     r.cfg.AttemptTimeout,
+		OnStateChange: func(from, to breaker.State) {
+			r.mu.RLock()
+			current := r.health[t] == b
+			r.mu.RUnlock()
+			if !current {
+				return
+			}
+			r.obs.BreakerChanged(t, from, to)
+			if to == breaker.Open {
+				r.probe(t)
+			}
+		},
+	})
+	return b, err
 }
 
 // TargetState reports the breaker state of one (provider, model) target —

@@ -199,6 +199,13 @@ type Config struct {
 
 	FailureThreshold int           // consecutive failures that open a target's breaker
 	RecoveryTimeout  time.Duration // how long it stays open before one probe
+	// ProbeInterval, if positive, turns on background health probes (see
+	// probe.go): while a target's breaker is open, its upstream is probed
+	// (llm.Prober) after ProbeInterval, then at doubling intervals up to
+	// ProbeMaxInterval (0: ProbeInterval), and the first probe that
+	// succeeds closes the breaker — whatever RecoveryTimeout says. A probe
+	// has AttemptTimeout. 0: only the breaker's own half-open probe.
+	ProbeInterval, ProbeMaxInterval time.Duration
 	// IsolateTenantFailures counts the failures a tenant's own requests
 	// can provoke — timeouts (an attempt's, or a stream's first-token or
 	// idle limit) and an upstream's 403, 408 or 429 (a filter that dislikes
@@ -275,6 +282,12 @@ type Router struct {
 	rand      *rand.Rand
 	tracer    trace.Tracer // nil: no spans, and no allocation for them
 
+	probeMu   sync.Mutex
+	probing   map[Target]bool    // targets with a background probe running
+	probeCtx  context.Context    // ends when Close begins
+	probeStop context.CancelFunc // nil once Close has begun: no new probes
+	probes    sync.WaitGroup
+
 	mu      sync.RWMutex
 	health  map[Target]*breaker.Breaker // per (provider, upstream model), made on first use
 	streaks map[Target]*streak          // beside each breaker, for Config.IsolateTenantFailures
@@ -288,7 +301,7 @@ func New(cfg Config, providers ...llm.Provider) (*Router, error) {
 	}
 	r := &Router{cfg: cfg, providers: providers, byName: map[string]llm.Provider{}, routes: map[string]Route{},
 		tenants: newTenantCap(cfg.MaxPerTenant), inflight: drain.New(), obs: cfg.Observer, health: map[Target]*breaker.Breaker{},
-		streaks: map[Target]*streak{}}
+		streaks: map[Target]*streak{}, probing: map[Target]bool{}}
 	if err := r.buildAdmission(); err != nil {
 		return nil, err
 	}
@@ -316,6 +329,7 @@ func New(cfg Config, providers ...llm.Provider) (*Router, error) {
 	if err := r.addRoutes(cfg.Routes); err != nil {
 		return nil, err
 	}
+	r.probeCtx, r.probeStop = context.WithCancel(context.Background())
 	return r, nil
 }
 
@@ -361,6 +375,11 @@ func validate(cfg *Config, providers []llm.Provider) error {
 		return fmt.Errorf("%w: MaxPerTenant must not be negative", ErrInvalidConfig)
 	case cfg.FailureThreshold < 1:
 		return fmt.Errorf("%w: FailureThreshold must be at least 1", ErrInvalidConfig)
+	case cfg.ProbeInterval < 0 || cfg.ProbeMaxInterval < 0 || cfg.ProbeInterval > 0 && cfg.ProbeMaxInterval > 0 && cfg.ProbeMaxInterval < cfg.ProbeInterval:
+		return fmt.Errorf("%w: need 0 ≤ ProbeInterval ≤ ProbeMaxInterval", ErrInvalidConfig)
+	}
+	if cfg.ProbeMaxInterval == 0 {
+		cfg.ProbeMaxInterval = cfg.ProbeInterval
 	}
 	if cfg.Observer == nil {
 		cfg.Observer = NopObserver{}
@@ -474,6 +493,7 @@ func (r *Router) Capacity() int { return r.admit.Capacity() }
 // waited for too, so nothing outlives the router.
 func (r *Router) Close(ctx context.Context) error {
 	r.admit.Close()
+	r.stopProbes()
 	if !r.inflight.Drain(ctx) {
 		return fmt.Errorf("router: close: %d requests still in flight: %w", r.inflight.Active(), ctx.Err())
 	}

@@ -114,7 +114,10 @@ func (c *Config) routerFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&g.AttemptTimeout, "attempt-timeout", 10*time.Second, "limit on one provider call")
 	fs.DurationVar(&g.TotalTimeout, "total-timeout", 30*time.Second, "limit on a whole request, attempts and backoffs included")
 	fs.IntVar(&g.FailureThreshold, "failure-threshold", 5, "consecutive failures that open a target's breaker")
-	fs.DurationVar(&g.RecoveryTimeout, "recovery-timeout", 30*time.Second, "how long a breaker stays open before one probe")
+	fs.DurationVar(&g.RecoveryTimeout, "recovery-timeout", 30*time.Second, "how long a breaker stays open before one request may probe it")
+	fs.DurationVar(&g.ProbeInterval, "probe-interval", 250*time.Millisecond,
+		"while a target's breaker is open, probe its upstream in the background this long after it opened, then at doubling intervals; a probe that succeeds closes the breaker (0: off; each upstream's probe= says how)")
+	fs.DurationVar(&g.ProbeMaxInterval, "probe-max-interval", 2*time.Second, "the longest wait between two background probes of one target")
 }
 
 // Parse reads args, then GATEWAY_<FLAG> variables for every flag not on the

@@ -138,6 +138,7 @@ type routerMetrics struct {
 	upConnect       *prometheus.HistogramVec
 	upHeaders       *prometheus.HistogramVec
 	continuations   *prometheus.CounterVec
+	probes          *prometheus.CounterVec
 }
 
 func newRouterMetrics() routerMetrics {
@@ -166,6 +167,9 @@ func newRouterMetrics() routerMetrics {
 			"Streams that broke after their first byte, by the provider and model that broke them and what became of them: "+
 				"completed (continued on another target), failed, no_target, not_text, opted_out.",
 			append(target, "outcome")...),
+		probes: counter("gateway_health_probes_total",
+			"Background health probes of targets whose breaker is open, by provider, model and outcome (ok closes the breaker, failed).",
+			append(target, "outcome")...),
 	}
 	for _, reason := range router.RejectReasons {
 		m.rejections.WithLabelValues(string(reason))
@@ -175,7 +179,7 @@ func newRouterMetrics() routerMetrics {
 
 func (m routerMetrics) collectors() []prometheus.Collector {
 	return []prometheus.Collector{m.queueWait, m.rejections, m.attempts, m.attemptDuration, m.retries, m.failures,
-		m.transitions, m.late, m.upConnect, m.upHeaders, m.continuations}
+		m.transitions, m.late, m.upConnect, m.upHeaders, m.continuations, m.probes}
 }
 
 // UpstreamTiming records where an upstream call's time went before its

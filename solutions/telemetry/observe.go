@@ -76,6 +76,15 @@ func (m *Metrics) Continued(t router.Target, outcome router.ContinueOutcome) {
 	m.continuations.WithLabelValues(t.Provider, t.Model, string(outcome)).Inc()
 }
 
+// Probed implements router.Observer.
+func (m *Metrics) Probed(t router.Target, err error) {
+	outcome := "ok"
+	if err != nil {
+		outcome = "failed"
+	}
+	m.probes.WithLabelValues(t.Provider, t.Model, outcome).Inc()
+}
+
 // BudgetKind says what the retry budget refused.
 type BudgetKind string
 

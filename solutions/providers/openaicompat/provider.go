@@ -73,6 +73,14 @@ type Config struct {
 	// far); "" is chatapi.PrefillAssistant. Set from the spec's prefill=.
 	Prefill chatapi.PrefillStyle
 
+	// Probe is how the router checks, in the background, that an upstream
+	// whose breaker opened answers again: ProbeModels (the default) lists
+	// its models, which costs nothing but says little of a model's health;
+	// ProbeChat asks the target's model for a one-token completion, which
+	// costs a token and proves the model answers; ProbeOff never probes
+	// (the breaker then waits out its recovery timeout). Set from probe=.
+	Probe ProbeKind
+
 	// Local marks an upstream on this machine or a private network, for
 	// development: a service that guards its egress (secure_app) lets it
 	// through. Set from the spec's local=true.
@@ -166,6 +174,50 @@ func (p *Provider) Close() { p.client.CloseIdleConnections() }
 // HonoursContext says every call returns promptly once its context ends,
 // so the gateway need not run it on a goroutine of its own.
 func (p *Provider) HonoursContext() bool { return true }
+
+// ProbeKind is how an upstream is probed (see Config.Probe).
+type ProbeKind string
+
+// The probe kinds.
+const (
+	ProbeModels ProbeKind = "models" // GET /models
+	ProbeChat   ProbeKind = "chat"   // a one-token completion
+	ProbeOff    ProbeKind = "off"
+)
+
+// Probe checks the upstream answers, as Config.Probe says: nil for a 2xx.
+func (p *Provider) Probe(ctx context.Context, model string) error {
+	var hreq *http.Request
+	var err error
+	switch p.cfg.Probe {
+	case ProbeOff:
+		return llm.ErrNoProbe
+	case ProbeChat:
+		body := chatapi.NewRequest("ping", false).WithMaxTokens(1).Upstream(cmp.Or(model, p.cfg.Model), false)
+		hreq, err = http.NewRequestWithContext(ctx, http.MethodPost, p.endpoint, bytes.NewReader(body))
+		if err == nil {
+			hreq.Header.Set("Content-Type", "application/json")
+		}
+	default:
+		hreq, err = http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimSuffix(p.endpoint, "/chat/completions")+"/models", nil)
+	}
+	if err != nil {
+		return err
+	}
+	if p.cfg.APIKey != "" {
+		hreq.Header.Set("Authorization", "Bearer "+p.cfg.APIKey)
+	}
+	resp, err := p.client.Do(hreq)
+	if err != nil {
+		return fmt.Errorf("openaicompat: %s: probe: %w", p.cfg.Name, err)
+	}
+	defer resp.Body.Close()
+	_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10)) // so the connection is reused
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		return fmt.Errorf("openaicompat: %s: probe answered %d", p.cfg.Name, resp.StatusCode)
+	}
+	return nil
+}
 
 // PrefillStyle is how the upstream continues an answer.
 func (p *Provider) PrefillStyle() chatapi.PrefillStyle { return p.cfg.Prefill }
@@ -387,12 +439,19 @@ func ParseSpec(s string, getenv func(string) string) (Config, error) {
 			cfg.Local, err = strconv.ParseBool(v)
 		case "prefill":
 			cfg.Prefill, err = chatapi.ParsePrefillStyle(v)
+		case "probe":
+			switch k := ProbeKind(v); k {
+			case ProbeModels, ProbeChat, ProbeOff:
+				cfg.Probe = k
+			default:
+				err = errors.New("want models, chat or off")
+			}
 		case "stream-usage":
 			var ask bool
 			ask, err = strconv.ParseBool(v)
 			cfg.NoStreamUsage = !ask
 		default:
-			return errors.New("unknown field (want name, url, model, key-env, dial-timeout, header-timeout, local, stream-usage, prefill)")
+			return errors.New("unknown field (want name, url, model, key-env, dial-timeout, header-timeout, local, stream-usage, prefill, probe)")
 		}
 		return err
 	})

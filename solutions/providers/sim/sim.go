@@ -130,6 +130,17 @@ func (p *Provider) Model() string { return p.cfg.Model }
 // so the gateway need not run it on a goroutine of its own.
 func (p *Provider) HonoursContext() bool { return true }
 
+// Probe fails during an outage, as a health check of the upstream would.
+func (p *Provider) Probe(ctx context.Context, _ string) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if p.inOutage() {
+		return p.failure(kindOutage)
+	}
+	return nil
+}
+
 // DefaultModel is the model it reports when a request names none.
 func (p *Provider) DefaultModel() string { return p.cfg.Model }
 
