@@ -119,6 +119,9 @@ type plan struct {
 	last       int // index of the step that failed last; -1 before any failure
 	pinned     bool
 	fallbackOn []string
+	retried    []bool // a step tried again at once (RetrySame, WaitRetryAfter)
+	retrySame  bool
+	waitRA     time.Duration
 }
 
 // plan resolves a request's targets into run.plan: the pinned provider
@@ -134,7 +137,8 @@ func (r *Router) plan(run *run, pinned llm.Provider) error {
 		targets = r.byOrder
 	}
 	p := &run.plan
-	*p = plan{steps: run.inline[:0], tried: run.tried[:0], last: -1, pinned: pinned != nil, fallbackOn: run.req.FallbackOn}
+	*p = plan{steps: run.inline[:0], tried: run.tried[:0], last: -1, pinned: pinned != nil, fallbackOn: run.req.FallbackOn,
+		retried: run.retried[:0], retrySame: run.req.RetrySame, waitRA: run.req.WaitRetryAfter}
 	for _, t := range targets {
 		continues := pinned == nil && slices.Contains(run.req.Continue, t)
 		t = r.normal(t)
@@ -145,6 +149,7 @@ func (r *Router) plan(run *run, pinned llm.Provider) error {
 		prov := r.byName[t.Provider]
 		p.steps = append(p.steps, step{target: t, provider: prov, health: b, streak: s, direct: llm.HonoursContext(prov), continues: continues})
 		p.tried = append(p.tried, false)
+		p.retried = append(p.retried, false)
 	}
 	return nil
 }

@@ -50,11 +50,12 @@ type run struct {
 	stream *streamer       // nil for Generate: Generate and Stream differ only in the attempt
 	caller context.Context // the caller's own context, to tell its end from an attempt's
 
-	ticket *admission.Ticket
-	at     time.Time // when the slot was granted: Latency starts here
-	plan   plan
-	inline [4]step // the plan's steps, for routes of up to four targets
-	tried  [4]bool
+	ticket  *admission.Ticket
+	at      time.Time // when the slot was granted: Latency starts here
+	plan    plan
+	inline  [4]step // the plan's steps, for routes of up to four targets
+	tried   [4]bool
+	retried [4]bool
 
 	answer            llm.Completion
 	used              step
@@ -140,7 +141,7 @@ func (run *run) attempt(ctx context.Context, n int) error {
 		return nil
 	}
 	run.plan.last = k
-	next := run.plan.decide(run.caller, k, err)
+	next := run.plan.decide(run.caller, k, err, run.deadline)
 	if _, fo := next.(failover); run.r.cfg.RetryBudget != nil && (fo || !llm.CallersFault(err) && !errors.Is(err, llm.ErrNotSent)) { // the loop would try again
 		next = run.budget(n, next)
 	}
@@ -191,12 +192,16 @@ func (run *run) budget(n int, next error) error {
 //   - refused before it was sent (llm.ErrNotSent): stop;
 //   - the request's own fault (a 4xx): stop — unless the route falls back
 //     on this error and has a target it has not tried;
+//   - the route asks for the same target once more (Route.RetrySame for a
+//     5xx or a dropped connection, Route.WaitRetryAfter for a short
+//     Retry-After that fits the deadline) and it has not had it: back off,
+//     or wait the Retry-After, and try it again;
 //   - another failure, and the next target is one this request has not
 //     tried: go there at once, whatever Retry-After the failed one asked
 //     for — a different upstream is not being hammered;
 //   - otherwise (the same target is the only way on, or every target has
 //     had its turn): the loop backs off, honouring Retry-After.
-func (p *plan) decide(caller context.Context, k int, err error) error {
+func (p *plan) decide(caller context.Context, k int, err error, deadline time.Time) error {
 	if errors.Is(err, llm.ErrNotSent) {
 		return timeouts.Permanent(err) // a middleware ended the request before asking anyone
 	}
@@ -209,10 +214,34 @@ func (p *plan) decide(caller context.Context, k int, err error) error {
 	if caller.Err() != nil {
 		return err // the caller left: the loop stops on its own
 	}
+	if p.again(k, err, deadline) {
+		p.retried[k] = true
+		p.last = (k + len(p.steps) - 1) % len(p.steps) // so that pick starts at k
+		return err                                     // the loop backs off, or waits out the Retry-After
+	}
 	if j := p.next(); j >= 0 && j != k && !p.tried[j] {
 		return failover{err}
 	}
 	return err
+}
+
+// again reports whether the route asks for the target that just failed to
+// be tried once more before the next: a short Retry-After it may wait out
+// within the deadline (WaitRetryAfter), or a 5xx or dropped connection
+// (RetrySame). A Retry-After too long to wait sends the request on.
+func (p *plan) again(k int, err error, deadline time.Time) bool {
+	if p.retried[k] {
+		return false
+	}
+	var ra llm.RetryAfterer
+	if errors.As(err, &ra) && ra.RetryAfter() > 0 {
+		return ra.RetryAfter() <= p.waitRA && time.Now().Add(ra.RetryAfter()).Before(deadline)
+	}
+	switch llm.ReasonOf(err) {
+	case llm.ReasonServer, llm.ReasonConnection:
+		return p.retrySame
+	}
+	return false
 }
 
 // failover marks an error after which the next attempt starts at once, on

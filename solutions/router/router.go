@@ -79,6 +79,18 @@ type Route struct {
 	// starting over: a stream that breaks after its first byte may go on
 	// there (see Router.Stream). Each must also be in Targets.
 	Continue []Target
+	// RetrySame: a target that fails with a 5xx or a dropped connection is
+	// tried once more, after a backoff, before the route moves on — for a
+	// primary much better (or cheaper) than its fallback, whose errors are
+	// mostly one-off. Off, the next target is tried at once: better when
+	// the fallback is as good and the request is in a hurry.
+	RetrySame bool
+	// WaitRetryAfter: a target that answers 429 or 503 with a Retry-After
+	// of at most this long (and within the request's deadline) is waited
+	// for and tried again, once, instead of the route moving on at once —
+	// for a provider whose short pauses are cheaper to sit out than its
+	// fallback. 0: never waited for while another target is left.
+	WaitRetryAfter time.Duration
 }
 
 // Request is one caller's request.
@@ -95,6 +107,10 @@ type Request struct {
 	FallbackOn []string
 	// Continue is the route's (see Route); Resolve sets it.
 	Continue []Target
+	// RetrySame and WaitRetryAfter are the route's (see Route); Resolve
+	// sets them.
+	RetrySame      bool
+	WaitRetryAfter time.Duration
 	// NoContinue: the caller asked that a broken stream never be
 	// continued on another target; it ends with an error instead.
 	NoContinue bool
@@ -402,6 +418,8 @@ func (r *Router) addRoutes(routes []Route) error {
 			return fmt.Errorf("%w: route %q is defined twice", ErrInvalidConfig, rt.Name)
 		case len(rt.Targets) == 0:
 			return fmt.Errorf("%w: route %q has no targets", ErrInvalidConfig, rt.Name)
+		case rt.WaitRetryAfter < 0:
+			return fmt.Errorf("%w: route %q: WaitRetryAfter must not be negative", ErrInvalidConfig, rt.Name)
 		}
 		for _, t := range rt.Targets {
 			if r.byName[t.Provider] == nil {
@@ -434,6 +452,7 @@ func (r *Router) Resolve(model string, req *Request) bool {
 	}
 	if rt, ok := r.routes[model]; ok {
 		req.Route, req.FallbackOn, req.Continue = rt.Targets, rt.FallbackOn, rt.Continue
+		req.RetrySame, req.WaitRetryAfter = rt.RetrySame, rt.WaitRetryAfter
 		return true
 	}
 	if r.byName[model] != nil {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/production-go/gateway-lab/solutions/router"
 )
@@ -24,6 +25,11 @@ import (
 // upstream that does: one that does not would repeat or garble the
 // answer. How the prefill is sent is the upstream's prefill= setting.
 //
+// "retry_same": true tries a target that failed with a 5xx or a dropped
+// connection once more before the next; "wait_retry_after": "2s" waits
+// out a Retry-After of up to that long, once, on the same target, instead
+// of moving on (see router.Route).
+//
 // fallback_on lists the upstream error codes (or HTTP statuses, as strings)
 // after which the next target is tried although the error is the request's
 // own; left out, it is DefaultFallbackOn for a route with two or more
@@ -36,7 +42,9 @@ type routesFile struct {
 			Model    string `json:"model"`
 			Continue bool   `json:"continue"`
 		} `json:"targets"`
-		FallbackOn []string `json:"fallback_on"`
+		FallbackOn     []string `json:"fallback_on"`
+		RetrySame      bool     `json:"retry_same"`
+		WaitRetryAfter string   `json:"wait_retry_after"`
 	} `json:"routes"`
 }
 
@@ -87,7 +95,12 @@ func readRoutesFile(file string) ([]router.Route, error) {
 	}
 	var routes []router.Route
 	for _, r := range f.Routes {
-		route := router.Route{Name: r.Model, FallbackOn: r.FallbackOn}
+		route := router.Route{Name: r.Model, FallbackOn: r.FallbackOn, RetrySame: r.RetrySame}
+		if r.WaitRetryAfter != "" {
+			if route.WaitRetryAfter, err = time.ParseDuration(r.WaitRetryAfter); err != nil {
+				return nil, fmt.Errorf("-routes %s: route %q: wait_retry_after: %w", file, r.Model, err)
+			}
+		}
 		for _, t := range r.Targets {
 			target := router.Target{Provider: t.Provider, Model: t.Model}
 			route.Targets = append(route.Targets, target)
