@@ -67,7 +67,7 @@ func (c *config) flags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.jitter, "jitter", 40*time.Millisecond, "latency varies uniformly by ± this")
 	fs.DurationVar(&c.chunkDelay, "chunk-delay", 15*time.Millisecond, "time between streamed chunks (inter-token gap)")
 	fs.Float64Var(&c.errorRate, "error-rate", 0, "share of calls that fail, 0..1")
-	fs.StringVar(&c.errors, "errors", "500", "failure kinds drawn for failing calls, |-separated: 500, 429, 400, reset, timeout")
+	fs.StringVar(&c.errors, "errors", "500", "failure kinds drawn for failing calls, |-separated: 500, 429, 400, reset, timeout, cut (a stream drops halfway)")
 	fs.DurationVar(&c.retryAfter, "retry-after", time.Second, "Retry-After of a 429")
 	fs.Var(list{&c.outages}, "outage", "an outage window from start: every call in it gets 503, repeatable: 30s-60s")
 	fs.Var(list{&c.slow}, "slow", "a brown-out window from start: a share of calls takes longer, repeatable: start-end:extra@share, e.g. 20s-40s:800ms@0.1")

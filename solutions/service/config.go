@@ -86,7 +86,7 @@ func (c *Config) Flags(fs *flag.FlagSet) {
 	fs.Uint64Var(&c.Seed, "seed", 0, "seed for jitter and simulated providers (0: random; printed at start to replay)")
 	fs.StringVar(&c.LogLevel, "log-level", "info", "debug, info, warn or error")
 	fs.BoolVar(&c.OverheadHeader, "overhead-header", false, "add X-Gateway-Overhead-Ms (the gateway's own time) to answers, for debugging")
-	fs.Func("provider", "a simulated provider, repeatable, in priority order: name=alpha,latency=80ms,jitter=40ms,chunk-delay=15ms,error-rate=0.05,errors=500|429|reset|timeout|400,outage=30s-60s,slow=20s-40s:800ms@0.1,capacity=8,seed=7 (default: alpha and beta)",
+	fs.Func("provider", "a simulated provider, repeatable, in priority order: name=alpha,latency=80ms,jitter=40ms,chunk-delay=15ms,error-rate=0.05,errors=500|429|reset|timeout|400|cut,outage=30s-60s,slow=20s-40s:800ms@0.1,capacity=8,seed=7 (default: alpha and beta)",
 		func(v string) error { c.Providers = append(c.Providers, v); return nil })
 	fs.Func("upstream", "an OpenAI-compatible upstream, repeatable, tried before simulated providers: name=up,url=https://host/v1,model=small-1,key-env=UP_API_KEY (the key is read from that environment variable, never from a flag); optional: dial-timeout=3s, header-timeout=30s, local=true (a private address, for development), stream-usage=false (an upstream that refuses stream_options)",
 		func(v string) error { c.Upstreams = append(c.Upstreams, v); return nil })

@@ -16,6 +16,8 @@ type simAnswer struct {
 	words        []string
 	calls        []chatapi.ToolCall
 	promptTokens int
+	cut          bool // the stream drops halfway (KindCut)
+	continued    bool // the words continue a prefill
 }
 
 func (a simAnswer) text() string { return strings.Join(a.words, " ") }
@@ -42,6 +44,13 @@ func (a simAnswer) usage() llm.Usage {
 // otherwise a sentence that quotes the prompt.
 func compose(name, model string, req llm.Request) simAnswer {
 	prompt := req.Chat.Text()
+	if prefill, ok := prefillOf(req.Chat); ok {
+		prompt = strings.TrimSuffix(strings.TrimSuffix(prompt, prefill), "\n")
+		a := simAnswer{model: model, promptTokens: len(strings.Fields(prompt)) + len(strings.Fields(prefill)), continued: true}
+		words := strings.Fields(sentence(name, prompt))
+		a.words = words[min(len(strings.Fields(prefill)), len(words)):]
+		return a
+	}
 	a := simAnswer{model: model, promptTokens: len(strings.Fields(prompt))}
 	if call, ok := toolCall(req.Chat); ok {
 		a.calls = []chatapi.ToolCall{call}
@@ -53,6 +62,17 @@ func compose(name, model string, req llm.Request) simAnswer {
 	}
 	a.words = strings.Fields(sentence(name, prompt))
 	return a
+}
+
+// prefillOf is the text of a last message that is an assistant's: a
+// prefill the upstream is asked to continue.
+func prefillOf(chat *chatapi.Request) (string, bool) {
+	msgs := chat.Get("messages").Array()
+	last := msgs[len(msgs)-1]
+	if last.Get("role").Str != "assistant" || last.Get("content").Type != gjson.String {
+		return "", false
+	}
+	return last.Get("content").Str, true
 }
 
 func sentence(name, prompt string) string {

@@ -39,6 +39,7 @@ const (
 	KindRateLimited Kind = "429"     // 429 with Retry-After
 	KindServer      Kind = "500"     // 500
 	KindBadRequest  Kind = "400"     // 400: permanent, never retried
+	KindCut         Kind = "cut"     // a stream's connection drops halfway through its answer (a whole answer: reset)
 
 	kindNone   Kind = ""       // the call succeeds
 	kindOutage Kind = "outage" // a 503 in an outage window (from Config.Outages, not drawn)
@@ -103,9 +104,9 @@ func New(cfg Config) (*Provider, error) {
 	}
 	for _, k := range cfg.ErrorKinds {
 		switch k {
-		case KindTimeout, KindReset, KindRateLimited, KindServer, KindBadRequest:
+		case KindTimeout, KindReset, KindRateLimited, KindServer, KindBadRequest, KindCut:
 		default:
-			return nil, fmt.Errorf("%w: unknown error kind %q (want timeout, reset, 429, 500 or 400)", ErrInvalidConfig, k)
+			return nil, fmt.Errorf("%w: unknown error kind %q (want timeout, reset, 429, 500, 400 or cut)", ErrInvalidConfig, k)
 		}
 	}
 	if len(cfg.ErrorKinds) == 0 {
@@ -154,6 +155,9 @@ func (p *Provider) Generate(ctx context.Context, req llm.Request) (llm.Completio
 	if err := sleep(ctx, time.Duration(max(len(a.words)-1, 0))*p.cfg.ChunkDelay); err != nil {
 		return llm.Completion{}, err
 	}
+	if a.cut {
+		return llm.Completion{}, p.failure(KindReset)
+	}
 	u := a.usage()
 	return llm.Completion{Raw: chatapi.NewFrame(a.model).Completion(a.text(), a.calls, a.finish(), &u), Model: a.model, Usage: &u}, nil
 }
@@ -161,7 +165,9 @@ func (p *Provider) Generate(ctx context.Context, req llm.Request) (llm.Completio
 // Stream answers word by word, ChunkDelay apart, in OpenAI chunks that
 // each name the same model: a first chunk with the role (and any tool
 // call), one per word, one with the finish reason, and the usage when the
-// caller asked for it.
+// caller asked for it. A request whose last message is an assistant's is
+// a prefill to continue: the answer is the rest of what it would have
+// said, after as many words as the prefill has.
 func (p *Provider) Stream(ctx context.Context, req llm.Request, emit func(llm.Chunk) error) (llm.Completion, error) {
 	a, err := p.begin(ctx, req)
 	if err != nil {
@@ -174,7 +180,10 @@ func (p *Provider) Stream(ctx context.Context, req llm.Request, emit func(llm.Ch
 		return llm.Completion{}, err
 	}
 	for i, w := range a.words {
-		if i > 0 {
+		if a.cut && i == len(a.words)/2 {
+			return llm.Completion{}, p.failure(KindReset)
+		}
+		if i > 0 || a.continued {
 			if err := sleep(ctx, p.cfg.ChunkDelay); err != nil {
 				return llm.Completion{}, err
 			}
@@ -216,14 +225,19 @@ func (p *Provider) begin(ctx context.Context, req llm.Request) (simAnswer, error
 	if err != nil {
 		return simAnswer{}, err
 	}
-	if err := p.failure(failure); err != nil {
-		return simAnswer{}, err
+	cut := failure == KindCut
+	if !cut {
+		if err := p.failure(failure); err != nil {
+			return simAnswer{}, err
+		}
 	}
 	model := p.cfg.Model
 	if req.Model != "" {
 		model = req.Model // a route asked for a specific upstream model
 	}
-	return compose(p.cfg.Name, model, req), nil
+	a := compose(p.cfg.Name, model, req)
+	a.cut = cut
+	return a, nil
 }
 
 // ErrReset is the simulated connection reset; it wraps syscall.ECONNRESET

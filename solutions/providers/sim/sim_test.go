@@ -237,3 +237,40 @@ func TestCapacitySlowsCallsInProportionAboveIt(t *testing.T) {
 		assert.ErrorIs(t, err, ErrInvalidConfig)
 	})
 }
+
+// streamText streams req from p and returns the text and the error.
+func streamText(t *testing.T, p *Provider, r llm.Request) (string, error) {
+	t.Helper()
+	var text string
+	_, err := p.Stream(t.Context(), r, func(c llm.Chunk) error {
+		pc, err := chatapi.ReadPiece(c.Raw)
+		require.NoError(t, err)
+		text += pc.Text
+		return nil
+	})
+	return text, err
+}
+
+func TestACutStreamDropsHalfwayAndAPrefillIsContinued(t *testing.T) {
+	whole, err := New(Config{Name: "alpha"})
+	require.NoError(t, err)
+	full, err := streamText(t, whole, req)
+	require.NoError(t, err)
+
+	cut, err := New(Config{Name: "alpha", ErrorRate: 1, ErrorKinds: []Kind{KindCut}})
+	require.NoError(t, err)
+	part, err := streamText(t, cut, req)
+	require.ErrorIs(t, err, syscall.ECONNRESET, "the connection drops mid-answer")
+	require.NotEmpty(t, part)
+	assert.True(t, len(part) < len(full) && full[:len(part)] == part, "%q is the start of %q", part, full)
+	_, err = cut.Generate(t.Context(), req)
+	assert.ErrorIs(t, err, syscall.ECONNRESET)
+
+	chat, err := chatapi.Parse([]byte(`{"stream":true,"messages":[{"role":"user","content":"why is the sky blue"}]}`))
+	require.NoError(t, err)
+	chat, err = chat.WithPrefill(part, chatapi.PrefillAssistant)
+	require.NoError(t, err)
+	rest, err := streamText(t, whole, llm.Request{Chat: chat})
+	require.NoError(t, err)
+	assert.Equal(t, full, part+rest, "the continuation is the rest of the answer the prefill began")
+}
