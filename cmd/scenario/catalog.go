@@ -20,8 +20,10 @@ var scenarios = []scenario{
 	{name: "outage", title: "an outage and its recovery",
 		lesson: "The primary provider answers 503 from 15 s to 30 s. Its breaker opens after three failures " +
 			"and the fallback carries the traffic (the requests that found the primary failing still succeed, " +
-			"one attempt later); every 5 s one probe tests the primary, and once it answers the breaker closes " +
-			"and traffic returns.",
+			"one attempt later). While it is open the gateway probes alpha's upstream in the background — no " +
+			"user's request is spent on it — at doubling intervals up to 2 s; the first probe after alpha " +
+			"recovers closes the breaker, and traffic is back within about 2 s — where the 60 s recovery " +
+			"timeout alone would have kept alpha out until 75 s, and then spent a user's request to find out.",
 		run: outage},
 	{name: "burst", title: "a burst against the rate limiter vs the semaphore alone",
 		lesson: "One tenant sends 120 requests a second at a provider that takes 200 ms, to two gateways " +
@@ -77,6 +79,13 @@ var scenarios = []scenario{
 			"near the traffic itself (1.2 calls a request instead of 2.9 with seed 1), and the callers learn " +
 			"of the outage without the retries' backoffs.",
 		run: retryBudgetScenario},
+	{name: "midstream", title: "streams cut mid-answer, with and without continuation (lab 11)",
+		lesson: "The primary drops one stream in five halfway through its answer; the caller already holds half " +
+			"of it and its 200. Both gateways refuse to splice a fresh answer onto it. A ends those streams with an " +
+			"error event and no [DONE] — honest, but one answer in five is lost to the caller. B's route declares " +
+			"that its fallback continues an assistant prefill: B sends it the text so far and relays the rest, and " +
+			"every stream ends complete. Neither ever ends a cut stream as if it were whole.",
+		run: midstream},
 }
 
 // lookup finds a scenario by name.

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"net/http"
 	"slices"
@@ -20,6 +21,23 @@ type sample struct {
 	lat   time.Duration
 	code  int
 	model string // the model that answered ("" on an error)
+	// end is how a streamed answer ended: "done" ([DONE] after the last
+	// chunk), "error" (an error event: cut, and said so), or "lost" (the
+	// stream stopped with neither); "" for a whole answer.
+	end string
+}
+
+// streamEnd reads how an event stream ended; "" for a body that is not one.
+func streamEnd(body []byte) string {
+	switch {
+	case !bytes.HasPrefix(body, []byte("data: ")):
+		return ""
+	case bytes.Contains(body, []byte("data: [DONE]")):
+		return "done"
+	case bytes.Contains(body, []byte(`data: {"error"`)):
+		return "error"
+	}
+	return "lost"
 }
 
 // load is one stream of requests at a constant rate, driven by vegeta.
@@ -37,7 +55,7 @@ func (l load) run(start time.Time) []sample {
 	var out []sample
 	for res := range atk.Attack(vegeta.NewStaticTargeter(l.targets...), vegeta.Rate{Freq: l.rate, Per: time.Second}, l.dur, l.name) {
 		out = append(out, sample{at: res.Timestamp.Sub(start).Seconds(), lat: res.Latency, code: int(res.Code),
-			model: gjson.GetBytes(res.Body, "model").Str})
+			model: gjson.GetBytes(res.Body, "model").Str, end: streamEnd(res.Body)})
 	}
 	return out
 }
@@ -114,6 +132,7 @@ type scrape struct {
 	hedgesWon     float64 // gateway_hedge_wins_total
 	refused       float64 // gateway_retry_budget_exhausted_total
 	limit         float64 // gateway_provider_concurrency_limit
+	continued     float64 // gateway_stream_continuations_total{outcome="completed"}
 }
 
 // upstream is a provider and one of its models: what a breaker guards, and
@@ -218,5 +237,12 @@ func scrapeOnce(ctx context.Context, url string) (scrape, error) {
 	sc.hedgesWon = sum("gateway_hedge_wins_total")
 	sc.refused = sum("gateway_retry_budget_exhausted_total")
 	sc.limit = sum("gateway_provider_concurrency_limit")
+	for _, m := range mfs["gateway_stream_continuations_total"].GetMetric() {
+		for _, l := range m.Label {
+			if l.GetName() == "outcome" && l.GetValue() == "completed" {
+				sc.continued += m.GetCounter().GetValue()
+			}
+		}
+	}
 	return sc, nil
 }

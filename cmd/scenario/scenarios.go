@@ -56,7 +56,7 @@ func outage(ctx context.Context, r *report) error {
 	alpha := fmt.Sprintf("name=alpha,latency=40ms,jitter=10ms,outage=15s-30s,seed=%d", r.seed)
 	beta := fmt.Sprintf("name=beta,latency=90ms,jitter=20ms,seed=%d", r.seed+1)
 	g, err := startGateway(ctx, "-provider", alpha, "-provider", beta, "-rate=1e6", "-burst=1000000", "-max-concurrent=256",
-		"-max-per-tenant=0", "-failure-threshold=3", "-recovery-timeout=5s", "-base-backoff=10ms")
+		"-max-per-tenant=0", "-failure-threshold=3", "-recovery-timeout=60s", "-base-backoff=10ms")
 	if err != nil {
 		return err
 	}
@@ -68,7 +68,7 @@ func outage(ctx context.Context, r *report) error {
 	go func() { defer close(done); sc.run(sctx, g.url+"/metrics", start, 250*time.Millisecond) }()
 	l := load{name: "outage", targets: []vegeta.Target{chatTarget(g.url, "load")}, rate: 30, dur: 45 * time.Second}
 	r.configure("production_app -provider " + alpha + " -provider " + beta)
-	r.configure("                -failure-threshold 3 -recovery-timeout 5s -base-backoff 10ms")
+	r.configure("                -failure-threshold 3 -recovery-timeout 60s -base-backoff 10ms (background probes at their defaults: -probe-interval 250ms, -probe-max-interval 2s)")
 	r.configure(fmt.Sprintf("load: %d requests/s for %s (vegeta)", l.rate, l.dur))
 	r.progress("30 requests/s for 45 s; alpha is down from 15 s to 30 s")
 	secs := bySecond(l.run(start))
