@@ -122,7 +122,13 @@ func (w *writer) Stream(ctx context.Context, req llm.Request, emit func(llm.Chun
 	if err := emit(llm.Chunk{Raw: chatapi.NewFrame(w.name).Chunk(chatapi.Delta{}, "stop")}); err != nil {
 		return llm.Completion{}, err
 	}
-	return llm.Completion{Model: w.name}, nil
+	u := chatapi.Usage{PromptTokens: 10, CompletionTokens: len(words), TotalTokens: 10 + len(words)}
+	if req.Chat.IncludeUsage {
+		if err := emit(llm.Chunk{Raw: chatapi.NewFrame(w.name).UsageChunk(u)}); err != nil {
+			return llm.Completion{}, err
+		}
+	}
+	return llm.Completion{Model: w.name, Usage: &u}, nil
 }
 
 func (w *writer) calls() []string {
@@ -330,5 +336,34 @@ func TestABrokenPrimaryStillCountsAgainstItsBreaker(t *testing.T) {
 		}
 		state, _ := g.TargetState(router.Target{Provider: "primary"})
 		assert.Equal(t, breaker.Open, state, "the caller got its sixty, but the primary broke twice")
+	})
+}
+
+func TestACallerWhoAskedForUsageIsToldItOnceAfterAContinuation(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		primary := &writer{name: "primary", fault: cut, after: 40}
+		fallback := &writer{name: "fallback"}
+		g := continuing(t, router.NopObserver{}, []string{"fallback"}, primary, fallback)
+		chat, err := chatapi.Parse([]byte(`{"stream":true,"stream_options":{"include_usage":true},"messages":[{"role":"user","content":"hi"}]}`))
+		require.NoError(t, err)
+		req := router.Request{Tenant: "acme", Chat: chat}
+		require.True(t, g.Resolve("chat", &req))
+		var usages []chatapi.Usage
+		var models []string
+		_, err = g.Stream(t.Context(), req, limits, func(c llm.Chunk) error {
+			p, err := chatapi.ReadPiece(c.Raw)
+			require.NoError(t, err)
+			if p.Usage != nil {
+				usages = append(usages, *p.Usage)
+			}
+			a, _, _ := chatapi.ReadAnswer("t", c.Raw)
+			models = append(models, a.Model)
+			return nil
+		})
+		require.NoError(t, err)
+		assert.Equal(t, []chatapi.Usage{{PromptTokens: 10, CompletionTokens: 20, TotalTokens: 30}}, usages,
+			"one usage chunk, at the end: what the streams that reported usage used (the cut one reported none)")
+		assert.Equal(t, "primary", models[0])
+		assert.Equal(t, "fallback", models[len(models)-1], "each chunk names the model that wrote it")
 	})
 }
