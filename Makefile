@@ -8,7 +8,7 @@ LABCTL_SRC   := $(shell find cmd/labctl internal/labkit internal/testkit/redisma
 STRESS_COUNT ?= 50
 LAB          ?=
 K            ?=
-LABS         := lab-01 lab-02 lab-03 lab-04 lab-05 lab-06 lab-07 lab-08 lab-09 lab-10 lab-11
+LABS         := lab-01 lab-02 lab-03 lab-04 lab-05 lab-06 lab-07 lab-08 lab-09 lab-10 lab-11 lab-12
 
 # The race detector sleeps a second before a -race test binary exits, in
 # case goroutines still running race; every package here ends its tests with

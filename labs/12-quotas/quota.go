@@ -1,0 +1,152 @@
+// Package quotas is a token quota per tenant in Redis, shared by every
+// replica: reserve an estimate before an upstream call, settle the real
+// usage after it — atomically, idempotently, on Redis' clock.
+//
+// A rate limit (lab 07) counts requests, whose cost is known when they
+// arrive. Tokens are not: the answer's length is known only when it ends.
+// So a request is charged twice over: Reserve takes an estimate from the
+// tenant's bucket before the call (and refuses the request if it does not
+// fit), and Settle moves the bucket by used − estimate after it — a refund
+// when the answer was short, a further charge when it was long. In
+// between, every replica sees the reservation: parallel requests cannot
+// all fit into the same last tokens.
+//
+// Four rules make it money-safe:
+//
+//   - Atomic: each step is one Lua script; the bucket and the reservation
+//     change together or not at all.
+//   - Idempotent by id: a Reserve or Settle resent after a lost reply is
+//     not applied twice, and a Settle that Redis runs before its Reserve
+//     (a stalled connection) leaves a marker so the late Reserve takes
+//     nothing.
+//   - The estimate is Redis' record, not the caller's word: Settle refunds
+//     what Reserve took, whatever the caller now claims.
+//   - A reservation never settled stays charged: a replica that crashed
+//     mid-request costs the tenant its estimate — never the free pass that
+//     charging only after the call would give.
+//
+// What a call should cost when it was cancelled, timed out or cut is a
+// rule of its own: Charge.
+//
+// Lab 12: the types are given; write quota.lua, the Quota below and
+// charge.go. Read README.md, then make `make lab-12` green.
+package quotas
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+var (
+	// ErrInvalidConfig is returned by New for settings that cannot work.
+	ErrInvalidConfig = errors.New("quotas: invalid config")
+	// ErrInvalidArgument: an empty or brace-holding tenant, an empty id, a
+	// quota outside [1, MaxPerMinute], a negative estimate or usage.
+	ErrInvalidArgument = errors.New("quotas: invalid argument")
+	// ErrEstimateTooLarge: an estimate above the quota could never fit.
+	ErrEstimateTooLarge = errors.New("quotas: estimate larger than the quota")
+	// ErrUnexpectedReply: Redis answered something the script never
+	// returns (a proxy, a different script under the same SHA).
+	ErrUnexpectedReply = errors.New("quotas: unexpected reply from redis")
+	// ErrNotImplemented is what the stubs return until you write them.
+	ErrNotImplemented = errors.New("lab 12: not implemented yet")
+)
+
+const (
+	// MaxPerMinute is the largest quota, so that the script's exact
+	// integer arithmetic stays within what Lua's doubles hold.
+	MaxPerMinute = 1_000_000_000
+	// MaxDebtMinutes bounds Config.DebtMinutes, for the same reason.
+	MaxDebtMinutes = 60
+	// DefaultSettleWindow is Config.SettleWindow when it is 0.
+	DefaultSettleWindow = time.Hour
+	// DefaultPrefix is Config.Prefix when it is "".
+	DefaultPrefix = "quota"
+)
+
+// Config configures a Quota.
+type Config struct {
+	// Prefix starts each key's hash tag, {Prefix:tenant}; "" means
+	// DefaultPrefix. It must not contain braces.
+	Prefix string
+	// SettleWindow is how long a reservation waits for its Settle; 0 means
+	// DefaultSettleWindow, and it must be at least a millisecond. A Settle
+	// after it applies nothing: the reservation stays charged its
+	// estimate. Make it longer than the longest request.
+	SettleWindow time.Duration
+	// DebtMinutes is how many minutes of quota a tenant may owe — usage
+	// beyond its reservations — before the rest is forgiven; 0 means 1.
+	DebtMinutes int
+}
+
+// Decision is Reserve's answer.
+type Decision struct {
+	Allowed bool
+	// Remaining is the whole tokens left after this request (0 in debt).
+	Remaining int
+	// RetryAfter is, for a refused request, the time until its estimate
+	// fits, rounded up to the millisecond; 0 when allowed.
+	RetryAfter time.Duration
+}
+
+//go:embed quota.lua
+var quotaLua string
+
+var quotaScript = redis.NewScript(quotaLua)
+
+// Quota is a token bucket per tenant of perMinute tokens, refilled
+// continuously at perMinute/60 a second, in Redis. Safe for concurrent use.
+//
+// TODO(lab 12): keep the client and the settings.
+type Quota struct{}
+
+// New validates cfg and returns a Quota that runs its script through rdb.
+//
+// TODO(lab 12): a nil rdb, a prefix with a brace, a negative window or one
+// below a millisecond, DebtMinutes outside [0, MaxDebtMinutes] → an error
+// wrapping ErrInvalidConfig. Defaults: DefaultPrefix, DefaultSettleWindow,
+// one minute of debt.
+func New(rdb redis.Scripter, cfg Config) (*Quota, error) {
+	return &Quota{}, nil
+}
+
+// Keys returns tenant's keys — its bucket, its open reservations and their
+// estimates — each carrying the hash tag {Prefix:tenant}.
+//
+// TODO(lab 12): "{" + prefix + ":" + tenant + "}:" + "tokens", "reservations", "estimates".
+func (q *Quota) Keys(tenant string) []string {
+	return nil
+}
+
+// Reserve takes estimate tokens from tenant's bucket of perMinute tokens,
+// under id, if the bucket holds that many; otherwise it takes nothing and
+// the Decision says when the estimate will fit. A Reserve resent with the
+// same id takes nothing more. An estimate of 0 passes unless the tenant is
+// in debt.
+//
+// TODO(lab 12):
+//   - check the arguments first (no Redis call): ErrInvalidArgument, and
+//     ErrEstimateTooLarge for an estimate above perMinute;
+//   - one quotaScript.Run (EVALSHA, EVAL on NOSCRIPT) with Keys(tenant) and
+//     "reserve", perMinute, id, estimate, the window in ms, the debt minutes;
+//   - read the reply defensively: []any of three non-negative int64, else
+//     ErrUnexpectedReply — never a panic;
+//   - wrap Redis' errors (a caller's cancelled context stays errors.Is-able).
+func (q *Quota) Reserve(ctx context.Context, tenant, id string, perMinute, estimate int) (Decision, error) {
+	return Decision{}, ErrNotImplemented
+}
+
+// Settle closes tenant's reservation id with the tokens the call used: the
+// bucket moves by what Reserve took minus used — never above full, never
+// below the debt allowed. It reports whether it applied: false for a
+// reservation settled already, never made (then a late Reserve of id takes
+// nothing), or older than the settle window (it stays charged).
+//
+// TODO(lab 12): as Reserve, with "settle" and used (at most MaxPerMinute).
+func (q *Quota) Settle(ctx context.Context, tenant, id string, perMinute, used int) (bool, error) {
+	return false, ErrNotImplemented
+}
