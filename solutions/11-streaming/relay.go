@@ -185,7 +185,8 @@ func (r *relay) attempt(ctx context.Context, t Target) (err error) {
 		return fmt.Errorf("%s: %w", t.Name, limitOr(ctx, err))
 	}
 	defer s.Close()
-	echo := prefill         // what a continuation may repeat before it adds anything
+	deciding := prefill != "" // whether the continuation repeats the prefill is not known yet
+	heard := ""               // what it said while it might be repeating: held back
 	var limit time.Duration // none of its own before the first chunk: firstToken is the limit
 	served := false
 	var held *Chunk // a chunk that says nothing yet (the role), kept until one does
@@ -207,11 +208,13 @@ func (r *relay) attempt(ctx context.Context, t Target) (err error) {
 			r.res.Usage.CompletionTokens += c.Usage.CompletionTokens
 			c.Usage = nil // the caller is told the sum, once (Result.Usage)
 		}
-		text, rest := dropEcho(c.Text, echo)
-		if text != c.Text {
-			c.Text, c.Raw = text, nil // the upstream's bytes say more than the caller may read
+		if deciding {
+			var text string
+			text, heard, deciding = dropEcho(prefill, heard, c)
+			if text != c.Text {
+				c.Text, c.Raw = text, nil // the upstream's bytes say other than the caller may read
+			}
 		}
-		echo = rest
 		if c.Text == "" && !c.Other && c.FinishReason == "" {
 			switch {
 			case hadUsage && r.res.FinishReason != "":
@@ -266,16 +269,20 @@ func limitOr(ctx context.Context, err error) error {
 	return err
 }
 
-// dropEcho removes from text what it repeats of echo, the prefill a
-// continuation has not got past yet, and returns what is left of both.
-func dropEcho(text, echo string) (string, string) {
+// dropEcho reads the next chunk c of a continuation that may be repeating
+// its prefill; heard is what it said so far, all of it a start of the
+// prefill, held back. It returns the text to pass on, what is still held,
+// and whether it is still undecided. A repeat is dropped only once it has
+// covered the whole prefill: a continuation that merely begins like the
+// prefill ("The" after "The cat sat.") gets what was held back, and its
+// own text, passed on.
+func dropEcho(prefill, heard string, c Chunk) (text, held string, undecided bool) {
+	seen := heard + c.Text
 	switch {
-	case echo == "":
-		return text, ""
-	case strings.HasPrefix(echo, text):
-		return "", echo[len(text):]
-	case strings.HasPrefix(text, echo):
-		return text[len(echo):], ""
+	case len(seen) < len(prefill) && strings.HasPrefix(prefill, seen) && c.FinishReason == "" && !c.Other:
+		return "", seen, true // so far a repeat: hold it
+	case strings.HasPrefix(seen, prefill):
+		return seen[len(prefill):], "", false // the whole prefill repeated: drop it
 	}
-	return text, "" // no echo: it went straight on
+	return seen, "", false // not a repeat: pass on what was held too
 }

@@ -237,6 +237,30 @@ func TestAContinuationThatRepeatsThePrefillHasTheRepeatDropped(t *testing.T) {
 	}
 }
 
+func TestAContinuationThatOnlyStartsLikeThePrefillLosesNoText(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		steps []step
+		want  string
+	}{
+		{"a first word the prefill also starts with", []step{say(0, "The"), say(0, " dog"), say(0, " ran.")}, "The cat sat.The dog ran."},
+		{"a longer start, then another way", []step{say(0, "The c"), say(0, "ow ran.")}, "The cat sat.The cow ran."},
+		{"a start of the prefill, then the end", []step{say(0, "The")}, "The cat sat.The"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				first := plays("first", say(0, "The cat sat."), fail(0, errors.New("reset")))
+				cont := continues("cont", append(tc.steps, finish(0, "stop"), fail(0, io.EOF))...)
+				c := newCaller()
+				res, err := Relay(t.Context(), limits, targets(first, cont), c.emit)
+				require.NoError(t, err)
+				assert.Equal(t, tc.want, c.text(), "what was held back as a possible repeat is passed on once it is not one")
+				assert.Equal(t, tc.want, res.Text)
+			})
+		})
+	}
+}
+
 func TestAnAnswerWithToolCallsIsNeverContinued(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		call := step{chunk: Chunk{Other: true, Raw: []byte(`raw:tool_calls`)}}
