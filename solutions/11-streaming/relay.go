@@ -187,7 +187,7 @@ func (r *relay) attempt(ctx context.Context, t Target) (err error) {
 	defer s.Close()
 	deciding := prefill != "" // whether the continuation repeats the prefill is not known yet
 	heard := ""               // what it said while it might be repeating: held back
-	var limit time.Duration // none of its own before the first chunk: firstToken is the limit
+	var limit time.Duration   // none of its own before the first chunk: firstToken is the limit
 	served := false
 	var held *Chunk // a chunk that says nothing yet (the role), kept until one does
 	for {

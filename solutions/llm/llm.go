@@ -83,7 +83,7 @@ type DefaultModeler interface{ DefaultModel() string }
 type ContextHonourer interface{ HonoursContext() bool }
 
 // Prober is a Provider that can check its upstream is answering without
-// a caller's request: a models list, or a one-token completion of model
+// a caller's request: a one-token completion of model, or a models list
 // ("" for its default). The router probes a target whose breaker opened,
 // and closes the breaker when a probe succeeds.
 type Prober interface {

@@ -225,7 +225,7 @@ func TestAnUpstreamBackFromAnOutageIsProbedBackIntoService(t *testing.T) {
 	}))
 	defer fallback.Close()
 	a := start(t, "-readiness-delay=0", "-failure-threshold=1", "-recovery-timeout=1h", "-probe-interval=20ms", "-probe-max-interval=50ms",
-		"-upstream", "name=primary,url="+primary.URL+"/v1,model=primary-1",
+		"-upstream", "name=primary,url="+primary.URL+"/v1,model=primary-1,probe=models",
 		"-upstream", "name=fallback,url="+fallback.URL+"/v1,model=fallback-1",
 		"-route", "chat=primary,fallback")
 	ask := func() string {

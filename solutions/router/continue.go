@@ -61,8 +61,9 @@ var ContinueOutcomes = []ContinueOutcome{ContinueCompleted, ContinueFailed, Cont
 
 // sofar is what reached the caller of a stream that may be continued.
 type sofar struct {
-	text  strings.Builder
-	other bool // anything but text, or a chunk that could not be read
+	text     strings.Builder
+	other    bool // anything but text, or a chunk that could not be read
+	finished bool // a finish_reason reached the caller: the answer is whole
 }
 
 func (s *sofar) add(raw []byte) {
@@ -72,6 +73,7 @@ func (s *sofar) add(raw []byte) {
 		return
 	}
 	s.text.WriteString(p.Text)
+	s.finished = s.finished || p.Finish != ""
 }
 
 // mayContinue reports whether a broken stream of req could be continued
@@ -109,14 +111,18 @@ func (st *streamer) continueAfter(ctx context.Context, run *run, s step, broke e
 	replay := streaming.Target{Name: s.target.String(), Open: func(context.Context, string) (streaming.Stream, error) {
 		return &replayed{text: st.sofar.text.String(), err: broke}, nil
 	}}
-	var last *continuation // the stream whose chunk is being relayed
-	var spliced bool
+	var last *continuation     // the stream whose chunk is being relayed
+	var opened []*continuation // every continuation started, for their usage
+	var spliced, gone bool
 	emit := func(ch streaming.Chunk) error {
 		if bytes.Equal(ch.Raw, replayMarker) {
 			return nil // the caller has it already
 		}
+		if ch.Text == "" && !ch.Other && ch.FinishReason == "" {
+			return nil // a second role chunk: the caller had one from the broken stream
+		}
 		raw := ch.Raw
-		if raw == nil { // the relay dropped a repeat of the prefill from this chunk
+		if raw == nil { // the relay changed this chunk's text (a repeat of the prefill dropped, or held text added)
 			var err error
 			if raw, err = chatapi.WithDeltaText(last.raw, ch.Text); err != nil {
 				return err
@@ -129,7 +135,11 @@ func (st *streamer) continueAfter(ctx context.Context, run *run, s step, broke e
 				attribute.String("gateway.continued.to", last.step.target.String()),
 				attribute.Int("gateway.continued.at_chars", st.sofar.text.Len())))
 		}
-		return st.emit(llm.Chunk{Raw: raw})
+		if err := st.emit(llm.Chunk{Raw: raw}); err != nil {
+			gone = true
+			return errClientGone
+		}
+		return nil
 	}
 	all := make([]streaming.Target, 0, len(targets)+1)
 	all = append(all, replay)
@@ -139,6 +149,7 @@ func (st *streamer) continueAfter(ctx context.Context, run *run, s step, broke e
 				cs, err := st.open(ctx, run, t, prefill)
 				if err == nil {
 					last = cs
+					opened = append(opened, cs)
 				}
 				return cs, err
 			}})
@@ -146,19 +157,20 @@ func (st *streamer) continueAfter(ctx context.Context, run *run, s step, broke e
 	res, err := streaming.Relay(ctx, streaming.Config{FirstToken: st.limits.FirstToken, Idle: st.limits.Idle}, all, emit)
 	continued := len(res.Served) > 1
 	switch {
+	case gone:
+		return llm.Completion{}, errClientGone, true // the caller left: not the continuation's failure
 	case err == nil:
 		obs.Continued(s.target, ContinueCompleted)
-		if run.req.Chat.IncludeUsage && last != nil {
-			u := chatapi.Usage{PromptTokens: res.Usage.PromptTokens, CompletionTokens: res.Usage.CompletionTokens,
-				TotalTokens: res.Usage.PromptTokens + res.Usage.CompletionTokens}
+		u := usageOf(opened, res.Usage)
+		if run.req.Chat.IncludeUsage {
 			if err := st.emit(llm.Chunk{Raw: chatapi.NewFrame(last.model).UsageChunk(u)}); err != nil {
 				return llm.Completion{}, errClientGone, true
 			}
 		}
-		run.broke = broke
-		return llm.Completion{Model: last.model, Usage: &llm.Usage{PromptTokens: res.Usage.PromptTokens,
-			CompletionTokens: res.Usage.CompletionTokens, TotalTokens: res.Usage.PromptTokens + res.Usage.CompletionTokens}}, nil, true
+		run.broke, run.continuedOn = broke, &last.step
+		return llm.Completion{Model: last.model, Usage: &u}, nil, true
 	case ctx.Err() != nil && !continued:
+		obs.Continued(s.target, ContinueFailed)
 		return llm.Completion{}, broke, true // the caller left, or the deadline passed, during the attempts
 	}
 	obs.Continued(s.target, ContinueFailed)
@@ -168,8 +180,29 @@ func (st *streamer) continueAfter(ctx context.Context, run *run, s step, broke e
 	return llm.Completion{}, err, true
 }
 
-// continuations are the route's targets after s, in order, that declared
-// they continue a prefill and can take a call now.
+// usageOf is what the continued answer used: the sum of what each
+// continuation's upstream reported for its call (an upstream reports it
+// even when the usage chunk is not the caller's to read), or, if none did,
+// what the relay read in chunks. The broken stream reported nothing: its
+// reservation pays for it (see guard.Meter).
+func usageOf(opened []*continuation, read streaming.Usage) llm.Usage {
+	var u llm.Usage
+	for _, c := range opened {
+		if r := c.res.Usage; r != nil {
+			u.PromptTokens += r.PromptTokens
+			u.CompletionTokens += r.CompletionTokens
+		}
+	}
+	if u.PromptTokens+u.CompletionTokens == 0 {
+		u.PromptTokens, u.CompletionTokens = read.PromptTokens, read.CompletionTokens
+	}
+	u.TotalTokens = u.PromptTokens + u.CompletionTokens
+	return u
+}
+
+// continuations are the route's other targets that declared they continue
+// a prefill, in route order starting after s, leaving out any this request
+// has tried already (one that just failed it is a poor place to go on).
 func (st *streamer) continuations(run *run, s step) []step {
 	steps := run.plan.steps
 	at := 0
@@ -180,8 +213,8 @@ func (st *streamer) continuations(run *run, s step) []step {
 	}
 	var out []step
 	for i := 1; i < len(steps); i++ {
-		t := steps[(at+i)%len(steps)]
-		if t.continues && t.direct && t.target != s.target {
+		k := (at + i) % len(steps)
+		if t := steps[k]; t.continues && t.direct && t.target != s.target && !run.plan.tried[k] {
 			out = append(out, t)
 		}
 	}
@@ -254,11 +287,12 @@ type continuation struct {
 	start  time.Time
 	report func(error)
 
-	raw     []byte         // the chunk last returned by Next
-	res     llm.Completion // the call's, once ended is closed
-	err     error
-	nextErr error // what Next last failed with: the relay's limits
-	closed  bool
+	raw       []byte         // the chunk last returned by Next
+	res       llm.Completion // the call's, once ended is closed
+	err       error
+	nextErr   error // what Next last failed with: the relay's limits
+	sawFinish bool  // a chunk with a finish reason came: the answer was whole
+	closed    bool
 }
 
 func (c *continuation) Next(ctx context.Context) (streaming.Chunk, error) {
@@ -270,6 +304,7 @@ func (c *continuation) Next(ctx context.Context) (streaming.Chunk, error) {
 			return streaming.Chunk{}, c.nextErr
 		}
 		c.raw = raw
+		c.sawFinish = c.sawFinish || p.Finish != ""
 		ch := streaming.Chunk{Text: p.Text, Other: p.Other, FinishReason: p.Finish, Raw: raw}
 		if p.Usage != nil {
 			ch.Usage = &streaming.Usage{PromptTokens: p.Usage.PromptTokens, CompletionTokens: p.Usage.CompletionTokens}
@@ -303,6 +338,8 @@ func (c *continuation) Close() error {
 		err = fmt.Errorf("%w: %s", ErrStreamIdle, c.step.target)
 	case c.nextErr != nil && !errors.Is(c.nextErr, context.Canceled):
 		err = c.nextErr
+	case c.sawFinish && errors.Is(err, context.Canceled):
+		err = nil // the relay had the whole answer and hung up on the rest ([DONE], say)
 	}
 	if c.res.Model != "" {
 		c.model = c.res.Model

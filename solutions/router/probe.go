@@ -16,7 +16,7 @@ import (
 // user's request, spent on a target that is probably still down.
 //
 // So while a target's breaker is open, the router probes its upstream in
-// the background (llm.Prober: a models list, or a one-token completion),
+// the background (llm.Prober: openaicompat asks the model for one token by default),
 // first after Config.ProbeInterval and then at doubling intervals up to
 // Config.ProbeMaxInterval. The first probe that succeeds closes the
 // breaker — a fresh one replaces it — and traffic returns at once. A
@@ -45,6 +45,14 @@ func (r *Router) probe(t Target) {
 		r.probeMu.Lock()
 		delete(r.probing, t)
 		r.probeMu.Unlock()
+		// A breaker that opened again while this probe was still on the
+		// books found it running and started none: start one now.
+		r.mu.RLock()
+		b := r.health[t]
+		r.mu.RUnlock()
+		if b.State() == breaker.Open {
+			r.probe(t)
+		}
 	}()
 }
 

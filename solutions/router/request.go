@@ -65,6 +65,7 @@ type run struct {
 	// continueAfter): the attempt succeeded for the caller, and failed for
 	// its target's health.
 	broke         error
+	continuedOn   *step     // the target that finished a broken stream
 	continuations int       // attempts that continued a broken stream
 	deadline      time.Time // the total deadline: TotalTimeout from the first attempt, or the caller's if sooner
 }
@@ -137,11 +138,11 @@ func (run *run) attempt(ctx context.Context, n int) error {
 	}
 	done(verdict)
 	if err == nil {
-		run.answer, run.used = c, s // continued on another target
+		run.answer, run.used = c, *run.continuedOn // the target that finished the answer
 		return nil
 	}
 	run.plan.last = k
-	next := run.plan.decide(run.caller, k, err, run.deadline)
+	next := run.plan.decide(run.caller, k, err, run.deadline, run.r.policy(run.plan.pinned, 0).MaxAttempts-n)
 	if _, fo := next.(failover); run.r.cfg.RetryBudget != nil && (fo || !llm.CallersFault(err) && !errors.Is(err, llm.ErrNotSent)) { // the loop would try again
 		next = run.budget(n, next)
 	}
@@ -194,14 +195,15 @@ func (run *run) budget(n int, next error) error {
 //     on this error and has a target it has not tried;
 //   - the route asks for the same target once more (Route.RetrySame for a
 //     5xx or a dropped connection, Route.WaitRetryAfter for a short
-//     Retry-After that fits the deadline) and it has not had it: back off,
-//     or wait the Retry-After, and try it again;
+//     Retry-After that fits the deadline) and it has not had it — and an
+//     attempt will still be left for an untried target: back off, or wait
+//     the Retry-After, and try it again;
 //   - another failure, and the next target is one this request has not
 //     tried: go there at once, whatever Retry-After the failed one asked
 //     for — a different upstream is not being hammered;
 //   - otherwise (the same target is the only way on, or every target has
 //     had its turn): the loop backs off, honouring Retry-After.
-func (p *plan) decide(caller context.Context, k int, err error, deadline time.Time) error {
+func (p *plan) decide(caller context.Context, k int, err error, deadline time.Time, attemptsLeft int) error {
 	if errors.Is(err, llm.ErrNotSent) {
 		return timeouts.Permanent(err) // a middleware ended the request before asking anyone
 	}
@@ -214,7 +216,7 @@ func (p *plan) decide(caller context.Context, k int, err error, deadline time.Ti
 	if caller.Err() != nil {
 		return err // the caller left: the loop stops on its own
 	}
-	if p.again(k, err, deadline) {
+	if p.again(k, err, deadline, attemptsLeft) {
 		p.retried[k] = true
 		p.last = (k + len(p.steps) - 1) % len(p.steps) // so that pick starts at k
 		return err                                     // the loop backs off, or waits out the Retry-After
@@ -229,9 +231,12 @@ func (p *plan) decide(caller context.Context, k int, err error, deadline time.Ti
 // be tried once more before the next: a short Retry-After it may wait out
 // within the deadline (WaitRetryAfter), or a 5xx or dropped connection
 // (RetrySame). A Retry-After too long to wait sends the request on.
-func (p *plan) again(k int, err error, deadline time.Time) bool {
+func (p *plan) again(k int, err error, deadline time.Time, attemptsLeft int) bool {
 	if p.retried[k] {
 		return false
+	}
+	if j := p.next(); j >= 0 && j != k && !p.tried[j] && attemptsLeft < 2 {
+		return false // the last attempt goes to a target not tried yet
 	}
 	var ra llm.RetryAfterer
 	if errors.As(err, &ra) && ra.RetryAfter() > 0 {

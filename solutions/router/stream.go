@@ -30,16 +30,20 @@ var (
 	// ErrStreamIdle: the stream went silent for longer than StreamLimits.Idle.
 	ErrStreamIdle = fmt.Errorf("router: stream went idle: %w", context.DeadlineExceeded)
 	// ErrAfterFirstByte wraps a failure that happened after the client had
-	// received part of the answer: the router never switches targets then,
-	// and the caller must end the stream with an error, not a clean end.
+	// received part of the answer and that no continuation finished: the
+	// router never starts another answer then, and the caller must end the
+	// stream with an error, not a clean end.
 	ErrAfterFirstByte = errors.New("router: stream failed after the first byte")
 )
 
 // Stream is Generate for streamed answers: the same admission and retries,
 // with one rule more. Until the first chunk reaches emit, a failed attempt
-// may fall back to the next target; after it, a failure ends the stream
-// with an error wrapping ErrAfterFirstByte — never a silent switch to
-// another target mid-answer. A provider that cannot stream answers whole,
+// may fall back to the next target; after it, no other target may start
+// an answer of its own. A failure then is continued, where the route
+// declares a target that continues an assistant prefill (Route.Continue;
+// see continue.go), and otherwise ends the stream with an error wrapping
+// ErrAfterFirstByte — never a silent switch mid-answer. A failure after
+// the answer's finish reason ends it whole. A provider that cannot stream answers whole,
 // and its answer reaches emit as chunks. A provider that does not honour
 // its context streams through the bridge and its chunks reach emit once
 // its call has returned, so its whole answer must come within the
@@ -65,6 +69,9 @@ type streamer struct {
 
 func (st *streamer) attempt(ctx context.Context, run *run, s step, req llm.Request) (llm.Completion, error) {
 	c, sent, err := st.once(ctx, run.r, s, req)
+	if err != nil && sent && st.sofar != nil && st.sofar.finished && !errors.Is(err, errClientGone) {
+		return c, nil // the answer had finished; only [DONE] or the usage was still to come
+	}
 	if err != nil && sent {
 		// The client has part of an answer: only a target that continues
 		// it may add to it, and no other target may start over.

@@ -73,12 +73,15 @@ type Config struct {
 	// far); "" is chatapi.PrefillAssistant. Set from the spec's prefill=.
 	Prefill chatapi.PrefillStyle
 
-	// Probe is how the router checks, in the background, that an upstream
-	// whose breaker opened answers again: ProbeModels (the default) lists
-	// its models, which costs nothing but says little of a model's health;
-	// ProbeChat asks the target's model for a one-token completion, which
-	// costs a token and proves the model answers; ProbeOff never probes
-	// (the breaker then waits out its recovery timeout). Set from probe=.
+	// Probe is how the router checks, in the background, that a target
+	// whose breaker opened answers again: ProbeChat (the default) asks the
+	// target's model for a one-token completion — a few tokens a probe, at
+	// most one probe every -probe-max-interval, and proof that this model
+	// answers; ProbeModels lists the upstream's models, which costs nothing
+	// but says nothing of one model (a failing model on an upstream that
+	// lists it would have its breaker closed by every probe); ProbeOff
+	// never probes (the breaker waits out its recovery timeout). Set from
+	// probe=.
 	Probe ProbeKind
 
 	// Local marks an upstream on this machine or a private network, for
@@ -180,8 +183,8 @@ type ProbeKind string
 
 // The probe kinds.
 const (
+	ProbeChat   ProbeKind = "chat"   // a one-token completion of the target's model (the default)
 	ProbeModels ProbeKind = "models" // GET /models
-	ProbeChat   ProbeKind = "chat"   // a one-token completion
 	ProbeOff    ProbeKind = "off"
 )
 
@@ -192,14 +195,14 @@ func (p *Provider) Probe(ctx context.Context, model string) error {
 	switch p.cfg.Probe {
 	case ProbeOff:
 		return llm.ErrNoProbe
-	case ProbeChat:
+	case ProbeModels:
+		hreq, err = http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimSuffix(p.endpoint, "/chat/completions")+"/models", nil)
+	default:
 		body := chatapi.NewRequest("ping", false).WithMaxTokens(1).Upstream(cmp.Or(model, p.cfg.Model), false)
 		hreq, err = http.NewRequestWithContext(ctx, http.MethodPost, p.endpoint, bytes.NewReader(body))
 		if err == nil {
 			hreq.Header.Set("Content-Type", "application/json")
 		}
-	default:
-		hreq, err = http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimSuffix(p.endpoint, "/chat/completions")+"/models", nil)
 	}
 	if err != nil {
 		return err
