@@ -88,7 +88,10 @@ func TestLeasesFailOpenWhenConfigured(t *testing.T) {
 
 func TestASettleThatFailedIsRetriedInTheBackground(t *testing.T) {
 	f := newFixture(t)
-	q := newTokens(t, f.rdb, TokensConfig{Timeout: 20 * time.Millisecond})
+	// A closed Redis refuses at once, so a long timeout costs nothing here;
+	// a short one let every background attempt time out on a loaded CI
+	// machine (a redial, and EVAL after the restart emptied the script cache).
+	q := newTokens(t, f.rdb, TokensConfig{Timeout: unitTimeout})
 	r, _ := reserve(t, q, "acme", 1000, 400)
 	f.m.Close()
 	require.ErrorIs(t, r.Settle(t.Context(), 100), ErrUnavailable, "Redis is down")
