@@ -3,6 +3,7 @@ package guard
 import (
 	"context"
 	"fmt"
+	quotas "github.com/production-go/gateway-lab/solutions/12-quotas"
 	"net/http"
 	"time"
 
@@ -133,8 +134,10 @@ func (g *Guard) meter(ctx context.Context, id httpapi.Identity, tier policy.Tier
 	if m.answer == 0 {
 		m.answer = DefaultMaxTokens
 	}
-	// Each of the n answers asked for may be up to m.answer long.
-	m.estimate = a.BodyBytes/4 + a.MediaParts*MediaPartTokens + max(a.Choices, 1)*m.answer
+	// Lab 12's estimate — the prompt at four bytes a token, n answers of up
+	// to m.answer each — plus what media parts cost that their bytes do not
+	// show.
+	m.estimate = quotas.Estimate(a.BodyBytes, m.answer, a.Choices) + a.MediaParts*MediaPartTokens
 	if m.estimate > tier.TokensPerMinute {
 		g.cfg.Observer.TierRefused(policy.LimitTokens)
 		return nil, &chatapi.Error{Status: http.StatusRequestEntityTooLarge, Type: "invalid_request_error", Code: "tokens_over_quota",

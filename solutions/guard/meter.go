@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	quotas "github.com/production-go/gateway-lab/solutions/12-quotas"
 	"net"
 	"sync"
 
@@ -133,16 +134,20 @@ func (c charge) settle() {
 
 // tokensFor is what a call is charged, by the rules above.
 func tokensFor(reserved int, u *llm.Usage, err error, sentOutput bool) int {
-	used := counted(u)
+	return quotas.Charge(outcomeOf(err, sentOutput), reserved, counted(u))
+}
+
+// outcomeOf is how a call ended, in lab 12's terms: answered; never sent
+// or refused (see neverReached) — unless some of its answer went out,
+// which only a call the upstream took can have done; or broken.
+func outcomeOf(err error, sentOutput bool) quotas.Outcome {
 	switch {
-	case err == nil && used > 0:
-		return used
 	case err == nil:
-		return reserved // answered, and no usage (or none that counts anything) to say how much of the reservation
+		return quotas.Answered
 	case !sentOutput && neverReached(err):
-		return 0
+		return quotas.NotSent
 	}
-	return max(used, reserved)
+	return quotas.Broken
 }
 
 // counted is what a usage report says was used: total_tokens, or the

@@ -59,7 +59,7 @@ func TestIntegrationClusterSharesOneQuotaAndKeepsATenantInOneSlot(t *testing.T) 
 			tenant := fmt.Sprintf("slot-%d", i)
 			reserve(t, q, tenant, 100, 10)
 			acquire(t, l, tenant, 1)
-			bucket, open := q.Keys(tenant)
+			bucket, open := keysOf(q, tenant)
 			var slots []int64
 			for _, key := range []string{bucket, open, l.Key(tenant)} {
 				slot, err := first.ClusterKeySlot(ctx, key).Result()

@@ -313,7 +313,7 @@ func TestDefaults(t *testing.T) {
 	l := newLeases(t, f.rdb, LeasesConfig{})
 	reserve(t, q, "acme", 100, 1)
 	acquire(t, l, "acme", 1)
-	_, open := q.Keys("acme")
+	_, open := keysOf(q, "acme")
 	assert.Equal(t, DefaultSettleWindow, f.m.TTL(open), "SettleWindow 0 means DefaultSettleWindow")
 	assert.Equal(t, DefaultLeaseTTL, f.m.TTL(l.Key("acme")), "TTL 0 means DefaultLeaseTTL")
 }

@@ -210,3 +210,9 @@ var errLostReply = &lostReply{}
 type lostReply struct{}
 
 func (*lostReply) Error() string { return "connection reset after the command was sent" }
+
+// keysOf is a tenant's bucket and reservations keys.
+func keysOf(q *Tokens, tenant string) (bucket, reservations string) {
+	k := q.Keys(tenant)
+	return k[0], k[1]
+}

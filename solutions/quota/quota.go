@@ -214,10 +214,24 @@ type store struct {
 // failing request wait, and its own failures are not counted a second
 // time. Close waits for it.
 func (s store) undo(ctx context.Context, failed error, script *redis.Script, keys []string, args ...any) {
+	s.undoCall(ctx, failed, s.scriptCall(script, keys, args...))
+}
+
+// undoCall is undo for any idempotent call.
+func (s store) undoCall(ctx context.Context, failed error, call func(context.Context) error) {
 	if !mayHaveRun(failed) {
 		return // refused at dial, say: the call never reached Redis
 	}
-	s.retry(ctx, nil, script, keys, args...)
+	s.retryCall(ctx, nil, call)
+}
+
+// scriptCall is a call of script with keys and args, bounded by the
+// store's timeout.
+func (s store) scriptCall(script *redis.Script, keys []string, args ...any) func(context.Context) error {
+	return func(ctx context.Context) error {
+		_, err := runScript(ctx, s.rdb, s.timeout, script, keys, 3, args...)
+		return err
+	}
 }
 
 // retry runs an idempotent script in the background until an attempt gets
@@ -225,6 +239,11 @@ func (s store) undo(ctx context.Context, failed error, script *redis.Script, key
 // attempt that got one, and stops early once done reports true (someone
 // else got an answer). done may be nil.
 func (s store) retry(ctx context.Context, done func(set bool) bool, script *redis.Script, keys []string, args ...any) {
+	s.retryCall(ctx, done, s.scriptCall(script, keys, args...))
+}
+
+// retryCall is retry for any idempotent call; call bounds its own time.
+func (s store) retryCall(ctx context.Context, done func(set bool) bool, call func(context.Context) error) {
 	if done == nil {
 		done = func(bool) bool { return false }
 	}
@@ -241,7 +260,7 @@ func (s store) retry(ctx context.Context, done func(set bool) bool, script *redi
 			if done(false) {
 				return
 			}
-			if _, err := runScript(ctx, s.rdb, s.timeout, script, keys, 3, args...); err == nil {
+			if err := call(ctx); err == nil {
 				done(true)
 				return
 			}

@@ -3,17 +3,18 @@ package quota
 import (
 	"context"
 	"crypto/rand"
-	_ "embed"
+	"errors"
 	"fmt"
 	"sync/atomic"
 	"time"
 
+	quotas "github.com/production-go/gateway-lab/solutions/12-quotas"
 	"github.com/redis/go-redis/v9"
 )
 
 // MaxPerMinute is the largest quota Reserve accepts, so that the script's
 // exact integer arithmetic stays within what Lua's doubles hold.
-const MaxPerMinute = 1_000_000_000
+const MaxPerMinute = quotas.MaxPerMinute
 
 // DefaultSettleWindow is how long a reservation may wait for its Settle
 // when TokensConfig.SettleWindow is 0.
@@ -47,12 +48,7 @@ type TokensConfig struct {
 
 // MaxDebtMinutes bounds TokensConfig.DebtMinutes: the script's arithmetic
 // stays exact (below 2^53) for a quota of MaxPerMinute.
-const MaxDebtMinutes = 60
-
-//go:embed tokens.lua
-var tokensLua string
-
-var tokensScript = redis.NewScript(tokensLua)
+const MaxDebtMinutes = quotas.MaxDebtMinutes
 
 // Tokens is a token quota per tenant, shared by every replica that uses the
 // same Redis and Prefix. It is safe for concurrent use.
@@ -62,10 +58,15 @@ var tokensScript = redis.NewScript(tokensLua)
 // a full minute's quota at once and then perMinute per minute. A request
 // reserves its estimate before the upstream call and settles its actual
 // usage after it.
+//
+// The bucket, the reservations and the script are lab 12's (package
+// quotas, the lesson on why each is so). Tokens adds what a service needs
+// around them: a timeout of its own on each Redis call, fail-open, errors
+// reported to OnError, a Reservation that settles once, and the background
+// undo of a call that may have run after it timed out.
 type Tokens struct {
 	store
-	window time.Duration
-	debt   int // minutes of quota a tenant may owe
+	lab *quotas.Quota
 }
 
 // NewTokens validates cfg and returns Tokens that runs its script through
@@ -82,14 +83,17 @@ func NewTokens(rdb redis.Scripter, cfg TokensConfig) (*Tokens, error) {
 	if cfg.DebtMinutes < 0 || cfg.DebtMinutes > MaxDebtMinutes {
 		return nil, fmt.Errorf("%w: debt of %d minutes is outside [0, %d]", ErrInvalidConfig, cfg.DebtMinutes, MaxDebtMinutes)
 	}
-	return &Tokens{store: s, window: window, debt: max(cfg.DebtMinutes, 1)}, nil
+	lab, err := quotas.New(rdb, quotas.Config{Prefix: s.prefix, SettleWindow: window, DebtMinutes: cfg.DebtMinutes})
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidConfig, err)
+	}
+	return &Tokens{store: s, lab: lab}, nil
 }
 
-// Keys returns the names of tenant's two keys: the bucket and its open
-// reservations. Both carry the hash tag {Prefix:tenant}.
-func (q *Tokens) Keys(tenant string) (bucket, reservations string) {
-	return tenantKey(q.prefix, tenant, "tokens"), tenantKey(q.prefix, tenant, "reservations")
-}
+// Keys returns the names of tenant's keys: its bucket, its open
+// reservations and their estimates. Each carries the hash tag
+// {Prefix:tenant}.
+func (q *Tokens) Keys(tenant string) []string { return q.lab.Keys(tenant) }
 
 // Reserve takes estimate tokens from tenant's quota of perMinute tokens
 // per minute if the bucket holds at least that many, and returns the
@@ -120,24 +124,31 @@ func (q *Tokens) Reserve(ctx context.Context, tenant string, perMinute, estimate
 		return nil, Decision{}, fmt.Errorf("%w: %d tokens estimated, the quota holds %d per minute", ErrEstimateTooLarge, estimate, perMinute)
 	}
 	r := &Reservation{q: q, tenant: tenant, id: rand.Text(), perMinute: perMinute, estimate: estimate}
-	bucket, open := q.Keys(tenant)
-	reply, err := runScript(ctx, q.rdb, q.timeout, tokensScript, []string{bucket, open}, 3,
-		"reserve", perMinute, r.id, estimate, q.window.Milliseconds(), q.debt)
+	d, err := q.call(ctx, func(ctx context.Context) (quotas.Decision, error) {
+		return q.lab.Reserve(ctx, tenant, r.id, perMinute, estimate)
+	})
 	if err != nil {
 		// The reserve may yet run: settle its id at zero, so it cannot stay
-		// charged for a request that never ran.
-		q.undo(ctx, err, tokensScript, []string{bucket, open}, "settle", perMinute, r.id, estimate, q.window.Milliseconds(), q.debt, 0)
+		// charged for a request that never ran (and if the settle runs
+		// first, its marker makes the late reserve take nothing).
+		q.undoCall(ctx, err, r.settleCall(0))
 		err, failOpen := q.fail.report(err)
 		if failOpen {
 			return &Reservation{noop: true, estimate: estimate}, Decision{Allowed: true}, nil
 		}
 		return nil, Decision{}, err
 	}
-	d := Decision{Allowed: reply[0] == 1, Remaining: int(reply[1]), RetryAfter: time.Duration(reply[2]) * time.Millisecond}
 	if !d.Allowed {
-		return nil, d, nil
+		return nil, Decision(d), nil
 	}
-	return r, d, nil
+	return r, Decision(d), nil
+}
+
+// call runs one of lab 12's calls within the store's timeout.
+func (q *Tokens) call(ctx context.Context, f func(context.Context) (quotas.Decision, error)) (quotas.Decision, error) {
+	ctx, cancel := context.WithTimeout(ctx, q.timeout)
+	defer cancel()
+	return f(ctx)
 }
 
 // Reservation is estimate tokens taken from a tenant's quota, waiting for
@@ -199,24 +210,36 @@ func (r *Reservation) Settle(ctx context.Context, actual int) error {
 		return nil
 	}
 	q := r.q
-	bucket, open := q.Keys(r.tenant)
-	args := []any{"settle", r.perMinute, r.id, r.estimate, q.window.Milliseconds(), q.debt, actual}
-	_, err := runScript(ctx, q.rdb, q.timeout, tokensScript, []string{bucket, open}, 3, args...)
+	err := r.settleCall(actual)(ctx)
 	if err != nil {
 		// Retried in the background (a settle is idempotent by id): a
 		// blip must not leave the reservation charged its estimate when
 		// the usage was less, or forgive usage above it.
 		if ctx.Err() == nil {
-			q.retry(ctx, func(set bool) bool {
+			q.retryCall(ctx, func(set bool) bool {
 				if set {
 					r.settled.Store(true)
 				}
 				return r.settled.Load()
-			}, tokensScript, []string{bucket, open}, args...)
+			}, r.settleCall(actual))
 		}
 		err, _ := q.fail.report(err)
 		return err
 	}
 	r.settled.Store(true)
 	return nil
+}
+
+// settleCall is the settle of r at used tokens, within the store's timeout.
+func (r *Reservation) settleCall(used int) func(context.Context) error {
+	return func(ctx context.Context) error {
+		_, err := r.q.call(ctx, func(ctx context.Context) (quotas.Decision, error) {
+			_, err := r.q.lab.Settle(ctx, r.tenant, r.id, r.perMinute, used)
+			return quotas.Decision{}, err
+		})
+		if errors.Is(err, quotas.ErrInvalidArgument) {
+			return nil // nothing a retry could change
+		}
+		return err
+	}
 }

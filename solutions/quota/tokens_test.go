@@ -2,6 +2,7 @@ package quota
 
 import (
 	"context"
+	quotas "github.com/production-go/gateway-lab/solutions/12-quotas"
 	"sync"
 	"testing"
 	"time"
@@ -125,7 +126,7 @@ func TestSettleNeverFillsAboveCapacity(t *testing.T) {
 func TestDebtIsAtMostOneMinuteOfQuota(t *testing.T) {
 	f := newFixture(t)
 	q := newTokens(t, f.rdb, TokensConfig{})
-	bucket, _ := q.Keys("acme")
+	bucket, _ := keysOf(q, "acme")
 	r, _ := reserve(t, q, "acme", 600, 600)
 	settle(t, r, 600+5000) // a usage report far above the estimate
 	assert.Equal(t, 2*time.Minute, f.m.TTL(bucket), "600 tokens of debt, then 600 to fill: the bucket key lives 2 minutes")
@@ -136,7 +137,7 @@ func TestDebtIsAtMostOneMinuteOfQuota(t *testing.T) {
 func TestDebtCarriesOverUpToTheConfiguredMinutes(t *testing.T) {
 	f := newFixture(t)
 	q := newTokens(t, f.rdb, TokensConfig{DebtMinutes: 10})
-	bucket, _ := q.Keys("acme")
+	bucket, _ := keysOf(q, "acme")
 	first, _ := reserve(t, q, "acme", 600, 300)
 	second, _ := reserve(t, q, "acme", 600, 300)
 	settle(t, first, 300+3000) // a prompt of files the estimate knew nothing of
@@ -261,7 +262,7 @@ func TestQuotaChangeKeepsTheBalanceWithinTheNewBounds(t *testing.T) {
 func TestClockSteppingBackRefillsNothing(t *testing.T) {
 	f := newFixture(t)
 	q := newTokens(t, f.rdb, TokensConfig{})
-	bucket, _ := q.Keys("acme")
+	bucket, _ := keysOf(q, "acme")
 	reserve(t, q, "acme", 600, 600)
 	f.stepBack(2 * time.Minute) // a failover to a replica whose clock is 2 minutes behind
 	_, d := reserve(t, q, "acme", 600, 1)
@@ -288,19 +289,18 @@ func TestTenantsHaveSeparateQuotas(t *testing.T) {
 func TestTokenKeysAreHashTaggedByTenant(t *testing.T) {
 	f := newFixture(t)
 	q := newTokens(t, f.rdb, TokensConfig{Prefix: "gw"})
-	bucket, reservations := q.Keys("acme")
-	assert.Equal(t, "{gw:acme}:tokens", bucket)
-	assert.Equal(t, "{gw:acme}:reservations", reservations)
+	assert.Equal(t, []string{"{gw:acme}:tokens", "{gw:acme}:reservations", "{gw:acme}:estimates"}, q.Keys("acme"))
 	reserve(t, q, "acme", 100, 10)
-	assert.ElementsMatch(t, []string{bucket, reservations}, f.m.Keys(), "a tenant's keys share the hash tag {prefix:tenant}, so they live in one Redis Cluster slot")
-	bucket, _ = newTokens(t, f.rdb, TokensConfig{}).Keys("acme")
+	assert.ElementsMatch(t, q.Keys("acme"), f.m.Keys(), "a tenant's keys share the hash tag {prefix:tenant}, so they live in one Redis Cluster slot")
+	var bucket string
+	bucket, _ = keysOf(newTokens(t, f.rdb, TokensConfig{}), "acme")
 	assert.Equal(t, "{quota:acme}:tokens", bucket, "the default prefix")
 }
 
 func TestBucketKeyExpiresWhenFullAgain(t *testing.T) {
 	f := newFixture(t)
 	q := newTokens(t, f.rdb, TokensConfig{})
-	bucket, _ := q.Keys("idle")
+	bucket, _ := keysOf(q, "idle")
 	reserve(t, q, "idle", 600, 5) // 5 tokens at 10 per second: full again in 500ms
 	assert.Equal(t, 500*time.Millisecond, f.m.TTL(bucket), "the bucket expires when it would be full again")
 	f.advance(500 * time.Millisecond)
@@ -316,7 +316,7 @@ func TestBucketKeyExpiresWhenFullAgain(t *testing.T) {
 func TestReservationsKeyExpiresAfterTheWindow(t *testing.T) {
 	f := newFixture(t)
 	q := newTokens(t, f.rdb, TokensConfig{SettleWindow: time.Minute})
-	_, open := q.Keys("acme")
+	_, open := keysOf(q, "acme")
 	reserve(t, q, "acme", 100, 10)
 	f.advance(20 * time.Second)
 	reserve(t, q, "acme", 100, 10)
@@ -328,7 +328,7 @@ func TestReservationsKeyExpiresAfterTheWindow(t *testing.T) {
 func TestReservationsOlderThanTheWindowAreDropped(t *testing.T) {
 	f := newFixture(t)
 	q := newTokens(t, f.rdb, TokensConfig{SettleWindow: 10 * time.Second})
-	_, open := q.Keys("acme")
+	_, open := keysOf(q, "acme")
 	for range 5 { // never settled, each 6s after the last: the set never expires
 		reserve(t, q, "acme", 600, 1)
 		f.advance(6 * time.Second)
@@ -427,16 +427,18 @@ func TestNewTokensRejectsBadConfig(t *testing.T) {
 func TestAReserveThatArrivesAfterItsUndoTakesNothing(t *testing.T) {
 	f := newFixture(t)
 	q := newTokens(t, f.rdb, TokensConfig{SettleWindow: time.Minute})
-	bucket, open := q.Keys("acme")
-	run := func(args ...any) {
-		t.Helper()
-		require.NoError(t, tokensScript.Run(t.Context(), f.rdb, []string{bucket, open}, args...).Err())
-	}
-	window := time.Minute.Milliseconds()
-	run("settle", 1000, "stalled", 300, window, 1, 0) // the undo, first
-	run("reserve", 1000, "stalled", 300, window, 1)   // the stalled reserve, after it
+	_, open := keysOf(q, "acme")
+	// The two calls as Redis runs them, out of order: lab 12's, which
+	// Tokens sends.
+	lab, err := quotas.New(f.rdb, quotas.Config{SettleWindow: time.Minute})
+	require.NoError(t, err)
+	_, err = lab.Settle(t.Context(), "acme", "stalled", 1000, 0) // the undo, first
+	require.NoError(t, err)
+	_, err = lab.Reserve(t.Context(), "acme", "stalled", 1000, 300) // the stalled reserve, after it
+	require.NoError(t, err)
 	assert.Equal(t, 1000, balance(t, q, "acme", 1000), "the late reserve took nothing")
-	run("settle", 1000, "stalled", 300, window, 1, 0)
+	_, err = lab.Settle(t.Context(), "acme", "stalled", 1000, 0)
+	require.NoError(t, err)
 	assert.Equal(t, 1000, balance(t, q, "acme", 1000), "and a second undo gives nothing back")
 
 	f.advance(time.Minute)
