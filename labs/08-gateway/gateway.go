@@ -151,8 +151,10 @@ type Config struct {
 
 	Observer Observer // nil: NopObserver
 	// Rand is the jitter source, seeded to replay a failure; nil: the global
-	// one. A *rand.Rand is not safe for concurrent use: set it only where
-	// requests run one at a time.
+	// one. A *rand.Rand is not safe for concurrent use, so the gateway
+	// must draw from it under a lock of its own: one seeded source may
+	// serve every request (a lone request's backoffs replay from the seed;
+	// concurrent ones interleave their draws).
 	Rand *rand.Rand
 }
 

@@ -22,6 +22,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"slices"
+	"sync"
 	"time"
 
 	admission "github.com/production-go/gateway-lab/solutions/02-admission"
@@ -121,9 +122,23 @@ type Config struct {
 
 	Observer Observer // nil: NopObserver
 	// Rand is the jitter source, seeded to replay a failure; nil: the global
-	// one. A *rand.Rand is not safe for concurrent use (and a seed replays
-	// only one request at a time): set it only where requests run one by one.
+	// one. A *rand.Rand is not safe for concurrent use, so the gateway
+	// draws from it under a lock of its own: one seeded source may serve
+	// every request (a lone request's backoffs replay from the seed;
+	// concurrent ones interleave their draws).
 	Rand *rand.Rand
+}
+
+// lockedSource lets concurrent requests share one seeded source.
+type lockedSource struct {
+	mu  sync.Mutex
+	src rand.Source
+}
+
+func (s *lockedSource) Uint64() uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.src.Uint64()
 }
 
 // Gateway serves Generate. It is safe for concurrent use.
@@ -171,9 +186,13 @@ func build(cfg Config, providers []Provider) (*Gateway, error) {
 	if err != nil {
 		return nil, err
 	}
+	var jitter *rand.Rand // nil: timeouts.Do's own, safe for concurrent use
+	if cfg.Rand != nil {
+		jitter = rand.New(&lockedSource{src: cfg.Rand}) // every request draws from it
+	}
 	g := &Gateway{providers: slices.Clone(providers), byName: map[string]int{}, admit: admit, inflight: drain.New(), calls: calls, obs: obs,
 		retry: timeouts.Policy{MaxAttempts: cfg.MaxAttempts, BaseBackoff: cfg.BaseBackoff, MaxBackoff: cfg.MaxBackoff,
-			AttemptTimeout: cfg.AttemptTimeout, TotalTimeout: cfg.TotalTimeout, Rand: cfg.Rand}}
+			AttemptTimeout: cfg.AttemptTimeout, TotalTimeout: cfg.TotalTimeout, Rand: jitter}}
 	for i, p := range providers {
 		name := p.Name()
 		if _, dup := g.byName[name]; dup || name == "" {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -714,5 +715,84 @@ func TestNoHealthyProviderCallsNobody(t *testing.T) {
 		_, err = g.Generate(t.Context(), Request{Tenant: "acme", Prompt: "hi", Provider: "alpha"})
 		assert.ErrorIs(t, err, ErrNoHealthyProvider, "a pinned provider whose breaker is open fails fast too")
 		assert.Equal(t, before, alpha.calls.Load()+beta.calls.Load())
+	})
+}
+
+// exclusive is a jitter source that counts draws made while another was
+// still running: a gateway that shares it unlocked across requests.
+type exclusive struct {
+	src          rand.Source
+	in, overlaps atomic.Int32
+	draws        atomic.Int32
+}
+
+func (e *exclusive) Uint64() uint64 {
+	if e.in.Add(1) > 1 {
+		e.overlaps.Add(1)
+	}
+	for range 20 {
+		runtime.Gosched() // widen the window another draw could overlap
+	}
+	v := e.src.Uint64()
+	e.in.Add(-1)
+	e.draws.Add(1)
+	return v
+}
+
+func TestASeededRandIsSafeToShareAcrossRequests(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		src := &exclusive{src: rand.NewPCG(1, 2)}
+		cfg := config(nil)
+		cfg.MaxConcurrent, cfg.FailureThreshold = 16, 100 // sixteen first attempts fail at once: not an outage
+		cfg.Rand = rand.New(src)                          // one seeded source for every request: a *rand.Rand is not safe for concurrent use
+		var failed atomic.Int32
+		alpha := &fake{name: "alpha", answer: func(context.Context, int) (Completion, error) {
+			if failed.Add(1) <= 16 {
+				return Completion{}, errUpstream // each request's first attempt, all at once: each backs off
+			}
+			return Completion{Text: "ok"}, nil
+		}}
+		g := newGateway(t, cfg, alpha)
+		defer closeGateway(t, g)
+		var wg sync.WaitGroup
+		for i := range 16 {
+			wg.Go(func() {
+				_, err := g.Generate(t.Context(), ask(fmt.Sprintf("tenant-%d", i)))
+				assert.NoError(t, err)
+			})
+		}
+		wg.Wait()
+		assert.Positive(t, src.draws.Load(), "the backoffs drew their jitter from Config.Rand")
+		assert.Zero(t, src.overlaps.Load(), "two requests drew from the shared source at once: lock it (run with -race to see the race)")
+	})
+}
+
+func TestACallerWhoLeavesStopsTheUpstreamCall(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var stopped atomic.Bool
+		var stoppedAt time.Duration
+		start := time.Now()
+		quit := make(chan struct{}) // the end of the test, for a call nobody stopped
+		alpha := &fake{name: "alpha", answer: func(ctx context.Context, _ int) (Completion, error) {
+			select { // a provider that honours its context: a generation billed until it stops
+			case <-ctx.Done():
+				stoppedAt = time.Since(start)
+				stopped.Store(true)
+				return Completion{}, ctx.Err()
+			case <-quit:
+				return Completion{}, errors.New("never stopped")
+			}
+		}}
+		g := newGateway(t, config(nil), alpha)
+		defer closeGateway(t, g)
+		defer close(quit) // first: so that Close does not wait for ever on a call nobody stopped
+		ctx, cancel := context.WithCancel(t.Context())
+		time.AfterFunc(300*time.Millisecond, cancel) // the caller hangs up
+		_, err := g.Generate(ctx, ask("acme"))
+		require.ErrorIs(t, err, context.Canceled)
+		synctest.Wait()
+		require.True(t, stopped.Load(), "the provider's call is still running after its caller left")
+		assert.Equal(t, 300*time.Millisecond, stoppedAt,
+			"the provider was told to stop when the caller left, not at the attempt timeout (%s): it is given the attempt's context, not one detached from it", config(nil).AttemptTimeout)
 	})
 }
