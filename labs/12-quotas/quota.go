@@ -137,6 +137,7 @@ func (q *Quota) Keys(tenant string) []string {
 //     ErrUnexpectedReply — never a panic;
 //   - wrap Redis' errors (a caller's cancelled context stays errors.Is-able).
 func (q *Quota) Reserve(ctx context.Context, tenant, id string, perMinute, estimate int) (Decision, error) {
+	_ = quotaScript // TODO(lab 12): run it
 	return Decision{}, ErrNotImplemented
 }
 

@@ -234,15 +234,10 @@ func (s store) scriptCall(script *redis.Script, keys []string, args ...any) func
 	}
 }
 
-// retry runs an idempotent script in the background until an attempt gets
-// an answer, within the bounds undo describes; it calls done after the
-// attempt that got one, and stops early once done reports true (someone
-// else got an answer). done may be nil.
-func (s store) retry(ctx context.Context, done func(set bool) bool, script *redis.Script, keys []string, args ...any) {
-	s.retryCall(ctx, done, s.scriptCall(script, keys, args...))
-}
-
-// retryCall is retry for any idempotent call; call bounds its own time.
+// retryCall runs an idempotent call in the background until an attempt
+// gets an answer, within the bounds undo describes; it calls done after
+// the attempt that got one, and stops early once done reports true
+// (someone else got an answer). done may be nil. call bounds its own time.
 func (s store) retryCall(ctx context.Context, done func(set bool) bool, call func(context.Context) error) {
 	if done == nil {
 		done = func(bool) bool { return false }
