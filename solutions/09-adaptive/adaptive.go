@@ -20,7 +20,8 @@
 //
 //   - AIMD (TCP's congestion avoidance): one more permit per round trip of
 //     successes, a multiplicative cut on a drop.
-//   - Gradient (after Netflix concurrency-limits' Gradient2): the limit
+//   - Gradient (the gradient/Vegas family's minimum-latency baseline;
+//     Netflix's Gradient2 uses a long moving average instead): the limit
 //     follows the ratio of the long-window minimum latency (the provider
 //     unloaded) to the short-window latency (now), plus a small queue
 //     allowance, so it shrinks as soon as requests start to queue, before
