@@ -31,7 +31,15 @@ type Metrics struct {
 }
 
 // latencyBuckets span a cached answer (1 ms) to a long generation (60 s).
-var latencyBuckets = []float64{.001, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60}
+var latencyBuckets = []float64{.001, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300}
+
+// gapBuckets resolve a stream's inter-chunk gaps, from a millisecond up to
+// the idle limit's range (-stream-idle-timeout, 10 s by default).
+var gapBuckets = []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30}
+
+// connectBuckets resolve dial plus TLS, from half a millisecond up to the
+// dial and handshake timeouts (3 s each by default).
+var connectBuckets = []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10}
 
 // overheadBuckets resolve the gateway's own time, from 25 µs to 100 ms.
 var overheadBuckets = []float64{.000025, .00005, .0001, .00025, .0005, .001, .0025, .005, .01, .025, .1}
@@ -159,7 +167,7 @@ func newRouterMetrics() routerMetrics {
 			append(target, "from", "to")...),
 		late: counter("gateway_late_outcomes_total", "Provider calls that finished after their attempt gave up on them, by outcome.", "outcome"),
 		upConnect: histogram("gateway_upstream_connect_seconds", "Dial plus TLS handshake to an upstream, for calls that opened a connection.",
-			overheadBuckets, "provider"),
+			connectBuckets, "provider"),
 		upHeaders: histogram("gateway_upstream_headers_seconds",
 			"From sending a request to an upstream to its response headers (a stream's time to first token, at the upstream).",
 			latencyBuckets, "provider"),

@@ -34,7 +34,7 @@ func newStreamMetrics() streamMetrics {
 		firstChunk: h("gateway_stream_first_chunk_seconds",
 			"From a stream's start at the gateway to its first chunk to the client: time to first token as the client sees it, queue wait included.",
 			latencyBuckets),
-		chunkGap:   h("gateway_stream_chunk_gap_seconds", "Time between two chunks of a stream (inter-token latency).", overheadBuckets),
+		chunkGap:   h("gateway_stream_chunk_gap_seconds", "Time between two chunks of a stream (inter-token latency).", gapBuckets),
 		streamTime: h("gateway_stream_duration_seconds", "From a stream's first chunk to its end.", latencyBuckets),
 		cuts: counter("gateway_stream_cuts_total",
 			"Streams ended by an error after their first chunk, by reason: client_closed, shutdown, upstream.", "reason"),
