@@ -86,7 +86,7 @@ func outage(ctx context.Context, r *report) error {
 	for _, s := range sc.scrapes() {
 		state = append(state, point{s.t, s.breakers[upstream{provider: "alpha", model: "alpha-1"}]})
 	}
-	if err := r.chart(chart{Title: "alpha's breaker: 0 closed, 1 open, 2 half-open", YLabel: "state", YMax: 2, Bands: fault,
+	if err := r.chart(chart{Title: "alpha's breaker: 0 closed, 1 half-open, 2 open", YLabel: "state", YMax: 2, Bands: fault,
 		Series: []series{{Name: "alpha/alpha-1", Color: "#9467bd", Points: state}}}); err != nil {
 		return err
 	}

@@ -293,7 +293,7 @@ func TestRouteOverTwoModelsOfOneUpstreamFailsOver(t *testing.T) {
 		assert.Contains(t, body, `"model":"small"`, "request %d: big is down, the route's next target on the same upstream answers", i)
 	}
 	page := metrics(t, a.url)
-	assert.Contains(t, page, `gateway_breaker_state{model="big",provider="up"} 1`, "big's breaker is open")
+	assert.Contains(t, page, `gateway_breaker_state{model="big",provider="up"} 2`, "big's breaker is open")
 	assert.Contains(t, page, `gateway_breaker_state{model="small",provider="up"} 0`, "small's is not: health is per model")
 	code, body := post(t, a.url+"/v1/chat/completions", `{"model":"up","messages":[{"role":"user","content":"hi"}]}`)
 	assert.Equal(t, http.StatusOK, code, "the provider pinned by name (its default model, small) still answers: %s", body)

@@ -185,7 +185,7 @@ func (failing) Generate(context.Context, llm.Request) (llm.Completion, error) {
 	return llm.Completion{}, chatapi.NewUpstreamError("x", 503, nil, 0)
 }
 
-func TestTheBreakerGaugeReadsZeroOneTwoForClosedOpenHalfOpen(t *testing.T) {
+func TestTheBreakerGaugeReadsZeroOneTwoForClosedHalfOpenOpen(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		m, reg := newMetrics(t)
 		r, err := router.New(router.Config{RatePerSecond: 100, Burst: 100, MaxConcurrent: 4, MaxAttempts: 1,
@@ -204,10 +204,10 @@ func TestTheBreakerGaugeReadsZeroOneTwoForClosedOpenHalfOpen(t *testing.T) {
 		require.Error(t, err)
 		time.Sleep(5 * time.Second) // down's recovery time is up; up's is half gone
 		require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(`
-# HELP gateway_breaker_state Circuit breaker state by provider and upstream model: 0 closed, 1 open, 2 half-open.
+# HELP gateway_breaker_state Circuit breaker state by provider and upstream model, ordered by severity so that max over replicas shows the worst: 0 closed, 1 half-open, 2 open.
 # TYPE gateway_breaker_state gauge
-gateway_breaker_state{model="",provider="down"} 2
-gateway_breaker_state{model="",provider="up"} 1
+gateway_breaker_state{model="",provider="down"} 1
+gateway_breaker_state{model="",provider="up"} 2
 gateway_breaker_state{model="m",provider="up"} 0
 `), "gateway_breaker_state"))
 	})

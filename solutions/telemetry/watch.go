@@ -19,7 +19,7 @@ func (m *Metrics) WatchRouter(r *router.Router) {
 			Name: "gateway_concurrency_capacity", Help: "Concurrency slots (MaxConcurrent).",
 		}, func() float64 { return float64(r.Capacity()) }),
 		breakerCollector{r: r, desc: prometheus.NewDesc("gateway_breaker_state",
-			"Circuit breaker state by provider and upstream model: 0 closed, 1 open, 2 half-open.", []string{"provider", "model"}, nil)},
+			"Circuit breaker state by provider and upstream model, ordered by severity so that max over replicas shows the worst: 0 closed, 1 half-open, 2 open.", []string{"provider", "model"}, nil)},
 	)
 }
 
@@ -38,12 +38,14 @@ func (c breakerCollector) Collect(ch chan<- prometheus.Metric) {
 }
 
 // gaugeOf is a breaker state as the gauge's help text and the dashboard
-// read it, whatever order the breaker package declares its states in.
+// read it, whatever order the breaker package declares its states in:
+// ordered by severity, so that max by (provider, model) across replicas is
+// the worst of them — one replica half-open must not hide another open.
 func gaugeOf(s breaker.State) float64 {
 	switch s {
-	case breaker.Open:
-		return 1
 	case breaker.HalfOpen:
+		return 1
+	case breaker.Open:
 		return 2
 	}
 	return 0
