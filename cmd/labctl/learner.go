@@ -272,8 +272,10 @@ func reportRed(e *env, l labkit.Lab, p *labkit.PackageResult, o labkit.Outcome) 
 	fmt.Fprintf(e.stdout, "\nmore hints: make hint LAB=%s    re-run on save: make watch LAB=%s\n", l.Number, l.Number)
 }
 
-// showHint prints the hint for a failing test (the first one not yet seen
-// when no hint names it) and marks it seen, so `make hint` moves on.
+// showHint prints the nudge of the hint for a failing test (the first
+// one with levels left when no hint names it) — its title and first
+// sentence, not the answer — and remembers it as the current step, so that
+// `make hint` reveals that hint's approach next, then its near-solution.
 func showHint(e *env, l labkit.Lab, test string) {
 	hints, err := labkit.LoadHints(e.root, l)
 	if err != nil {
@@ -286,13 +288,15 @@ func showHint(e *env, l labkit.Lab, test string) {
 	}
 	k := labkit.HintFor(hints, test) + 1
 	if k == 0 {
-		if k, _ = state.Next(l.Number, len(hints)); k == 0 {
+		if k, _ = state.Next(l.Number, hints); k == 0 {
 			k = 1
 		}
 	}
 	h := hints[k-1]
-	fmt.Fprintf(e.stdout, "\nhint %d/%d — %s\n%s\n", k, len(hints), h.Title, labkit.Indent(h.Body, 4))
-	state.MarkShown(l.Number, k)
+	nudge := h.Levels()[0]
+	fmt.Fprintf(e.stdout, "\nhint %d/%d — %s\n%s\n", k, len(hints), h.Title, labkit.Indent(nudge.Text, 4))
+	state.Reveal(l.Number, k, nudge.N)
+	state.Current[l.Number] = k
 	if err := state.Save(); err != nil {
 		fmt.Fprintln(e.stderr, "labctl: remember hint:", err)
 	}
@@ -318,20 +322,50 @@ func cmdHint(ctx context.Context, e *env, args []string) error {
 		fmt.Fprintf(e.stdout, "lab %s: hints reset\n", l.Number)
 		return state.Save()
 	}
-	k, unseen := state.Next(l.Number, len(hints))
+	k, more := state.Next(l.Number, hints)
 	if len(rest) > 0 {
 		if k, err = strconv.Atoi(rest[0]); err != nil || k < 1 || k > len(hints) {
 			return fmt.Errorf("%w: lab %s has hints 1 to %d, not %q", errUsage, l.Number, len(hints), rest[0])
 		}
-	} else if !unseen {
-		fmt.Fprintf(e.stdout, "lab %s: you have seen all %d hints. See one again with: make hint LAB=%s K=1\n", l.Number, len(hints), l.Number)
+		// Again, as far as it was revealed (its nudge, if not at all).
+		h := hints[k-1]
+		level := h.Levels()[0]
+		for _, lv := range h.Levels() {
+			if lv.N <= state.Level(l.Number, k) {
+				level = lv
+			}
+		}
+		printHint(e, l, k, len(hints), h, level)
+		state.Reveal(l.Number, k, level.N)
+		return state.Save()
+	}
+	if !more {
+		fmt.Fprintf(e.stdout, "lab %s: you have seen all %d hints in full. See one again with: make hint LAB=%s K=1\n", l.Number, len(hints), l.Number)
 		return nil
 	}
 	h := hints[k-1]
-	fmt.Fprintf(e.stdout, "lab %s hint %d/%d — %s\n\n%s\n", l.Number, k, len(hints), h.Title, h.Body)
-	state.MarkShown(l.Number, k)
-	if _, more := state.Next(l.Number, len(hints)); more {
-		fmt.Fprintf(e.stdout, "\nnext hint: make hint LAB=%s\n", l.Number)
+	level := state.NextLevel(l.Number, k, h)
+	printHint(e, l, k, len(hints), h, level)
+	state.Reveal(l.Number, k, level.N)
+	state.Current[l.Number] = k
+	if next, ok := state.Next(l.Number, hints); ok {
+		if next == k {
+			fmt.Fprintf(e.stdout, "\nmore of this hint (%s): make hint LAB=%s\n", state.NextLevel(l.Number, k, h).Name(), l.Number)
+		} else {
+			fmt.Fprintf(e.stdout, "\nnext hint: make hint LAB=%s\n", l.Number)
+		}
 	}
 	return state.Save()
+}
+
+// printHint shows one level of a hint, saying which.
+func printHint(e *env, l labkit.Lab, k, n int, h labkit.Hint, level labkit.Level) {
+	levels := h.Levels()
+	at := 1
+	for i, lv := range levels {
+		if lv.N == level.N {
+			at = i + 1
+		}
+	}
+	fmt.Fprintf(e.stdout, "lab %s hint %d/%d — %s (%s, %d of %d)\n\n%s\n", l.Number, k, n, h.Title, level.Name(), at, len(levels), level.Text)
 }

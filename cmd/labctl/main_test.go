@@ -99,6 +99,33 @@ func TestRedLabShowsFirstFailureAndItsHint(t *testing.T) {
 	assert.Contains(t, out, "first failing test: TestAddAddsTwoNumbers")
 	assert.Contains(t, out, "Add(2, 3) = 0, want 5")
 	assert.Contains(t, out, "hint 1/2 — 1. Use the plus sign")
+	assert.Contains(t, out, "Go's `+` adds two ints.", "a red run shows the hint's nudge")
+	assert.NotContains(t, out, "return a + b", "and not the answer")
+	assert.NotContains(t, out, "Return the sum", "nor the approach")
+}
+
+func TestMakeHintRevealsTheApproachThenTheNearSolution(t *testing.T) {
+	t.Parallel()
+	root := fixture(t)
+	_, out, _ := labctl(t, root, "test", "01")
+	require.Contains(t, out, "hint 1/2")
+	_, out, _ = labctl(t, root, "hint", "01")
+	assert.Contains(t, out, "hint 1/2 — 1. Use the plus sign (approach, 2 of 3)", "the step the red run pointed at, one level more")
+	assert.Contains(t, out, "Return the sum of both arguments.")
+	assert.NotContains(t, out, "return a + b")
+	assert.Contains(t, out, "more of this hint (near-solution): make hint LAB=01")
+	_, out, _ = labctl(t, root, "hint", "01")
+	assert.Contains(t, out, "(near-solution, 3 of 3)")
+	assert.Contains(t, out, "return a + b")
+	_, out, _ = labctl(t, root, "hint", "01")
+	assert.Contains(t, out, "hint 2/2 — 2. Loop (nudge, 1 of 1)")
+
+	solve(t, root)
+	_, out, _ = labctl(t, root, "grade", "-out", "r")
+	assert.Contains(t, out, "hints: 1 of 1 near-solutions opened", "grading says how many answers were read")
+	md, err := os.ReadFile(filepath.Join(root, "r", "grade.md"))
+	require.NoError(t, err)
+	assert.Contains(t, string(md), "near-solutions opened: 1 of 1")
 }
 
 func TestUnitFailureComesBeforeTheRealRedisTest(t *testing.T) {
@@ -156,13 +183,13 @@ func TestFirstFailureShowsOneAssertionAndCountsTheRest(t *testing.T) {
 	assert.Contains(t, out, "(11 more in this test: go test -run '^TestAddManyCases$' ./labs/01-add)")
 }
 
-func TestHintShownWithAFailureCountsAsSeen(t *testing.T) {
+func TestHintShownWithAFailureCountsAsItsNudge(t *testing.T) {
 	t.Parallel()
 	root := fixture(t)
 	_, out, _ := labctl(t, root, "test", "01")
 	require.Contains(t, out, "hint 1/2")
 	_, out, _ = labctl(t, root, "hint", "01")
-	assert.Contains(t, out, "hint 2/2 — 2. Loop", "make hint moves on from the hint make lab-01 showed")
+	assert.Contains(t, out, "(approach, 2 of 3)", "make hint goes on from the nudge make lab-01 showed, not back to it")
 }
 
 func TestCompilingNoticeWhenTheFirstTestIsSlowToStart(t *testing.T) {
@@ -233,7 +260,12 @@ func TestHintsAreProgressive(t *testing.T) {
 	t.Parallel()
 	root := fixture(t)
 	_, out, _ := labctl(t, root, "hint", "01")
-	assert.Contains(t, out, "hint 1/2 — 1. Use the plus sign")
+	assert.Contains(t, out, "hint 1/2 — 1. Use the plus sign (nudge, 1 of 3)")
+	assert.Contains(t, out, "more of this hint (approach): make hint LAB=01")
+	_, out, _ = labctl(t, root, "hint", "01")
+	assert.Contains(t, out, "(approach, 2 of 3)")
+	_, out, _ = labctl(t, root, "hint", "01")
+	assert.Contains(t, out, "(near-solution, 3 of 3)")
 	assert.Contains(t, out, "next hint: make hint LAB=01")
 	_, out, _ = labctl(t, root, "hint", "01")
 	assert.Contains(t, out, "hint 2/2 — 2. Loop")

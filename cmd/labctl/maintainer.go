@@ -171,6 +171,11 @@ func cmdGrade(ctx context.Context, e *env, args []string) error {
 	for _, n := range notes {
 		fmt.Fprintln(e.stdout, n)
 	}
+	for _, l := range g.Labs {
+		if line := l.HintsLine(); line != "" {
+			fmt.Fprintf(e.stdout, "lab %s %s\n", l.Number, line)
+		}
+	}
 	var items []string
 	for _, l := range g.Labs {
 		if line := l.ChecklistLine(); line != "" {

@@ -128,28 +128,68 @@ func TestOutcomeSaysWhyRealRedisTestsSkipped(t *testing.T) {
 	assert.Equal(t, []string{"TestA"}, none.NotRun, "nothing ran: every test is not run")
 }
 
-func TestHintStateShowsEachHintOnce(t *testing.T) {
+// three hints: one with code (three levels), one of prose (two), one of a
+// single sentence (one).
+var threeHints = []Hint{
+	{Title: "1. Code", Body: "Look at the bucket. Refill it first, then take.\n\n```go\nb.refill(now)\n```"},
+	{Title: "2. Prose", Body: "Check the key first. A brace would break the tag."},
+	{Title: "3. One line", Body: "Use `math.Ceil`."},
+}
+
+func TestAHintIsRevealedALevelAtATime(t *testing.T) {
+	levels := threeHints[0].Levels()
+	require.Len(t, levels, 3)
+	assert.Equal(t, Level{N: LevelNudge, Text: "Look at the bucket."}, levels[0], "the nudge is the first sentence: what to look at")
+	assert.Equal(t, Level{N: LevelApproach, Text: "Look at the bucket. Refill it first, then take."}, levels[1], "the approach is the prose, no code")
+	assert.Equal(t, LevelSolution, levels[2].N)
+	assert.Contains(t, levels[2].Text, "b.refill(now)", "the near-solution is the whole hint")
+	assert.Equal(t, []string{"nudge", "approach"}, []string{threeHints[1].Levels()[0].Name(), threeHints[1].Levels()[1].Name()}, "no code: no near-solution level")
+	assert.Len(t, threeHints[2].Levels(), 1, "a single sentence is its own nudge")
+	assert.Equal(t, "Use `math.Ceil`.", threeHints[2].Levels()[0].Text, "a period inside backquotes does not end the sentence")
+}
+
+func TestHintStateRevealsLevelByLevelAndRemembers(t *testing.T) {
 	root := t.TempDir()
 	s, err := LoadHintState(root)
 	require.NoError(t, err)
-	s.MarkShown("07", 2) // labctl test showed the hint for the first failure
-	k, ok := s.Next("07", 3)
-	assert.True(t, ok)
-	assert.Equal(t, 1, k, "the lowest hint not yet shown comes next")
-	s.MarkShown("07", 1)
-	k, _ = s.Next("07", 3)
-	assert.Equal(t, 3, k, "hint 2 was shown already: skip it")
-	s.MarkShown("07", 3)
-	_, ok = s.Next("07", 3)
-	assert.False(t, ok)
+	s.Reveal("07", 2, LevelNudge) // labctl test showed the nudge for the first failure
+	s.Current["07"] = 2
+	k, ok := s.Next("07", threeHints)
+	require.True(t, ok)
+	assert.Equal(t, 2, k, "the step the red run pointed at comes first")
+	assert.Equal(t, LevelApproach, s.NextLevel("07", 2, threeHints[1]).N, "its next level")
+	s.Reveal("07", 2, LevelApproach)
+	k, _ = s.Next("07", threeHints)
+	assert.Equal(t, 1, k, "hint 2 is shown whole: the lowest with levels left comes next")
+	assert.Equal(t, LevelNudge, s.NextLevel("07", 1, threeHints[0]).N)
+	s.Reveal("07", 1, LevelSolution)
+	s.Reveal("07", 3, LevelNudge)
+	_, ok = s.Next("07", threeHints)
+	assert.False(t, ok, "every hint shown whole")
+	opened, offered := s.Opened("07", threeHints)
+	assert.Equal(t, 1, opened, "hint 1's near-solution was opened")
+	assert.Equal(t, 1, offered, "only hint 1 has one")
+	s.Reveal("07", 1, LevelNudge)
+	assert.Equal(t, LevelSolution, s.Level("07", 1), "a level once shown stays shown")
 	require.NoError(t, s.Save())
 
 	again, err := LoadHintState(root)
 	require.NoError(t, err)
-	assert.Equal(t, []int{1, 2, 3}, again.Shown["07"], "the state survives a save")
+	assert.Equal(t, LevelSolution, again.Level("07", 1), "the state survives a save")
 	again.Reset("07")
-	k, _ = again.Next("07", 3)
+	k, _ = again.Next("07", threeHints)
 	assert.Equal(t, 1, k)
+}
+
+func TestAnOldHintStateReadsAsShownWhole(t *testing.T) {
+	root := t.TempDir()
+	require.NoError(t, os.MkdirAll(filepath.Join(root, ".labctl"), 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(root, HintStateFile), []byte(`{"shown":{"07":[1,3]},"seen":{"02":1}}`), 0o644))
+	s, err := LoadHintState(root)
+	require.NoError(t, err)
+	assert.Equal(t, LevelSolution, s.Level("07", 1))
+	assert.Equal(t, 0, s.Level("07", 2))
+	assert.Equal(t, LevelSolution, s.Level("02", 1))
 }
 
 func TestHintStateReadsTheOlderCountFormat(t *testing.T) {
@@ -158,6 +198,14 @@ func TestHintStateReadsTheOlderCountFormat(t *testing.T) {
 	write(t, root, ".labctl/hints.json", `{"seen": {"03": 2}}`)
 	s, err := LoadHintState(root)
 	require.NoError(t, err)
-	k, _ := s.Next("03", 4)
-	assert.Equal(t, 3, k, `"seen": 2 meant hints 1 and 2`)
+	k, _ := s.Next("03", append(threeHints, threeHints[0]))
+	assert.Equal(t, 3, k, `"seen": 2 meant hints 1 and 2, shown whole`)
+}
+
+func TestALevelThatAddsNothingIsLeftOut(t *testing.T) {
+	h := Hint{Body: "`New` validates its\nconfig and returns a closed breaker.\n\n```go\ntype Breaker struct{}\n```"}
+	levels := h.Levels()
+	require.Len(t, levels, 2, "the prose is the nudge, wrapped: no approach level that repeats it")
+	assert.Equal(t, LevelNudge, levels[0].N)
+	assert.Equal(t, LevelSolution, levels[1].N)
 }

@@ -59,6 +59,24 @@ type GradedLab struct {
 	// Checklist is which production-readiness items this lab's tests keep
 	// (checklist/PRODUCTION_READINESS.md); nil when no item names the lab.
 	Checklist *LabChecklist `json:"checklist,omitempty"`
+	// Hints is how many of the lab's near-solutions the learner opened
+	// (.labctl/hints.json); nil when the lab has none to open. What that
+	// is worth is the instructor's call.
+	Hints *HintUse `json:"hints,omitempty"`
+}
+
+// HintUse is how many near-solutions a lab offers and how many were opened.
+type HintUse struct {
+	Opened  int `json:"near_solutions_opened"`
+	Offered int `json:"near_solutions_offered"`
+}
+
+// HintsLine is "hints: 1 of 4 near-solutions opened", or "".
+func (l GradedLab) HintsLine() string {
+	if l.Hints == nil {
+		return ""
+	}
+	return fmt.Sprintf("hints: %d of %d near-solutions opened", l.Hints.Opened, l.Hints.Offered)
 }
 
 // Name is the lab's directory without its number: "admission".
@@ -147,9 +165,18 @@ func RunGrade(ctx context.Context, opts GradeOptions) (*Grade, error) {
 	if err != nil {
 		return nil, err
 	}
+	hintState, err := LoadHintState(opts.Root)
+	if err != nil {
+		hintState = nil // a state the learner broke says nothing; the grade stands without it
+	}
 	for _, pl := range plans {
 		p := run.Package("labs/" + pl.lab.Dir)
 		gl := scoreLab(pl, p)
+		if hints, err := LoadHints(opts.Root, pl.lab); err == nil && hintState != nil {
+			if opened, offered := hintState.Opened(pl.lab.Number, hints); offered > 0 {
+				gl.Hints = &HintUse{Opened: opened, Offered: offered}
+			}
+		}
 		if cl != nil {
 			gl.Checklist = ScoreLabChecklist(cl, pl.lab.Dir, func(test string) bool { return gl.Build == "" && p.Test(test).Status == Pass })
 		}
@@ -370,6 +397,9 @@ func (g *Grade) Markdown() string {
 		}
 		if slices.ContainsFunc(l.Tests, func(t GradedTest) bool { return t.HeldBack }) {
 			notes = append(notes, "includes held-back tests")
+		}
+		if l.Hints != nil {
+			notes = append(notes, fmt.Sprintf("near-solutions opened: %d of %d", l.Hints.Opened, l.Hints.Offered))
 		}
 		fmt.Fprintf(&b, "| %s | %s | %d | %d | %s |\n", l.Number, l.Title, l.Passed, l.Total, strings.Join(notes, "; "))
 	}
