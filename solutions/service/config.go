@@ -25,7 +25,14 @@ type Config struct {
 	// AdminAddr, if set, serves /metrics (and the probes) on a listener of
 	// its own, and not on Addr.
 	AdminAddr string
-	Router    router.Config
+	// Pprof serves net/http/pprof's profiles under /debug/pprof/ on the
+	// admin listener — never on Addr, whatever this says.
+	Pprof bool
+	// FlightRecorder, if positive, keeps about that much of the runtime's
+	// execution trace in memory and serves it at /debug/flightrecorder on
+	// the admin listener: the seconds before an incident, taken after it.
+	FlightRecorder time.Duration
+	Router         router.Config
 	// Seed drives the retry jitter and the simulated providers; 0 picks one
 	// at random (printed at start, so a run can be replayed).
 	Seed             uint64
@@ -74,6 +81,8 @@ var DefaultProviders = []string{
 func (c *Config) Flags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Addr, "addr", "127.0.0.1:8080", "listen address")
 	fs.StringVar(&c.AdminAddr, "admin-addr", "", "serve /metrics, /healthz and /readyz on this address instead of -addr (\"\": on -addr)")
+	fs.BoolVar(&c.Pprof, "admin-pprof", true, "serve /debug/pprof/ (goroutine, heap, CPU profiles, execution traces) on the -admin-addr listener; never on -addr")
+	fs.DurationVar(&c.FlightRecorder, "flight-recorder", 0, "keep about this much of the execution trace in memory and serve it at /debug/flightrecorder on the -admin-addr listener (0: off)")
 	c.routerFlags(fs)
 	fs.DurationVar(&c.FirstToken, "first-token-timeout", 10*time.Second, "streams: limit on the wait for the first chunk")
 	fs.DurationVar(&c.Idle, "stream-idle-timeout", 10*time.Second, "streams: limit on the gap between chunks")

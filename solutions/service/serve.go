@@ -8,6 +8,8 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
+	"runtime/trace"
 	"strings"
 	"time"
 
@@ -125,19 +127,45 @@ func (s *Service) serveAdmin() (stop func(), err error) {
 	if err != nil {
 		return nil, fmt.Errorf("admin listen: %w", err)
 	}
+	var fr *trace.FlightRecorder
+	if s.Config.FlightRecorder > 0 {
+		fr = trace.NewFlightRecorder(trace.FlightRecorderConfig{MinAge: s.Config.FlightRecorder})
+		if err := fr.Start(); err != nil {
+			_ = ln.Close()
+			return nil, fmt.Errorf("flight recorder: %w", err)
+		}
+	}
 	srv := s.adminServer()
+	if fr != nil {
+		srv.Handler.(*http.ServeMux).Handle("GET /debug/flightrecorder", flightRecording(fr))
+	}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
 		_ = srv.Serve(ln)
 	}()
-	s.Log.Info("admin listening", "addr", ln.Addr().String())
+	s.Log.Info("admin listening", "addr", ln.Addr().String(), "pprof", s.Config.Pprof, "flight_recorder", s.Config.FlightRecorder.String())
 	return func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		defer cancel()
 		_ = srv.Shutdown(ctx)
 		<-done
+		if fr != nil {
+			fr.Stop()
+		}
 	}, nil
+}
+
+// flightRecording writes the flight recorder's window of the execution
+// trace: `go tool trace` reads it.
+func flightRecording(fr *trace.FlightRecorder) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/octet-stream")
+		w.Header().Set("Content-Disposition", `attachment; filename="flight.trace"`)
+		if _, err := fr.WriteTo(w); err != nil {
+			http.Error(w, "flight recorder: "+err.Error(), http.StatusServiceUnavailable)
+		}
+	})
 }
 
 // adminServer is the admin listener's server: /metrics, /healthz and
@@ -147,6 +175,14 @@ func (s *Service) adminServer() *http.Server {
 	mux.Handle("GET /metrics", s.MetricsPage())
 	mux.Handle("GET /healthz", s.Drainer.Liveness())
 	mux.Handle("GET /readyz", s.Drainer.Readiness())
+	if s.Config.Pprof {
+		// Registered by hand, on this mux only: importing net/http/pprof
+		// also registers on http.DefaultServeMux, which nothing here serves.
+		mux.HandleFunc("GET /debug/pprof/", pprof.Index)
+		mux.HandleFunc("GET /debug/pprof/profile", pprof.Profile)
+		mux.HandleFunc("GET /debug/pprof/symbol", pprof.Symbol)
+		mux.HandleFunc("GET /debug/pprof/trace", pprof.Trace)
+	}
 	return &http.Server{Handler: mux,
 		ReadHeaderTimeout: adminReadHeaderTimeout, ReadTimeout: adminReadTimeout,
 		WriteTimeout: adminWriteTimeout, IdleTimeout: adminIdleTimeout,
