@@ -203,6 +203,9 @@ func TestExportWritesATemplateWithoutSolutions(t *testing.T) {
 	require.NoError(t, err)
 	assert.True(t, strings.HasPrefix(string(readme), "> **Learner edition**"), "the README says what is missing first")
 	assert.True(t, strings.HasSuffix(string(readme), "# The course\n"))
+	lesson, err := os.ReadFile(filepath.Join(dst, "labs/01-add/README.md"))
+	require.NoError(t, err)
+	assert.True(t, strings.HasPrefix(string(lesson), "> **Learner edition.**"), "a lab's lesson says that solutions/, mutants and make run are not in the template")
 
 	// In the template the lab is built, its pristine tests come from the
 	// archive, and an edited test shows.

@@ -170,8 +170,17 @@ func learnerEdition(rel string, data []byte, rep *ExportReport) ([]byte, error) 
 	case "README.md":
 		return append(learnerNotice(rep.Commit), data...), nil
 	}
+	if strings.HasPrefix(rel, "labs/") && strings.HasSuffix(rel, "/README.md") {
+		return append([]byte(labNotice), data...), nil
+	}
 	return data, nil
 }
+
+// labNotice opens each lab's README in the template: what it points at
+// that the template does not hold.
+const labNotice = "> **Learner edition.** Where this lesson points at `solutions/` (the reference, its\n" +
+	"> `testdata/mutants/`), at `make run` or at the apps, those live in the course repository,\n" +
+	"> not in this template. Everything the lab needs to be done here is here.\n\n"
 
 // exportArchive packs the pristine tests into the template's
 // PristineArchive, which grading and the edited-tests banner read there.
