@@ -161,13 +161,13 @@ func testLab(ctx context.Context, e *env, l labkit.Lab, race bool, runRe string)
 
 // compileNotice is how long runLab waits for a first test line before it
 // says it is compiling: a cold build takes minutes and must not look hung.
-var compileNotice = 1500 * time.Millisecond
+var compileNotice = 3 * time.Second
 
 // runLab runs one lab's tests, streaming a line per test as it finishes.
 func runLab(ctx context.Context, e *env, l labkit.Lab, race bool, runRe string) (*labkit.PackageResult, error) {
 	lines := &testLines{w: e.stdout}
 	notice := time.AfterFunc(compileNotice, func() {
-		lines.once(fmt.Sprintf("  compiling lab %s (the first run downloads and builds dependencies, ~1–2 min)…", l.Number))
+		lines.once(fmt.Sprintf("  compiling lab %s… (the very first run also downloads and builds the dependencies: a minute or two)", l.Number))
 	})
 	defer notice.Stop()
 	run, err := labkit.RunTests(ctx, labkit.RunOptions{

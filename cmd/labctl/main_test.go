@@ -196,7 +196,7 @@ func TestCompilingNoticeWhenTheFirstTestIsSlowToStart(t *testing.T) {
 	defer func(d time.Duration) { compileNotice = d }(compileNotice)
 	compileNotice = time.Nanosecond // every build is slower than that
 	_, out, _ := labctl(t, fixture(t), "test", "01")
-	assert.Contains(t, out, "compiling lab 01 (the first run downloads and builds dependencies, ~1–2 min)…")
+	assert.Contains(t, out, "compiling lab 01… (the very first run also downloads and builds the dependencies: a minute or two)")
 }
 
 func TestWatchQuitsOnQWithoutEnter(t *testing.T) {
