@@ -22,19 +22,11 @@ const streamBody = `{"model":"chat","stream":true,"messages":[{"role":"user","co
 func midstream(ctx context.Context, r *report) error {
 	alpha := fmt.Sprintf("name=alpha,latency=40ms,jitter=10ms,chunk-delay=15ms,error-rate=0.2,errors=cut,seed=%d", r.seed)
 	beta := fmt.Sprintf("name=beta,latency=60ms,jitter=10ms,chunk-delay=15ms,seed=%d", r.seed+1)
-	dir, err := os.MkdirTemp("", "midstream")
+	plain, cont, cleanup, err := midstreamRoutes()
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(dir)
-	plain, cont := filepath.Join(dir, "plain.json"), filepath.Join(dir, "continue.json")
-	const route = `{"routes":[{"model":"chat","targets":[{"provider":"alpha"},{"provider":"beta"%s}]}]}`
-	if err := os.WriteFile(plain, fmt.Appendf(nil, route, ""), 0o644); err != nil {
-		return err
-	}
-	if err := os.WriteFile(cont, fmt.Appendf(nil, route, `,"continue":true`), 0o644); err != nil {
-		return err
-	}
+	defer cleanup()
 	common := []string{"-provider", alpha, "-provider", beta, "-rate=1e6", "-burst=1000000", "-max-concurrent=256", "-max-per-tenant=0",
 		"-failure-threshold=1000000"}
 	ga, err := startGateway(ctx, append(common, "-routes", plain)...)
@@ -91,10 +83,37 @@ func midstream(ctx context.Context, r *report) error {
 	}}); err != nil {
 		return err
 	}
+	r.text(midstreamTable(a, b))
+	return nil
+}
+
+// midstreamRoutes writes the two route files: the same route, with and
+// without "continue" on the fallback.
+func midstreamRoutes() (plain, cont string, cleanup func(), err error) {
+	dir, err := os.MkdirTemp("", "midstream")
+	if err != nil {
+		return "", "", nil, err
+	}
+	cleanup = func() { _ = os.RemoveAll(dir) }
+	plain, cont = filepath.Join(dir, "plain.json"), filepath.Join(dir, "continue.json")
+	const route = `{"routes":[{"model":"chat","targets":[{"provider":"alpha"},{"provider":"beta"%s}]}]}`
+	if err := os.WriteFile(plain, fmt.Appendf(nil, route, ""), 0o644); err != nil {
+		cleanup()
+		return "", "", nil, err
+	}
+	if err := os.WriteFile(cont, fmt.Appendf(nil, route, `,"continue":true`), 0o644); err != nil {
+		cleanup()
+		return "", "", nil, err
+	}
+	return plain, cont, cleanup, nil
+}
+
+// midstreamTable is how each side's streams ended.
+func midstreamTable(sides ...*side) string {
 	var t lines
 	t.line("| gateway | streams | complete | cut, with an error event | lost (neither) | refused before the first byte | continued on beta | p50 | p99 |")
 	t.line("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
-	for _, g := range []*side{a, b} {
+	for _, g := range sides {
 		n := map[string]int{}
 		for _, s := range g.samples {
 			if s.code != http.StatusOK {
@@ -110,6 +129,5 @@ func midstream(ctx context.Context, r *report) error {
 	t.line("")
 	t.line("(Latency is to the end of each stream. \"Lost\" would be a stream that stopped with neither [DONE] nor an error " +
 		"event — a truncated answer a client could take for a whole one; the gateway must never produce one.)")
-	r.text(strings.Join(t, "\n"))
-	return nil
+	return strings.Join(t, "\n")
 }

@@ -203,21 +203,20 @@ func postWith(t *testing.T, url, body string, header http.Header) (int, string) 
 func TestAnUpstreamBackFromAnOutageIsProbedBackIntoService(t *testing.T) {
 	var down atomic.Bool
 	down.Store(true)
-	var probes atomic.Int32
+	probed := make(chan bool, 1000) // each probe, and whether it found the primary up
 	primary := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method == http.MethodGet && r.URL.Path == "/v1/models" {
-			probes.Add(1)
-		}
+		isProbe := r.Method == http.MethodGet && r.URL.Path == "/v1/models"
 		if down.Load() {
 			w.WriteHeader(http.StatusServiceUnavailable)
 			_, _ = io.WriteString(w, `{"error":{"message":"down","type":"server_error"}}`)
-			return
-		}
-		if r.Method == http.MethodGet {
+		} else if isProbe {
 			_, _ = io.WriteString(w, `{"object":"list","data":[]}`)
-			return
+		} else {
+			_, _ = io.WriteString(w, `{"model":"primary-1","choices":[{"index":0,"message":{"role":"assistant","content":"from primary"},"finish_reason":"stop"}]}`)
 		}
-		_, _ = io.WriteString(w, `{"model":"primary-1","choices":[{"index":0,"message":{"role":"assistant","content":"from primary"},"finish_reason":"stop"}]}`)
+		if isProbe {
+			probed <- !down.Load()
+		}
 	}))
 	defer primary.Close()
 	fallback := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -233,19 +232,34 @@ func TestAnUpstreamBackFromAnOutageIsProbedBackIntoService(t *testing.T) {
 		require.Equal(t, http.StatusOK, code, body)
 		return body
 	}
+	nextProbe := func() bool {
+		t.Helper()
+		select {
+		case up := <-probed:
+			return up
+		case <-time.After(10 * time.Second): // a watchdog: probes come every 50 ms at most
+			require.FailNow(t, "the open breaker's upstream is not probed in the background")
+			return false
+		}
+	}
 	assert.Contains(t, ask(), "from fallback", "the primary is down: its breaker opens, the fallback answers")
 	assert.Contains(t, ask(), "from fallback")
-	for i := 0; i < 500 && probes.Load() < 2; i++ { // polled, with a bound: no timing is asserted
-		time.Sleep(10 * time.Millisecond)
-	}
-	require.GreaterOrEqual(t, probes.Load(), int32(2), "the open breaker's upstream is probed in the background")
+	assert.False(t, nextProbe(), "probed while down")
 	down.Store(false)
-	page := ""
-	for i := 0; i < 500 && !strings.Contains(page, `gateway_health_probes_total{model="primary-1",outcome="ok",provider="primary"} 1`); i++ {
-		time.Sleep(10 * time.Millisecond)
-		page = metrics(t, a.url)
+	for !nextProbe() { // a probe that started before the primary came back
 	}
-	require.Contains(t, page, `gateway_health_probes_total{model="primary-1",outcome="ok",provider="primary"} 1`, "a probe found the primary back")
+	// The probe that found it up closes the breaker as soon as its answer
+	// is read; ask until the router has seen it (each ask is a real request:
+	// no sleeps, and a bound).
+	back := false
+	for range 200 {
+		if strings.Contains(ask(), "from primary") {
+			back = true
+			break
+		}
+	}
+	require.True(t, back, "traffic is back on the primary")
+	page := metrics(t, a.url)
+	assert.Contains(t, page, `gateway_health_probes_total{model="primary-1",outcome="ok",provider="primary"} 1`, "a probe found the primary back")
 	assert.Contains(t, page, `gateway_breaker_state{model="primary-1",provider="primary"} 0`, "and closed its breaker, an hour before its recovery timeout")
-	assert.Contains(t, ask(), "from primary", "traffic is back on the primary")
 }

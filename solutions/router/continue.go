@@ -105,63 +105,16 @@ func (st *streamer) continueAfter(ctx context.Context, run *run, s step, broke e
 		obs.Continued(s.target, ContinueNoTarget)
 		return llm.Completion{}, nil, false
 	}
-	// The relay is told the caller already holds the text so far: a first
-	// "target" replays it (to the relay, not to the caller) and then fails
-	// as the broken stream did, so every later target is asked to continue.
-	replay := streaming.Target{Name: s.target.String(), Open: func(context.Context, string) (streaming.Stream, error) {
-		return &replayed{text: st.sofar.text.String(), err: broke}, nil
-	}}
-	var last *continuation     // the stream whose chunk is being relayed
-	var opened []*continuation // every continuation started, for their usage
-	var spliced, gone bool
-	emit := func(ch streaming.Chunk) error {
-		if bytes.Equal(ch.Raw, replayMarker) {
-			return nil // the caller has it already
-		}
-		if ch.Text == "" && !ch.Other && ch.FinishReason == "" {
-			return nil // a second role chunk: the caller had one from the broken stream
-		}
-		raw := ch.Raw
-		if raw == nil { // the relay changed this chunk's text (a repeat of the prefill dropped, or held text added)
-			var err error
-			if raw, err = chatapi.WithDeltaText(last.raw, ch.Text); err != nil {
-				return err
-			}
-		}
-		if !spliced {
-			spliced = true
-			trace.SpanFromContext(ctx).AddEvent("gateway.stream.continued", trace.WithAttributes(
-				attribute.String("gateway.continued.from", s.target.String()),
-				attribute.String("gateway.continued.to", last.step.target.String()),
-				attribute.Int("gateway.continued.at_chars", st.sofar.text.Len())))
-		}
-		if err := st.emit(llm.Chunk{Raw: raw}); err != nil {
-			gone = true
-			return errClientGone
-		}
-		return nil
-	}
-	all := make([]streaming.Target, 0, len(targets)+1)
-	all = append(all, replay)
-	for _, t := range targets {
-		all = append(all, streaming.Target{Name: t.target.String(), CanContinue: true,
-			Open: func(ctx context.Context, prefill string) (streaming.Stream, error) {
-				cs, err := st.open(ctx, run, t, prefill)
-				if err == nil {
-					last = cs
-					opened = append(opened, cs)
-				}
-				return cs, err
-			}})
-	}
-	res, err := streaming.Relay(ctx, streaming.Config{FirstToken: st.limits.FirstToken, Idle: st.limits.Idle}, all, emit)
-	continued := len(res.Served) > 1
+	sp := &splice{st: st, ctx: ctx, from: s}
+	all := sp.targets(run, targets, broke)
+	res, err := streaming.Relay(ctx, streaming.Config{FirstToken: st.limits.FirstToken, Idle: st.limits.Idle}, all, sp.emit)
+	continued, last := len(res.Served) > 1, sp.last
 	switch {
-	case gone:
+	case sp.gone:
 		return llm.Completion{}, errClientGone, true // the caller left: not the continuation's failure
 	case err == nil:
 		obs.Continued(s.target, ContinueCompleted)
-		u := usageOf(opened, res.Usage)
+		u := usageOf(sp.opened, res.Usage)
 		if run.req.Chat.IncludeUsage {
 			if err := st.emit(llm.Chunk{Raw: chatapi.NewFrame(last.model).UsageChunk(u)}); err != nil {
 				return llm.Completion{}, errClientGone, true
@@ -178,6 +131,73 @@ func (st *streamer) continueAfter(ctx context.Context, run *run, s step, broke e
 		err = broke // what the caller's stream was cut by, not what a continuation refused
 	}
 	return llm.Completion{}, err, true
+}
+
+// splice is one continuation of a broken stream, as lab 11's Relay runs
+// it: the targets it is given and the caller's side of what it emits.
+type splice struct {
+	st   *streamer
+	ctx  context.Context
+	from step // the target that broke
+
+	last    *continuation   // the stream whose chunk is being relayed
+	opened  []*continuation // every continuation started, for their usage
+	spliced bool            // a continuation's chunk reached the caller
+	gone    bool            // the caller left
+}
+
+// targets are what the relay is given. The relay is told the caller
+// already holds the text so far: a first "target" replays it (to the
+// relay, not to the caller) and then fails as the broken stream did, so
+// every later target is asked to continue.
+func (sp *splice) targets(run *run, steps []step, broke error) []streaming.Target {
+	all := make([]streaming.Target, 0, len(steps)+1)
+	all = append(all, streaming.Target{Name: sp.from.target.String(), Open: func(context.Context, string) (streaming.Stream, error) {
+		return &replayed{text: sp.st.sofar.text.String(), err: broke}, nil
+	}})
+	for _, t := range steps {
+		all = append(all, streaming.Target{Name: t.target.String(), CanContinue: true,
+			Open: func(ctx context.Context, prefill string) (streaming.Stream, error) {
+				cs, err := sp.st.open(ctx, run, t, prefill)
+				if err == nil {
+					sp.last = cs
+					sp.opened = append(sp.opened, cs)
+				}
+				return cs, err
+			}})
+	}
+	return all
+}
+
+// emit passes a continuation's chunk to the caller: never the replay, nor
+// a second role chunk; with its text rewritten where the relay changed it;
+// a span event at the first one.
+func (sp *splice) emit(ch streaming.Chunk) error {
+	if bytes.Equal(ch.Raw, replayMarker) {
+		return nil // the caller has it already
+	}
+	if ch.Text == "" && !ch.Other && ch.FinishReason == "" {
+		return nil // a second role chunk: the caller had one from the broken stream
+	}
+	raw := ch.Raw
+	if raw == nil { // the relay changed this chunk's text (a repeat of the prefill dropped, or held text added)
+		var err error
+		if raw, err = chatapi.WithDeltaText(sp.last.raw, ch.Text); err != nil {
+			return err
+		}
+	}
+	if !sp.spliced {
+		sp.spliced = true
+		trace.SpanFromContext(sp.ctx).AddEvent("gateway.stream.continued", trace.WithAttributes(
+			attribute.String("gateway.continued.from", sp.from.target.String()),
+			attribute.String("gateway.continued.to", sp.last.step.target.String()),
+			attribute.Int("gateway.continued.at_chars", sp.st.sofar.text.Len())))
+	}
+	if err := sp.st.emit(llm.Chunk{Raw: raw}); err != nil {
+		sp.gone = true
+		return errClientGone
+	}
+	return nil
 }
 
 // usageOf is what the continued answer used: the sum of what each
