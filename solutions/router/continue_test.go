@@ -16,6 +16,8 @@ import (
 	"github.com/production-go/gateway-lab/solutions/router"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 )
 
 // sixty is what every writer below would say, uninterrupted: 60 words.
@@ -365,5 +367,37 @@ func TestACallerWhoAskedForUsageIsToldItOnceAfterAContinuation(t *testing.T) {
 			"one usage chunk, at the end: what the streams that reported usage used (the cut one reported none)")
 		assert.Equal(t, "primary", models[0])
 		assert.Equal(t, "fallback", models[len(models)-1], "each chunk names the model that wrote it")
+	})
+}
+
+func TestTheSplicePointIsASpanEvent(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		exp := tracetest.NewInMemoryExporter()
+		tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
+		defer func() { _ = tp.Shutdown(context.Background()) }()
+		cfg := config()
+		cfg.Tracer = tp
+		primary := &writer{name: "primary", fault: cut, after: 40}
+		fallback := &writer{name: "fallback"}
+		cfg.Routes = []router.Route{{Name: "chat", Targets: []router.Target{{Provider: "primary"}, {Provider: "fallback"}},
+			Continue: []router.Target{{Provider: "fallback"}}}}
+		g := newGateway(t, cfg, primary, fallback)
+		_, _, err := relay(t, g, router.Request{})
+		require.NoError(t, err)
+		var events []string
+		for _, s := range exp.GetSpans() {
+			for _, e := range s.Events {
+				if e.Name != "gateway.stream.continued" {
+					continue
+				}
+				attrs := map[string]string{}
+				for _, a := range e.Attributes {
+					attrs[string(a.Key)] = a.Value.Emit()
+				}
+				events = append(events, s.Name+": "+attrs["gateway.continued.from"]+" → "+attrs["gateway.continued.to"]+" at "+attrs["gateway.continued.at_chars"])
+			}
+		}
+		assert.Equal(t, []string{"gateway.attempt: primary → fallback at 160"}, events,
+			"one event, on the broken attempt's span, at the splice: 40 tokens of 4 characters each")
 	})
 }
