@@ -301,6 +301,7 @@ func TestLearnerMakefileKeepsOnlyTheLearnersTargets(t *testing.T) {
 	for _, target := range []string{"run", "test", "verify", "ci", "lint", "integration", "stress"} {
 		assert.Contains(t, dropped, target)
 	}
+	assert.Equal(t, slices.Compact(slices.Clone(dropped)), dropped, "each dropped target is named once, however many rules it has")
 	phony := mk[strings.Index(mk, ".PHONY:"):]
 	phony = phony[:strings.Index(phony, "\n")]
 	assert.Equal(t, ".PHONY: help progress hint watch grade clean $(LABS)", phony)

@@ -31,6 +31,7 @@ func LearnerMakefile(src []byte) ([]byte, []string, error) {
 	m.keepPhonyAndHeadings()
 	out := m.render()
 	slices.Sort(m.dropped)
+	m.dropped = slices.Compact(m.dropped) // a target with two rules (ci: deps, and ci: export VAR) is dropped once
 	return out, m.dropped, nil
 }
 
