@@ -392,7 +392,7 @@ func TestTheSplicePointIsASpanEvent(t *testing.T) {
 				}
 				attrs := map[string]string{}
 				for _, a := range e.Attributes {
-					attrs[string(a.Key)] = a.Value.Emit()
+					attrs[string(a.Key)] = a.Value.String()
 				}
 				events = append(events, s.Name+": "+attrs["gateway.continued.from"]+" → "+attrs["gateway.continued.to"]+" at "+attrs["gateway.continued.at_chars"])
 			}
