@@ -157,8 +157,28 @@ func Parse(name string, args []string, stderr io.Writer, extra func(*flag.FlagSe
 	if err := needs(fs, "retry-budget", "retry-budget-min", "retry-budget-window"); err != nil {
 		return c, err
 	}
+	if err := c.probeBounds(fs); err != nil {
+		return c, err
+	}
 	c.defaults()
 	return c, nil
+}
+
+// probeBounds lets -probe-interval above the default -probe-max-interval
+// raise it (probes at that interval, no doubling), and refuses the two set
+// the wrong way round.
+func (c *Config) probeBounds(fs *flag.FlagSet) error {
+	g := &c.Router
+	if g.ProbeInterval <= g.ProbeMaxInterval {
+		return nil
+	}
+	set := false
+	fs.Visit(func(f *flag.Flag) { set = set || f.Name == "probe-max-interval" })
+	if set {
+		return fmt.Errorf("-probe-max-interval %s is below -probe-interval %s", g.ProbeMaxInterval, g.ProbeInterval)
+	}
+	g.ProbeMaxInterval = g.ProbeInterval
+	return nil
 }
 
 // needs refuses a flag that does nothing without another one: a setting
