@@ -3,13 +3,12 @@ package distlimit
 import (
 	"context"
 	"math"
-	"strings"
-	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
+	"github.com/production-go/gateway-lab/internal/testkit/redistest"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -149,59 +148,32 @@ func TestBucketExpiresOnceFullAgain(t *testing.T) {
 	assert.Equal(t, 5, countAllowed(t, l, "idle", 10), "an expired bucket reads as full")
 }
 
-// commandLog records the commands a client sends.
-type commandLog struct {
-	mu    sync.Mutex
-	names []string
-}
-
-func (c *commandLog) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (c *commandLog) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
-}
-func (c *commandLog) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		c.mu.Lock()
-		c.names = append(c.names, strings.ToLower(cmd.Name()))
-		c.mu.Unlock()
-		return next(ctx, cmd)
-	}
-}
-
-func (c *commandLog) take() []string {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	out := c.names
-	c.names = nil
-	return out
-}
-
 func TestOneRoundTripPerDecision(t *testing.T) {
 	f := newFixture(t)
-	var log commandLog
+	var log redistest.CommandLog
 	f.rdb.AddHook(&log)
 	l := f.limiter(t, Config{Rate: 100, Burst: 100, Prefix: "rl:"})
 	allow(t, l, "warm") // may load the script
-	log.take()
+	log.Take()
 	for range 10 {
 		allow(t, l, "k")
 	}
-	assert.Equal(t, []string{"evalsha", "evalsha", "evalsha", "evalsha", "evalsha", "evalsha", "evalsha", "evalsha", "evalsha", "evalsha"}, log.take(),
+	assert.Equal(t, []string{"evalsha", "evalsha", "evalsha", "evalsha", "evalsha", "evalsha", "evalsha", "evalsha", "evalsha", "evalsha"}, log.Take(),
 		"each decision is exactly one EVALSHA: no GET/SET pairs, no separate TIME or EXPIRE calls")
 }
 
 func TestNoScriptFallsBackToEval(t *testing.T) {
 	f := newFixture(t)
-	var log commandLog
+	var log redistest.CommandLog
 	f.rdb.AddHook(&log)
 	l := f.limiter(t, Config{Rate: 1, Burst: 5, Prefix: "rl:"})
 	allow(t, l, "k")
 	require.NoError(t, f.rdb.ScriptFlush(t.Context()).Err()) // a restart or failover empties the script cache
-	log.take()
+	log.Take()
 	d := allow(t, l, "k")
 	assert.True(t, d.Allowed)
 	assert.Equal(t, 3, d.Remaining, "the decision after a script flush still counts the bucket correctly")
-	assert.Equal(t, []string{"evalsha", "eval"}, log.take(), "NOSCRIPT from EVALSHA is answered by one EVAL")
+	assert.Equal(t, []string{"evalsha", "eval"}, log.Take(), "NOSCRIPT from EVALSHA is answered by one EVAL")
 }
 
 func TestFailsClosedWhenRedisIsDown(t *testing.T) {

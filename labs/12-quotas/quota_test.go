@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/alicebob/miniredis/v2"
+	"github.com/production-go/gateway-lab/internal/testkit/redistest"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -347,54 +348,27 @@ func TestOldReservationsAreForgotten(t *testing.T) {
 	assert.LessOrEqual(t, len(members), 6, "a busy tenant's reservations older than the window are dropped, not kept for ever")
 }
 
-// commandLog records the commands the client sends.
-type commandLog struct {
-	mu    sync.Mutex
-	names []string
-}
-
-func (c *commandLog) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (c *commandLog) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
-}
-func (c *commandLog) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		c.mu.Lock()
-		c.names = append(c.names, strings.ToLower(cmd.Name()))
-		c.mu.Unlock()
-		return next(ctx, cmd)
-	}
-}
-
-func (c *commandLog) take() []string {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	out := c.names
-	c.names = nil
-	return out
-}
-
 func TestOneRoundTripPerReserveAndSettle(t *testing.T) {
 	f := newFixture(t, Config{})
-	var log commandLog
+	var log redistest.CommandLog
 	f.rdb.AddHook(&log)
 	f.reserve(t, "acme", "warm", 100, 1) // may load the script
-	log.take()
+	log.Take()
 	f.reserve(t, "acme", "r1", 100, 1)
 	f.settle(t, "acme", "r1", 100, 1)
-	assert.Equal(t, []string{"evalsha", "evalsha"}, log.take(), "one EVALSHA each: no GET then SET, no MULTI, no separate TIME")
+	assert.Equal(t, []string{"evalsha", "evalsha"}, log.Take(), "one EVALSHA each: no GET then SET, no MULTI, no separate TIME")
 }
 
 func TestACacheFlushFallsBackToEval(t *testing.T) {
 	f := newFixture(t, Config{})
-	var log commandLog
+	var log redistest.CommandLog
 	f.rdb.AddHook(&log)
 	f.reserve(t, "acme", "r1", 100, 10)
 	require.NoError(t, f.rdb.ScriptFlush(context.Background()).Err()) // a restart or failover empties the cache
-	log.take()
+	log.Take()
 	d := f.reserve(t, "acme", "r2", 100, 10)
 	assert.Equal(t, Decision{Allowed: true, Remaining: 80}, d)
-	assert.Equal(t, []string{"evalsha", "eval"}, log.take(), "NOSCRIPT from EVALSHA is answered by one EVAL")
+	assert.Equal(t, []string{"evalsha", "eval"}, log.Take(), "NOSCRIPT from EVALSHA is answered by one EVAL")
 }
 
 func TestBadArgumentsAreRefusedBeforeRedis(t *testing.T) {

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/production-go/gateway-lab/internal/testkit/redistest"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -171,16 +172,16 @@ func TestLeaseKeyIsHashTaggedByTenant(t *testing.T) {
 
 func TestOneRoundTripPerAcquireAndRelease(t *testing.T) {
 	f := newFixture(t)
-	var log commandLog
+	var log redistest.CommandLog
 	f.rdb.AddHook(&log)
 	l := newLeases(t, f.rdb, LeasesConfig{TTL: time.Minute})
 	release, _ := acquire(t, l, "warm", 1)
 	require.NoError(t, release(t.Context()))
-	log.take()
+	log.Take()
 	release, _ = acquire(t, l, "acme", 1)
 	require.NoError(t, release(t.Context()))
 	require.NoError(t, release(t.Context()))
-	assert.Equal(t, []string{"evalsha", "evalsha"}, log.take(),
+	assert.Equal(t, []string{"evalsha", "evalsha"}, log.Take(),
 		"an acquire and a release are one EVALSHA each; a repeated release needs no round trip")
 }
 

@@ -117,34 +117,6 @@ func acquire(t testing.TB, l *Leases, tenant string, max int) (func(context.Cont
 	return release, d
 }
 
-// commandLog records the commands a client sends, with the script's mode
-// (reserve, settle, acquire, release) for EVAL and EVALSHA.
-type commandLog struct {
-	mu    sync.Mutex
-	names []string
-}
-
-func (c *commandLog) DialHook(next redis.DialHook) redis.DialHook { return next }
-func (c *commandLog) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
-}
-func (c *commandLog) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		c.mu.Lock()
-		c.names = append(c.names, strings.ToLower(cmd.Name()))
-		c.mu.Unlock()
-		return next(ctx, cmd)
-	}
-}
-
-func (c *commandLog) take() []string {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	out := c.names
-	c.names = nil
-	return out
-}
-
 // scriptMode is the mode argument of an EVAL/EVALSHA command ("" if none).
 func scriptMode(cmd redis.Cmder) string {
 	args := cmd.Args()

@@ -2,11 +2,12 @@ package quota
 
 import (
 	"context"
-	quotas "github.com/production-go/gateway-lab/solutions/12-quotas"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/production-go/gateway-lab/internal/testkit/redistest"
+	quotas "github.com/production-go/gateway-lab/solutions/12-quotas"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -340,30 +341,30 @@ func TestReservationsOlderThanTheWindowAreDropped(t *testing.T) {
 
 func TestOneRoundTripPerReserveAndSettle(t *testing.T) {
 	f := newFixture(t)
-	var log commandLog
+	var log redistest.CommandLog
 	f.rdb.AddHook(&log)
 	q := newTokens(t, f.rdb, TokensConfig{})
 	r, _ := reserve(t, q, "warm", 100, 1) // may load the script
 	settle(t, r, 1)
-	log.take()
+	log.Take()
 	r, _ = reserve(t, q, "acme", 100, 10)
 	settle(t, r, 5)
 	settle(t, r, 5)
-	assert.Equal(t, []string{"evalsha", "evalsha"}, log.take(),
+	assert.Equal(t, []string{"evalsha", "evalsha"}, log.Take(),
 		"a reserve and a settle are one EVALSHA each; a repeated Settle needs no round trip")
 }
 
 func TestNoScriptFallsBackToEval(t *testing.T) {
 	f := newFixture(t)
-	var log commandLog
+	var log redistest.CommandLog
 	f.rdb.AddHook(&log)
 	q := newTokens(t, f.rdb, TokensConfig{})
 	reserve(t, q, "acme", 100, 10)
 	require.NoError(t, f.rdb.ScriptFlush(t.Context()).Err()) // a restart or failover empties the script cache
-	log.take()
+	log.Take()
 	_, d := reserve(t, q, "acme", 100, 10)
 	assert.Equal(t, 80, d.Remaining, "the reserve after a script flush still counts the bucket")
-	assert.Equal(t, []string{"evalsha", "eval"}, log.take(), "NOSCRIPT from EVALSHA is answered by one EVAL")
+	assert.Equal(t, []string{"evalsha", "eval"}, log.Take(), "NOSCRIPT from EVALSHA is answered by one EVAL")
 }
 
 func TestReserveRejectsBadArguments(t *testing.T) {
