@@ -6,7 +6,7 @@
 // arrive. Tokens are not: the answer's length is known only when it ends.
 // So a request is charged twice over: Reserve takes an estimate from the
 // tenant's bucket before the call (and refuses the request if it does not
-// fit), and Settle moves the bucket by used − estimate after it — a refund
+// fit), and Settle moves the bucket by estimate − used after it — a refund
 // when the answer was short, a further charge when it was long. In
 // between, every replica sees the reservation: parallel requests cannot
 // all fit into the same last tokens.
