@@ -9,6 +9,7 @@ STRESS_COUNT ?= 50
 LAB          ?=
 K            ?=
 LABS         := lab-01 lab-02 lab-03 lab-04 lab-05 lab-06 lab-07 lab-08 lab-09 lab-10 lab-11 lab-12
+WRITES       := $(patsubst lab-%,write-%,$(LABS))
 
 # The race detector sleeps a second before a -race test binary exits, in
 # case goroutines still running race; every package here ends its tests with
@@ -18,13 +19,17 @@ export GORACE ?= atexit_sleep_ms=0
 
 .DEFAULT_GOAL := help
 .PHONY: help run run-secure test test-template test-sdk test-k8s test-stack stack-up stack-down sdk-node ci lint vet fmt-check tidy-check no-binaries stress stress-short bench bench-http \
-        integration checklist fuzz scenario progress hint watch verify grade clean $(LABS)
+        integration checklist fuzz scenario progress hint watch verify grade clean $(LABS) \
+        $(WRITES) write-check
 
 help:
 	@echo "Production Go for AI gateways"
 	@echo
 	@echo "learners — run a lab's tests (under 3 s once compiled; the first run compiles for ~1–2 min):"
 	@sed -n 's/.*"number": *"\([0-9]*\)".*"title": *"\([^"]*\)".*/  make lab-\1   \2/p' labs/catalog.json
+	@echo
+	@echo "the test-writing track — your tests against the reference, scored by the mutants they kill:"
+	@echo "  make write-01 … make write-12   (the file to edit: write/NN-topic/write_test.go)"
 	@echo
 	@echo "and:"
 	@grep -E '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  make %-13s %s\n", $$1, $$2}'
@@ -46,6 +51,12 @@ $(LABCTL): $(LABCTL_SRC)
 $(LABS): $(LABCTL)
 	@$(LABCTL) test $(patsubst lab-%,%,$@)
 
+# The test-writing track: your tests in write/NN-topic/write_test.go run on
+# the reference, then on each of the lab's mutants; the last line is
+# "write NN: killed K/N mutants". MUTANTS=dir adds an instructor's bank.
+$(WRITES): $(LABCTL)
+	@$(LABCTL) write $(patsubst write-%,%,$@) $(if $(MUTANTS),--mutants $(MUTANTS))
+
 progress: $(LABCTL) ## the table of labs: tests passing / total, what to do next
 	@$(LABCTL) list
 
@@ -64,6 +75,9 @@ run-secure: ## secure_app on :8080, metrics on :9464, a Redis of its own if REDI
 	@ARGS="$(ARGS)" scripts/run-secure.sh
 
 # ---- instructors ----------------------------------------------------------
+
+write-check: $(LABCTL) ## maintainers: each lab's own tests through the test-writing harness must kill every mutant
+	@set -eo pipefail; for n in $(patsubst lab-%,%,$(LABS)); do $(LABCTL) write $$n --self-check | tail -1; done
 
 grade: $(LABCTL) ## grade every lab with pristine tests (TESTS=dir adds held-back ones); reports in grade-report/
 	@$(LABCTL) grade $(if $(TESTS),--tests $(TESTS)) $(if $(REF),--pristine-ref $(REF))

@@ -6,6 +6,7 @@
 //	labctl test 03              run lab 03, show the first failure and a hint
 //	labctl hint 03 [k]          the next hint (or hint k)
 //	labctl watch 03             re-run lab 03 on every save
+//	labctl write 03             the test-writing track: your tests, scored by the mutants they kill
 //	labctl verify               maintainers: stubs red, solutions green, mutants killed
 //	labctl grade                instructors: JSON, JUnit XML and Markdown reports
 //	labctl integration          the real-Redis tests, which may not skip
@@ -49,6 +50,7 @@ var commands = []command{
 	{"test", "NN", "run lab NN with -race; on red, the first failing test, its message and a hint", cmdTest},
 	{"hint", "NN [k]", "show the next hint for lab NN, or hint k", cmdHint},
 	{"watch", "NN", "re-run lab NN's tests on every save (Enter re-runs now, q quits)", cmdWatch},
+	{"write", "NN", "the test-writing track: your tests in write/NN-topic against the reference, then its mutants; prints killed K/N", cmdWrite},
 	{"verify", "", "maintainers: tests identical, stubs red test by test, solutions green, mutants killed", cmdVerify},
 	{"grade", "", "instructors: grade the labs with pristine tests; writes grade.json, junit.xml, grade.md", cmdGrade},
 	{"checklist", "", "run the tests checklist/PRODUCTION_READINESS.md names; one ✓/✗ line per item, exit 1 on any ✗", cmdChecklist},

@@ -48,7 +48,7 @@ var (
 
 // learnerTargets are the Makefile targets a template keeps: running,
 // hinting, watching and grading the labs. The others need solutions/.
-var learnerTargets = []string{"help", "$(LABCTL)", "$(LABS)", "progress", "hint", "watch", "grade", "clean"}
+var learnerTargets = []string{"help", "$(LABCTL)", "$(LABS)", "$(WRITES)", "progress", "hint", "watch", "grade", "clean"}
 
 // Export writes a learner template of the course into opts.Dir: the labs
 // with their stubs, READMEs, hints and tests; docs; labctl and the internal

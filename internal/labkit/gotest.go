@@ -78,6 +78,7 @@ type RunOptions struct {
 	Timeout  time.Duration // -timeout; 0 = go test's default
 	Env      []string      // extra environment, KEY=VALUE
 	OnEvent  func(Event)   // called for every event as it arrives
+	Args     []string      // more go test flags, before the packages
 }
 
 // args is the go test command line the options ask for.
@@ -104,6 +105,7 @@ func (opts RunOptions) args() []string {
 	if opts.Timeout > 0 {
 		args = append(args, "-timeout", opts.Timeout.String())
 	}
+	args = append(args, opts.Args...)
 	return append(args, opts.Packages...)
 }
 

@@ -102,6 +102,20 @@ func parseHunkHeader(h string) (int, error) {
 // exactly; a hunk may have drifted from its line number (the file was edited
 // above it), so the nearest exact match wins.
 func (fp FilePatch) Apply(content string) (string, error) {
+	out, _, err := fp.apply(content)
+	return out, err
+}
+
+// Touched returns, for each hunk, the lines of the original content it
+// covers (context and removed lines; for a pure insertion, the lines on
+// either side), 1-based and inclusive.
+func (fp FilePatch) Touched(content string) ([][2]int, error) {
+	_, ranges, err := fp.apply(content)
+	return ranges, err
+}
+
+func (fp FilePatch) apply(content string) (string, [][2]int, error) {
+	var ranges [][2]int
 	trailingNL := strings.HasSuffix(content, "\n")
 	lines := strings.Split(strings.TrimSuffix(content, "\n"), "\n")
 	offset := 0
@@ -124,7 +138,12 @@ func (fp FilePatch) Apply(content string) (string, error) {
 		}
 		at := findBlock(lines, old, want)
 		if at < 0 {
-			return "", fmt.Errorf("%w: %s: hunk at line %d does not match the file", ErrPatch, fp.Path, h.oldStart)
+			return "", nil, fmt.Errorf("%w: %s: hunk at line %d does not match the file", ErrPatch, fp.Path, h.oldStart)
+		}
+		if orig := at - offset; len(old) == 0 {
+			ranges = append(ranges, [2]int{orig, orig + 1})
+		} else {
+			ranges = append(ranges, [2]int{orig + 1, orig + len(old)})
 		}
 		lines = append(lines[:at], append(repl, lines[at+len(old):]...)...)
 		offset += len(repl) - len(old)
@@ -133,7 +152,7 @@ func (fp FilePatch) Apply(content string) (string, error) {
 	if trailingNL {
 		out += "\n"
 	}
-	return out, nil
+	return out, ranges, nil
 }
 
 // findBlock finds block in lines, searching outward from want.

@@ -1,0 +1,758 @@
+package labkit
+
+import (
+	"bufio"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash"
+	"io"
+	"maps"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+)
+
+// WriteTestLimit is the most one test may take, in real time, and still
+// count: on the reference (a slower test is left out: timing belongs in
+// testing/synctest's fake clock) and when it fails on a mutant (a kill that
+// took longer is the bug hanging, not a test catching it).
+const WriteTestLimit = 5 * time.Second
+
+// writeCacheDir keeps the track's verdicts, relative to the root.
+const writeCacheDir = ".labctl/write-cache"
+
+// writeSchema changes whenever the way a verdict is reached changes.
+const writeSchema = "write-verdict-v1"
+
+// WriteOptions configures RunWrite.
+type WriteOptions struct {
+	Root string
+	Lab  Lab
+	// SelfCheck runs the reference's own tests instead of the learner's:
+	// they must kill every shipped mutant.
+	SelfCheck bool
+	// MutantsDir is an instructor's held-back bank: MutantsDir/NN-topic/*.patch.
+	MutantsDir string
+	Parallel   int  // mutant runs at once; 0 = one per CPU
+	Fresh      bool // ignore remembered verdicts
+	Log        io.Writer
+	// TestLimit replaces WriteTestLimit (tests of labctl itself).
+	TestLimit time.Duration
+}
+
+func (o WriteOptions) limit() time.Duration {
+	if o.TestLimit > 0 {
+		return o.TestLimit
+	}
+	return WriteTestLimit
+}
+
+// WriteReport is a run of the test-writing track for one lab.
+type WriteReport struct {
+	Number string `json:"lab"`
+	Dir    string `json:"dir"`
+	Title  string `json:"title"`
+	// Files are the learner's test files, relative to the root.
+	Files []string    `json:"files"`
+	Tests []WriteTest `json:"tests"`
+	// BuildError is the compiler's words when the tests do not build.
+	BuildError string `json:"build_error,omitempty"`
+	// Problem is a reason nothing counts: the tests leave goroutines
+	// behind on the correct code, say.
+	Problem string        `json:"problem,omitempty"`
+	Mutants []WriteMutant `json:"mutants"`
+	Killed  int           `json:"killed"`
+	Total   int           `json:"total"`
+	// The held-back bank's part of Killed and Total.
+	HeldBackKilled int `json:"held_back_killed"`
+	HeldBackTotal  int `json:"held_back_total"`
+}
+
+// Shipped returns the killed and total counts of the shipped mutants.
+func (r *WriteReport) Shipped() (killed, total int) {
+	return r.Killed - r.HeldBackKilled, r.Total - r.HeldBackTotal
+}
+
+// Line is the report's last line, which scripts read.
+func (r *WriteReport) Line() string {
+	return fmt.Sprintf("write %s: killed %d/%d mutants", r.Number, r.Killed, r.Total)
+}
+
+// WriteTest is one of the learner's tests on the correct code.
+type WriteTest struct {
+	Name    string  `json:"name"`
+	Counts  bool    `json:"counts"`
+	Why     string  `json:"why,omitempty"` // why it does not count
+	Seconds float64 `json:"seconds"`
+	Message string  `json:"message,omitempty"`
+}
+
+// WriteMutant is one mutant's fate under the learner's tests.
+type WriteMutant struct {
+	Name     string   `json:"name"`
+	HeldBack bool     `json:"held_back,omitempty"`
+	Killed   bool     `json:"killed"`
+	KilledBy []string `json:"killed_by,omitempty"`
+	// Discounted are failures that did not count: "TestX panicked".
+	Discounted []string `json:"discounted,omitempty"`
+	// Why it survived, when it did: no test reached the code it changes,
+	// or the tests ran it and asserted nothing it breaks.
+	Survived string `json:"survived,omitempty"`
+	Nudge    string `json:"nudge,omitempty"`
+	Problem  string `json:"problem,omitempty"` // the patch does not apply or compile
+	Cached   bool   `json:"-"`
+}
+
+// writeRun is one lab's track being scored.
+type writeRun struct {
+	opts    WriteOptions
+	kit     *WriteKit
+	learner map[string][]byte // the tests being scored: file name → content
+	cacheID string            // the inputs every verdict shares
+}
+
+// RunWrite scores a learner's tests (or, with SelfCheck, the reference's
+// own) by the mutants they kill. A weak suite is not an error; an error
+// means the run itself could not be made.
+func RunWrite(ctx context.Context, opts WriteOptions) (*WriteReport, error) {
+	c, err := LoadCatalog(opts.Root)
+	if err != nil {
+		return nil, err
+	}
+	kit, err := LoadWriteKit(opts.Root, c, opts.Lab)
+	if err != nil {
+		return nil, err
+	}
+	held, err := HeldBackMutants(opts.MutantsDir, opts.Lab)
+	if err != nil {
+		return nil, err
+	}
+	kit.Mutants = append(kit.Mutants, held...)
+	w := &writeRun{opts: opts, kit: kit}
+	rep := &WriteReport{Number: opts.Lab.Number, Dir: opts.Lab.Dir, Title: opts.Lab.Title, Total: len(kit.Mutants)}
+	if w.learner, rep.Files, err = w.tests(); err != nil {
+		return nil, err
+	}
+	for _, m := range kit.Mutants {
+		if m.HeldBack {
+			rep.HeldBackTotal++
+		}
+	}
+	if w.cacheID, err = w.cacheBase(ctx); err != nil {
+		w.logf("write: no verdict cache this run: %v", err)
+	}
+	base, err := w.reference(ctx)
+	if err != nil {
+		return nil, err
+	}
+	rep.Tests, rep.BuildError, rep.Problem = base.Tests, base.BuildError, base.Problem
+	var counting []string
+	for _, t := range base.Tests {
+		if t.Counts {
+			counting = append(counting, t.Name)
+		}
+	}
+	rep.Mutants = make([]WriteMutant, len(kit.Mutants))
+	limit := opts.Parallel
+	if limit < 1 {
+		limit = runtime.NumCPU()
+	}
+	var g errgroup.Group
+	g.SetLimit(limit)
+	var done atomic.Int32
+	if len(counting) > 0 && rep.BuildError == "" && rep.Problem == "" {
+		w.logf("write %s: %d tests count; %d mutants to try (%d at a time)…", opts.Lab.Number, len(counting), len(kit.Mutants), limit)
+	}
+	for i, m := range kit.Mutants {
+		g.Go(func() error {
+			started := time.Now()
+			res := w.mutant(ctx, m, base, counting)
+			rep.Mutants[i] = res
+			if len(counting) > 0 && rep.BuildError == "" && rep.Problem == "" {
+				w.logf("write %s: [%d/%d] %s: %s", opts.Lab.Number, done.Add(1), len(kit.Mutants), m.Name, writeVerdict(res, time.Since(started)))
+			}
+			return nil
+		})
+	}
+	_ = g.Wait() // each mutant records its own problem
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	for _, m := range rep.Mutants {
+		if m.Killed {
+			rep.Killed++
+			if m.HeldBack {
+				rep.HeldBackKilled++
+			}
+		}
+	}
+	return rep, nil
+}
+
+func (w *writeRun) logf(format string, args ...any) {
+	if w.opts.Log != nil {
+		fmt.Fprintf(w.opts.Log, format+"\n", args...)
+	}
+}
+
+func writeVerdict(m WriteMutant, took time.Duration) string {
+	var s string
+	switch {
+	case m.Problem != "":
+		s = "BROKEN: " + firstLineOf(m.Problem)
+	case m.Killed:
+		s = "killed by " + strings.Join(m.KilledBy, ", ")
+	default:
+		s = "survived"
+	}
+	if m.Cached {
+		return s + " (remembered)"
+	}
+	return fmt.Sprintf("%s (%.1fs)", s, took.Seconds())
+}
+
+// tests returns the test files being scored: the reference's own in a
+// self-check, else every *_test.go in write/NN-topic that is not a helper.
+func (w *writeRun) tests() (map[string][]byte, []string, error) {
+	if w.opts.SelfCheck {
+		if len(w.kit.RefTests) == 0 {
+			return nil, nil, fmt.Errorf("%w: --self-check runs the reference's tests, which only the course repository has (solutions/%s)", ErrBadOption, w.kit.Lab.Dir)
+		}
+		var names []string
+		for _, n := range slices.Sorted(maps.Keys(w.kit.RefTests)) {
+			names = append(names, filepath.ToSlash(filepath.Join(w.kit.Lab.SolutionDir(), n)))
+		}
+		return w.kit.RefTests, names, nil
+	}
+	dir := filepath.Join(w.opts.Root, WriteDirOf(w.kit.Lab))
+	names, err := TestFiles(dir)
+	if err != nil {
+		return nil, nil, err
+	}
+	files := map[string][]byte{}
+	var rels []string
+	for _, n := range names {
+		if _, helper := w.kit.Helpers[n]; helper {
+			continue
+		}
+		data, err := os.ReadFile(filepath.Join(dir, n))
+		if err != nil {
+			return nil, nil, err
+		}
+		files[n] = data
+		rels = append(rels, filepath.ToSlash(filepath.Join(WriteDirOf(w.kit.Lab), n)))
+	}
+	return files, rels, nil
+}
+
+// overlay lays the track over write/: the reference (patched, when patch
+// is a mutant's) and its dependencies' references with their imports
+// pointed at write/, the helpers, the tests being scored; any other Go file
+// found there is hidden, so nothing on disk but the learner's tests counts.
+func (w *writeRun) overlay(patched map[string][]byte) (*Overlay, error) {
+	ov, err := NewOverlay()
+	if err != nil {
+		return nil, err
+	}
+	lay := func(dir string, files map[string][]byte, keepTests bool) error {
+		abs := filepath.Join(w.opts.Root, WriteDir, dir)
+		if err := os.MkdirAll(abs, 0o755); err != nil {
+			return err
+		}
+		onDisk, _ := filepath.Glob(filepath.Join(abs, "*.go"))
+		for _, p := range onDisk {
+			name := filepath.Base(p)
+			if _, ok := files[name]; ok {
+				continue
+			}
+			if strings.HasSuffix(name, "_test.go") && keepTests {
+				continue
+			}
+			ov.Delete(p)
+		}
+		for name, data := range files {
+			if err := ov.Set(filepath.Join(abs, name), data); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	own := map[string][]byte{}
+	for name, data := range w.kit.Ref {
+		if p, ok := patched[name]; ok {
+			data = p
+		}
+		own[name] = rewriteImports(name, data)
+	}
+	maps.Copy(own, w.kit.Helpers)
+	maps.Copy(own, w.learner)
+	if err := lay(w.kit.Lab.Dir, own, false); err != nil {
+		ov.Close()
+		return nil, err
+	}
+	for dir, files := range w.kit.Deps {
+		ref := map[string][]byte{}
+		for name, data := range files {
+			ref[name] = rewriteImports(name, data)
+		}
+		if err := lay(dir, ref, true); err != nil {
+			ov.Close()
+			return nil, err
+		}
+	}
+	return ov, nil
+}
+
+// pkg is the track's package directory for go test.
+func (w *writeRun) pkg() string { return "./" + filepath.ToSlash(WriteDirOf(w.kit.Lab)) }
+
+// baseRun is the tests on the correct code.
+type baseRun struct {
+	Tests      []WriteTest
+	BuildError string
+	Problem    string
+	// Covered maps a reference file to its statement blocks: start line,
+	// end line, hit (1) or not (0).
+	Covered map[string][][3]int
+}
+
+// reference runs the tests on the correct code, with coverage, and says
+// which of them count.
+func (w *writeRun) reference(ctx context.Context) (*baseRun, error) {
+	var out baseRun
+	key := w.key("reference", "")
+	if w.get(key, &out) {
+		return &out, nil
+	}
+	if n, err := TestFuncs(w.learner); err != nil {
+		out.BuildError = err.Error()
+		return &out, nil
+	} else if len(n) == 0 {
+		out.Problem = "no tests yet: write a func TestX(t *testing.T) in " + filepath.ToSlash(filepath.Join(WriteDirOf(w.kit.Lab), WriteFile))
+		return &out, nil
+	}
+	w.logf("write %s: running your tests on the reference (the first run builds it, a few seconds)…", w.kit.Lab.Number)
+	// The cover tool reads the files on disk, not the overlay: put the
+	// pristine copies there first.
+	if _, err := w.kit.Materialize(w.opts.Root); err != nil {
+		return nil, err
+	}
+	ov, err := w.overlay(nil)
+	if err != nil {
+		return nil, err
+	}
+	defer ov.Close()
+	overlay, err := ov.File()
+	if err != nil {
+		return nil, err
+	}
+	profile := filepath.Join(filepath.Dir(overlay), "cover.out")
+	names, _ := TestFuncs(w.learner)
+	var p *PackageResult
+	var skip []string
+	for {
+		args := []string{"-covermode=atomic", "-coverprofile=" + profile}
+		if len(skip) > 0 {
+			args = append(args, "-skip", exactNames(skip))
+		}
+		run, err := RunTests(ctx, RunOptions{
+			Dir: w.opts.Root, Packages: []string{w.pkg()}, Race: true, Count: 1, Overlay: overlay,
+			Timeout: 2 * time.Minute, Args: args,
+		})
+		if err != nil {
+			return nil, err
+		}
+		prev := p
+		p = run.Package(filepath.ToSlash(WriteDirOf(w.kit.Lab)))
+		switch {
+		case p == nil:
+			return nil, errors.New("go test reported nothing for " + w.pkg())
+		case p.BuildFailed:
+			out.BuildError = strings.TrimSpace(p.Output)
+			return &out, nil
+		}
+		if prev != nil { // keep what the tests skipped here did the first time
+			for _, t := range skip {
+				p.Tests[t] = prev.Tests[t]
+			}
+		}
+		// A panic ends the test binary: run the tests it stopped without
+		// the ones that failed, so each is judged on its own.
+		if !slices.ContainsFunc(names, func(t string) bool { return p.Test(t).Status == NotRun }) {
+			break
+		}
+		more := false
+		for _, t := range names {
+			if p.Test(t).Status == Fail && !slices.Contains(skip, t) {
+				skip, more = append(skip, t), true
+			}
+		}
+		if !more {
+			break
+		}
+	}
+	for _, name := range names {
+		r := p.Test(name)
+		t := WriteTest{Name: name, Seconds: r.Elapsed.Seconds()}
+		switch {
+		case r.Status == Fail:
+			t.Why = "fails on the correct code"
+			t.Message = Headline(r.Output)
+		case r.Status == Skip:
+			t.Why = "skipped on the correct code"
+			t.Message = Headline(r.Output)
+		case r.Status != Pass:
+			t.Why = "did not run on the correct code (an earlier test panicked or the run timed out)"
+		case r.Elapsed > w.opts.limit():
+			t.Why = fmt.Sprintf("took %.1fs on the correct code (the limit is %s): wait in testing/synctest's fake time, not in real time", r.Elapsed.Seconds(), w.opts.limit())
+		default:
+			t.Counts = true
+		}
+		out.Tests = append(out.Tests, t)
+	}
+	if p.Status == Fail && !slices.ContainsFunc(out.Tests, func(t WriteTest) bool { return !t.Counts && t.Why == "fails on the correct code" }) {
+		switch {
+		case strings.Contains(p.Output, "found unexpected goroutines"):
+			out.Problem = "your tests leave goroutines running on the correct code (goleak, in main_test.go): every mutant would look killed, so none counts until the tests wait for what they start\n" + LastLines(p.Output, 12)
+		default:
+			out.Problem = "the test binary failed outside any test on the correct code:\n" + LastLines(p.Output, 12)
+		}
+	}
+	if out.Covered, err = readCoverage(profile); err != nil {
+		return nil, err
+	}
+	if slices.ContainsFunc(out.Tests, func(t WriteTest) bool { return t.Why == "skipped on the correct code" }) {
+		return &out, nil // a skip depends on this machine (Redis): do not remember it
+	}
+	w.put(key, out)
+	return &out, nil
+}
+
+// readCoverage reads a cover profile into file base name → blocks.
+func readCoverage(profile string) (map[string][][3]int, error) {
+	f, err := os.Open(profile)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	out := map[string][][3]int{}
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		line := sc.Text()
+		if strings.HasPrefix(line, "mode:") {
+			continue
+		}
+		// path/file.go:12.5,14.2 3 1
+		file, rest, ok := strings.Cut(line, ":")
+		fields := strings.Fields(rest)
+		if !ok || len(fields) != 3 {
+			continue
+		}
+		from, to, _ := strings.Cut(fields[0], ",")
+		start, _ := strconv.Atoi(strings.Split(from, ".")[0])
+		end, _ := strconv.Atoi(strings.Split(to, ".")[0])
+		count, _ := strconv.Atoi(fields[2])
+		hit := 0
+		if count > 0 {
+			hit = 1
+		}
+		base := filepath.Base(file)
+		out[base] = append(out[base], [3]int{start, end, hit})
+	}
+	return out, sc.Err()
+}
+
+// reached reports whether the tests ran any of the code a patch changes.
+// A change outside every statement block (a declaration, a field, a
+// constant, a Lua script) is assumed reached: coverage cannot tell.
+func reached(files []FilePatch, ref map[string][]byte, covered map[string][][3]int) bool {
+	for _, f := range files {
+		if !strings.HasSuffix(f.Path, ".go") {
+			return true
+		}
+		ranges, err := f.Touched(string(ref[f.Path]))
+		if err != nil {
+			return true // the run will say the patch does not apply
+		}
+		for _, r := range ranges {
+			inBlock := false
+			for _, b := range covered[filepath.Base(f.Path)] {
+				if b[0] <= r[1] && r[0] <= b[1] {
+					inBlock = true
+					if b[2] == 1 {
+						return true
+					}
+				}
+			}
+			if !inBlock {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// mutant scores one mutant: remembered, not reached, or run.
+func (w *writeRun) mutant(ctx context.Context, m Mutant, base *baseRun, counting []string) (res WriteMutant) {
+	res = WriteMutant{Name: m.Name, HeldBack: m.HeldBack}
+	defer func() {
+		if !res.Killed && res.Problem == "" {
+			res.Nudge = m.Nudge
+		}
+	}()
+	files, err := ParsePatch(m.Patch)
+	if err != nil {
+		res.Problem = err.Error()
+		return res
+	}
+	patched := map[string][]byte{}
+	for _, f := range files {
+		if strings.HasSuffix(f.Path, "_test.go") || strings.Contains(f.Path, "/") {
+			res.Problem = "a mutant changes the reference's own files, not " + f.Path
+			return res
+		}
+		orig, ok := w.kit.Ref[f.Path]
+		if !ok {
+			res.Problem = "the patch changes " + f.Path + ", which the reference does not have"
+			return res
+		}
+		out, err := f.Apply(string(orig))
+		if err != nil {
+			res.Problem = err.Error()
+			return res
+		}
+		patched[f.Path] = []byte(out)
+	}
+	switch {
+	case base.BuildError != "":
+		res.Survived = "your tests do not build"
+		return res
+	case len(counting) == 0:
+		res.Survived = "no test counts yet"
+		return res
+	case base.Problem != "":
+		res.Survived = "nothing counts yet (see above)"
+		return res
+	case !reached(files, w.kit.Ref, base.Covered):
+		res.Survived = "no test reaches the code it changes"
+		return res
+	}
+	key := w.key("mutant", m.Patch+"\x00"+strings.Join(counting, ","))
+	var cached WriteMutant
+	if w.get(key, &cached) {
+		cached.Name, cached.HeldBack, cached.Cached = m.Name, m.HeldBack, true
+		res = cached
+		return res
+	}
+	skip := []string(nil)
+	for attempt := 0; attempt < 2; attempt++ {
+		p, err := w.runMutant(ctx, patched, counting, skip)
+		if err != nil {
+			res.Problem = err.Error()
+			return res
+		}
+		judgeWriteMutant(&res, p, counting, w.opts.limit())
+		if res.Killed || len(res.Discounted) == 0 {
+			break
+		}
+		// A panic or a timeout ends the test binary: the tests after it
+		// never ran. Run them without the ones that blew up.
+		notRun := slices.ContainsFunc(counting, func(t string) bool { return p.Test(t).Status == NotRun })
+		if !notRun {
+			break
+		}
+		for _, t := range counting {
+			if s := p.Test(t).Status; s == Fail && !slices.Contains(skip, t) {
+				skip = append(skip, t)
+			}
+		}
+	}
+	if !res.Killed && res.Survived == "" {
+		res.Survived = "your tests ran the changed code and passed"
+	}
+	w.put(key, res)
+	return res
+}
+
+func (w *writeRun) runMutant(ctx context.Context, patched map[string][]byte, counting, skip []string) (*PackageResult, error) {
+	ov, err := w.overlay(patched)
+	if err != nil {
+		return nil, err
+	}
+	defer ov.Close()
+	overlay, err := ov.File()
+	if err != nil {
+		return nil, err
+	}
+	var args []string
+	if len(skip) > 0 {
+		args = append(args, "-skip", exactNames(skip))
+	}
+	run, err := RunTests(ctx, RunOptions{
+		Dir: w.opts.Root, Packages: []string{w.pkg()}, Race: true, Count: 1, Overlay: overlay,
+		Run: exactNames(counting), Timeout: 2 * time.Minute, Args: args,
+	})
+	if err != nil {
+		return nil, err
+	}
+	p := run.Package(filepath.ToSlash(WriteDirOf(w.kit.Lab)))
+	switch {
+	case p == nil:
+		return nil, errors.New("go test reported nothing for the package")
+	case p.BuildFailed:
+		return nil, fmt.Errorf("the mutant does not compile:\n%s", Indent(p.Output, 6))
+	}
+	return p, nil
+}
+
+// exactNames is a -run pattern matching exactly these top-level tests.
+func exactNames(names []string) string {
+	quoted := make([]string, len(names))
+	for i, n := range names {
+		quoted[i] = regexp.QuoteMeta(n)
+	}
+	return "^(" + strings.Join(quoted, "|") + ")$"
+}
+
+// judgeWriteMutant reads a mutant's run. A kill is a test failing by what
+// it asserts (t.Error, t.Fatal, require, or the race detector catching a
+// race it drove) inside WriteTestLimit; a panic, the binary's timeout or a
+// slow failure is discounted. A goroutine leak goleak reports at the end
+// of the run counts too: the tests drove the code into leaking.
+func judgeWriteMutant(res *WriteMutant, p *PackageResult, counting []string, limit time.Duration) {
+	for _, name := range counting {
+		r := p.Test(name)
+		if r.Status != Fail {
+			continue
+		}
+		switch why := discount(r, limit); why {
+		case "":
+			if !slices.Contains(res.KilledBy, name) {
+				res.KilledBy = append(res.KilledBy, name)
+			}
+		default:
+			res.Discounted = append(res.Discounted, name+" "+why)
+		}
+	}
+	if len(res.KilledBy) == 0 && p.Status == Fail && strings.Contains(p.Output, "found unexpected goroutines") &&
+		!strings.Contains(p.Output, "panic: ") && !strings.Contains(p.Output, "test timed out after") {
+		res.KilledBy = append(res.KilledBy, "(goroutine leak after the tests)")
+	}
+	res.Killed = len(res.KilledBy) > 0
+	if res.Killed {
+		res.Survived = ""
+	}
+}
+
+// discount says why a failing test's failure does not count, "" if it does.
+func discount(r TestResult, limit time.Duration) string {
+	switch {
+	case strings.Contains(r.Output, "test timed out after"):
+		return "hung until the test binary timed out"
+	case panicked(r.Output):
+		return "panicked"
+	case r.Elapsed > limit:
+		return fmt.Sprintf("failed only after %.1fs (the limit is %s)", r.Elapsed.Seconds(), limit)
+	}
+	return ""
+}
+
+func panicked(out string) bool {
+	for line := range strings.Lines(out) {
+		line = strings.TrimSpace(line)
+		if strings.HasPrefix(line, "panic: ") || strings.HasSuffix(line, "[recovered]") || strings.HasPrefix(line, "fatal error: ") {
+			return true
+		}
+	}
+	return false
+}
+
+// cacheBase hashes what every verdict of this lab shares: the Go
+// environment, go.mod/go.sum, the helper packages tests import, whether
+// a real Redis is at hand, and the files laid over write/.
+func (w *writeRun) cacheBase(ctx context.Context) (string, error) {
+	if w.opts.Fresh {
+		return "", nil
+	}
+	goenv, err := goOutput(ctx, w.opts.Root, "env", "GOVERSION", "GOOS", "GOARCH", "GOFLAGS", "GOEXPERIMENT", "CGO_ENABLED")
+	if err != nil {
+		return "", err
+	}
+	h := sha256.New()
+	_, redisServer := exec.LookPath("redis-server")
+	fmt.Fprintf(h, "%s\nlimit=%s\n%s\nredis=%q,%q,%v\n", writeSchema, w.opts.limit(), goenv, os.Getenv("REDIS_URL"), os.Getenv("REDIS_INTEGRATION_REQUIRED"), redisServer == nil)
+	for _, f := range []string{"go.mod", "go.sum"} {
+		if err := hashFile(h, w.opts.Root, f); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return "", err
+		}
+	}
+	if err := hashTree(h, w.opts.Root, filepath.Join("internal", "testkit")); err != nil {
+		return "", err
+	}
+	put := func(kind string, files map[string][]byte) {
+		for _, n := range slices.Sorted(maps.Keys(files)) {
+			fmt.Fprintf(h, "%s/%s\x00%d\x00", kind, n, len(files[n]))
+			h.Write(files[n])
+		}
+	}
+	put("ref", w.kit.Ref)
+	put("helpers", w.kit.Helpers)
+	put("tests", w.learner)
+	for _, d := range slices.Sorted(maps.Keys(w.kit.Deps)) {
+		put("dep/"+d, w.kit.Deps[d])
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// hashTree hashes every file under root/rel; a missing tree hashes empty.
+func hashTree(h hash.Hash, root, rel string) error {
+	return filepath.WalkDir(filepath.Join(root, rel), func(p string, d os.DirEntry, err error) error {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil
+		}
+		if err != nil || d.IsDir() {
+			return err
+		}
+		r, _ := filepath.Rel(root, p)
+		return hashFile(h, root, r)
+	})
+}
+
+func (w *writeRun) key(kind, extra string) string {
+	if w.cacheID == "" {
+		return ""
+	}
+	sum := sha256.Sum256([]byte(w.cacheID + "\x00" + kind + "\x00" + extra))
+	return hex.EncodeToString(sum[:])
+}
+
+func (w *writeRun) get(key string, v any) bool {
+	if key == "" {
+		return false
+	}
+	b, err := os.ReadFile(filepath.Join(w.opts.Root, writeCacheDir, key+".json"))
+	return err == nil && json.Unmarshal(b, v) == nil
+}
+
+func (w *writeRun) put(key string, v any) {
+	if key == "" {
+		return
+	}
+	(&verifyCache{dir: filepath.Join(w.opts.Root, writeCacheDir)}).put(key, v)
+}

@@ -1,0 +1,232 @@
+package labkit
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// These tests run the test-writing track on the fixture lab (01-add, one
+// mutant: Sum skips the first number), with learner files written for each.
+
+func writeTrack(t *testing.T, root string, tests string, opts WriteOptions) *WriteReport {
+	t.Helper()
+	l := fixtureLab(t, root)
+	if tests != "" {
+		require.NoError(t, os.MkdirAll(filepath.Join(root, WriteDirOf(l)), 0o755))
+		write(t, root, filepath.Join(WriteDirOf(l), WriteFile), tests)
+	}
+	opts.Root, opts.Lab, opts.Fresh = root, l, true
+	rep, err := RunWrite(t.Context(), opts)
+	require.NoError(t, err)
+	return rep
+}
+
+const (
+	killsSkipsFirst = `package add
+
+import "testing"
+
+func TestSumCountsTheFirstNumber(t *testing.T) {
+	if got := Sum(5, 1); got != 6 {
+		t.Errorf("Sum(5, 1) = %d, want 6", got)
+	}
+}
+`
+	onlyAdd = `package add
+
+import "testing"
+
+func TestAdd(t *testing.T) {
+	if Add(1, 2) != 3 {
+		t.Error("Add(1, 2) != 3")
+	}
+}
+`
+)
+
+func TestWriteSelfCheckKillsEveryShippedMutant(t *testing.T) {
+	t.Parallel()
+	rep := writeTrack(t, fixture(t), "", WriteOptions{SelfCheck: true})
+	assert.Equal(t, 1, rep.Total)
+	assert.Equal(t, 1, rep.Killed, "the reference's own tests must kill the shipped mutant: %+v", rep.Mutants)
+	assert.Equal(t, "write 01: killed 1/1 mutants", rep.Line())
+	assert.Equal(t, []string{"TestSumAddsEveryNumber"}, rep.Mutants[0].KilledBy)
+}
+
+func TestWriteScoresAnEmptyFileZeroWithoutRunningAnything(t *testing.T) {
+	t.Parallel()
+	root := fixture(t)
+	rep := writeTrack(t, root, "package add\n", WriteOptions{})
+	assert.Equal(t, "write 01: killed 0/1 mutants", rep.Line())
+	assert.Contains(t, rep.Problem, "no tests yet")
+	assert.Equal(t, "no test counts yet", rep.Mutants[0].Survived)
+	assert.Equal(t, "every number counts.", rep.Mutants[0].Nudge, "a survivor is named with its lesson's first sentence, never its patch")
+}
+
+func TestWriteKillsWithAnAssertionAndSaysByWhich(t *testing.T) {
+	t.Parallel()
+	rep := writeTrack(t, fixture(t), killsSkipsFirst, WriteOptions{})
+	require.Len(t, rep.Tests, 1)
+	assert.True(t, rep.Tests[0].Counts)
+	assert.Equal(t, 1, rep.Killed)
+	assert.Equal(t, []string{"TestSumCountsTheFirstNumber"}, rep.Mutants[0].KilledBy)
+	assert.Empty(t, rep.Mutants[0].Nudge, "a killed mutant needs no nudge")
+}
+
+func TestWriteTestsThatOnlySleepOrPanicScoreZero(t *testing.T) {
+	t.Parallel()
+	rep := writeTrack(t, fixture(t), `package add
+
+import (
+	"testing"
+	"time"
+)
+
+func TestSleeps(t *testing.T) { time.Sleep(400 * time.Millisecond) }
+
+func TestPanics(t *testing.T) { panic("boom") }
+
+func TestRunsAfterThePanic(t *testing.T) { _ = Sum(1, 2) }
+`, WriteOptions{TestLimit: 200 * time.Millisecond})
+	why := map[string]string{}
+	for _, tt := range rep.Tests {
+		why[tt.Name] = tt.Why
+	}
+	assert.Contains(t, why["TestSleeps"], "fake time", "a test slower than the limit on the correct code does not count")
+	assert.Equal(t, "fails on the correct code", why["TestPanics"])
+	assert.Empty(t, why["TestRunsAfterThePanic"], "a test the panic stopped is run again without it, and counts")
+	assert.Equal(t, 0, rep.Killed, "asserting nothing kills nothing")
+	assert.Equal(t, "your tests ran the changed code and passed", rep.Mutants[0].Survived)
+}
+
+func TestWriteDoesNotCountAKillByPanic(t *testing.T) {
+	t.Parallel()
+	rep := writeTrack(t, fixture(t), `package add
+
+import "testing"
+
+func TestSumPanicsOnTheBug(t *testing.T) {
+	if Sum(5, 1) != 6 {
+		panic("wrong sum")
+	}
+}
+`, WriteOptions{})
+	assert.Equal(t, 0, rep.Killed)
+	require.Len(t, rep.Mutants[0].Discounted, 1)
+	assert.Equal(t, "TestSumPanicsOnTheBug panicked", rep.Mutants[0].Discounted[0])
+}
+
+func TestWriteDoesNotCountAKillAfterTheTimeLimit(t *testing.T) {
+	t.Parallel()
+	rep := writeTrack(t, fixture(t), `package add
+
+import (
+	"testing"
+	"time"
+)
+
+func TestSumSlowlyOnTheBug(t *testing.T) {
+	if Sum(5, 1) != 6 {
+		time.Sleep(400 * time.Millisecond)
+		t.Error("wrong sum, found slowly")
+	}
+}
+`, WriteOptions{TestLimit: 200 * time.Millisecond})
+	assert.Equal(t, 0, rep.Killed)
+	require.Len(t, rep.Mutants[0].Discounted, 1)
+	assert.Contains(t, rep.Mutants[0].Discounted[0], "failed only after")
+}
+
+func TestWriteATestFailingOnTheReferenceCountsForNothingButTheOthersDo(t *testing.T) {
+	t.Parallel()
+	rep := writeTrack(t, fixture(t), killsSkipsFirst+`
+func TestWrongAboutTheReference(t *testing.T) {
+	if Add(1, 1) != 3 {
+		t.Error("expected 3")
+	}
+}
+`, WriteOptions{})
+	require.Len(t, rep.Tests, 2)
+	assert.True(t, rep.Tests[0].Counts)
+	assert.False(t, rep.Tests[1].Counts)
+	assert.Equal(t, "fails on the correct code", rep.Tests[1].Why)
+	assert.Equal(t, []string{"TestSumCountsTheFirstNumber"}, rep.Mutants[0].KilledBy, "the wrong test is not run on the mutants")
+}
+
+func TestWriteSkipsAMutantNoTestReaches(t *testing.T) {
+	t.Parallel()
+	rep := writeTrack(t, fixture(t), onlyAdd, WriteOptions{})
+	assert.Equal(t, "no test reaches the code it changes", rep.Mutants[0].Survived)
+}
+
+func TestWriteIgnoresEditsToTheReferenceCopies(t *testing.T) {
+	t.Parallel()
+	root := fixture(t)
+	l := fixtureLab(t, root)
+	// A first run lays the reference next to the learner's file.
+	writeTrack(t, root, killsSkipsFirst, WriteOptions{})
+	copyPath := filepath.Join(root, WriteDirOf(l), "add.go")
+	data, err := os.ReadFile(copyPath)
+	require.NoError(t, err, "the reference is left on disk to read")
+	// Make the copy skip the first number too: the test now fails on "the
+	// reference", and would kill nothing if the copy counted.
+	require.NoError(t, os.WriteFile(copyPath, []byte(strings.Replace(string(data), "range xs {", "range xs[1:] {", 1)), 0o644))
+	write(t, root, filepath.Join(WriteDirOf(l), "extra.go"), "package add\n\nfunc Extra() {}\n")
+	rep := writeTrack(t, root, "", WriteOptions{})
+	require.Len(t, rep.Tests, 1)
+	assert.True(t, rep.Tests[0].Counts, "the pristine reference is what the tests run on")
+	assert.Equal(t, 1, rep.Killed)
+}
+
+func TestWriteScoresAHeldBackBankApart(t *testing.T) {
+	t.Parallel()
+	root := fixture(t)
+	bank := t.TempDir()
+	require.NoError(t, os.MkdirAll(filepath.Join(bank, "01-add"), 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(bank, "01-add", "add-subtracts.patch"), []byte(`# Lesson: Add adds. It subtracts instead.
+
+--- a/add.go
++++ b/add.go
+@@ -4,4 +4,4 @@
+ package add
+ 
+ // Add returns a+b.
+-func Add(a, b int) int { return a + b }
++func Add(a, b int) int { return a - b }
+`), 0o644))
+	rep := writeTrack(t, root, onlyAdd, WriteOptions{MutantsDir: bank})
+	assert.Equal(t, 2, rep.Total)
+	assert.Equal(t, 1, rep.HeldBackTotal)
+	assert.Equal(t, 1, rep.HeldBackKilled, "TestAdd kills the held-back bug")
+	k, n := rep.Shipped()
+	assert.Equal(t, [2]int{0, 1}, [2]int{k, n}, "and not the shipped one")
+}
+
+func TestWriteKitArchiveRoundTripsWithoutTheReferenceTests(t *testing.T) {
+	t.Parallel()
+	root := fixture(t)
+	c, err := LoadCatalog(root)
+	require.NoError(t, err)
+	k, err := LoadWriteKit(root, c, c.BuiltLabs()[0])
+	require.NoError(t, err)
+	require.NotEmpty(t, k.RefTests)
+	var buf strings.Builder
+	require.NoError(t, WriteWriteKitArchive(&buf, []*WriteKit{k}))
+	got, err := ReadWriteKitArchive(strings.NewReader(buf.String()))
+	require.NoError(t, err)
+	back, err := kitFromEntries(k.Lab, got["01-add"])
+	require.NoError(t, err)
+	assert.Equal(t, k.Ref, back.Ref)
+	assert.Empty(t, back.RefTests, "a template's kit never holds the reference's tests")
+	require.Len(t, back.Mutants, 1)
+	assert.Equal(t, k.Mutants[0], back.Mutants[0])
+	for _, bad := range []string{"01-add/ref/x_test.go", "01-add/../x", "01-add/mutants/x.go", "01-add/tests/x_test.go", "x"} {
+		assert.Error(t, checkKitName(bad), bad)
+	}
+}

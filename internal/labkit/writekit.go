@@ -1,0 +1,520 @@
+package labkit
+
+import (
+	"archive/tar"
+	"bytes"
+	"compress/gzip"
+	"errors"
+	"fmt"
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"io"
+	"maps"
+	"os"
+	"path"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+)
+
+// The test-writing track ("write"): for each lab the learner gets the
+// correct reference implementation and writes the tests; the score is how
+// many of the lab's mutants those tests kill.
+//
+// The learner's file is write/NN-topic/write_test.go, the only file of the
+// track that git tracks there. The reference, and the helper test files the
+// learner may use, are laid over that directory at every run from a
+// pristine copy (solutions/ upstream, WriteKitArchive in a template), so
+// editing the copies labctl leaves on disk for reading changes nothing.
+const (
+	WriteDir        = "write"
+	WriteFile       = "write_test.go"
+	WriteKitArchive = "write/kit.tar.gz"
+)
+
+// ErrNoWriteKit means neither solutions/NN-topic nor the kit archive holds
+// a lab's reference.
+var ErrNoWriteKit = errors.New("no reference for the test-writing track")
+
+// maxKitBytes bounds what reading the kit archive may inflate to.
+const maxKitBytes = 32 << 20
+
+// WriteKit is what the test-writing track of one lab is made of.
+type WriteKit struct {
+	Lab Lab
+	// Ref is the reference's package: file name → content, as in
+	// solutions/ (imports of other solutions not yet rewritten).
+	Ref map[string][]byte
+	// Helpers are test files that declare no tests (TestMain, fakes,
+	// constructors): given to the learner, restored at every run.
+	Helpers map[string][]byte
+	// RefTests are the reference's own tests (upstream only; a template
+	// has none): what --self-check runs.
+	RefTests map[string][]byte
+	Mutants  []Mutant
+	// Deps are the other labs whose references this one imports, with
+	// their own files: lab directory → file name → content.
+	Deps map[string]map[string][]byte
+}
+
+// Mutant is one classic bug: a patch to the reference.
+type Mutant struct {
+	Name     string
+	Patch    string
+	Nudge    string // the behaviour it breaks: the first sentence of its lesson
+	HeldBack bool   // from an instructor's bank, not shipped
+}
+
+// WriteDirOf is the lab's directory in the track, relative to the root.
+func WriteDirOf(l Lab) string { return filepath.Join(WriteDir, l.Dir) }
+
+// LoadWriteKit reads a lab's track: from solutions/ where it exists, else
+// from the template's kit archive.
+func LoadWriteKit(root string, c *Catalog, l Lab) (*WriteKit, error) {
+	src, err := openKitSource(root)
+	if err != nil {
+		return nil, err
+	}
+	k, err := src.kit(l)
+	if err != nil {
+		return nil, err
+	}
+	// The references this one imports, and theirs.
+	k.Deps = map[string]map[string][]byte{}
+	queue := []map[string][]byte{k.Ref}
+	for len(queue) > 0 {
+		files := queue[0]
+		queue = queue[1:]
+		for _, dir := range solutionImports(files) {
+			if _, seen := k.Deps[dir]; seen || dir == l.Dir {
+				continue
+			}
+			dl, err := c.Find(dir)
+			if err != nil {
+				return nil, fmt.Errorf("lab %s's reference imports solutions/%s, which is not a lab", l.Number, dir)
+			}
+			dk, err := src.kit(dl)
+			if err != nil {
+				return nil, err
+			}
+			k.Deps[dir] = dk.Ref
+			queue = append(queue, dk.Ref)
+		}
+	}
+	return k, nil
+}
+
+// kitSource is where kits come from: a solutions tree or an archive.
+type kitSource struct {
+	root    string
+	archive map[string]map[string][]byte // template: lab dir → kit path → content
+}
+
+func openKitSource(root string) (kitSource, error) {
+	if isDir(filepath.Join(root, "solutions")) {
+		return kitSource{root: root}, nil
+	}
+	data, err := os.ReadFile(filepath.Join(root, WriteKitArchive))
+	if errors.Is(err, os.ErrNotExist) {
+		return kitSource{}, fmt.Errorf("%w: neither solutions/ nor %s exists", ErrNoWriteKit, WriteKitArchive)
+	}
+	if err != nil {
+		return kitSource{}, err
+	}
+	all, err := ReadWriteKitArchive(bytes.NewReader(data))
+	if err != nil {
+		return kitSource{}, fmt.Errorf("read %s: %w", WriteKitArchive, err)
+	}
+	return kitSource{root: root, archive: all}, nil
+}
+
+func (s kitSource) kit(l Lab) (*WriteKit, error) {
+	if s.archive != nil {
+		files, ok := s.archive[l.Dir]
+		if !ok {
+			return nil, fmt.Errorf("%w for lab %s in %s", ErrNoWriteKit, l.Number, WriteKitArchive)
+		}
+		return kitFromEntries(l, files)
+	}
+	return kitFromSolution(s.root, l)
+}
+
+// kitFromSolution reads solutions/NN-topic: its top-level files (tests
+// sorted into the reference's tests and the helpers, benchmarks left out)
+// and testdata/mutants/*.patch.
+func kitFromSolution(root string, l Lab) (*WriteKit, error) {
+	dir := filepath.Join(root, l.SolutionDir())
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, fmt.Errorf("%w for lab %s: %v", ErrNoWriteKit, l.Number, err)
+	}
+	k := &WriteKit{Lab: l, Ref: map[string][]byte{}, Helpers: map[string][]byte{}, RefTests: map[string][]byte{}}
+	for _, e := range entries {
+		if !e.Type().IsRegular() || strings.HasPrefix(e.Name(), ".") {
+			continue
+		}
+		data, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		if err != nil {
+			return nil, err
+		}
+		if err := k.add(e.Name(), data); err != nil {
+			return nil, err
+		}
+	}
+	patches, _ := filepath.Glob(filepath.Join(dir, "testdata", "mutants", "*.patch"))
+	for _, p := range patches {
+		data, err := os.ReadFile(p)
+		if err != nil {
+			return nil, err
+		}
+		k.Mutants = append(k.Mutants, NewMutant(strings.TrimSuffix(filepath.Base(p), ".patch"), string(data), false))
+	}
+	return k, nil
+}
+
+// add sorts one top-level file of a solution into the kit.
+func (k *WriteKit) add(name string, data []byte) error {
+	if !strings.HasSuffix(name, "_test.go") {
+		k.Ref[name] = data
+		return nil
+	}
+	kind, err := testFileKind(name, data)
+	if err != nil {
+		return err
+	}
+	switch kind {
+	case "tests":
+		k.RefTests[name] = data
+	case "helpers":
+		k.Helpers[name] = data
+	}
+	return nil
+}
+
+// testFileKind says what a test file is to the track: "tests" (it declares
+// a TestX), "bench" (benchmarks, which lean on the tests' helpers) or
+// "helpers" (everything else: TestMain, fakes, constructors).
+func testFileKind(name string, data []byte) (string, error) {
+	tests, err := TestFuncs(map[string][]byte{name: data})
+	if err != nil {
+		return "", err
+	}
+	f, err := parser.ParseFile(token.NewFileSet(), name, data, parser.SkipObjectResolution)
+	if err != nil {
+		return "", fmt.Errorf("parse %s: %w", name, err)
+	}
+	switch {
+	case len(tests) > 0:
+		return "tests", nil
+	case slices.ContainsFunc(f.Decls, isBenchmark):
+		return "bench", nil
+	}
+	return "helpers", nil
+}
+
+func isBenchmark(d ast.Decl) bool {
+	fn, ok := d.(*ast.FuncDecl)
+	return ok && fn.Recv == nil && strings.HasPrefix(fn.Name.Name, "Benchmark")
+}
+
+// NewMutant reads a mutant patch's name, text and nudge.
+func NewMutant(name, patch string, heldBack bool) Mutant {
+	return Mutant{Name: name, Patch: patch, Nudge: mutantNudge(patch), HeldBack: heldBack}
+}
+
+// mutantNudge is the first sentence of a patch's "# Lesson:" comment: the
+// behaviour the bug breaks, in words that do not give the patch away.
+func mutantNudge(patch string) string {
+	var text []string
+	in := false
+	for line := range strings.Lines(patch) {
+		line = strings.TrimSpace(line)
+		if rest, ok := strings.CutPrefix(line, "# Lesson:"); ok {
+			in = true
+			line = "#" + rest
+		}
+		if !in {
+			continue
+		}
+		if !strings.HasPrefix(line, "#") || strings.HasPrefix(line, "# Must be killed by:") {
+			break
+		}
+		text = append(text, strings.TrimSpace(strings.TrimPrefix(line, "#")))
+	}
+	s := strings.Join(text, " ")
+	if i := sentenceEnd(s); i > 0 {
+		s = s[:i]
+	}
+	return s
+}
+
+// sentenceEnd is the index just past the first ". " (or final "."), 0 if none.
+func sentenceEnd(s string) int {
+	for i := 0; i < len(s); i++ {
+		if s[i] == '.' && (i+1 == len(s) || s[i+1] == ' ') {
+			return i + 1
+		}
+	}
+	return 0
+}
+
+// solutionImportRe matches an import of a lab's reference, whatever the
+// module is called: a fork may have renamed it.
+var solutionImportRe = regexp.MustCompile(`"(?P<mod>[^"]*)/solutions/([0-9][0-9]-[^"/]+)"`)
+
+// solutionImports lists the lab directories the Go files import from solutions/.
+func solutionImports(files map[string][]byte) []string {
+	var dirs []string
+	for _, name := range slices.Sorted(maps.Keys(files)) {
+		if !strings.HasSuffix(name, ".go") {
+			continue
+		}
+		for _, m := range solutionImportRe.FindAllSubmatch(files[name], -1) {
+			if d := string(m[2]); !slices.Contains(dirs, d) {
+				dirs = append(dirs, d)
+			}
+		}
+	}
+	return dirs
+}
+
+// rewriteImports points a reference's imports of solutions/NN-topic at
+// write/NN-topic, where the track lays those references.
+func rewriteImports(name string, data []byte) []byte {
+	if !strings.HasSuffix(name, ".go") {
+		return data
+	}
+	return solutionImportRe.ReplaceAll(data, []byte(`"${mod}/`+WriteDir+`/$2"`))
+}
+
+// The kit archive of a template: NN-topic/ref/NAME, NN-topic/helpers/NAME,
+// NN-topic/mutants/NAME.patch. Entries sorted, no times or owners, so the
+// same kit gives the same bytes.
+
+// WriteWriteKitArchive packs kits (reference, helpers, shipped mutants; never
+// the reference's tests) as a gzipped tar.
+func WriteWriteKitArchive(w io.Writer, kits []*WriteKit) error {
+	zw, err := gzip.NewWriterLevel(w, gzip.BestCompression)
+	if err != nil {
+		return err
+	}
+	tw := tar.NewWriter(zw)
+	put := func(name string, content []byte) error {
+		if err := checkKitName(name); err != nil {
+			return err
+		}
+		hdr := &tar.Header{Typeflag: tar.TypeReg, Name: name, Mode: 0o644, Size: int64(len(content)), Format: tar.FormatUSTAR}
+		if err := tw.WriteHeader(hdr); err != nil {
+			return err
+		}
+		_, err := tw.Write(content)
+		return err
+	}
+	slices.SortFunc(kits, func(a, b *WriteKit) int { return strings.Compare(a.Lab.Dir, b.Lab.Dir) })
+	for _, k := range kits {
+		for _, part := range []struct {
+			kind  string
+			files map[string][]byte
+		}{{"ref", k.Ref}, {"helpers", k.Helpers}} {
+			for _, name := range slices.Sorted(maps.Keys(part.files)) {
+				if err := put(k.Lab.Dir+"/"+part.kind+"/"+name, part.files[name]); err != nil {
+					return err
+				}
+			}
+		}
+		for _, m := range k.Mutants {
+			if m.HeldBack {
+				continue
+			}
+			if err := put(k.Lab.Dir+"/mutants/"+m.Name+".patch", []byte(m.Patch)); err != nil {
+				return err
+			}
+		}
+	}
+	if err := tw.Close(); err != nil {
+		return err
+	}
+	return zw.Close()
+}
+
+// ReadWriteKitArchive reads what WriteWriteKitArchive wrote: lab directory →
+// "ref/NAME" | "helpers/NAME" | "mutants/NAME.patch" → content.
+func ReadWriteKitArchive(r io.Reader) (map[string]map[string][]byte, error) {
+	zr, err := gzip.NewReader(r)
+	if err != nil {
+		return nil, err
+	}
+	defer zr.Close()
+	tr := tar.NewReader(io.LimitReader(zr, maxKitBytes))
+	out := map[string]map[string][]byte{}
+	for {
+		hdr, err := tr.Next()
+		if err == io.EOF {
+			return out, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		if hdr.Typeflag != tar.TypeReg {
+			return nil, fmt.Errorf("entry %q is not a regular file", hdr.Name)
+		}
+		if err := checkKitName(hdr.Name); err != nil {
+			return nil, err
+		}
+		content, err := io.ReadAll(tr)
+		if err != nil {
+			return nil, err
+		}
+		dir, rest, _ := strings.Cut(hdr.Name, "/")
+		if out[dir] == nil {
+			out[dir] = map[string][]byte{}
+		}
+		if _, dup := out[dir][rest]; dup {
+			return nil, fmt.Errorf("entry %q appears twice", hdr.Name)
+		}
+		out[dir][rest] = content
+	}
+}
+
+// checkKitName accepts exactly "lab-dir/(ref|helpers|mutants)/name".
+func checkKitName(p string) error {
+	parts := strings.Split(p, "/")
+	ok := len(parts) == 3 && parts[0] != "" && parts[0] != "." && parts[0] != ".." &&
+		(parts[1] == "ref" || parts[1] == "helpers" || parts[1] == "mutants") &&
+		parts[2] != "" && parts[2] != "." && parts[2] != ".." && !strings.Contains(parts[2], `\`) && path.Clean(p) == p
+	if ok && parts[1] == "mutants" {
+		ok = strings.HasSuffix(parts[2], ".patch")
+	}
+	if ok && parts[1] == "helpers" {
+		ok = strings.HasSuffix(parts[2], "_test.go")
+	}
+	if ok && parts[1] == "ref" {
+		ok = !strings.HasSuffix(parts[2], "_test.go")
+	}
+	if !ok {
+		return fmt.Errorf("entry %q is not lab-directory/{ref,helpers,mutants}/name", p)
+	}
+	return nil
+}
+
+func kitFromEntries(l Lab, files map[string][]byte) (*WriteKit, error) {
+	k := &WriteKit{Lab: l, Ref: map[string][]byte{}, Helpers: map[string][]byte{}}
+	for _, rel := range slices.Sorted(maps.Keys(files)) {
+		kind, name, _ := strings.Cut(rel, "/")
+		switch kind {
+		case "ref":
+			k.Ref[name] = files[rel]
+		case "helpers":
+			k.Helpers[name] = files[rel]
+		case "mutants":
+			k.Mutants = append(k.Mutants, NewMutant(strings.TrimSuffix(name, ".patch"), string(files[rel]), false))
+		}
+	}
+	if len(k.Ref) == 0 {
+		return nil, fmt.Errorf("%w for lab %s in %s", ErrNoWriteKit, l.Number, WriteKitArchive)
+	}
+	return k, nil
+}
+
+// HeldBackMutants reads an instructor's bank: dir/NN-topic/*.patch.
+func HeldBackMutants(dir string, l Lab) ([]Mutant, error) {
+	if dir == "" {
+		return nil, nil
+	}
+	if !isDir(dir) {
+		return nil, fmt.Errorf("%w: held-back mutants: %s is not a directory", ErrBadOption, dir)
+	}
+	patches, err := filepath.Glob(filepath.Join(dir, l.Dir, "*.patch"))
+	if err != nil {
+		return nil, err
+	}
+	var out []Mutant
+	for _, p := range patches {
+		data, err := os.ReadFile(p)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, NewMutant(strings.TrimSuffix(filepath.Base(p), ".patch"), string(data), true))
+	}
+	return out, nil
+}
+
+// WriteStarter is the file a learner starts the track from.
+func WriteStarter(l Lab, pkg string) []byte {
+	return fmt.Appendf(nil, `package %s
+
+// The test-writing track of lab %s. This directory holds the correct
+// reference (labctl lays it here; editing those copies changes nothing) and
+// the helpers you may use; this file is yours. Write tests that pass on the
+// reference and fail on its classic bugs:
+//
+//	make write-%s      runs them on the reference, then on every mutant
+//
+// What a good suite pins: the "Write the test" section of
+// labs/%s/README.md. Tests run under -race; wait in
+// testing/synctest's fake time, never in real time.
+`, pkg, l.Number, l.Number, l.Dir)
+}
+
+// PackageName is the package clause of the first Go file in files.
+func PackageName(files map[string][]byte) (string, error) {
+	for _, name := range slices.Sorted(maps.Keys(files)) {
+		if !strings.HasSuffix(name, ".go") {
+			continue
+		}
+		f, err := parser.ParseFile(token.NewFileSet(), name, files[name], parser.PackageClauseOnly)
+		if err != nil {
+			return "", err
+		}
+		return f.Name.Name, nil
+	}
+	return "", errors.New("no Go files")
+}
+
+// Materialize writes the track's read-only copies into write/: the lab's
+// reference and helpers, the references it imports, and, if the learner
+// has none yet, the starter file. Copies already up to date are left
+// alone; the learner's own files are never touched.
+func (k *WriteKit) Materialize(root string) (created bool, err error) {
+	put := func(dir string, files map[string][]byte, rewrite bool) error {
+		abs := filepath.Join(root, WriteDir, dir)
+		if err := os.MkdirAll(abs, 0o755); err != nil {
+			return err
+		}
+		for name, data := range files {
+			if rewrite {
+				data = rewriteImports(name, data)
+			}
+			p := filepath.Join(abs, name)
+			if old, err := os.ReadFile(p); err == nil && bytes.Equal(old, data) {
+				continue
+			}
+			if err := os.WriteFile(p, data, 0o644); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	if err := put(k.Lab.Dir, k.Ref, true); err != nil {
+		return false, err
+	}
+	if err := put(k.Lab.Dir, k.Helpers, false); err != nil {
+		return false, err
+	}
+	for dir, files := range k.Deps {
+		if err := put(dir, files, true); err != nil {
+			return false, err
+		}
+	}
+	starter := filepath.Join(root, WriteDirOf(k.Lab), WriteFile)
+	if _, err := os.Stat(starter); errors.Is(err, os.ErrNotExist) {
+		pkg, err := PackageName(k.Ref)
+		if err != nil {
+			return false, err
+		}
+		return true, os.WriteFile(starter, WriteStarter(k.Lab, pkg), 0o644)
+	}
+	return false, nil
+}

@@ -1,0 +1,12 @@
+package admission
+
+// The test-writing track of lab 02. This directory holds the correct
+// reference (labctl lays it here; editing those copies changes nothing) and
+// the helpers you may use; this file is yours. Write tests that pass on the
+// reference and fail on its classic bugs:
+//
+//	make write-02      runs them on the reference, then on every mutant
+//
+// What a good suite pins: the "Write the test" section of
+// labs/02-admission/README.md. Tests run under -race; wait in
+// testing/synctest's fake time, never in real time.
