@@ -13,9 +13,9 @@ import (
 )
 
 // TestIntegrationAtomicAcrossTwoClients is the test this lab exists for,
-// and it needs a real Redis: miniredis runs scripts one at a time in a
-// single goroutine and serialises every command, so a read-then-write race
-// can never show there. Two limiters on two separate clients (two replicas)
+// and it needs a real Redis: miniredis is a reimplementation with its own
+// Lua engine, so only the server you deploy proves the script atomic (a
+// client-side read-then-write races on miniredis too). Two limiters on two separate clients (two replicas)
 // fire 2×burst concurrent requests at one bucket that cannot refill in time;
 // exactly burst may pass. 50 rounds give a race room to show.
 //
