@@ -4,6 +4,7 @@ import (
 	"archive/tar"
 	"bytes"
 	"compress/gzip"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -197,7 +198,15 @@ func TestExportWritesATemplateWithoutSolutions(t *testing.T) {
 		"labs/01-add/testdata/input.txt",
 		"labs/catalog.json",
 		PristineArchive,
-	}, files, "a template holds the labs, docs, labctl, the helpers and the pristine tests — no solutions, mutants, scripts or tool tests")
+		"write/01-add/write_test.go",
+		WriteKitArchive,
+	}, files, "a template holds the labs, docs, labctl, the helpers, the pristine tests and the test-writing track (a starter file, the packed kit) — no solutions, mutants, scripts or tool tests")
+	kit, err := os.ReadFile(filepath.Join(dst, WriteKitArchive))
+	require.NoError(t, err)
+	entries, err := ReadWriteKitArchive(bytes.NewReader(kit))
+	require.NoError(t, err)
+	assert.Equal(t, []string{"mutants/skips-first.patch", "ref/add.go"}, slices.Sorted(maps.Keys(entries["01-add"])),
+		"the kit holds the reference and the shipped mutants, never the reference's tests")
 
 	readme, err := os.ReadFile(filepath.Join(dst, "README.md"))
 	require.NoError(t, err)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"io/fs"
@@ -39,7 +40,7 @@ type ExportReport struct {
 // the course repository. deploy/ goes along because the docs link to its
 // manifests as examples to read.
 var (
-	exportDirs  = []string{"labs/", "docs/", "checklist/", "cmd/labctl/", "internal/", "deploy/"}
+	exportDirs  = []string{"labs/", "write/", "docs/", "checklist/", "cmd/labctl/", "internal/", "deploy/"}
 	exportFiles = []string{"Makefile", "go.mod", "go.sum", "README.md", ".gitignore", "LICENSE", ".github/workflows/grade.yml"}
 	// toolDirs lose their own tests and testdata in the template: those
 	// test labctl and the helpers, which a learner does not maintain.
@@ -73,6 +74,10 @@ func Export(ctx context.Context, opts ExportOptions) (*ExportReport, error) {
 		return nil, err
 	}
 	if err := exportArchive(dir, pristine); err != nil {
+		return nil, err
+	}
+	rep.Files++
+	if err := exportWriteKit(root, dir); err != nil {
 		return nil, err
 	}
 	rep.Files++
@@ -192,6 +197,40 @@ func exportArchive(dir string, pristine map[string]map[string][]byte) error {
 	return writeFile(dir, PristineArchive, archive.Bytes(), 0o644)
 }
 
+// exportWriteKit packs the test-writing track of every built lab (the
+// reference, its helpers, the shipped mutants; never the reference's tests)
+// into the template's WriteKitArchive, and writes each lab's starter file
+// where the course has none.
+func exportWriteKit(root, dir string) error {
+	c, err := LoadCatalog(root)
+	if err != nil {
+		return err
+	}
+	var kits []*WriteKit
+	for _, l := range c.BuiltLabs() {
+		k, err := LoadWriteKit(root, c, l)
+		if err != nil {
+			return err
+		}
+		kits = append(kits, k)
+		starter := filepath.Join(dir, WriteDirOf(l), WriteFile)
+		if _, err := os.Stat(starter); errors.Is(err, os.ErrNotExist) {
+			pkg, err := PackageName(k.Ref)
+			if err != nil {
+				return err
+			}
+			if err := writeFile(dir, filepath.ToSlash(filepath.Join(WriteDirOf(l), WriteFile)), WriteStarter(l, pkg), 0o644); err != nil {
+				return err
+			}
+		}
+	}
+	var archive bytes.Buffer
+	if err := WriteWriteKitArchive(&archive, kits); err != nil {
+		return err
+	}
+	return writeFile(dir, WriteKitArchive, archive.Bytes(), 0o644)
+}
+
 // exportPaths resolves the root and the destination, which must be empty
 // and outside the repository (a template inside it would be copied into
 // the next export, and its go.mod would split the module).
@@ -224,8 +263,11 @@ func exportPaths(opts ExportOptions) (root, dir string, err error) {
 // the template as it is.
 func exported(rel string) bool {
 	segs := strings.Split(rel, "/")
-	if slices.Contains(segs, "solutions") || slices.Contains(segs, "mutants") || rel == PristineArchive || rel == AutogradingFile {
+	if slices.Contains(segs, "solutions") || slices.Contains(segs, "mutants") || rel == PristineArchive || rel == AutogradingFile || rel == WriteKitArchive {
 		return false
+	}
+	if segs[0] == WriteDir { // the learner's files only: labctl lays the rest
+		return len(segs) == 2 && segs[1] == "README.md" || len(segs) == 3 && segs[2] == WriteFile
 	}
 	if slices.Contains(exportFiles, rel) {
 		return true
