@@ -79,8 +79,8 @@ run-secure: ## secure_app on :8080, metrics on :9464, a Redis of its own if REDI
 write-check: $(LABCTL) ## maintainers: each lab's own tests through the test-writing harness must kill every mutant
 	@set -eo pipefail; for n in $(patsubst lab-%,%,$(LABS)); do $(LABCTL) write $$n --self-check | tail -1; done
 
-grade: $(LABCTL) ## grade every lab with pristine tests (TESTS=dir adds held-back ones); reports in grade-report/
-	@$(LABCTL) grade $(if $(TESTS),--tests $(TESTS)) $(if $(REF),--pristine-ref $(REF))
+grade: $(LABCTL) ## grade both tracks: pristine tests (TESTS=dir adds held-back ones), mutants killed (MUTANTS=dir adds a held-back bank); reports in grade-report/
+	@$(LABCTL) grade $(if $(TESTS),--tests $(TESTS)) $(if $(MUTANTS),--mutants $(MUTANTS)) $(if $(REF),--pristine-ref $(REF))
 
 # ---- maintainers ----------------------------------------------------------
 

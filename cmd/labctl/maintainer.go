@@ -131,6 +131,8 @@ func cmdGrade(ctx context.Context, e *env, args []string) error {
 	tests := fs.String("tests", "", "`dir` of held-back tests: DIR/NN-topic/*_test.go are added to lab NN")
 	ref := fs.String("pristine-ref", "", "git `revision` whose solutions/ tests are the pristine ones (default: this checkout's solutions/)")
 	noRace := fs.Bool("no-race", false, "grade without the race detector")
+	mutants := fs.String("mutants", "", "`dir` of held-back mutants for the test-writing track: DIR/NN-topic/*.patch")
+	noWrite := fs.Bool("no-write", false, "leave the test-writing track (write/NN-topic) out of the grade")
 	pos, err := parse(fs, args)
 	if err != nil {
 		return err
@@ -143,7 +145,8 @@ func cmdGrade(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	g, err := labkit.RunGrade(ctx, labkit.GradeOptions{Root: e.root, Labs: labs, TestsDir: *tests, PristineRef: *ref, NoRace: *noRace, Log: e.stderr})
+	g, err := labkit.RunGrade(ctx, labkit.GradeOptions{Root: e.root, Labs: labs, TestsDir: *tests, PristineRef: *ref, NoRace: *noRace, Log: e.stderr,
+		MutantsDir: *mutants, SkipWrite: *noWrite})
 	if err != nil {
 		return err
 	}
@@ -155,10 +158,14 @@ func cmdGrade(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	t := table(e.stdout)
-	fmt.Fprintln(t, "lab\ttitle\tpassed\tnote")
+	fmt.Fprintln(t, "lab\ttitle\tpassed\ttests track\tnote")
 	var notes []string
 	for _, l := range g.Labs {
-		fmt.Fprintf(t, "%s\t%s\t%d/%d", l.Number, l.Title, l.Passed, l.Total)
+		track := "-"
+		if l.Write != nil {
+			track = l.Write.Line()
+		}
+		fmt.Fprintf(t, "%s\t%s\t%d/%d\t%s", l.Number, l.Title, l.Passed, l.Total, track)
 		if l.Edited {
 			fmt.Fprint(t, "\tedited tests restored")
 		}
@@ -185,6 +192,9 @@ func cmdGrade(ctx context.Context, e *env, args []string) error {
 	if len(items) > 0 {
 		fmt.Fprintln(e.stdout, "\nproduction promises your code keeps (checklist/PRODUCTION_READINESS.md):")
 		fmt.Fprintln(e.stdout, strings.Join(items, "\n"))
+	}
+	if g.MutantsTotal > 0 {
+		fmt.Fprintf(e.stdout, "\ntest-writing track: %d/%d mutants killed by your tests in write/\n", g.MutantsKilled, g.MutantsTotal)
 	}
 	fmt.Fprintf(e.stdout, "\ngrade: %d/%d tests (%.0f%%); reports in %s/{grade.json,junit.xml,grade.md}\n", g.Passed, g.Total, 100*g.Score(), *out)
 	return nil

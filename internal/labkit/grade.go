@@ -30,6 +30,11 @@ type GradeOptions struct {
 	PristineRef string
 	NoRace      bool
 	Log         io.Writer
+	// MutantsDir is an instructor's held-back mutant bank for the
+	// test-writing track: MutantsDir/NN-topic/*.patch.
+	MutantsDir string
+	// SkipWrite leaves the test-writing track out of the grade.
+	SkipWrite bool
 }
 
 // GradedTest is one test's entry in a grade report.
@@ -63,6 +68,9 @@ type GradedLab struct {
 	// (.labctl/hints.json); nil when the lab has none to open. What that
 	// is worth is the instructor's call.
 	Hints *HintUse `json:"hints,omitempty"`
+	// Write is the test-writing track: the mutants the learner's tests in
+	// write/NN-topic kill; nil when it was not graded.
+	Write *WriteGrade `json:"tests_track,omitempty"`
 }
 
 // HintUse is how many near-solutions a lab offers and how many were opened.
@@ -103,6 +111,9 @@ type Grade struct {
 	Passed    int         `json:"passed"`
 	Total     int         `json:"total"`
 	Labs      []GradedLab `json:"labs"`
+	// The test-writing track across the labs: mutants killed and offered.
+	MutantsKilled int `json:"mutants_killed"`
+	MutantsTotal  int `json:"mutants_total"`
 }
 
 // Score is the fraction of tests passed, 0 when there are none.
@@ -132,6 +143,10 @@ func RunGrade(ctx context.Context, opts GradeOptions) (*Grade, error) {
 		return nil, fmt.Errorf("%w: --tests %s is not a directory", ErrBadOption, opts.TestsDir)
 	}
 	labs, err := labsOrBuilt(opts.Root, opts.Labs)
+	if err != nil {
+		return nil, err
+	}
+	c, err := LoadCatalog(opts.Root)
 	if err != nil {
 		return nil, err
 	}
@@ -179,6 +194,13 @@ func RunGrade(ctx context.Context, opts GradeOptions) (*Grade, error) {
 		}
 		if cl != nil {
 			gl.Checklist = ScoreLabChecklist(cl, pl.lab.Dir, func(test string) bool { return gl.Build == "" && p.Test(test).Status == Pass })
+		}
+		if !opts.SkipWrite {
+			if gl.Write, err = gradeWrite(ctx, opts, c, cl, pl.lab); err != nil {
+				return nil, fmt.Errorf("lab %s, test-writing track: %w", pl.lab.Number, err)
+			}
+			g.MutantsKilled += gl.Write.Killed
+			g.MutantsTotal += gl.Write.Total
 		}
 		g.Labs = append(g.Labs, gl)
 		g.Passed += gl.Passed
@@ -371,6 +393,24 @@ func (g *Grade) JUnit() ([]byte, error) {
 		}
 		s.Failures += suite.Failures
 		s.Suites = append(s.Suites, suite)
+		if l.Write == nil {
+			continue
+		}
+		ws := junitSuite{Name: "write " + l.Number + " " + l.Dir, Tests: l.Write.Total}
+		for _, m := range l.Write.Mutants {
+			c := junitCase{Name: m.Name, Classname: "write/" + l.Dir, Time: "0"}
+			if m.HeldBack {
+				c.Classname += " (held back)"
+			}
+			if !m.Killed {
+				ws.Failures++
+				c.Failure = &junitFailure{Message: "survived: " + cmp.Or(m.Survived, m.Problem), Body: m.Nudge}
+			}
+			ws.Cases = append(ws.Cases, c)
+		}
+		s.Tests += ws.Tests
+		s.Failures += ws.Failures
+		s.Suites = append(s.Suites, ws)
 	}
 	b, err := xml.MarshalIndent(s, "", "  ")
 	if err != nil {
@@ -402,6 +442,16 @@ func (g *Grade) Markdown() string {
 			notes = append(notes, fmt.Sprintf("near-solutions opened: %d of %d", l.Hints.Opened, l.Hints.Offered))
 		}
 		fmt.Fprintf(&b, "| %s | %s | %d | %d | %s |\n", l.Number, l.Title, l.Passed, l.Total, strings.Join(notes, "; "))
+	}
+	if g.MutantsTotal > 0 {
+		fmt.Fprintf(&b, "\n## Test-writing track: %d/%d mutants killed\n\n", g.MutantsKilled, g.MutantsTotal)
+		b.WriteString("| lab | killed | shipped | held back | tests that count | note |\n| --- | ---: | ---: | ---: | ---: | --- |\n")
+		for _, l := range g.Labs {
+			if w := l.Write; w != nil {
+				fmt.Fprintf(&b, "| %s | %d/%d | %d/%d | %d/%d | %d | %s |\n", l.Number, w.Killed, w.Total,
+					w.Killed-w.HeldBackKilled, w.Total-w.HeldBackTotal, w.HeldBackKilled, w.HeldBackTotal, w.Tests, w.Note)
+			}
+		}
 	}
 	var items []string
 	for _, l := range g.Labs {

@@ -204,6 +204,18 @@ func judgeMutant(res *MutantResult, p *PackageResult) {
 		res.KilledBy = []string{"(package)"}
 	}
 	res.Killed = len(res.KilledBy) > 0
+	// The test-writing track counts only assertion kills inside its time
+	// limit; the reference's tests are its self-check, so each mutant needs
+	// at least one such kill (labctl write NN --self-check: killed N/N).
+	if res.Killed && !slices.ContainsFunc(res.KilledBy, func(n string) bool {
+		return n == "(package)" && strings.Contains(p.Output, "found unexpected goroutines") || n != "(package)" && discount(p.Test(n), WriteTestLimit) == ""
+	}) {
+		var why []string
+		for _, n := range res.KilledBy {
+			why = append(why, n+" "+discount(p.Test(n), WriteTestLimit))
+		}
+		res.Problem = "killed only by crashes or hangs (" + strings.Join(why, "; ") + "): the test-writing track would not count it; a test must catch it by what it asserts, inside " + WriteTestLimit.String()
+	}
 	for _, want := range res.Required {
 		switch {
 		case slices.Contains(res.KilledBy, want):

@@ -22,7 +22,7 @@ const CacheDir = ".labctl/verify-cache"
 
 // cacheSchema changes whenever the way a verdict is reached changes, so old
 // verdicts are not trusted by a newer labctl.
-const cacheSchema = "verify-verdict-v2"
+const cacheSchema = "verify-verdict-v3"
 
 // verifyCache remembers verdicts whose inputs have not changed: a stub that
 // failed every test, a lab whose tests are black-box, a mutant that was

@@ -35,7 +35,7 @@ const WriteTestLimit = 5 * time.Second
 const writeCacheDir = ".labctl/write-cache"
 
 // writeSchema changes whenever the way a verdict is reached changes.
-const writeSchema = "write-verdict-v1"
+const writeSchema = "write-verdict-v2"
 
 // WriteOptions configures RunWrite.
 type WriteOptions struct {
@@ -673,9 +673,16 @@ func discount(r TestResult, limit time.Duration) string {
 	return ""
 }
 
+// panicked reports a panic or a fatal error in a test's output. synctest's
+// own "deadlock:" panic is not one: like the race detector and goleak, it
+// is a detector reporting goroutines the code left blocked, which the test
+// drove it into.
 func panicked(out string) bool {
 	for line := range strings.Lines(out) {
 		line = strings.TrimSpace(line)
+		if strings.HasPrefix(line, "panic: deadlock: ") {
+			continue
+		}
 		if strings.HasPrefix(line, "panic: ") || strings.HasSuffix(line, "[recovered]") || strings.HasPrefix(line, "fatal error: ") {
 			return true
 		}

@@ -1,6 +1,7 @@
 package labkit
 
 import (
+	"encoding/xml"
 	"os"
 	"path/filepath"
 	"strings"
@@ -229,4 +230,76 @@ func TestWriteKitArchiveRoundTripsWithoutTheReferenceTests(t *testing.T) {
 	for _, bad := range []string{"01-add/ref/x_test.go", "01-add/../x", "01-add/mutants/x.go", "01-add/tests/x_test.go", "x"} {
 		assert.Error(t, checkKitName(bad), bad)
 	}
+}
+
+func TestWriteCountsDetectorsAndDiscountsCrashes(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name, output string
+		counts       bool
+	}{
+		{"assertion", "    x_test.go:12: want 6, got 5\n", true},
+		{"race", "WARNING: DATA RACE\n    testing.go:1617: race detected during execution of test\n", true},
+		{"synctest deadlock after an assertion", "    x_test.go:12: close: 2 calls still running\npanic: deadlock: main bubble goroutine has exited but blocked goroutines remain [recovered, repanicked]\n", true},
+		{"panic", "panic: runtime error: index out of range [recovered, repanicked]\n", false},
+		{"fatal error", "fatal error: concurrent map writes\n", false},
+		{"binary timeout", "panic: test timed out after 2m0s\n", false},
+	} {
+		why := discount(TestResult{Status: Fail, Output: c.output, Elapsed: time.Millisecond}, time.Second)
+		assert.Equal(t, c.counts, why == "", "%s: discount says %q", c.name, why)
+	}
+	assert.NotEmpty(t, discount(TestResult{Status: Fail, Output: "    x_test.go:1: late\n", Elapsed: 2 * time.Second}, time.Second), "a failure after the limit does not count")
+}
+
+func TestGradeReportsTheTestWritingTrackShippedAndHeldBack(t *testing.T) {
+	t.Parallel()
+	root := fixture(t)
+	l := fixtureLab(t, root)
+	bank := t.TempDir()
+	require.NoError(t, os.MkdirAll(filepath.Join(bank, "01-add"), 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(bank, "01-add", "add-subtracts.patch"), []byte(`# Lesson: Add adds. It subtracts instead.
+# Must be killed by: TestAddAddsTwoNumbers
+
+--- a/add.go
++++ b/add.go
+@@ -4,4 +4,4 @@
+ package add
+ 
+ // Add returns a+b.
+-func Add(a, b int) int { return a + b }
++func Add(a, b int) int { return a - b }
+`), 0o644))
+
+	// Nothing written yet: scored 0 without a run.
+	g, err := RunGrade(t.Context(), GradeOptions{Root: root, MutantsDir: bank})
+	require.NoError(t, err)
+	require.NotNil(t, g.Labs[0].Write)
+	assert.Equal(t, "no tests written", g.Labs[0].Write.Note)
+	assert.Equal(t, "0/2 mutants killed (held back 0/1)", g.Labs[0].Write.Line())
+
+	require.NoError(t, os.MkdirAll(filepath.Join(root, WriteDirOf(l)), 0o755))
+	write(t, root, filepath.Join(WriteDirOf(l), WriteFile), onlyAdd)
+	g, err = RunGrade(t.Context(), GradeOptions{Root: root, MutantsDir: bank})
+	require.NoError(t, err)
+	w := g.Labs[0].Write
+	require.NotNil(t, w)
+	assert.Equal(t, "1/2 mutants killed (held back 1/1)", w.Line(), "TestAdd kills the held-back bug, not Sum's")
+	assert.Equal(t, 1, w.Tests)
+	assert.Equal(t, [2]int{1, 2}, [2]int{g.MutantsKilled, g.MutantsTotal})
+	require.NotNil(t, w.Checklist, "the held-back patch names TestAddAddsTwoNumbers, which checklist items name")
+	assert.Equal(t, w.Checklist.Total, w.Checklist.Kept, "every item linked to a killed mutant is kept")
+
+	out := t.TempDir()
+	require.NoError(t, g.WriteReports(out))
+	var suites junitSuites
+	raw, err := os.ReadFile(filepath.Join(out, "junit.xml"))
+	require.NoError(t, err)
+	require.NoError(t, xml.Unmarshal(raw, &suites))
+	require.Len(t, suites.Suites, 2, "one suite per track")
+	assert.Equal(t, "write 01 01-add", suites.Suites[1].Name)
+	assert.Equal(t, 1, suites.Suites[1].Failures, "the survivor is a failure")
+	md, err := os.ReadFile(filepath.Join(out, "grade.md"))
+	require.NoError(t, err)
+	assert.Contains(t, string(md), "## Test-writing track: 1/2 mutants killed")
+	assert.Contains(t, string(md), "| 01 | 1/2 | 0/1 | 1/1 | 1 |  |")
 }

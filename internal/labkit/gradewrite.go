@@ -1,0 +1,129 @@
+package labkit
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+)
+
+// WriteGrade is a lab's test-writing track in a grade report: how many
+// mutants the learner's tests kill, shipped and held back.
+type WriteGrade struct {
+	Killed         int    `json:"killed"`
+	Total          int    `json:"total"`
+	HeldBackKilled int    `json:"held_back_killed"`
+	HeldBackTotal  int    `json:"held_back_total"`
+	Tests          int    `json:"tests_that_count"`
+	Note           string `json:"note,omitempty"` // no tests yet, does not build, …
+	// Mutants is each mutant's fate: name, killed, held back, the nudge.
+	Mutants []WriteMutant `json:"mutants"`
+	// Checklist is which items the learner's tests guard: an item is kept
+	// when every mutant whose required killers are among its tests is
+	// killed; items no mutant maps to are left out.
+	Checklist *LabChecklist `json:"checklist,omitempty"`
+}
+
+// Line is "tests track: 12/29 mutants killed (held back 3/5)".
+func (w *WriteGrade) Line() string {
+	s := fmt.Sprintf("%d/%d mutants killed", w.Killed, w.Total)
+	if w.HeldBackTotal > 0 {
+		s += fmt.Sprintf(" (held back %d/%d)", w.HeldBackKilled, w.HeldBackTotal)
+	}
+	return s
+}
+
+// hasWrittenTests reports whether the learner's track holds any test.
+func hasWrittenTests(root string, k *WriteKit) bool {
+	dir := filepath.Join(root, WriteDirOf(k.Lab))
+	names, _ := TestFiles(dir)
+	files := map[string][]byte{}
+	for _, n := range names {
+		if _, helper := k.Helpers[n]; helper {
+			continue
+		}
+		if b, err := os.ReadFile(filepath.Join(dir, n)); err == nil {
+			files[n] = b
+		}
+	}
+	tests, err := TestFuncs(files)
+	return err != nil || len(tests) > 0 // a file that does not parse is scored (as not building)
+}
+
+// gradeWrite scores one lab's test-writing track, running nothing when the
+// learner has written no test.
+func gradeWrite(ctx context.Context, opts GradeOptions, c *Catalog, cl *Checklist, l Lab) (*WriteGrade, error) {
+	k, err := LoadWriteKit(opts.Root, c, l)
+	if err != nil {
+		return nil, err
+	}
+	held, err := HeldBackMutants(opts.MutantsDir, l)
+	if err != nil {
+		return nil, err
+	}
+	all := append(slices.Clone(k.Mutants), held...)
+	wg := &WriteGrade{Total: len(all), HeldBackTotal: len(held)}
+	if !hasWrittenTests(opts.Root, k) {
+		wg.Note = "no tests written"
+		for _, m := range all {
+			wg.Mutants = append(wg.Mutants, WriteMutant{Name: m.Name, HeldBack: m.HeldBack, Survived: "no tests written", Nudge: m.Nudge})
+		}
+	} else {
+		rep, err := RunWrite(ctx, WriteOptions{Root: opts.Root, Lab: l, MutantsDir: opts.MutantsDir, Log: opts.Log})
+		if err != nil {
+			return nil, err
+		}
+		wg.Killed, wg.HeldBackKilled, wg.Mutants = rep.Killed, rep.HeldBackKilled, rep.Mutants
+		for _, t := range rep.Tests {
+			if t.Counts {
+				wg.Tests++
+			}
+		}
+		switch {
+		case rep.BuildError != "":
+			wg.Note = "the tests do not build"
+		case rep.Problem != "":
+			wg.Note, _, _ = strings.Cut(rep.Problem, "\n")
+		}
+	}
+	if cl != nil {
+		wg.Checklist = writeChecklist(cl, l, all, wg.Mutants)
+	}
+	return wg, nil
+}
+
+// writeChecklist maps mutants to checklist items through the tests each
+// patch says must kill it.
+func writeChecklist(cl *Checklist, l Lab, mutants []Mutant, fates []WriteMutant) *LabChecklist {
+	items := cl.ForLab(l.Dir)
+	killed := map[string]bool{}
+	for _, f := range fates {
+		killed[f.Name] = f.Killed
+	}
+	lc := &LabChecklist{}
+	for _, it := range items {
+		linked, kept := 0, true
+		for _, m := range mutants {
+			if !slices.ContainsFunc(requiredKillers(m.Patch), func(t string) bool { return slices.Contains(it.Tests, t) }) {
+				continue
+			}
+			linked++
+			kept = kept && killed[m.Name]
+		}
+		if linked == 0 {
+			continue
+		}
+		it.Kept = kept
+		if kept {
+			lc.Kept++
+		}
+		lc.Total++
+		lc.Items = append(lc.Items, it)
+	}
+	if lc.Total == 0 {
+		return nil
+	}
+	return lc
+}
