@@ -14,7 +14,7 @@ import (
 // reference, then against each mutant; the last line is the score.
 func cmdWrite(ctx context.Context, e *env, args []string) error {
 	fs := flags(e)
-	path := fs.Bool("path", false, "print the file you edit for this lab and exit")
+	path := fs.Bool("path", false, "lay the reference out and print the file you edit for this lab, then exit")
 	self := fs.Bool("self-check", false, "maintainers: score the reference's own tests through the same harness (must kill every mutant)")
 	mutants := fs.String("mutants", "", "instructors: `dir` of held-back mutants; DIR/NN-topic/*.patch are scored with the shipped ones")
 	show := fs.String("show", "", "print the patch of a shipped mutant your tests already kill (`name`)")
@@ -28,10 +28,6 @@ func cmdWrite(ctx context.Context, e *env, args []string) error {
 		return fmt.Errorf("%w: labctl write takes one lab, got %q too", errUsage, strings.Join(rest, " "))
 	}
 	file := filepath.ToSlash(filepath.Join(labkit.WriteDirOf(l), labkit.WriteFile))
-	if *path {
-		fmt.Fprintln(e.stdout, file)
-		return nil
-	}
 	if !*self {
 		c, err := labkit.LoadCatalog(e.root)
 		if err != nil {
@@ -48,6 +44,10 @@ func cmdWrite(ctx context.Context, e *env, args []string) error {
 		if created {
 			fmt.Fprintf(e.stderr, "write %s: created %s; the reference you test is next to it\n", l.Number, file)
 		}
+	}
+	if *path { // after laying the reference out, so the file and what it tests are there
+		fmt.Fprintln(e.stdout, file)
+		return nil
 	}
 	rep, err := labkit.RunWrite(ctx, labkit.WriteOptions{Root: e.root, Lab: l, SelfCheck: *self, MutantsDir: *mutants, Fresh: *fresh, Log: e.stderr})
 	if err != nil {

@@ -35,7 +35,7 @@ const WriteTestLimit = 5 * time.Second
 const writeCacheDir = ".labctl/write-cache"
 
 // writeSchema changes whenever the way a verdict is reached changes.
-const writeSchema = "write-verdict-v2"
+const writeSchema = "write-verdict-v3"
 
 // WriteOptions configures RunWrite.
 type WriteOptions struct {
@@ -122,6 +122,9 @@ type writeRun struct {
 	kit     *WriteKit
 	learner map[string][]byte // the tests being scored: file name → content
 	cacheID string            // the inputs every verdict shares
+	// mutantTimeout bounds one mutant's run: 30 s more than three times
+	// what the counting tests took on the reference.
+	mutantTimeout time.Duration
 }
 
 // RunWrite scores a learner's tests (or, with SelfCheck, the reference's
@@ -160,9 +163,11 @@ func RunWrite(ctx context.Context, opts WriteOptions) (*WriteReport, error) {
 	}
 	rep.Tests, rep.BuildError, rep.Problem = base.Tests, base.BuildError, base.Problem
 	var counting []string
+	w.mutantTimeout = 30 * time.Second
 	for _, t := range base.Tests {
 		if t.Counts {
 			counting = append(counting, t.Name)
+			w.mutantTimeout += time.Duration(3 * t.Seconds * float64(time.Second))
 		}
 	}
 	rep.Mutants = make([]WriteMutant, len(kit.Mutants))
@@ -606,7 +611,7 @@ func (w *writeRun) runMutant(ctx context.Context, patched map[string][]byte, cou
 	}
 	run, err := RunTests(ctx, RunOptions{
 		Dir: w.opts.Root, Packages: []string{w.pkg()}, Race: true, Count: 1, Overlay: overlay,
-		Run: exactNames(counting), Timeout: 2 * time.Minute, Args: args,
+		Run: exactNames(counting), Timeout: w.mutantTimeout, Args: args,
 	})
 	if err != nil {
 		return nil, err
@@ -650,14 +655,47 @@ func judgeWriteMutant(res *WriteMutant, p *PackageResult, counting []string, lim
 			res.Discounted = append(res.Discounted, name+" "+why)
 		}
 	}
+	if strings.Contains(p.Output, "test timed out after") {
+		for _, name := range hungTests(p.Output) {
+			if slices.Contains(counting, name) && p.Test(name).Status != Fail {
+				res.Discounted = append(res.Discounted, name+" hung until the test binary timed out")
+			}
+		}
+	}
 	if len(res.KilledBy) == 0 && p.Status == Fail && strings.Contains(p.Output, "found unexpected goroutines") &&
 		!strings.Contains(p.Output, "panic: ") && !strings.Contains(p.Output, "test timed out after") {
 		res.KilledBy = append(res.KilledBy, "(goroutine leak after the tests)")
 	}
 	res.Killed = len(res.KilledBy) > 0
-	if res.Killed {
+	switch {
+	case res.Killed:
 		res.Survived = ""
+	case len(res.Discounted) > 0:
+		res.Survived = "your tests caught it only by crashing or hanging, which does not count (see below)"
 	}
+}
+
+// hungTests reads the "running tests:" list Go prints when a test binary
+// times out.
+func hungTests(out string) []string {
+	var names []string
+	in := false
+	for line := range strings.Lines(out) {
+		t := strings.TrimSpace(line)
+		switch {
+		case t == "running tests:":
+			in = true
+		case in && strings.HasPrefix(t, "Test"):
+			name, _, _ := strings.Cut(t, " ")
+			name, _, _ = strings.Cut(name, "/")
+			if !slices.Contains(names, name) {
+				names = append(names, name)
+			}
+		case in:
+			return names
+		}
+	}
+	return names
 }
 
 // discount says why a failing test's failure does not count, "" if it does.
@@ -666,9 +704,27 @@ func discount(r TestResult, limit time.Duration) string {
 	case strings.Contains(r.Output, "test timed out after"):
 		return "hung until the test binary timed out"
 	case panicked(r.Output):
-		return "panicked"
+		return "panicked" + panicMessage(r.Output)
 	case r.Elapsed > limit:
 		return fmt.Sprintf("failed only after %.1fs (the limit is %s)", r.Elapsed.Seconds(), limit)
+	}
+	return ""
+}
+
+// panicMessage is ": " and the first panic line, shortened, or "".
+func panicMessage(out string) string {
+	for line := range strings.Lines(out) {
+		t := strings.TrimSpace(line)
+		if msg, ok := strings.CutPrefix(t, "panic: "); ok && !strings.HasPrefix(msg, "deadlock: ") {
+			msg = strings.TrimSuffix(strings.TrimSuffix(msg, " [recovered, repanicked]"), " [recovered]")
+			if len(msg) > 120 {
+				msg = msg[:120] + "…"
+			}
+			return ": " + msg
+		}
+		if strings.HasPrefix(t, "fatal error: ") {
+			return ": " + t
+		}
 	}
 	return ""
 }

@@ -120,7 +120,7 @@ func TestSumPanicsOnTheBug(t *testing.T) {
 `, WriteOptions{})
 	assert.Equal(t, 0, rep.Killed)
 	require.Len(t, rep.Mutants[0].Discounted, 1)
-	assert.Equal(t, "TestSumPanicsOnTheBug panicked", rep.Mutants[0].Discounted[0])
+	assert.Equal(t, "TestSumPanicsOnTheBug panicked: wrong sum", rep.Mutants[0].Discounted[0], "the panic is named, so the learner can see what blew up")
 }
 
 func TestWriteDoesNotCountAKillAfterTheTimeLimit(t *testing.T) {
@@ -302,4 +302,16 @@ func TestGradeReportsTheTestWritingTrackShippedAndHeldBack(t *testing.T) {
 	require.NoError(t, err)
 	assert.Contains(t, string(md), "## Test-writing track: 1/2 mutants killed")
 	assert.Contains(t, string(md), "| 01 | 1/2 | 0/1 | 1/1 | 1 |  |")
+}
+
+func TestWriteNamesWhatATimedOutBinaryWasRunning(t *testing.T) {
+	t.Parallel()
+	out := "panic: test timed out after 30s\n\trunning tests:\n\t\tTestQueueWaits (30s)\n\t\tTestOther/sub (29s)\n\ngoroutine 1 [running]:\n"
+	assert.Equal(t, []string{"TestQueueWaits", "TestOther"}, hungTests(out))
+	res := WriteMutant{}
+	judgeWriteMutant(&res, &PackageResult{Status: Fail, Output: out, Tests: map[string]*TestResult{}}, []string{"TestQueueWaits"}, time.Second)
+	assert.False(t, res.Killed)
+	assert.Equal(t, []string{"TestQueueWaits hung until the test binary timed out"}, res.Discounted)
+	assert.Contains(t, res.Survived, "only by crashing or hanging", "a survivor caught by a hang must not read as 'passed'")
+	assert.Equal(t, ": runtime error: index out of range", panicMessage("x\npanic: runtime error: index out of range [recovered, repanicked]\n"))
 }
