@@ -8,5 +8,8 @@ package hedging
 //	make write-10      runs them on the reference, then on every mutant
 //
 // What a good suite pins: the "Write the test" section of
-// labs/10-hedging/README.md. Tests run under -race; wait in
-// testing/synctest's fake time, never in real time.
+// labs/10-hedging/README.md. Tests run under -race and count only if they
+// pass here inside 5 s; a kill counts only as a failed assertion, never a
+// panic or a hang (recover a forbidden panic and t.Errorf it; guard a hang
+// fake time cannot see with a 1-2 s watchdog). Wait in testing/synctest's
+// fake time, never in real time.
