@@ -20,7 +20,7 @@ export GORACE ?= atexit_sleep_ms=0
 .DEFAULT_GOAL := help
 .PHONY: help run run-secure test test-template test-sdk test-k8s test-stack stack-up stack-down sdk-node ci lint vet fmt-check tidy-check no-binaries stress stress-short bench bench-http \
         integration checklist fuzz scenario progress hint watch verify grade clean $(LABS) \
-        $(WRITES) write-check
+        $(WRITES) write-check write-cold
 
 help:
 	@echo "Production Go for AI gateways"
@@ -78,6 +78,9 @@ run-secure: ## secure_app on :8080, metrics on :9464, a Redis of its own if REDI
 
 write-check: $(LABCTL) ## maintainers: each lab's own tests through the test-writing harness must kill every mutant
 	@set -eo pipefail; for n in $(patsubst lab-%,%,$(LABS)); do $(LABCTL) write $$n --self-check | tail -1; done
+
+write-cold: $(LABCTL) ## maintainers: the suites written cold from the lessons (write/testdata/cold) score what docs/instructor-guide.md says
+	@for f in write/testdata/cold/*.go.txt; do n=$$(basename $$f .go.txt); $(LABCTL) write $$n --tests $$f 2>/dev/null | tail -1; done | diff -u write/testdata/cold/scores.txt - && echo "write-cold: every suite scores what the table says"
 
 grade: $(LABCTL) ## grade both tracks: pristine tests (TESTS=dir adds held-back ones), mutants killed (MUTANTS=dir adds a held-back bank); reports in grade-report/
 	@$(LABCTL) grade $(if $(TESTS),--tests $(TESTS)) $(if $(MUTANTS),--mutants $(MUTANTS)) $(if $(REF),--pristine-ref $(REF))

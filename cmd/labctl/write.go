@@ -18,6 +18,7 @@ func cmdWrite(ctx context.Context, e *env, args []string) error {
 	self := fs.Bool("self-check", false, "maintainers: score the reference's own tests through the same harness (must kill every mutant)")
 	mutants := fs.String("mutants", "", "instructors: `dir` of held-back mutants; DIR/NN-topic/*.patch are scored with the shipped ones")
 	show := fs.String("show", "", "print the patch of a shipped mutant your tests already kill (`name`)")
+	testsFile := fs.String("tests", "", "score this test `file` instead of the ones in write/NN-topic (it must be in the lab's package)")
 	fresh := fs.Bool("fresh", false, "run everything again instead of reusing remembered verdicts")
 	asJSON := fs.Bool("json", false, "print the report as JSON instead of the table")
 	l, rest, err := labCommand(e, fs, "write", args)
@@ -49,7 +50,7 @@ func cmdWrite(ctx context.Context, e *env, args []string) error {
 		fmt.Fprintln(e.stdout, file)
 		return nil
 	}
-	rep, err := labkit.RunWrite(ctx, labkit.WriteOptions{Root: e.root, Lab: l, SelfCheck: *self, MutantsDir: *mutants, Fresh: *fresh, Log: e.stderr})
+	rep, err := labkit.RunWrite(ctx, labkit.WriteOptions{Root: e.root, Lab: l, SelfCheck: *self, MutantsDir: *mutants, Fresh: *fresh, Log: e.stderr, TestsFile: *testsFile})
 	if err != nil {
 		return err
 	}

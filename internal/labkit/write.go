@@ -35,7 +35,7 @@ const WriteTestLimit = 5 * time.Second
 const writeCacheDir = ".labctl/write-cache"
 
 // writeSchema changes whenever the way a verdict is reached changes.
-const writeSchema = "write-verdict-v3"
+const writeSchema = "write-verdict-v9"
 
 // WriteOptions configures RunWrite.
 type WriteOptions struct {
@@ -49,6 +49,9 @@ type WriteOptions struct {
 	Parallel   int  // mutant runs at once; 0 = one per CPU
 	Fresh      bool // ignore remembered verdicts
 	Log        io.Writer
+	// TestsFile, when set, is scored instead of the tests in write/NN-topic:
+	// an instructor scoring a submission, or the course's own example suites.
+	TestsFile string
 	// TestLimit replaces WriteTestLimit (tests of labctl itself).
 	TestLimit time.Duration
 }
@@ -173,7 +176,9 @@ func RunWrite(ctx context.Context, opts WriteOptions) (*WriteReport, error) {
 	rep.Mutants = make([]WriteMutant, len(kit.Mutants))
 	limit := opts.Parallel
 	if limit < 1 {
-		limit = runtime.NumCPU()
+		// One more than the CPUs: a go test spends part of its run loading
+		// packages and waiting on the linker, which another can overlap.
+		limit = runtime.NumCPU() + 1
 	}
 	var g errgroup.Group
 	g.SetLimit(limit)
@@ -241,6 +246,13 @@ func (w *writeRun) tests() (map[string][]byte, []string, error) {
 			names = append(names, filepath.ToSlash(filepath.Join(w.kit.Lab.SolutionDir(), n)))
 		}
 		return w.kit.RefTests, names, nil
+	}
+	if w.opts.TestsFile != "" {
+		data, err := os.ReadFile(w.opts.TestsFile)
+		if err != nil {
+			return nil, nil, fmt.Errorf("%w: --tests: %v", ErrBadOption, err)
+		}
+		return map[string][]byte{"given_write_test.go": data}, []string{w.opts.TestsFile}, nil
 	}
 	dir := filepath.Join(w.opts.Root, WriteDirOf(w.kit.Lab))
 	names, err := TestFiles(dir)
@@ -565,27 +577,36 @@ func (w *writeRun) mutant(ctx context.Context, m Mutant, base *baseRun, counting
 		res = cached
 		return res
 	}
-	skip := []string(nil)
-	for attempt := 0; attempt < 2; attempt++ {
-		p, err := w.runMutant(ctx, patched, counting, skip)
-		if err != nil {
-			res.Problem = err.Error()
-			return res
-		}
-		judgeWriteMutant(&res, p, counting, w.opts.limit())
-		if res.Killed || len(res.Discounted) == 0 {
-			break
-		}
-		// A panic or a timeout ends the test binary: the tests after it
-		// never ran. Run them without the ones that blew up.
-		notRun := slices.ContainsFunc(counting, func(t string) bool { return p.Test(t).Status == NotRun })
-		if !notRun {
-			break
-		}
-		for _, t := range counting {
-			if s := p.Test(t).Status; s == Fail && !slices.Contains(skip, t) {
-				skip = append(skip, t)
+	// Without the race detector first (a build and run about twice as
+	// fast); a mutant that survives runs again with it, so a race the
+	// tests drive still kills.
+	for _, race := range []bool{false, true} {
+		res.Discounted, res.Survived = nil, ""
+		var skip []string
+		for attempt := 0; attempt < 2; attempt++ {
+			p, err := w.runMutant(ctx, patched, counting, skip, race)
+			if err != nil {
+				res.Problem = err.Error()
+				return res
 			}
+			judgeWriteMutant(&res, p, counting, w.opts.limit())
+			if res.Killed || len(res.Discounted) == 0 {
+				break
+			}
+			// A panic or a timeout ends the test binary: the tests after it
+			// never ran. Run them without the ones that blew up.
+			notRun := slices.ContainsFunc(counting, func(t string) bool { return p.Test(t).Status == NotRun })
+			if !notRun {
+				break
+			}
+			for _, t := range counting {
+				if s := p.Test(t).Status; s == Fail && !slices.Contains(skip, t) {
+					skip = append(skip, t)
+				}
+			}
+		}
+		if res.Killed {
+			break
 		}
 	}
 	if !res.Killed && res.Survived == "" {
@@ -595,7 +616,7 @@ func (w *writeRun) mutant(ctx context.Context, m Mutant, base *baseRun, counting
 	return res
 }
 
-func (w *writeRun) runMutant(ctx context.Context, patched map[string][]byte, counting, skip []string) (*PackageResult, error) {
+func (w *writeRun) runMutant(ctx context.Context, patched map[string][]byte, counting, skip []string, race bool) (*PackageResult, error) {
 	ov, err := w.overlay(patched)
 	if err != nil {
 		return nil, err
@@ -605,12 +626,13 @@ func (w *writeRun) runMutant(ctx context.Context, patched map[string][]byte, cou
 	if err != nil {
 		return nil, err
 	}
-	var args []string
+	// vet ran with the reference run; once per mutant it is only cost.
+	args := []string{"-vet=off"}
 	if len(skip) > 0 {
 		args = append(args, "-skip", exactNames(skip))
 	}
 	run, err := RunTests(ctx, RunOptions{
-		Dir: w.opts.Root, Packages: []string{w.pkg()}, Race: true, Count: 1, Overlay: overlay,
+		Dir: w.opts.Root, Packages: []string{w.pkg()}, Race: race, Count: 1, Overlay: overlay,
 		Run: exactNames(counting), Timeout: w.mutantTimeout, Args: args,
 	})
 	if err != nil {
