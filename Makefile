@@ -18,7 +18,7 @@ WRITES       := $(patsubst lab-%,write-%,$(LABS))
 export GORACE ?= atexit_sleep_ms=0
 
 .DEFAULT_GOAL := help
-.PHONY: help run run-secure test test-template test-sdk test-k8s test-stack stack-up stack-down sdk-node ci lint vet fmt-check tidy-check no-binaries stress stress-short bench bench-http \
+.PHONY: help run run-secure test test-template test-sdk test-k8s test-stack stack-up stack-down sdk-node ci lint vet fmt-check tidy-check no-binaries stress stress-short bench bench-http bench-redis \
         integration checklist fuzz scenario progress hint watch verify grade clean $(LABS) \
         $(WRITES) write-check write-cold
 
@@ -172,6 +172,9 @@ integration: $(LABCTL) ## real-Redis tests with REDIS_INTEGRATION_REQUIRED=1; a 
 
 checklist: $(LABCTL) ## the production-readiness checklist: one ✓/✗ line per item, exit 1 on any ✗ (ONLY=ADM,SEC-4)
 	@$(LABCTL) checklist $(if $(ONLY),-only $(ONLY))
+
+bench-redis: ## the shared rate limiter on one Redis: pipelined, plain and go-redis/redis_rate side by side, 32 goroutines (a redis-server of its own unless REDIS_URL)
+	@ARGS="$(ARGS)" scripts/bench-redis.sh
 
 bench-http: ## production_app vs a bare reverse proxy, wrk, interleaved (about 2 minutes; BASE_REF=ref also runs production_app as built at ref)
 	scripts/bench-http.sh

@@ -34,6 +34,7 @@ import (
 	"github.com/production-go/gateway-lab/solutions/identity"
 	"github.com/production-go/gateway-lab/solutions/policy"
 	"github.com/production-go/gateway-lab/solutions/quota"
+	"github.com/production-go/gateway-lab/solutions/redispipe"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -70,7 +71,11 @@ type Config struct {
 	// TokenDebtMinutes is how many minutes of its token quota a tenant may
 	// owe for usage above its reservations (quota.TokensConfig.DebtMinutes).
 	TokenDebtMinutes int
-	Log              *slog.Logger // nil: discarded
+	// NoPipeline sends each shared-limit decision on its own connection
+	// instead of pipelining concurrent ones (solutions/redispipe): for a
+	// client without AutoPipeline (a Ring), or to compare.
+	NoPipeline bool
+	Log        *slog.Logger // nil: discarded
 	Observer         Observer     // nil: nothing is counted
 }
 
@@ -80,6 +85,7 @@ type Guard struct {
 	limits map[string]*distlimit.Limiter // per tier
 	tokens *quota.Tokens
 	leases *quota.Leases
+	pipe   *redispipe.Scripter // nil with NoPipeline
 }
 
 // New builds the shared limits for every tier of cfg.Policy.
@@ -109,12 +115,20 @@ func (nopObserver) LimitFailed(policy.Limit)    {}
 // shared builds the limits every replica shares on Redis: the request rate
 // per tier (lab 07's limiter), the token quota and the in-flight leases.
 func (g *Guard) shared() error {
+	var rdb redis.Scripter = g.cfg.Redis
+	if !g.cfg.NoPipeline {
+		pipe, err := redispipe.New(g.cfg.Redis)
+		if err != nil {
+			return fmt.Errorf("guard: %w (NoPipeline sends each decision on its own)", err)
+		}
+		g.pipe, rdb = pipe, pipe
+	}
 	for _, name := range g.cfg.Policy.Names() {
 		t, _ := g.cfg.Policy.Tier(name)
 		// One bucket per tenant, whatever the tier: a tenant holding tokens
 		// of two tiers (one minted before an upgrade) has one rate, held to
 		// the tier of each request's token, as its quota and leases are.
-		l, err := distlimit.New(g.cfg.Redis, distlimit.Config{Rate: t.RatePerSecond, Burst: t.Burst, Prefix: g.cfg.Prefix + ":rate:",
+		l, err := distlimit.New(rdb, distlimit.Config{Rate: t.RatePerSecond, Burst: t.Burst, Prefix: g.cfg.Prefix + ":rate:",
 			FailOpen: g.cfg.FailOpen, OnError: g.onError(policy.LimitRate)})
 		if err != nil {
 			return fmt.Errorf("tier %s: %w", name, err)
@@ -122,14 +136,14 @@ func (g *Guard) shared() error {
 		g.limits[name] = l
 	}
 	var err error
-	g.tokens, err = quota.NewTokens(g.cfg.Redis, quota.TokensConfig{Prefix: g.cfg.Prefix + ":tokens", FailOpen: g.cfg.FailOpen,
+	g.tokens, err = quota.NewTokens(rdb, quota.TokensConfig{Prefix: g.cfg.Prefix + ":tokens", FailOpen: g.cfg.FailOpen,
 		Timeout: g.cfg.Timeout, DebtMinutes: g.cfg.TokenDebtMinutes, OnError: g.onError(policy.LimitTokens)})
 	if err != nil {
 		return err
 	}
 	// A lease is renewed while its request runs (see Admit), so its TTL
 	// is short: it is how long a dead replica's slot stays taken.
-	g.leases, err = quota.NewLeases(g.cfg.Redis, quota.LeasesConfig{Prefix: g.cfg.Prefix + ":inflight", TTL: g.leaseTTL(),
+	g.leases, err = quota.NewLeases(rdb, quota.LeasesConfig{Prefix: g.cfg.Prefix + ":inflight", TTL: g.leaseTTL(),
 		FailOpen: g.cfg.FailOpen, Timeout: g.cfg.Timeout, OnError: g.onError(policy.LimitInFlight)})
 	return err
 }
@@ -150,11 +164,14 @@ func (g *Guard) leaseTTL() time.Duration {
 	return LeaseTTL
 }
 
-// Close waits for the shared limits' background undos (see quota). Call it
-// before closing the Redis client.
+// Close waits for the shared limits' background undos (see quota) and the
+// pipelined calls still in flight. Call it before closing the Redis client.
 func (g *Guard) Close() {
 	g.tokens.Close()
 	g.leases.Close()
+	if g.pipe != nil {
+		_ = g.pipe.Close() // after the undos, which may still send
+	}
 }
 
 // onError is a shared limit's OnError: count and log the Redis failure.

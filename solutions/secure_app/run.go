@@ -40,6 +40,7 @@ type settings struct {
 	prefix      string
 	failOpen    bool
 	debt        int
+	pipeline    bool
 }
 
 func (s *settings) flags(fs *flag.FlagSet) {
@@ -50,6 +51,7 @@ func (s *settings) flags(fs *flag.FlagSet) {
 	fs.BoolVar(&s.dev, "dev", false, "development: accept the repository's published dev secrets (the compose stack's); announced at start; never in production")
 	s.redis.flags(fs)
 	fs.StringVar(&s.prefix, "redis-prefix", "gw", "prefix of every key the shared limits write (one per deployment on a shared Redis)")
+	fs.BoolVar(&s.pipeline, "redis-pipeline", true, "pipeline concurrent shared-limit decisions into shared round trips (go-redis autopipelining; each caller keeps its own deadline); false sends each on its own connection")
 	fs.BoolVar(&s.failOpen, "ratelimit-fail-open", false, "when Redis is down, admit requests (default: refuse them with 503)")
 	fs.IntVar(&s.debt, "token-debt-minutes", 10, fmt.Sprintf("minutes of its token quota a tenant may owe for usage above what it reserved (a prompt of images or files); beyond that is forgiven (1…%d)", quota.MaxDebtMinutes))
 }
@@ -148,7 +150,7 @@ func newGuard(s settings, pol *policy.Policy, log *slog.Logger) (*guard.Guard, *
 	}
 	metrics := telemetry.NewGuard(s.failOpen)
 	g, err := guard.New(guard.Config{Verifier: v, Policy: pol, Redis: rdb, Prefix: s.prefix, FailOpen: s.failOpen,
-		TokenDebtMinutes: s.debt, Log: log, Observer: metrics})
+		TokenDebtMinutes: s.debt, NoPipeline: !s.pipeline, Log: log, Observer: metrics})
 	if err != nil {
 		_ = rdb.Close()
 		return nil, nil, nil, err

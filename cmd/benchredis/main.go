@@ -1,0 +1,224 @@
+// Command benchredis measures the shared rate limiter's decisions per
+// second on one real Redis, side by side with go-redis/redis_rate, in
+// interleaved rounds: lab 07's limiter through the autopipelining
+// Scripter (solutions/redispipe, what secure_app runs), the same limiter
+// on a plain client, and redis_rate. Its last line is
+//
+//	redis limiter: ours N decisions/s, redis_rate M decisions/s, ratio R
+//
+// at -goroutines (32). It also prints each one's p50 decision latency with
+// one goroutine, where pipelining must cost nothing. `make bench-redis`
+// starts a redis-server of its own when REDIS_URL is unset.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"runtime/pprof"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-redis/redis_rate/v10"
+	distlimit "github.com/production-go/gateway-lab/solutions/07-distlimit"
+	"github.com/production-go/gateway-lab/solutions/redispipe"
+	"github.com/redis/go-redis/v9"
+)
+
+func main() {
+	if err := run(context.Background(), os.Args[1:], os.Stdout, os.Stderr); err != nil {
+		if !errors.Is(err, flag.ErrHelp) {
+			fmt.Fprintln(os.Stderr, "benchredis:", err)
+		}
+		os.Exit(2)
+	}
+}
+
+type impl struct {
+	name  string
+	allow func(ctx context.Context, key string) error
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	fs := flag.NewFlagSet("benchredis", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	url := fs.String("url", os.Getenv("REDIS_URL"), "Redis `URL` (default $REDIS_URL); the benchmark writes keys under -prefix and deletes them")
+	goroutines := fs.Int("goroutines", 32, "concurrent callers for the throughput rounds")
+	dur := fs.Duration("duration", 2*time.Second, "length of each measurement")
+	rounds := fs.Int("rounds", 3, "interleaved rounds; the medians are reported")
+	keys := fs.Int("keys", 100, "distinct tenants the callers spread over")
+	only := fs.String("only", "", "run only this implementation (ours | plain | redis_rate), for profiling")
+	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile of the whole run to `file`")
+	prefix := fs.String("prefix", "benchredis:"+strconv.Itoa(os.Getpid())+":", "key prefix")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	switch {
+	case *url == "":
+		return errors.New("no Redis: pass -url or set REDIS_URL (make bench-redis starts one)")
+	case *goroutines < 1 || *rounds < 1 || *keys < 1 || *dur <= 0:
+		return errors.New("-goroutines, -rounds, -keys and -duration must be positive")
+	}
+	if *cpuprofile != "" {
+		f, err := os.Create(*cpuprofile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
+	opts, err := redis.ParseURL(*url)
+	if err != nil {
+		return err
+	}
+	opts.PoolSize = 2 * *goroutines // no caller waits for a connection
+	rdb := redis.NewClient(opts)
+	defer rdb.Close()
+	defer cleanup(rdb, *prefix)
+	pipe, err := redispipe.New(rdb)
+	if err != nil {
+		return err
+	}
+	defer pipe.Close()
+	cfg := distlimit.Config{Rate: 1e6, Burst: 1e6, Timeout: time.Second} // always allowed: the cost of a decision, not of refusals
+	cfg.Prefix = *prefix + "piped:"
+	piped, err := distlimit.New(pipe, cfg)
+	if err != nil {
+		return err
+	}
+	cfg.Prefix = *prefix + "plain:"
+	plain, err := distlimit.New(rdb, cfg)
+	if err != nil {
+		return err
+	}
+	rr := redis_rate.NewLimiter(rdb)
+	limit := redis_rate.Limit{Rate: 1e6, Burst: 1e6, Period: time.Second}
+	impls := []impl{
+		{"ours", func(ctx context.Context, k string) error { _, err := piped.Allow(ctx, k); return err }},
+		{"ours, plain client", func(ctx context.Context, k string) error { _, err := plain.Allow(ctx, k); return err }},
+		{"redis_rate", func(ctx context.Context, k string) error {
+			_, err := rr.Allow(ctx, *prefix+"rr:"+k, limit)
+			return err
+		}},
+	}
+	if *only != "" {
+		short := map[string]string{"ours": "ours", "plain": "ours, plain client", "redis_rate": "redis_rate"}
+		i := slices.IndexFunc(impls, func(im impl) bool { return im.name == short[*only] })
+		if i < 0 {
+			return fmt.Errorf("-only %q: want ours, plain or redis_rate", *only)
+		}
+		impls = impls[i : i+1]
+	}
+	names := make([]string, *keys)
+	for i := range names {
+		names[i] = "t" + strconv.Itoa(i)
+	}
+	rate := map[string][]float64{}
+	p50 := map[string][]time.Duration{}
+	for r := range *rounds {
+		// Rotate the order each round, so no implementation always runs
+		// first (cold) or last (after the others warmed the server).
+		for i := range impls {
+			im := impls[(i+r)%len(impls)]
+			n, err := throughput(ctx, im, names, *goroutines, *dur)
+			if err != nil {
+				return fmt.Errorf("%s: %w", im.name, err)
+			}
+			rate[im.name] = append(rate[im.name], n)
+			lat, err := serial(ctx, im, names, *dur/2)
+			if err != nil {
+				return fmt.Errorf("%s: %w", im.name, err)
+			}
+			p50[im.name] = append(p50[im.name], lat)
+			fmt.Fprintf(stderr, "round %d/%d: %-20s %9.0f decisions/s at %d goroutines, p50 %s alone\n", r+1, *rounds, im.name, n, *goroutines, lat.Round(100*time.Nanosecond))
+		}
+	}
+	fmt.Fprintf(stdout, "medians of %d interleaved rounds of %s each, one Redis at %s:\n", *rounds, *dur, redactURL(opts))
+	for _, im := range impls {
+		fmt.Fprintf(stdout, "  %-20s %9.0f decisions/s at %d goroutines   p50 %s at 1 goroutine\n", im.name, median(rate[im.name]), *goroutines, medianDur(p50[im.name]).Round(100*time.Nanosecond))
+	}
+	if len(impls) < 3 {
+		return nil
+	}
+	ours, theirs := median(rate["ours"]), median(rate["redis_rate"])
+	fmt.Fprintf(stdout, "redis limiter: ours %.0f decisions/s, redis_rate %.0f decisions/s, ratio %.2f\n", ours, theirs, ours/theirs)
+	return nil
+}
+
+// throughput runs n callers for d and returns decisions per second.
+func throughput(ctx context.Context, im impl, keys []string, n int, d time.Duration) (float64, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var count atomic.Int64
+	var first error
+	var once sync.Once
+	stop := time.Now().Add(d)
+	started := time.Now()
+	var wg sync.WaitGroup
+	for g := range n {
+		wg.Go(func() {
+			for i := g; time.Now().Before(stop); i++ {
+				if err := im.allow(ctx, keys[i%len(keys)]); err != nil {
+					once.Do(func() { first = err; cancel() })
+					return
+				}
+				count.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	return float64(count.Load()) / time.Since(started).Seconds(), first
+}
+
+// serial runs one caller for d and returns its median decision latency.
+func serial(ctx context.Context, im impl, keys []string, d time.Duration) (time.Duration, error) {
+	var lat []time.Duration
+	for i, stop := 0, time.Now().Add(d); time.Now().Before(stop); i++ {
+		t0 := time.Now()
+		if err := im.allow(ctx, keys[i%len(keys)]); err != nil {
+			return 0, err
+		}
+		lat = append(lat, time.Since(t0))
+	}
+	return medianDur(lat), nil
+}
+
+func median(xs []float64) float64 {
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	return s[len(s)/2]
+}
+
+func medianDur(xs []time.Duration) time.Duration {
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	return s[len(s)/2]
+}
+
+func redactURL(o *redis.Options) string { return o.Addr + "/" + strconv.Itoa(o.DB) }
+
+// cleanup deletes the benchmark's keys.
+func cleanup(rdb *redis.Client, prefix string) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	iter := rdb.Scan(ctx, 0, prefix+"*", 1000).Iterator()
+	var batch []string
+	for iter.Next(ctx) {
+		if batch = append(batch, iter.Val()); len(batch) == 500 {
+			rdb.Del(ctx, batch...)
+			batch = batch[:0]
+		}
+	}
+	if len(batch) > 0 {
+		rdb.Del(ctx, batch...)
+	}
+}
