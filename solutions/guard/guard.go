@@ -76,7 +76,7 @@ type Config struct {
 	// client without AutoPipeline (a Ring), or to compare.
 	NoPipeline bool
 	Log        *slog.Logger // nil: discarded
-	Observer         Observer     // nil: nothing is counted
+	Observer   Observer     // nil: nothing is counted
 }
 
 // Guard is secure_app's admission. Safe for concurrent use.

@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	distlimit "github.com/production-go/gateway-lab/solutions/07-distlimit"
 	"github.com/production-go/gateway-lab/internal/testkit/redistest"
+	distlimit "github.com/production-go/gateway-lab/solutions/07-distlimit"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
