@@ -313,7 +313,7 @@ func TestLearnerMakefileKeepsOnlyTheLearnersTargets(t *testing.T) {
 	assert.Equal(t, slices.Compact(slices.Clone(dropped)), dropped, "each dropped target is named once, however many rules it has")
 	phony := mk[strings.Index(mk, ".PHONY:"):]
 	phony = phony[:strings.Index(phony, "\n")]
-	assert.Equal(t, ".PHONY: help progress hint watch grade clean $(LABS)", phony)
+	assert.Equal(t, ".PHONY: help progress hint watch grade clean $(LABS) $(WRITES)", phony)
 }
 
 func TestLearnerMakefileRefusesALearnerTargetThatNeedsADroppedOne(t *testing.T) {

@@ -123,6 +123,12 @@ func (g *Guard) shared() error {
 		}
 		g.pipe, rdb = pipe, pipe
 	}
+	ok := false
+	defer func() {
+		if !ok && g.pipe != nil {
+			_ = g.pipe.Close() // a limit that could not be built leaves no pipeline behind
+		}
+	}()
 	for _, name := range g.cfg.Policy.Names() {
 		t, _ := g.cfg.Policy.Tier(name)
 		// One bucket per tenant, whatever the tier: a tenant holding tokens
@@ -145,6 +151,7 @@ func (g *Guard) shared() error {
 	// is short: it is how long a dead replica's slot stays taken.
 	g.leases, err = quota.NewLeases(rdb, quota.LeasesConfig{Prefix: g.cfg.Prefix + ":inflight", TTL: g.leaseTTL(),
 		FailOpen: g.cfg.FailOpen, Timeout: g.cfg.Timeout, OnError: g.onError(policy.LimitInFlight)})
+	ok = err == nil
 	return err
 }
 

@@ -14,11 +14,15 @@
 // command is queued (its documentation says so: a timer per command would
 // cost a goroutine each). The limits here need that: each decision has a
 // short timeout of its own, and a caller who leaves must not wait. So every
-// call runs on a goroutine this package owns, and the caller returns when
-// its context ends, with the context's error; the command itself still
-// completes (or fails) with its batch, and Close waits for those. A
-// decision the caller gave up on may have been taken in Redis, exactly as
-// with a plain client whose command was already written.
+// pipelined call runs on a goroutine this package owns, and the caller
+// returns when its context ends, with the context's error; the command
+// itself still completes (or fails) with its batch, and Close waits for
+// those. A decision the caller gave up on may have been taken in Redis, as
+// with a plain client whose command was already written — but only once:
+// go-redis retries a pipeline that timed out, long after its callers left,
+// so the pipeline runs on a client of its own with retries off (a plain
+// command's timeout is never retried, so the caller's client may keep its
+// MaxRetries for broken connections).
 package redispipe
 
 import (
@@ -39,11 +43,22 @@ type Client interface {
 	AutoPipeline() (*redis.AutoPipeliner, error)
 }
 
+// pipeClient is the client of the Scripter's own that carries the pipeline.
+type pipeClient interface {
+	AutoPipeline() (*redis.AutoPipeliner, error)
+	Close() error
+}
+
 // Scripter is a redis.Scripter whose EVAL and EVALSHA calls are pipelined
 // with the other callers' and end when the caller's context does.
 type Scripter struct {
 	ap     *redis.AutoPipeliner
-	direct redis.Scripter // SCRIPT LOAD and EXISTS: not data-path, not batched
+	pipe   pipeClient     // the AutoPipeliner's own client: retries off, closed by Close
+	direct redis.Scripter // lone calls, SCRIPT LOAD and EXISTS: the caller's client
+	// alone is whether a lone call may run on direct: only if that client
+	// honours a call's deadline (ContextTimeoutEnabled); else every call
+	// takes the pipeline, whose wait honours it.
+	alone bool
 
 	mu       sync.Mutex
 	closed   bool
@@ -58,18 +73,32 @@ var ErrClosed = errors.New("redispipe: closed")
 
 // New returns a Scripter that pipelines through c's shared AutoPipeliner.
 func New(c Client) (*Scripter, error) {
-	if c == nil {
+	var pipe pipeClient
+	var deadlines bool
+	switch c := c.(type) {
+	case *redis.Client:
+		o := *c.Options()
+		deadlines, o.MaxRetries = o.ContextTimeoutEnabled, -1
+		pipe = redis.NewClient(&o)
+	case *redis.ClusterClient:
+		o := *c.Options()
+		deadlines, o.MaxRetries = o.ContextTimeoutEnabled, -1
+		pipe = redis.NewClusterClient(&o)
+	case nil:
 		return nil, errors.New("redispipe: no Redis client")
+	default:
+		return nil, fmt.Errorf("redispipe: a %T: want a *redis.Client or a *redis.ClusterClient", c)
 	}
 	// The blocking face's defaults: one ordered batch in flight, and the
 	// callers that arrive meanwhile form the next. A flush delay (tried at
 	// 50 and 200 µs) only made blocked callers wait: no gain at 50, half
 	// the throughput at 200.
-	ap, err := c.AutoPipeline()
+	ap, err := pipe.AutoPipeline()
 	if err != nil {
+		_ = pipe.Close()
 		return nil, fmt.Errorf("redispipe: %w", err)
 	}
-	return &Scripter{ap: ap, direct: c}, nil
+	return &Scripter{ap: ap, pipe: pipe, direct: c, alone: deadlines}, nil
 }
 
 // Each call goes one of two ways. Alone (no other call in flight) it runs
@@ -121,7 +150,7 @@ func (s *Scripter) run(ctx context.Context, name string, call func(context.Conte
 	}
 	s.wg.Add(1)
 	s.mu.Unlock()
-	if s.inFlight.Add(1) == 1 {
+	if s.inFlight.Add(1) == 1 && s.alone {
 		defer s.wg.Done()
 		defer s.inFlight.Add(-1)
 		cmd := call(ctx, s.direct) // alone: the client honours a deadline itself (ContextTimeoutEnabled)
@@ -135,6 +164,10 @@ func (s *Scripter) run(ctx context.Context, name string, call func(context.Conte
 	done := make(chan *redis.Cmd, 1) // buffered: an abandoned call's goroutine never blocks
 	go func() {
 		defer s.wg.Done()
+		if err := ctx.Err(); err != nil { // left while this goroutine started: send nothing
+			done <- failed(ctx, name, err)
+			return
+		}
 		done <- call(ctx, s.ap)
 	}()
 	defer s.inFlight.Add(-1)
@@ -165,19 +198,32 @@ func failed(ctx context.Context, name string, err error) *redis.Cmd {
 	return cmd
 }
 
-// Close stops new calls, closes the AutoPipeliner (its batches in flight
-// finish or fail) and waits for every call's goroutine, the abandoned ones
-// included. Call it before closing the client.
+// closeWait bounds how long Close waits for calls still in Redis' hands.
+const closeWait = 5 * time.Second
+
+// ErrStillWaiting is returned by Close when calls were still waiting for
+// Redis after closeWait; their goroutines end when their batch does.
+var ErrStillWaiting = errors.New("redispipe: calls still waiting for Redis")
+
+// Close stops new calls, closes the pipeline's own client (its batches in
+// flight finish or fail) and waits, up to 5 s, for every call's goroutine,
+// the abandoned ones included. The caller's client is not touched. Call
+// it before closing that client.
 func (s *Scripter) Close() error {
 	s.mu.Lock()
-	if s.closed {
-		s.mu.Unlock()
-		s.wg.Wait()
-		return nil
-	}
+	first := !s.closed
 	s.closed = true
 	s.mu.Unlock()
-	err := s.ap.Close()
-	s.wg.Wait()
-	return err
+	var err error
+	if first {
+		err = s.pipe.Close()
+	}
+	waited := make(chan struct{})
+	go func() { s.wg.Wait(); close(waited) }()
+	select {
+	case <-waited:
+		return err
+	case <-time.After(closeWait):
+		return errors.Join(err, ErrStillWaiting)
+	}
 }

@@ -149,3 +149,46 @@ func TestNewRefusesNoClient(t *testing.T) {
 	_, err := New(nil)
 	assert.Error(t, err)
 }
+
+func TestIntegrationWithoutContextTimeoutsEveryCallTakesThePipelineAndKeepsItsDeadline(t *testing.T) {
+	srv := redistest.Own(t)
+	opts, err := redis.ParseURL(srv.URL())
+	require.NoError(t, err)
+	opts.ReadTimeout = 3 * time.Second // ContextTimeoutEnabled off: this client would wait the 3 s
+	rdb := redis.NewClient(opts)
+	t.Cleanup(func() { _ = rdb.Close() })
+	s := newScripter(t, rdb)
+	require.NoError(t, echo.Run(t.Context(), s, []string{"k"}, "warm").Err())
+	srv.Stall(1500 * time.Millisecond)
+	ctx, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
+	defer cancel()
+	returned := make(chan error, 1)
+	go func() { returned <- echo.Run(ctx, s, []string{"k"}, "alone").Err() }()
+	select {
+	case err := <-returned:
+		assert.ErrorIs(t, err, context.DeadlineExceeded)
+	case <-time.After(time.Second): // a watchdog for a hang, not a timing assertion
+		t.Fatal("a lone call on a client that ignores deadlines must still end at its own: want it pipelined, got it waiting for Redis")
+	}
+}
+
+func TestThePipelineHasAClientOfItsOwnThatNeverRetries(t *testing.T) {
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: 3, ContextTimeoutEnabled: true, DialerRetries: 1, DialTimeout: 10 * time.Millisecond})
+	t.Cleanup(func() { _ = rdb.Close() })
+	s, err := New(rdb)
+	require.NoError(t, err)
+	own, ok := s.pipe.(*redis.Client)
+	require.True(t, ok)
+	assert.NotSame(t, rdb, own, "a batch retried after its callers left would take their decisions again: the pipeline gets its own client")
+	assert.Zero(t, own.Options().MaxRetries, "no retries (go-redis stores -1 as 0 once the client is built)")
+	assert.Equal(t, 3, rdb.Options().MaxRetries, "the caller's client keeps its retries for broken connections")
+	assert.True(t, s.alone, "a client that honours deadlines may take lone calls")
+	require.NoError(t, s.Close())
+	require.NoError(t, s.Close(), "Close twice")
+	assert.NotErrorIs(t, rdb.Ping(t.Context()).Err(), redis.ErrClosed, "Close leaves the caller's client open")
+
+	ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": "127.0.0.1:1"}})
+	t.Cleanup(func() { _ = ring.Close() })
+	_, err = New(ring)
+	assert.ErrorContains(t, err, "want a *redis.Client or a *redis.ClusterClient")
+}
