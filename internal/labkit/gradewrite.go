@@ -71,7 +71,9 @@ func gradeWrite(ctx context.Context, opts GradeOptions, c *Catalog, cl *Checklis
 			wg.Mutants = append(wg.Mutants, WriteMutant{Name: m.Name, HeldBack: m.HeldBack, Survived: "no tests written", Nudge: m.Nudge})
 		}
 	} else {
-		rep, err := RunWrite(ctx, WriteOptions{Root: opts.Root, Lab: l, MutantsDir: opts.MutantsDir, Log: opts.Log})
+		// Fresh: the verdict cache lives in the submission, where anyone
+		// could have written it.
+		rep, err := RunWrite(ctx, WriteOptions{Root: opts.Root, Lab: l, MutantsDir: opts.MutantsDir, Log: opts.Log, Fresh: true})
 		if err != nil {
 			return nil, err
 		}

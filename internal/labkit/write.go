@@ -2,12 +2,15 @@ package labkit
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"go/parser"
+	"go/token"
 	"hash"
 	"io"
 	"maps"
@@ -19,6 +22,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -35,7 +39,7 @@ const WriteTestLimit = 5 * time.Second
 const writeCacheDir = ".labctl/write-cache"
 
 // writeSchema changes whenever the way a verdict is reached changes.
-const writeSchema = "write-verdict-v9"
+const writeSchema = "write-verdict-v10"
 
 // WriteOptions configures RunWrite.
 type WriteOptions struct {
@@ -128,6 +132,10 @@ type writeRun struct {
 	// mutantTimeout bounds one mutant's run: 30 s more than three times
 	// what the counting tests took on the reference.
 	mutantTimeout time.Duration
+
+	raceOnce sync.Once // the race pass's null run
+	racePass []string
+	raceErr  error
 }
 
 // RunWrite scores a learner's tests (or, with SelfCheck, the reference's
@@ -165,14 +173,8 @@ func RunWrite(ctx context.Context, opts WriteOptions) (*WriteReport, error) {
 		return nil, err
 	}
 	rep.Tests, rep.BuildError, rep.Problem = base.Tests, base.BuildError, base.Problem
-	var counting []string
-	w.mutantTimeout = 30 * time.Second
-	for _, t := range base.Tests {
-		if t.Counts {
-			counting = append(counting, t.Name)
-			w.mutantTimeout += time.Duration(3 * t.Seconds * float64(time.Second))
-		}
-	}
+	counting := countingTests(base.Tests)
+	w.mutantTimeout = opts.timeoutFor(base.Tests)
 	rep.Mutants = make([]WriteMutant, len(kit.Mutants))
 	limit := opts.Parallel
 	if limit < 1 {
@@ -346,8 +348,80 @@ type baseRun struct {
 	Covered map[string][][3]int
 }
 
+// raceCounting is the counting tests that also pass with no mutant when
+// run as the race pass runs them (race detector on, no coverage): the
+// second null run, made once, and only if some mutant needs a race pass.
+func (w *writeRun) raceCounting(ctx context.Context, counting []string) ([]string, error) {
+	w.raceOnce.Do(func() {
+		p, err := w.runMutant(ctx, nil, counting, nil, true)
+		if err != nil {
+			w.raceErr = err
+			return
+		}
+		for _, t := range counting {
+			if p.Test(t).Status == Pass {
+				w.racePass = append(w.racePass, t)
+			}
+		}
+		if strings.Contains(p.Output, "found unexpected goroutines") {
+			w.racePass = nil // a leak would look like a kill of every mutant
+		}
+	})
+	return w.racePass, w.raceErr
+}
+
+// countingTests names the tests that count.
+func countingTests(tests []WriteTest) []string {
+	var names []string
+	for _, t := range tests {
+		if t.Counts {
+			names = append(names, t.Name)
+		}
+	}
+	return names
+}
+
+// timeoutFor bounds one mutant's run: 30 s more than three times what the
+// counting tests took on the reference.
+func (o WriteOptions) timeoutFor(tests []WriteTest) time.Duration {
+	d := 30 * time.Second
+	if o.TestLimit > 0 {
+		d = 6 * o.TestLimit // labctl's own tests, with a short limit
+	}
+	for _, t := range tests {
+		if t.Counts {
+			d += time.Duration(3 * t.Seconds * float64(time.Second))
+		}
+	}
+	return d
+}
+
+// embeds reports whether a test file embeds files: //go:embed is laid over
+// like the source, so a test could read the mutated reference and "kill"
+// every mutant by comparing it with the pristine one.
+func embeds(files map[string][]byte) (string, bool) {
+	for _, name := range slices.Sorted(maps.Keys(files)) {
+		f, err := parser.ParseFile(token.NewFileSet(), name, files[name], parser.ImportsOnly|parser.ParseComments)
+		if err != nil {
+			continue // the build reports it
+		}
+		for _, imp := range f.Imports {
+			if imp.Path.Value == `"embed"` {
+				return name, true
+			}
+		}
+		if bytes.Contains(files[name], []byte("//go:embed")) {
+			return name, true
+		}
+	}
+	return "", false
+}
+
 // reference runs the tests on the correct code, with coverage, and says
-// which of them count.
+// which of them count; then it runs the counting ones again the way the
+// mutants run (no race detector, no coverage, only those tests), and a test
+// that fails there does not count either: a kill must come from the bug,
+// not from how the run was made.
 func (w *writeRun) reference(ctx context.Context) (*baseRun, error) {
 	var out baseRun
 	key := w.key("reference", "")
@@ -359,6 +433,10 @@ func (w *writeRun) reference(ctx context.Context) (*baseRun, error) {
 		return &out, nil
 	} else if len(n) == 0 {
 		out.Problem = "no tests yet: write a func TestX(t *testing.T) in " + filepath.ToSlash(filepath.Join(WriteDirOf(w.kit.Lab), WriteFile))
+		return &out, nil
+	}
+	if name, ok := embeds(w.learner); ok {
+		out.Problem = name + " embeds files (//go:embed): the build lays the mutated reference where an embed reads, so a test could tell a mutant by its source; read what you need with os.ReadFile instead"
 		return &out, nil
 	}
 	w.logf("write %s: running your tests on the reference (the first run builds it, a few seconds)…", w.kit.Lab.Number)
@@ -381,7 +459,7 @@ func (w *writeRun) reference(ctx context.Context) (*baseRun, error) {
 	var p *PackageResult
 	var skip []string
 	for {
-		args := []string{"-covermode=atomic", "-coverprofile=" + profile}
+		args := []string{"-covermode=atomic", "-coverprofile=" + profile, "-run", exactNames(names)}
 		if len(skip) > 0 {
 			args = append(args, "-skip", exactNames(skip))
 		}
@@ -451,11 +529,43 @@ func (w *writeRun) reference(ctx context.Context) (*baseRun, error) {
 	if out.Covered, err = readCoverage(profile); err != nil {
 		return nil, err
 	}
+	if err := w.nullRun(ctx, &out); err != nil {
+		return nil, err
+	}
 	if slices.ContainsFunc(out.Tests, func(t WriteTest) bool { return t.Why == "skipped on the correct code" }) {
 		return &out, nil // a skip depends on this machine (Redis): do not remember it
 	}
 	w.put(key, out)
 	return &out, nil
+}
+
+// nullRun runs the counting tests with no mutant, as the first pass of a
+// mutant runs them, and takes out of the count any that fail there; a leak
+// goleak reports there means nothing counts.
+func (w *writeRun) nullRun(ctx context.Context, out *baseRun) error {
+	counting := countingTests(out.Tests)
+	if len(counting) == 0 || out.Problem != "" {
+		return nil
+	}
+	w.mutantTimeout = w.opts.timeoutFor(out.Tests)
+	p, err := w.runMutant(ctx, nil, counting, nil, false)
+	if err != nil {
+		return err
+	}
+	for i, t := range out.Tests {
+		if !t.Counts {
+			continue
+		}
+		if r := p.Test(t.Name); r.Status != Pass {
+			out.Tests[i].Counts = false
+			out.Tests[i].Why = "passes on the correct code only with the race detector or coverage on, or with the tests that do not count: run the way mutants are, it " + map[bool]string{true: "fails", false: "does not finish"}[r.Status == Fail]
+			out.Tests[i].Message = Headline(r.Output)
+		}
+	}
+	if strings.Contains(p.Output, "found unexpected goroutines") {
+		out.Problem = "your tests leave goroutines running on the correct code (goleak, in main_test.go): every mutant would look killed, so none counts until the tests wait for what they start\n" + LastLines(p.Output, 12)
+	}
+	return nil
 }
 
 // readCoverage reads a cover profile into file base name → blocks.
@@ -582,6 +692,16 @@ func (w *writeRun) mutant(ctx context.Context, m Mutant, base *baseRun, counting
 	// tests drive still kills.
 	for _, race := range []bool{false, true} {
 		res.Discounted, res.Survived = nil, ""
+		counting := counting
+		if race {
+			if counting, err = w.raceCounting(ctx, counting); err != nil {
+				res.Problem = err.Error()
+				return res
+			}
+			if len(counting) == 0 {
+				break
+			}
+		}
 		var skip []string
 		for attempt := 0; attempt < 2; attempt++ {
 			p, err := w.runMutant(ctx, patched, counting, skip, race)
@@ -600,7 +720,8 @@ func (w *writeRun) mutant(ctx context.Context, m Mutant, base *baseRun, counting
 				break
 			}
 			for _, t := range counting {
-				if s := p.Test(t).Status; s == Fail && !slices.Contains(skip, t) {
+				r := p.Test(t)
+				if (r.Status == Fail || strings.Contains(r.Output, "test timed out after")) && !slices.Contains(skip, t) {
 					skip = append(skip, t)
 				}
 			}
@@ -626,7 +747,9 @@ func (w *writeRun) runMutant(ctx context.Context, patched map[string][]byte, cou
 	if err != nil {
 		return nil, err
 	}
-	// vet ran with the reference run; once per mutant it is only cost.
+	// vet ran with the reference run; once per mutant it is only cost. No
+	// coverage: the cover tool reads the files on disk, not the overlay, so
+	// it would build the pristine reference instead of the mutant.
 	args := []string{"-vet=off"}
 	if len(skip) > 0 {
 		args = append(args, "-skip", exactNames(skip))
@@ -677,14 +800,21 @@ func judgeWriteMutant(res *WriteMutant, p *PackageResult, counting []string, lim
 			res.Discounted = append(res.Discounted, name+" "+why)
 		}
 	}
+	for _, name := range counting {
+		// test2json files the timeout's panic under the test that was
+		// running, which never gets a --- FAIL line of its own.
+		if r := p.Test(name); r.Status != Fail && strings.Contains(r.Output, "test timed out after") {
+			res.Discounted = append(res.Discounted, name+" hung until the test binary timed out")
+		}
+	}
 	if strings.Contains(p.Output, "test timed out after") {
 		for _, name := range hungTests(p.Output) {
-			if slices.Contains(counting, name) && p.Test(name).Status != Fail {
+			if slices.Contains(counting, name) && p.Test(name).Status != Fail && !slices.ContainsFunc(res.Discounted, func(d string) bool { return strings.HasPrefix(d, name+" ") }) {
 				res.Discounted = append(res.Discounted, name+" hung until the test binary timed out")
 			}
 		}
 	}
-	if len(res.KilledBy) == 0 && p.Status == Fail && strings.Contains(p.Output, "found unexpected goroutines") &&
+	if len(res.KilledBy) == 0 && len(res.Discounted) == 0 && p.Status == Fail && strings.Contains(p.Output, "found unexpected goroutines") &&
 		!strings.Contains(p.Output, "panic: ") && !strings.Contains(p.Output, "test timed out after") {
 		res.KilledBy = append(res.KilledBy, "(goroutine leak after the tests)")
 	}
@@ -736,7 +866,7 @@ func discount(r TestResult, limit time.Duration) string {
 // panicMessage is ": " and the first panic line, shortened, or "".
 func panicMessage(out string) string {
 	for line := range strings.Lines(out) {
-		t := strings.TrimSpace(line)
+		t := strings.TrimRight(line, "\r\n")
 		if msg, ok := strings.CutPrefix(t, "panic: "); ok && !strings.HasPrefix(msg, "deadlock: ") {
 			msg = strings.TrimSuffix(strings.TrimSuffix(msg, " [recovered, repanicked]"), " [recovered]")
 			if len(msg) > 120 {
@@ -757,11 +887,13 @@ func panicMessage(out string) string {
 // drove it into.
 func panicked(out string) bool {
 	for line := range strings.Lines(out) {
-		line = strings.TrimSpace(line)
+		// The runtime prints these at the start of a line; an indented one
+		// is a test's own log (a recovered panic it reports, say).
+		line = strings.TrimRight(line, "\r\n")
 		if strings.HasPrefix(line, "panic: deadlock: ") {
 			continue
 		}
-		if strings.HasPrefix(line, "panic: ") || strings.HasSuffix(line, "[recovered]") || strings.HasPrefix(line, "fatal error: ") {
+		if strings.HasPrefix(line, "panic: ") || strings.HasPrefix(line, "fatal error: ") {
 			return true
 		}
 	}
@@ -799,6 +931,22 @@ func (w *writeRun) cacheBase(ctx context.Context) (string, error) {
 	put("ref", w.kit.Ref)
 	put("helpers", w.kit.Helpers)
 	put("tests", w.learner)
+	// What the tests may read at run time: testdata/ and any other file
+	// next to them that is not a laid-out copy.
+	dir := WriteDirOf(w.kit.Lab)
+	if err := hashTree(h, w.opts.Root, filepath.Join(dir, "testdata")); err != nil {
+		return "", err
+	}
+	entries, _ := os.ReadDir(filepath.Join(w.opts.Root, dir))
+	for _, e := range entries {
+		_, ref := w.kit.Ref[e.Name()]
+		_, helper := w.kit.Helpers[e.Name()]
+		if e.Type().IsRegular() && !ref && !helper && !strings.HasSuffix(e.Name(), ".go") {
+			if err := hashFile(h, w.opts.Root, filepath.Join(dir, e.Name())); err != nil {
+				return "", err
+			}
+		}
+	}
 	for _, d := range slices.Sorted(maps.Keys(w.kit.Deps)) {
 		put("dep/"+d, w.kit.Deps[d])
 	}

@@ -239,6 +239,7 @@ func TestWriteCountsDetectorsAndDiscountsCrashes(t *testing.T) {
 		counts       bool
 	}{
 		{"assertion", "    x_test.go:12: want 6, got 5\n", true},
+		{"a test's own log of a recovered panic", "    x_test.go:12: the handler said:\n        panic: boom\n", true},
 		{"race", "WARNING: DATA RACE\n    testing.go:1617: race detected during execution of test\n", true},
 		{"synctest deadlock after an assertion", "    x_test.go:12: close: 2 calls still running\npanic: deadlock: main bubble goroutine has exited but blocked goroutines remain [recovered, repanicked]\n", true},
 		{"panic", "panic: runtime error: index out of range [recovered, repanicked]\n", false},
@@ -304,14 +305,68 @@ func TestGradeReportsTheTestWritingTrackShippedAndHeldBack(t *testing.T) {
 	assert.Contains(t, string(md), "| 01 | 1/2 | 0/1 | 1/1 | 1 |  |")
 }
 
-func TestWriteNamesWhatATimedOutBinaryWasRunning(t *testing.T) {
+func TestWriteDoesNotCountAHangAndRunsTheTestsAfterItWithoutIt(t *testing.T) {
 	t.Parallel()
-	out := "panic: test timed out after 30s\n\trunning tests:\n\t\tTestQueueWaits (30s)\n\t\tTestOther/sub (29s)\n\ngoroutine 1 [running]:\n"
-	assert.Equal(t, []string{"TestQueueWaits", "TestOther"}, hungTests(out))
-	res := WriteMutant{}
-	judgeWriteMutant(&res, &PackageResult{Status: Fail, Output: out, Tests: map[string]*TestResult{}}, []string{"TestQueueWaits"}, time.Second)
-	assert.False(t, res.Killed)
-	assert.Equal(t, []string{"TestQueueWaits hung until the test binary timed out"}, res.Discounted)
-	assert.Contains(t, res.Survived, "only by crashing or hanging", "a survivor caught by a hang must not read as 'passed'")
+	hang := `package add
+
+import "testing"
+
+func TestSumHangsOnTheBug(t *testing.T) {
+	if Sum(5, 1) != 6 {
+		select {} // until the test binary's timeout
+	}
+}
+`
+	rep := writeTrack(t, fixture(t), hang, WriteOptions{TestLimit: 200 * time.Millisecond})
+	assert.False(t, rep.Mutants[0].Killed, "a hang is not a kill")
+	assert.Equal(t, []string{"TestSumHangsOnTheBug hung until the test binary timed out"}, rep.Mutants[0].Discounted)
+	assert.Contains(t, rep.Mutants[0].Survived, "only by crashing or hanging", "a survivor caught by a hang must not read as 'passed'")
+
+	rep = writeTrack(t, fixture(t), hang+`
+func TestSumCountsTheFirstNumber(t *testing.T) {
+	if got := Sum(5, 1); got != 6 {
+		t.Errorf("Sum(5, 1) = %d, want 6", got)
+	}
+}
+`, WriteOptions{TestLimit: 200 * time.Millisecond})
+	assert.Equal(t, []string{"TestSumCountsTheFirstNumber"}, rep.Mutants[0].KilledBy, "the test the hang stopped runs again without it")
 	assert.Equal(t, ": runtime error: index out of range", panicMessage("x\npanic: runtime error: index out of range [recovered, repanicked]\n"))
+}
+
+func TestWriteCountsOnlyTestsThatPassTheWayMutantsRun(t *testing.T) {
+	t.Parallel()
+	rep := writeTrack(t, fixture(t), killsSkipsFirst+`
+func TestOnlyWithCoverage(t *testing.T) {
+	if testing.CoverMode() == "" {
+		t.Fatal("mutant runs have no coverage")
+	}
+}
+`, WriteOptions{})
+	require.Len(t, rep.Tests, 2)
+	assert.True(t, rep.Tests[0].Counts)
+	assert.False(t, rep.Tests[1].Counts, "a test that tells the reference run from a mutant run would kill every mutant")
+	assert.Contains(t, rep.Tests[1].Why, "run the way mutants are")
+	assert.Equal(t, []string{"TestSumCountsTheFirstNumber"}, rep.Mutants[0].KilledBy)
+}
+
+func TestWriteRefusesTestsThatEmbedFiles(t *testing.T) {
+	t.Parallel()
+	rep := writeTrack(t, fixture(t), `package add
+
+import (
+	_ "embed"
+	"testing"
+)
+
+//go:embed add.go
+var source string
+
+func TestSourceIsPristine(t *testing.T) {
+	if len(source) == 0 {
+		t.Fatal("empty")
+	}
+}
+`, WriteOptions{})
+	assert.Contains(t, rep.Problem, "embeds files")
+	assert.Equal(t, 0, rep.Killed)
 }
