@@ -83,6 +83,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	opts.PoolSize = 2 * *goroutines // no caller waits for a connection
+	// As secure_app builds its client: deadlines honoured, so a lone call
+	// may skip the pipeline (see solutions/redispipe).
+	opts.ContextTimeoutEnabled = true
 	rdb := redis.NewClient(opts)
 	defer rdb.Close()
 	defer cleanup(rdb, *prefix)
