@@ -25,18 +25,9 @@ if [ -z "${JWT_SECRET:-}" ] && [ -z "${JWT_SECRET_FILE:-}" ]; then
   echo "run-secure: JWT_SECRET is not set; a random secret for this run is in bin/run-secure.jwt-secret (tokens die with it)"
 fi
 
-redis_pid=""
-cleanup() { if [ -n "$redis_pid" ]; then kill "$redis_pid" 2>/dev/null || true; wait "$redis_pid" 2>/dev/null || true; fi; }
-trap cleanup EXIT
-if [ -z "${REDIS_URL:-}" ] && [ -z "${REDIS_CLUSTER_ADDRS:-}" ]; then
-  command -v redis-server >/dev/null || { echo "run-secure: needs Redis: set REDIS_URL, or install redis-server (apt-get install redis-server)"; exit 1; }
-  port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])' 2>/dev/null || echo 16380)
-  redis-server --port "$port" --bind 127.0.0.1 --save "" --appendonly no >/dev/null &
-  redis_pid=$!
-  for _ in $(seq 1 50); do (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break; sleep 0.1; done
-  export REDIS_URL="redis://127.0.0.1:$port/0"
-  echo "run-secure: started redis-server on port $port for this run"
-fi
+# shellcheck source=scripts/own-redis.sh
+. scripts/own-redis.sh
+start_own_redis run-secure
 
 token=$(bin/secure_app token --tenant demo --tier pro --ttl 12h)
 echo "run-secure: a dev token for tenant demo (tier pro), valid 12 h:"

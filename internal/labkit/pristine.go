@@ -93,24 +93,55 @@ func labFromArchive(data []byte, l Lab, from string) (map[string][]byte, error) 
 // times, owners or names in the headers, so exporting the same tests twice
 // gives the same archive and a template's history shows only real changes.
 func WritePristineArchive(w io.Writer, labs map[string]map[string][]byte) error {
+	flat := map[string][]byte{}
+	for dir, files := range labs {
+		for name, content := range files {
+			flat[dir+"/"+name] = content
+		}
+	}
+	return writeArchive(w, flat, checkPristineName)
+}
+
+// ReadPristineArchive reads an archive WritePristineArchive wrote. It
+// accepts only regular files named NN-topic/name_test.go, so a doctored
+// archive cannot write or shadow anything else.
+func ReadPristineArchive(r io.Reader) (map[string]map[string][]byte, error) {
+	flat, err := readArchive(r, maxPristineBytes, checkPristineName)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]map[string][]byte{}
+	for p, content := range flat {
+		dir, name := path.Split(p)
+		dir = strings.TrimSuffix(dir, "/")
+		if out[dir] == nil {
+			out[dir] = map[string][]byte{}
+		}
+		out[dir][name] = content
+	}
+	return out, nil
+}
+
+// writeArchive writes files (slash path → content) as a gzipped tar,
+// entries sorted, with nothing in the headers but name, mode and size;
+// every name must pass check.
+func writeArchive(w io.Writer, files map[string][]byte, check func(string) error) error {
 	zw, err := gzip.NewWriterLevel(w, gzip.BestCompression)
 	if err != nil {
 		return err
 	}
 	tw := tar.NewWriter(zw)
-	for _, dir := range slices.Sorted(maps.Keys(labs)) {
-		for _, name := range slices.Sorted(maps.Keys(labs[dir])) {
-			if err := checkPristineName(dir + "/" + name); err != nil {
-				return err
-			}
-			content := labs[dir][name]
-			hdr := &tar.Header{Typeflag: tar.TypeReg, Name: dir + "/" + name, Mode: 0o644, Size: int64(len(content)), Format: tar.FormatUSTAR}
-			if err := tw.WriteHeader(hdr); err != nil {
-				return err
-			}
-			if _, err := tw.Write(content); err != nil {
-				return err
-			}
+	for _, name := range slices.Sorted(maps.Keys(files)) {
+		if err := check(name); err != nil {
+			return err
+		}
+		content := files[name]
+		hdr := &tar.Header{Typeflag: tar.TypeReg, Name: name, Mode: 0o644, Size: int64(len(content)), Format: tar.FormatUSTAR}
+		if err := tw.WriteHeader(hdr); err != nil {
+			return err
+		}
+		if _, err := tw.Write(content); err != nil {
+			return err
 		}
 	}
 	if err := tw.Close(); err != nil {
@@ -119,17 +150,16 @@ func WritePristineArchive(w io.Writer, labs map[string]map[string][]byte) error 
 	return zw.Close()
 }
 
-// ReadPristineArchive reads an archive WritePristineArchive wrote. It
-// accepts only regular files named NN-topic/name_test.go, so a doctored
-// archive cannot write or shadow anything else.
-func ReadPristineArchive(r io.Reader) (map[string]map[string][]byte, error) {
+// readArchive reads a gzipped tar of regular files, at most limit bytes
+// inflated, each name passing check and appearing once.
+func readArchive(r io.Reader, limit int64, check func(string) error) (map[string][]byte, error) {
 	zr, err := gzip.NewReader(r)
 	if err != nil {
 		return nil, err
 	}
 	defer zr.Close()
-	tr := tar.NewReader(io.LimitReader(zr, maxPristineBytes))
-	out := map[string]map[string][]byte{}
+	tr := tar.NewReader(io.LimitReader(zr, limit))
+	out := map[string][]byte{}
 	for {
 		hdr, err := tr.Next()
 		if err == io.EOF {
@@ -141,22 +171,17 @@ func ReadPristineArchive(r io.Reader) (map[string]map[string][]byte, error) {
 		if hdr.Typeflag != tar.TypeReg {
 			return nil, fmt.Errorf("entry %q is not a regular file", hdr.Name)
 		}
-		if err := checkPristineName(hdr.Name); err != nil {
+		if err := check(hdr.Name); err != nil {
 			return nil, err
 		}
 		content, err := io.ReadAll(tr)
 		if err != nil {
 			return nil, err
 		}
-		dir, name := path.Split(hdr.Name)
-		dir = strings.TrimSuffix(dir, "/")
-		if out[dir] == nil {
-			out[dir] = map[string][]byte{}
-		}
-		if _, dup := out[dir][name]; dup {
+		if _, dup := out[hdr.Name]; dup {
 			return nil, fmt.Errorf("entry %q appears twice", hdr.Name)
 		}
-		out[dir][name] = content
+		out[hdr.Name] = content
 	}
 }
 

@@ -1,9 +1,7 @@
 package labkit
 
 import (
-	"archive/tar"
 	"bytes"
-	"compress/gzip"
 	"errors"
 	"fmt"
 	"go/ast"
@@ -312,86 +310,39 @@ func rewriteImports(name string, data []byte) []byte {
 // WriteWriteKitArchive packs kits (reference, helpers, shipped mutants; never
 // the reference's tests) as a gzipped tar.
 func WriteWriteKitArchive(w io.Writer, kits []*WriteKit) error {
-	zw, err := gzip.NewWriterLevel(w, gzip.BestCompression)
-	if err != nil {
-		return err
-	}
-	tw := tar.NewWriter(zw)
-	put := func(name string, content []byte) error {
-		if err := checkKitName(name); err != nil {
-			return err
-		}
-		hdr := &tar.Header{Typeflag: tar.TypeReg, Name: name, Mode: 0o644, Size: int64(len(content)), Format: tar.FormatUSTAR}
-		if err := tw.WriteHeader(hdr); err != nil {
-			return err
-		}
-		_, err := tw.Write(content)
-		return err
-	}
-	slices.SortFunc(kits, func(a, b *WriteKit) int { return strings.Compare(a.Lab.Dir, b.Lab.Dir) })
+	flat := map[string][]byte{}
 	for _, k := range kits {
-		for _, part := range []struct {
-			kind  string
-			files map[string][]byte
-		}{{"ref", k.Ref}, {"helpers", k.Helpers}} {
-			for _, name := range slices.Sorted(maps.Keys(part.files)) {
-				if err := put(k.Lab.Dir+"/"+part.kind+"/"+name, part.files[name]); err != nil {
-					return err
-				}
-			}
+		for name, data := range k.Ref {
+			flat[k.Lab.Dir+"/ref/"+name] = data
+		}
+		for name, data := range k.Helpers {
+			flat[k.Lab.Dir+"/helpers/"+name] = data
 		}
 		for _, m := range k.Mutants {
-			if m.HeldBack {
-				continue
-			}
-			if err := put(k.Lab.Dir+"/mutants/"+m.Name+".patch", []byte(m.Patch)); err != nil {
-				return err
+			if !m.HeldBack {
+				flat[k.Lab.Dir+"/mutants/"+m.Name+".patch"] = []byte(m.Patch)
 			}
 		}
 	}
-	if err := tw.Close(); err != nil {
-		return err
-	}
-	return zw.Close()
+	return writeArchive(w, flat, checkKitName)
 }
 
 // ReadWriteKitArchive reads what WriteWriteKitArchive wrote: lab directory →
 // "ref/NAME" | "helpers/NAME" | "mutants/NAME.patch" → content.
 func ReadWriteKitArchive(r io.Reader) (map[string]map[string][]byte, error) {
-	zr, err := gzip.NewReader(r)
+	flat, err := readArchive(r, maxKitBytes, checkKitName)
 	if err != nil {
 		return nil, err
 	}
-	defer zr.Close()
-	tr := tar.NewReader(io.LimitReader(zr, maxKitBytes))
 	out := map[string]map[string][]byte{}
-	for {
-		hdr, err := tr.Next()
-		if err == io.EOF {
-			return out, nil
-		}
-		if err != nil {
-			return nil, err
-		}
-		if hdr.Typeflag != tar.TypeReg {
-			return nil, fmt.Errorf("entry %q is not a regular file", hdr.Name)
-		}
-		if err := checkKitName(hdr.Name); err != nil {
-			return nil, err
-		}
-		content, err := io.ReadAll(tr)
-		if err != nil {
-			return nil, err
-		}
-		dir, rest, _ := strings.Cut(hdr.Name, "/")
+	for p, content := range flat {
+		dir, rest, _ := strings.Cut(p, "/")
 		if out[dir] == nil {
 			out[dir] = map[string][]byte{}
 		}
-		if _, dup := out[dir][rest]; dup {
-			return nil, fmt.Errorf("entry %q appears twice", hdr.Name)
-		}
 		out[dir][rest] = content
 	}
+	return out, nil
 }
 
 // checkKitName accepts exactly "lab-dir/(ref|helpers|mutants)/name".
