@@ -82,62 +82,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	opts.PoolSize = 2 * *goroutines // no caller waits for a connection
-	// As secure_app builds its client: deadlines honoured, so a lone call
-	// may skip the pipeline (see solutions/redispipe).
-	opts.ContextTimeoutEnabled = true
-	rdb := redis.NewClient(opts)
-	defer rdb.Close()
-	defer cleanup(rdb, *prefix)
-	pipe, err := redispipe.New(rdb)
+	impls, closeAll, err := implementations(opts, *url, *prefix, *goroutines)
+	defer closeAll()
 	if err != nil {
 		return err
-	}
-	defer pipe.Close()
-	cfg := distlimit.Config{Rate: 1e6, Burst: 1e6, Timeout: time.Second} // always allowed: the cost of a decision, not of refusals
-	cfg.Prefix = *prefix + "piped:"
-	piped, err := distlimit.New(pipe, cfg)
-	if err != nil {
-		return err
-	}
-	cfg.Prefix = *prefix + "plain:"
-	plain, err := distlimit.New(rdb, cfg)
-	if err != nil {
-		return err
-	}
-	// The AutoPipeliner handed to the limiter as it is: no deadline is
-	// honoured once a call is queued, so secure_app cannot run it, but it
-	// shows what the Scripter's per-caller contexts cost.
-	rawAP, err := rdb.AutoPipeline()
-	if err != nil {
-		return err
-	}
-	cfg.Prefix = *prefix + "raw:"
-	raw, err := distlimit.New(rawAP, cfg)
-	if err != nil {
-		return err
-	}
-	rue, err := newRueidis(*url)
-	if err != nil {
-		return fmt.Errorf("rueidis: %w", err)
-	}
-	defer rue.close()
-	cfg.Prefix = *prefix + "rueidis:"
-	onRueidis, err := distlimit.New(rue, cfg)
-	if err != nil {
-		return err
-	}
-	rr := redis_rate.NewLimiter(rdb)
-	limit := redis_rate.Limit{Rate: 1e6, Burst: 1e6, Period: time.Second}
-	impls := []impl{
-		{"ours", func(ctx context.Context, k string) error { _, err := piped.Allow(ctx, k); return err }},
-		{"autopipeliner, raw", func(ctx context.Context, k string) error { _, err := raw.Allow(ctx, k); return err }},
-		{"ours on rueidis", func(ctx context.Context, k string) error { _, err := onRueidis.Allow(ctx, k); return err }},
-		{"ours, plain client", func(ctx context.Context, k string) error { _, err := plain.Allow(ctx, k); return err }},
-		{"redis_rate", func(ctx context.Context, k string) error {
-			_, err := rr.Allow(ctx, *prefix+"rr:"+k, limit)
-			return err
-		}},
 	}
 	if *only != "" {
 		short := map[string]string{"raw": "autopipeliner, raw", "rueidis": "ours on rueidis", "ours": "ours", "plain": "ours, plain client", "redis_rate": "redis_rate"}
@@ -151,32 +99,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	for i := range names {
 		names[i] = "t" + strconv.Itoa(i)
 	}
-	rate := map[string][]float64{}
-	p50 := map[string][]time.Duration{}
-	for r := range *rounds {
-		// Rotate the order each round, so no implementation always runs
-		// first (cold) or last (after the others warmed the server); the
-		// lone-caller latencies are taken after every throughput phase of
-		// the round, each after a GC, so none pays for another's garbage.
-		for i := range impls {
-			im := impls[(i+r)%len(impls)]
-			n, err := throughput(ctx, im, names, *goroutines, *dur)
-			if err != nil {
-				return fmt.Errorf("%s: %w", im.name, err)
-			}
-			rate[im.name] = append(rate[im.name], n)
-			fmt.Fprintf(stderr, "round %d/%d: %-20s %9.0f decisions/s at %d goroutines\n", r+1, *rounds, im.name, n, *goroutines)
-		}
-		for i := range impls {
-			im := impls[(i+r)%len(impls)]
-			runtime.GC()
-			lat, err := serial(ctx, im, names, *dur/2)
-			if err != nil {
-				return fmt.Errorf("%s: %w", im.name, err)
-			}
-			p50[im.name] = append(p50[im.name], lat)
-			fmt.Fprintf(stderr, "round %d/%d: %-20s p50 %s alone\n", r+1, *rounds, im.name, lat.Round(100*time.Nanosecond))
-		}
+	rate, p50, err := measure(ctx, impls, names, *goroutines, *rounds, *dur, stderr)
+	if err != nil {
+		return err
 	}
 	fmt.Fprintf(stdout, "medians of %d interleaved rounds of %s each, one Redis at %s:\n", *rounds, *dur, redactURL(opts))
 	for _, im := range impls {
@@ -188,6 +113,107 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	ours, theirs := median(rate["ours"]), median(rate["redis_rate"])
 	fmt.Fprintf(stdout, "redis limiter: ours %.0f decisions/s, redis_rate %.0f decisions/s, ratio %.2f\n", ours, theirs, ours/theirs)
 	return nil
+}
+
+// measure runs the interleaved rounds: each implementation's throughput
+// at n goroutines, then each one's lone-caller p50.
+func measure(ctx context.Context, impls []impl, names []string, goroutines, rounds int, dur time.Duration, stderr io.Writer) (map[string][]float64, map[string][]time.Duration, error) {
+	rate := map[string][]float64{}
+	p50 := map[string][]time.Duration{}
+	for r := range rounds {
+		// Rotate the order each round, so no implementation always runs
+		// first (cold) or last (after the others warmed the server); the
+		// lone-caller latencies are taken after every throughput phase of
+		// the round, each after a GC, so none pays for another's garbage.
+		for i := range impls {
+			im := impls[(i+r)%len(impls)]
+			n, err := throughput(ctx, im, names, goroutines, dur)
+			if err != nil {
+				return nil, nil, fmt.Errorf("%s: %w", im.name, err)
+			}
+			rate[im.name] = append(rate[im.name], n)
+			fmt.Fprintf(stderr, "round %d/%d: %-20s %9.0f decisions/s at %d goroutines\n", r+1, rounds, im.name, n, goroutines)
+		}
+		for i := range impls {
+			im := impls[(i+r)%len(impls)]
+			runtime.GC()
+			lat, err := serial(ctx, im, names, dur/2)
+			if err != nil {
+				return nil, nil, fmt.Errorf("%s: %w", im.name, err)
+			}
+			p50[im.name] = append(p50[im.name], lat)
+			fmt.Fprintf(stderr, "round %d/%d: %-20s p50 %s alone\n", r+1, rounds, im.name, lat.Round(100*time.Nanosecond))
+		}
+	}
+	return rate, p50, nil
+}
+
+// implementations builds the limiters side by side on one Redis; closeAll
+// closes what was opened (the Scripter before its client), whatever failed.
+func implementations(opts *redis.Options, url, prefix string, goroutines int) (impls []impl, closeAll func(), err error) {
+	var closers []func()
+	closeAll = func() {
+		for i := len(closers) - 1; i >= 0; i-- {
+			closers[i]()
+		}
+	}
+	opts.PoolSize = 2 * goroutines // no caller waits for a connection
+	// As secure_app builds its client: deadlines honoured, so a lone call
+	// may skip the pipeline (see solutions/redispipe).
+	opts.ContextTimeoutEnabled = true
+	rdb := redis.NewClient(opts)
+	closers = append(closers, func() { cleanup(rdb, prefix); _ = rdb.Close() })
+	pipe, err := redispipe.New(rdb)
+	if err != nil {
+		return nil, closeAll, err
+	}
+	closers = append(closers, func() { _ = pipe.Close() })
+	cfg := distlimit.Config{Rate: 1e6, Burst: 1e6, Timeout: time.Second} // always allowed: the cost of a decision, not of refusals
+	cfg.Prefix = prefix + "piped:"
+	piped, err := distlimit.New(pipe, cfg)
+	if err != nil {
+		return nil, closeAll, err
+	}
+	cfg.Prefix = prefix + "plain:"
+	plain, err := distlimit.New(rdb, cfg)
+	if err != nil {
+		return nil, closeAll, err
+	}
+	// The AutoPipeliner handed to the limiter as it is: no deadline is
+	// honoured once a call is queued, so secure_app cannot run it, but it
+	// shows what the Scripter's per-caller contexts cost.
+	rawAP, err := rdb.AutoPipeline()
+	if err != nil {
+		return nil, closeAll, err
+	}
+	cfg.Prefix = prefix + "raw:"
+	raw, err := distlimit.New(rawAP, cfg)
+	if err != nil {
+		return nil, closeAll, err
+	}
+	rue, err := newRueidis(url)
+	if err != nil {
+		return nil, closeAll, fmt.Errorf("rueidis: %w", err)
+	}
+	closers = append(closers, rue.close)
+	cfg.Prefix = prefix + "rueidis:"
+	onRueidis, err := distlimit.New(rue, cfg)
+	if err != nil {
+		return nil, closeAll, err
+	}
+	rr := redis_rate.NewLimiter(rdb)
+	limit := redis_rate.Limit{Rate: 1e6, Burst: 1e6, Period: time.Second}
+	impls = []impl{
+		{"ours", func(ctx context.Context, k string) error { _, err := piped.Allow(ctx, k); return err }},
+		{"autopipeliner, raw", func(ctx context.Context, k string) error { _, err := raw.Allow(ctx, k); return err }},
+		{"ours on rueidis", func(ctx context.Context, k string) error { _, err := onRueidis.Allow(ctx, k); return err }},
+		{"ours, plain client", func(ctx context.Context, k string) error { _, err := plain.Allow(ctx, k); return err }},
+		{"redis_rate", func(ctx context.Context, k string) error {
+			_, err := rr.Allow(ctx, prefix+"rr:"+k, limit)
+			return err
+		}},
+	}
+	return impls, closeAll, nil
 }
 
 // throughput runs n callers for d and returns decisions per second.

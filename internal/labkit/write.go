@@ -456,6 +456,32 @@ func (w *writeRun) reference(ctx context.Context) (*baseRun, error) {
 	}
 	profile := filepath.Join(filepath.Dir(overlay), "cover.out")
 	names, _ := TestFuncs(w.learner)
+	p, err := w.referenceRun(ctx, overlay, profile, names)
+	if err != nil {
+		return nil, err
+	}
+	if p.BuildFailed {
+		out.BuildError = strings.TrimSpace(p.Output)
+		return &out, nil
+	}
+	w.judgeReference(&out, p, names)
+	if out.Covered, err = readCoverage(profile); err != nil {
+		return nil, err
+	}
+	if err := w.nullRun(ctx, &out); err != nil {
+		return nil, err
+	}
+	if slices.ContainsFunc(out.Tests, func(t WriteTest) bool { return t.Why == "skipped on the correct code" }) {
+		return &out, nil // a skip depends on this machine (Redis): do not remember it
+	}
+	w.put(key, out)
+	return &out, nil
+}
+
+// referenceRun runs the tests on the correct code under the race detector
+// and with coverage. A panic ends the test binary, so the tests it stopped
+// run again without the ones that failed, and each is judged on its own.
+func (w *writeRun) referenceRun(ctx context.Context, overlay, profile string, names []string) (*PackageResult, error) {
 	var p *PackageResult
 	var skip []string
 	for {
@@ -476,18 +502,15 @@ func (w *writeRun) reference(ctx context.Context) (*baseRun, error) {
 		case p == nil:
 			return nil, errors.New("go test reported nothing for " + w.pkg())
 		case p.BuildFailed:
-			out.BuildError = strings.TrimSpace(p.Output)
-			return &out, nil
+			return p, nil
 		}
 		if prev != nil { // keep what the tests skipped here did the first time
 			for _, t := range skip {
 				p.Tests[t] = prev.Tests[t]
 			}
 		}
-		// A panic ends the test binary: run the tests it stopped without
-		// the ones that failed, so each is judged on its own.
 		if !slices.ContainsFunc(names, func(t string) bool { return p.Test(t).Status == NotRun }) {
-			break
+			return p, nil
 		}
 		more := false
 		for _, t := range names {
@@ -496,9 +519,14 @@ func (w *writeRun) reference(ctx context.Context) (*baseRun, error) {
 			}
 		}
 		if !more {
-			break
+			return p, nil
 		}
 	}
+}
+
+// judgeReference says of each test whether it counts, and whether the run
+// as a whole leaves nothing to count.
+func (w *writeRun) judgeReference(out *baseRun, p *PackageResult, names []string) {
 	for _, name := range names {
 		r := p.Test(name)
 		t := WriteTest{Name: name, Seconds: r.Elapsed.Seconds()}
@@ -526,17 +554,6 @@ func (w *writeRun) reference(ctx context.Context) (*baseRun, error) {
 			out.Problem = "the test binary failed outside any test on the correct code:\n" + LastLines(p.Output, 12)
 		}
 	}
-	if out.Covered, err = readCoverage(profile); err != nil {
-		return nil, err
-	}
-	if err := w.nullRun(ctx, &out); err != nil {
-		return nil, err
-	}
-	if slices.ContainsFunc(out.Tests, func(t WriteTest) bool { return t.Why == "skipped on the correct code" }) {
-		return &out, nil // a skip depends on this machine (Redis): do not remember it
-	}
-	w.put(key, out)
-	return &out, nil
 }
 
 // nullRun runs the counting tests with no mutant, as the first pass of a
@@ -643,28 +660,10 @@ func (w *writeRun) mutant(ctx context.Context, m Mutant, base *baseRun, counting
 			res.Nudge = m.Nudge
 		}
 	}()
-	files, err := ParsePatch(m.Patch)
+	files, patched, err := w.apply(m.Patch)
 	if err != nil {
 		res.Problem = err.Error()
 		return res
-	}
-	patched := map[string][]byte{}
-	for _, f := range files {
-		if strings.HasSuffix(f.Path, "_test.go") || strings.Contains(f.Path, "/") {
-			res.Problem = "a mutant changes the reference's own files, not " + f.Path
-			return res
-		}
-		orig, ok := w.kit.Ref[f.Path]
-		if !ok {
-			res.Problem = "the patch changes " + f.Path + ", which the reference does not have"
-			return res
-		}
-		out, err := f.Apply(string(orig))
-		if err != nil {
-			res.Problem = err.Error()
-			return res
-		}
-		patched[f.Path] = []byte(out)
 	}
 	switch {
 	case base.BuildError != "":
@@ -702,29 +701,9 @@ func (w *writeRun) mutant(ctx context.Context, m Mutant, base *baseRun, counting
 				break
 			}
 		}
-		var skip []string
-		for attempt := 0; attempt < 2; attempt++ {
-			p, err := w.runMutant(ctx, patched, counting, skip, race)
-			if err != nil {
-				res.Problem = err.Error()
-				return res
-			}
-			judgeWriteMutant(&res, p, counting, w.opts.limit())
-			if res.Killed || len(res.Discounted) == 0 {
-				break
-			}
-			// A panic or a timeout ends the test binary: the tests after it
-			// never ran. Run them without the ones that blew up.
-			notRun := slices.ContainsFunc(counting, func(t string) bool { return p.Test(t).Status == NotRun })
-			if !notRun {
-				break
-			}
-			for _, t := range counting {
-				r := p.Test(t)
-				if (r.Status == Fail || strings.Contains(r.Output, "test timed out after")) && !slices.Contains(skip, t) {
-					skip = append(skip, t)
-				}
-			}
+		if err := w.pass(ctx, &res, patched, counting, race); err != nil {
+			res.Problem = err.Error()
+			return res
 		}
 		if res.Killed {
 			break
@@ -735,6 +714,58 @@ func (w *writeRun) mutant(ctx context.Context, m Mutant, base *baseRun, counting
 	}
 	w.put(key, res)
 	return res
+}
+
+// apply parses a mutant's patch and applies it to the reference's files.
+func (w *writeRun) apply(patch string) ([]FilePatch, map[string][]byte, error) {
+	files, err := ParsePatch(patch)
+	if err != nil {
+		return nil, nil, err
+	}
+	patched := map[string][]byte{}
+	for _, f := range files {
+		if strings.HasSuffix(f.Path, "_test.go") || strings.Contains(f.Path, "/") {
+			return nil, nil, errors.New("a mutant changes the reference's own files, not " + f.Path)
+		}
+		orig, ok := w.kit.Ref[f.Path]
+		if !ok {
+			return nil, nil, errors.New("the patch changes " + f.Path + ", which the reference does not have")
+		}
+		out, err := f.Apply(string(orig))
+		if err != nil {
+			return nil, nil, err
+		}
+		patched[f.Path] = []byte(out)
+	}
+	return files, patched, nil
+}
+
+// pass runs the counting tests on a mutant, with or without the race
+// detector, and judges the run. A panic or a timeout ends the test binary,
+// so the tests after it never ran: they run again without the ones that
+// blew up.
+func (w *writeRun) pass(ctx context.Context, res *WriteMutant, patched map[string][]byte, counting []string, race bool) error {
+	var skip []string
+	for attempt := 0; attempt < 2; attempt++ {
+		p, err := w.runMutant(ctx, patched, counting, skip, race)
+		if err != nil {
+			return err
+		}
+		judgeWriteMutant(res, p, counting, w.opts.limit())
+		if res.Killed || len(res.Discounted) == 0 {
+			return nil
+		}
+		if !slices.ContainsFunc(counting, func(t string) bool { return p.Test(t).Status == NotRun }) {
+			return nil
+		}
+		for _, t := range counting {
+			r := p.Test(t)
+			if (r.Status == Fail || strings.Contains(r.Output, "test timed out after")) && !slices.Contains(skip, t) {
+				skip = append(skip, t)
+			}
+		}
+	}
+	return nil
 }
 
 func (w *writeRun) runMutant(ctx context.Context, patched map[string][]byte, counting, skip []string, race bool) (*PackageResult, error) {

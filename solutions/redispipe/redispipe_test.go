@@ -3,6 +3,7 @@ package redispipe
 import (
 	"context"
 	"errors"
+	"runtime"
 	"strconv"
 	"sync"
 	"testing"
@@ -113,7 +114,7 @@ func TestIntegrationAStalledRedisEndsEachCallAtItsCallersDeadline(t *testing.T) 
 	long := make(chan error, 1)
 	go func() { long <- echo.Run(t.Context(), s, []string{"k"}, "long").Err() }()
 	for s.inFlight.Load() == 0 {
-		time.Sleep(time.Millisecond) // until the long call is in flight; not test timing
+		runtime.Gosched() // until the long call is in flight
 	}
 	short2, cancel2 := context.WithTimeout(t.Context(), 50*time.Millisecond)
 	defer cancel2()
@@ -121,7 +122,7 @@ func TestIntegrationAStalledRedisEndsEachCallAtItsCallersDeadline(t *testing.T) 
 	left, leave := context.WithCancel(t.Context())
 	go func() {
 		for s.inFlight.Load() < 2 {
-			time.Sleep(time.Millisecond) // until the call below is in flight; not test timing
+			runtime.Gosched() // until the call below is in flight
 		}
 		leave()
 	}()
