@@ -29,15 +29,15 @@ func cmdWrite(ctx context.Context, e *env, args []string) error {
 		return fmt.Errorf("%w: labctl write takes one lab, got %q too", errUsage, strings.Join(rest, " "))
 	}
 	file := filepath.ToSlash(filepath.Join(labkit.WriteDirOf(l), labkit.WriteFile))
+	c, err := labkit.LoadCatalog(e.root)
+	if err != nil {
+		return err
+	}
+	kit, err := labkit.LoadWriteKit(e.root, c, l)
+	if err != nil {
+		return err
+	}
 	if !*self {
-		c, err := labkit.LoadCatalog(e.root)
-		if err != nil {
-			return err
-		}
-		kit, err := labkit.LoadWriteKit(e.root, c, l)
-		if err != nil {
-			return err
-		}
 		created, err := kit.Materialize(e.root)
 		if err != nil {
 			return err
@@ -55,7 +55,7 @@ func cmdWrite(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	if *show != "" {
-		return showMutant(e, l, rep, *show)
+		return showMutant(e, l, kit, rep, *show)
 	}
 	if *asJSON {
 		enc := json.NewEncoder(e.stdout)
@@ -134,7 +134,7 @@ func printWrite(e *env, rep *labkit.WriteReport, self bool) {
 // showMutant prints a shipped mutant's patch once the learner's tests kill
 // it: reading a bug you have caught is the lesson; reading one you have
 // not is the answer.
-func showMutant(e *env, l labkit.Lab, rep *labkit.WriteReport, name string) error {
+func showMutant(e *env, l labkit.Lab, kit *labkit.WriteKit, rep *labkit.WriteReport, name string) error {
 	for _, m := range rep.Mutants {
 		if m.Name != name {
 			continue
@@ -144,14 +144,6 @@ func showMutant(e *env, l labkit.Lab, rep *labkit.WriteReport, name string) erro
 			return fmt.Errorf("%w: %s is a held-back mutant; its patch stays with the instructor", errUsage, name)
 		case !m.Killed:
 			return fmt.Errorf("%w: your tests do not kill %s yet, so its patch stays hidden; what it breaks: %s", errUsage, name, m.Nudge)
-		}
-		c, err := labkit.LoadCatalog(e.root)
-		if err != nil {
-			return err
-		}
-		kit, err := labkit.LoadWriteKit(e.root, c, l)
-		if err != nil {
-			return err
 		}
 		for _, km := range kit.Mutants {
 			if km.Name == name {

@@ -125,6 +125,21 @@ func (r *Run) Package(suffix string) *PackageResult {
 	return nil
 }
 
+// RunPackage runs `go test -json` on one package, opts.Packages[0], and
+// returns its result; a run that said nothing of it is an error.
+func RunPackage(ctx context.Context, opts RunOptions) (*PackageResult, error) {
+	run, err := RunTests(ctx, opts)
+	if err != nil {
+		return nil, err
+	}
+	pkg := opts.Packages[0]
+	p := run.Package(strings.TrimPrefix(pkg, "./"))
+	if p == nil {
+		return nil, fmt.Errorf("go test reported nothing for %s:\n%s", pkg, strings.TrimSpace(run.Stderr))
+	}
+	return p, nil
+}
+
 // RunTests runs `go test -json` and collects the outcome. A failing test is
 // not an error; an error means go test could not be run or said nothing.
 func RunTests(ctx context.Context, opts RunOptions) (*Run, error) {

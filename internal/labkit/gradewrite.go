@@ -3,8 +3,6 @@ package labkit
 import (
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 )
@@ -37,16 +35,9 @@ func (w *WriteGrade) Line() string {
 
 // hasWrittenTests reports whether the learner's track holds any test.
 func hasWrittenTests(root string, k *WriteKit) bool {
-	dir := filepath.Join(root, WriteDirOf(k.Lab))
-	names, _ := TestFiles(dir)
-	files := map[string][]byte{}
-	for _, n := range names {
-		if _, helper := k.Helpers[n]; helper {
-			continue
-		}
-		if b, err := os.ReadFile(filepath.Join(dir, n)); err == nil {
-			files[n] = b
-		}
+	files, _, err := (&writeRun{opts: WriteOptions{Root: root, Lab: k.Lab}, kit: k}).tests()
+	if err != nil {
+		return true // scored, and the run says what is wrong
 	}
 	tests, err := TestFuncs(files)
 	return err != nil || len(tests) > 0 // a file that does not parse is scored (as not building)

@@ -2,7 +2,6 @@ package labkit
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -141,21 +140,14 @@ func (v *verifier) runMutant(ctx context.Context, l Lab, patch string) (*Package
 	if err != nil {
 		return nil, err
 	}
-	run, err := RunTests(ctx, RunOptions{
+	p, err := RunPackage(ctx, RunOptions{
 		Dir: v.Root, Packages: []string{"./" + filepath.ToSlash(l.SolutionDir())},
 		Race: !v.NoRace, Count: 1, Overlay: overlay, Timeout: 2 * time.Minute,
 	})
-	if err != nil {
-		return nil, err
+	if err == nil && p.BuildFailed {
+		err = fmt.Errorf("does not compile:\n%s", Indent(p.Output, 6))
 	}
-	p := run.Package(l.SolutionDir())
-	switch {
-	case p == nil:
-		return nil, errors.New("go test reported nothing for the package")
-	case p.BuildFailed:
-		return nil, fmt.Errorf("does not compile:\n%s", Indent(p.Output, 6))
-	}
-	return p, nil
+	return p, err
 }
 
 // mutantOverlay applies a patch to the solution's files in an overlay.

@@ -489,20 +489,14 @@ func (w *writeRun) referenceRun(ctx context.Context, overlay, profile string, na
 		if len(skip) > 0 {
 			args = append(args, "-skip", exactNames(skip))
 		}
-		run, err := RunTests(ctx, RunOptions{
+		prev := p
+		var err error
+		p, err = RunPackage(ctx, RunOptions{
 			Dir: w.opts.Root, Packages: []string{w.pkg()}, Race: true, Count: 1, Overlay: overlay,
 			Timeout: 2 * time.Minute, Args: args,
 		})
-		if err != nil {
-			return nil, err
-		}
-		prev := p
-		p = run.Package(filepath.ToSlash(WriteDirOf(w.kit.Lab)))
-		switch {
-		case p == nil:
-			return nil, errors.New("go test reported nothing for " + w.pkg())
-		case p.BuildFailed:
-			return p, nil
+		if err != nil || p.BuildFailed {
+			return p, err
 		}
 		if prev != nil { // keep what the tests skipped here did the first time
 			for _, t := range skip {
@@ -785,21 +779,14 @@ func (w *writeRun) runMutant(ctx context.Context, patched map[string][]byte, cou
 	if len(skip) > 0 {
 		args = append(args, "-skip", exactNames(skip))
 	}
-	run, err := RunTests(ctx, RunOptions{
+	p, err := RunPackage(ctx, RunOptions{
 		Dir: w.opts.Root, Packages: []string{w.pkg()}, Race: race, Count: 1, Overlay: overlay,
 		Run: exactNames(counting), Timeout: w.mutantTimeout, Args: args,
 	})
-	if err != nil {
-		return nil, err
+	if err == nil && p.BuildFailed {
+		err = fmt.Errorf("the mutant does not compile:\n%s", Indent(p.Output, 6))
 	}
-	p := run.Package(filepath.ToSlash(WriteDirOf(w.kit.Lab)))
-	switch {
-	case p == nil:
-		return nil, errors.New("go test reported nothing for the package")
-	case p.BuildFailed:
-		return nil, fmt.Errorf("the mutant does not compile:\n%s", Indent(p.Output, 6))
-	}
-	return p, nil
+	return p, err
 }
 
 // exactNames is a -run pattern matching exactly these top-level tests.

@@ -185,13 +185,13 @@ func TestWriteIgnoresEditsToTheReferenceCopies(t *testing.T) {
 	assert.Equal(t, 1, rep.Killed)
 }
 
-func TestWriteScoresAHeldBackBankApart(t *testing.T) {
-	t.Parallel()
-	root := fixture(t)
+// heldBackBank is an instructor's bank of one mutant for the fixture lab:
+// Add subtracts. header is the patch's comment.
+func heldBackBank(t *testing.T, header string) string {
+	t.Helper()
 	bank := t.TempDir()
 	require.NoError(t, os.MkdirAll(filepath.Join(bank, "01-add"), 0o755))
-	require.NoError(t, os.WriteFile(filepath.Join(bank, "01-add", "add-subtracts.patch"), []byte(`# Lesson: Add adds. It subtracts instead.
-
+	require.NoError(t, os.WriteFile(filepath.Join(bank, "01-add", "add-subtracts.patch"), []byte(header+`
 --- a/add.go
 +++ b/add.go
 @@ -4,4 +4,4 @@
@@ -201,6 +201,13 @@ func TestWriteScoresAHeldBackBankApart(t *testing.T) {
 -func Add(a, b int) int { return a + b }
 +func Add(a, b int) int { return a - b }
 `), 0o644))
+	return bank
+}
+
+func TestWriteScoresAHeldBackBankApart(t *testing.T) {
+	t.Parallel()
+	root := fixture(t)
+	bank := heldBackBank(t, "# Lesson: Add adds. It subtracts instead.\n")
 	rep := writeTrack(t, root, onlyAdd, WriteOptions{MutantsDir: bank})
 	assert.Equal(t, 2, rep.Total)
 	assert.Equal(t, 1, rep.HeldBackTotal)
@@ -256,20 +263,7 @@ func TestGradeReportsTheTestWritingTrackShippedAndHeldBack(t *testing.T) {
 	t.Parallel()
 	root := fixture(t)
 	l := fixtureLab(t, root)
-	bank := t.TempDir()
-	require.NoError(t, os.MkdirAll(filepath.Join(bank, "01-add"), 0o755))
-	require.NoError(t, os.WriteFile(filepath.Join(bank, "01-add", "add-subtracts.patch"), []byte(`# Lesson: Add adds. It subtracts instead.
-# Must be killed by: TestAddAddsTwoNumbers
-
---- a/add.go
-+++ b/add.go
-@@ -4,4 +4,4 @@
- package add
- 
- // Add returns a+b.
--func Add(a, b int) int { return a + b }
-+func Add(a, b int) int { return a - b }
-`), 0o644))
+	bank := heldBackBank(t, "# Lesson: Add adds. It subtracts instead.\n# Must be killed by: TestAddAddsTwoNumbers\n")
 
 	// Nothing written yet: scored 0 without a run.
 	g, err := RunGrade(t.Context(), GradeOptions{Root: root, MutantsDir: bank})
