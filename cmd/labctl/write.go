@@ -20,6 +20,7 @@ func cmdWrite(ctx context.Context, e *env, args []string) error {
 	show := fs.String("show", "", "print the patch of a shipped mutant your tests already kill (`name`)")
 	testsFile := fs.String("tests", "", "score this test `file` instead of the ones in write/NN-topic (it must be in the lab's package)")
 	fresh := fs.Bool("fresh", false, "run everything again instead of reusing remembered verdicts")
+	oneByOne := fs.Bool("one-by-one", false, "build each mutant on its own instead of all in one test binary (slower; for checking the shared build)")
 	asJSON := fs.Bool("json", false, "print the report as JSON instead of the table")
 	l, rest, err := labCommand(e, fs, "write", args)
 	if err != nil {
@@ -50,7 +51,7 @@ func cmdWrite(ctx context.Context, e *env, args []string) error {
 		fmt.Fprintln(e.stdout, file)
 		return nil
 	}
-	rep, err := labkit.RunWrite(ctx, labkit.WriteOptions{Root: e.root, Lab: l, SelfCheck: *self, MutantsDir: *mutants, Fresh: *fresh, Log: e.stderr, TestsFile: *testsFile})
+	rep, err := labkit.RunWrite(ctx, labkit.WriteOptions{Root: e.root, Lab: l, SelfCheck: *self, MutantsDir: *mutants, Fresh: *fresh, OneByOne: *oneByOne, Log: e.stderr, TestsFile: *testsFile})
 	if err != nil {
 		return err
 	}

@@ -39,7 +39,7 @@ const WriteTestLimit = 5 * time.Second
 const writeCacheDir = ".labctl/write-cache"
 
 // writeSchema changes whenever the way a verdict is reached changes.
-const writeSchema = "write-verdict-v10"
+const writeSchema = "write-verdict-v11"
 
 // WriteOptions configures RunWrite.
 type WriteOptions struct {
@@ -52,7 +52,10 @@ type WriteOptions struct {
 	MutantsDir string
 	Parallel   int  // mutant runs at once; 0 = one per CPU
 	Fresh      bool // ignore remembered verdicts
-	Log        io.Writer
+	// OneByOne builds each mutant on its own instead of folding them into
+	// one test binary (the mutant schema); the verdicts are the same.
+	OneByOne bool
+	Log      io.Writer
 	// TestsFile, when set, is scored instead of the tests in write/NN-topic:
 	// an instructor scoring a submission, or the course's own example suites.
 	TestsFile string
@@ -136,6 +139,8 @@ type writeRun struct {
 	raceOnce sync.Once // the race pass's null run
 	racePass []string
 	raceErr  error
+
+	schema *schemaRun // the mutants built as one; nil: each on its own
 }
 
 // RunWrite scores a learner's tests (or, with SelfCheck, the reference's
@@ -176,8 +181,27 @@ func RunWrite(ctx context.Context, opts WriteOptions) (*WriteReport, error) {
 	counting := countingTests(base.Tests)
 	w.mutantTimeout = opts.timeoutFor(base.Tests)
 	rep.Mutants = make([]WriteMutant, len(kit.Mutants))
+	// Mutants remembered or not reached are settled at once; the rest
+	// run, as one build where they fold into a schema.
+	jobs := make([]writeJob, len(kit.Mutants))
+	var pending []Mutant
+	for i, m := range kit.Mutants {
+		jobs[i] = w.settle(m, base, counting)
+		if !jobs[i].settled {
+			pending = append(pending, m)
+		}
+	}
+	w.startSchema(ctx, pending)
+	defer w.closeSchema()
 	limit := opts.Parallel
-	if limit < 1 {
+	switch {
+	case limit > 0:
+	case w.schema != nil:
+		// Built once, the mutants only run: twice the CPUs and one, as
+		// a test waiting on a real-time timeout or a loopback socket
+		// leaves its CPU to another.
+		limit = 2*runtime.NumCPU() + 1
+	default:
 		// One more than the CPUs: a go test spends part of its run loading
 		// packages and waiting on the linker, which another can overlap.
 		limit = runtime.NumCPU() + 1
@@ -191,7 +215,7 @@ func RunWrite(ctx context.Context, opts WriteOptions) (*WriteReport, error) {
 	for i, m := range kit.Mutants {
 		g.Go(func() error {
 			started := time.Now()
-			res := w.mutant(ctx, m, base, counting)
+			res := w.mutant(ctx, jobs[i], counting)
 			rep.Mutants[i] = res
 			if len(counting) > 0 && rep.BuildError == "" && rep.Problem == "" {
 				w.logf("write %s: [%d/%d] %s: %s", opts.Lab.Number, done.Add(1), len(kit.Mutants), m.Name, writeVerdict(res, time.Since(started)))
@@ -316,6 +340,11 @@ func (w *writeRun) overlay(patched map[string][]byte) (*Overlay, error) {
 		}
 		own[name] = rewriteImports(name, data)
 	}
+	for name, data := range patched {
+		if _, ok := w.kit.Ref[name]; !ok {
+			own[name] = data // a file the mutant schema adds
+		}
+	}
 	maps.Copy(own, w.kit.Helpers)
 	maps.Copy(own, w.learner)
 	if err := lay(w.kit.Lab.Dir, own, false); err != nil {
@@ -353,7 +382,7 @@ type baseRun struct {
 // second null run, made once, and only if some mutant needs a race pass.
 func (w *writeRun) raceCounting(ctx context.Context, counting []string) ([]string, error) {
 	w.raceOnce.Do(func() {
-		p, err := w.runMutant(ctx, nil, counting, nil, true)
+		p, err := w.runMutant(ctx, "", nil, counting, nil, true)
 		if err != nil {
 			w.raceErr = err
 			return
@@ -559,7 +588,7 @@ func (w *writeRun) nullRun(ctx context.Context, out *baseRun) error {
 		return nil
 	}
 	w.mutantTimeout = w.opts.timeoutFor(out.Tests)
-	p, err := w.runMutant(ctx, nil, counting, nil, false)
+	p, err := w.runMutant(ctx, "", nil, counting, nil, false)
 	if err != nil {
 		return err
 	}
@@ -646,40 +675,67 @@ func reached(files []FilePatch, ref map[string][]byte, covered map[string][][3]i
 	return false
 }
 
-// mutant scores one mutant: remembered, not reached, or run.
-func (w *writeRun) mutant(ctx context.Context, m Mutant, base *baseRun, counting []string) (res WriteMutant) {
-	res = WriteMutant{Name: m.Name, HeldBack: m.HeldBack}
-	defer func() {
+// writeJob is one mutant on its way to a verdict.
+type writeJob struct {
+	res     WriteMutant
+	settled bool // res is the verdict: remembered, not reached, or unusable
+	patched map[string][]byte
+	key     string
+}
+
+// settle gives a mutant its verdict without running it where it can:
+// remembered, not reached by any test, or nothing counts yet.
+func (w *writeRun) settle(m Mutant, base *baseRun, counting []string) writeJob {
+	res := WriteMutant{Name: m.Name, HeldBack: m.HeldBack}
+	done := func(res WriteMutant) writeJob {
 		if !res.Killed && res.Problem == "" {
 			res.Nudge = m.Nudge
 		}
-	}()
+		return writeJob{res: res, settled: true}
+	}
 	files, patched, err := w.apply(m.Patch)
 	if err != nil {
 		res.Problem = err.Error()
-		return res
+		return done(res)
 	}
 	switch {
 	case base.BuildError != "":
 		res.Survived = "your tests do not build"
-		return res
+		return done(res)
 	case len(counting) == 0:
 		res.Survived = "no test counts yet"
-		return res
+		return done(res)
 	case base.Problem != "":
 		res.Survived = "nothing counts yet (see above)"
-		return res
+		return done(res)
 	case !reached(files, w.kit.Ref, base.Covered):
 		res.Survived = "no test reaches the code it changes"
-		return res
+		return done(res)
 	}
 	key := w.key("mutant", m.Patch+"\x00"+strings.Join(counting, ","))
 	var cached WriteMutant
 	if w.get(key, &cached) {
 		cached.Name, cached.HeldBack, cached.Cached = m.Name, m.HeldBack, true
-		res = cached
-		return res
+		return done(cached)
 	}
+	res.Nudge = m.Nudge // cleared if it is killed
+	return writeJob{res: res, patched: patched, key: key}
+}
+
+// mutant runs a mutant settle could not decide.
+func (w *writeRun) mutant(ctx context.Context, job writeJob, counting []string) WriteMutant {
+	if job.settled {
+		return job.res
+	}
+	res, patched, key := job.res, job.patched, job.key
+	nudge := res.Nudge
+	res.Nudge = ""
+	defer func() {
+		if !res.Killed && res.Problem == "" {
+			res.Nudge = nudge
+		}
+	}()
+	var err error
 	// Without the race detector first (a build and run about twice as
 	// fast); a mutant that survives runs again with it, so a race the
 	// tests drive still kills.
@@ -737,11 +793,11 @@ func (w *writeRun) apply(patch string) ([]FilePatch, map[string][]byte, error) {
 // pass runs the counting tests on a mutant, with or without the race
 // detector, and judges the run. A panic or a timeout ends the test binary,
 // so the tests after it never ran: they run again without the ones that
-// blew up.
+// blew up, as often as another blows up (each run skips one more).
 func (w *writeRun) pass(ctx context.Context, res *WriteMutant, patched map[string][]byte, counting []string, race bool) error {
 	var skip []string
-	for attempt := 0; attempt < 2; attempt++ {
-		p, err := w.runMutant(ctx, patched, counting, skip, race)
+	for {
+		p, err := w.runMutant(ctx, res.Name, patched, counting, skip, race)
 		if err != nil {
 			return err
 		}
@@ -752,17 +808,29 @@ func (w *writeRun) pass(ctx context.Context, res *WriteMutant, patched map[strin
 		if !slices.ContainsFunc(counting, func(t string) bool { return p.Test(t).Status == NotRun }) {
 			return nil
 		}
+		more := false
 		for _, t := range counting {
 			r := p.Test(t)
 			if (r.Status == Fail || strings.Contains(r.Output, "test timed out after")) && !slices.Contains(skip, t) {
 				skip = append(skip, t)
+				more = true
 			}
 		}
+		if !more {
+			return nil
+		}
 	}
-	return nil
 }
 
-func (w *writeRun) runMutant(ctx context.Context, patched map[string][]byte, counting, skip []string, race bool) (*PackageResult, error) {
+// runMutant runs the counting tests on mutant name (the reference when
+// name is ""): in the schema's binary where it folded, else built on its
+// own by go test.
+func (w *writeRun) runMutant(ctx context.Context, name string, patched map[string][]byte, counting, skip []string, race bool) (*PackageResult, error) {
+	if id, ok := w.schemaID(name); ok {
+		if p, used, err := w.runSchema(ctx, id, counting, skip, race); used || err != nil {
+			return p, err
+		}
+	}
 	ov, err := w.overlay(patched)
 	if err != nil {
 		return nil, err

@@ -364,3 +364,73 @@ func TestSourceIsPristine(t *testing.T) {
 	assert.Contains(t, rep.Problem, "embeds files")
 	assert.Equal(t, 0, rep.Killed)
 }
+
+// verdicts is what a report says of each mutant, without the run's
+// bookkeeping.
+func verdicts(rep *WriteReport) []WriteMutant {
+	out := make([]WriteMutant, len(rep.Mutants))
+	for i, m := range rep.Mutants {
+		out[i] = WriteMutant{Name: m.Name, Killed: m.Killed, KilledBy: m.KilledBy, Discounted: m.Discounted, Survived: m.Survived, Problem: m.Problem}
+	}
+	return out
+}
+
+func TestWriteScoresTheSameWithTheMutantsBuiltOnceOrOneByOne(t *testing.T) {
+	t.Parallel()
+	// In this order: the hang stops the binary before the others run.
+	suite := `package add
+
+import "testing"
+
+func TestSumHangsOnTheBug(t *testing.T) {
+	if Sum(5, 1) != 6 {
+		select {} // stopped once past the limit
+	}
+}
+
+func TestAddOnlyWithItsOwnNumbers(t *testing.T) {
+	if Add(2, 2) != 4 {
+		panic("Add(2, 2) != 4")
+	}
+}
+` + strings.TrimPrefix(killsSkipsFirst, "package add\n\nimport \"testing\"\n")
+	opts := WriteOptions{TestLimit: 200 * time.Millisecond, MutantsDir: heldBackBank(t, "# Lesson: Add adds.\n")}
+	once := writeTrack(t, fixture(t), suite, opts)
+	opts.OneByOne = true
+	alone := writeTrack(t, fixture(t), suite, opts)
+	assert.Equal(t, verdicts(alone), verdicts(once))
+	require.Len(t, once.Mutants, 2)
+	hung := "TestSumHangsOnTheBug hung until the test binary timed out"
+	assert.Equal(t, WriteMutant{Name: "skips-first", Killed: true, KilledBy: []string{"TestSumCountsTheFirstNumber"}, Discounted: []string{hung}}, verdicts(once)[0],
+		"the tests after the hang ran again without it")
+	assert.Equal(t, WriteMutant{Name: "add-subtracts", Killed: true, KilledBy: []string{"TestSumCountsTheFirstNumber"}, Discounted: []string{hung, "TestAddOnlyWithItsOwnNumbers panicked: Add(2, 2) != 4"}}, verdicts(once)[1])
+}
+
+func TestWriteBuildsTheMutantsOneByOneWhenTheirSharedBuildFails(t *testing.T) {
+	t.Parallel()
+	bank := heldBackBank(t, "# Lesson: Add adds.\n")
+	require.NoError(t, os.WriteFile(filepath.Join(bank, "01-add", "does-not-compile.patch"), []byte(`# Lesson: a mutant with a type error.
+--- a/add.go
++++ b/add.go
+@@ -4,4 +4,4 @@
+ package add
+ 
+ // Add returns a+b.
+-func Add(a, b int) int { return a + b }
++func Add(a, b int) int { return a + "b" }
+`), 0o644))
+	rep := writeTrack(t, fixture(t), onlyAdd+`
+func TestSumCountsTheFirstNumber(t *testing.T) {
+	if got := Sum(5, 1); got != 6 {
+		t.Errorf("Sum(5, 1) = %d, want 6", got)
+	}
+}
+`, WriteOptions{MutantsDir: bank})
+	byName := map[string]WriteMutant{}
+	for _, m := range rep.Mutants {
+		byName[m.Name] = m
+	}
+	assert.True(t, byName["add-subtracts"].Killed, "the others still run: %+v", byName["add-subtracts"])
+	assert.True(t, byName["skips-first"].Killed, "%+v", byName["skips-first"])
+	assert.Contains(t, byName["does-not-compile"].Problem, "does not compile", "the broken one is named, alone")
+}
