@@ -124,7 +124,7 @@ SEED ?= 0
 
 scenario: ## run a scenario and write its report with charts: make scenario NAME=brownout [SEED=7] (NAME=list lists them)
 	@test -n "$(NAME)" || { echo "usage: make scenario NAME=brownout (make scenario NAME=list lists them)"; exit 2; }
-	@if [ "$(NAME)" = list ]; then $(GO) run ./cmd/scenario -list; else $(GO) run ./cmd/scenario -name $(NAME) -seed $(SEED); fi
+	@if [ "$(NAME)" = list ]; then $(GO) run ./cmd/scenario -list; else DURATION="$(DURATION)" $(GO) run ./cmd/scenario -name $(NAME) -seed $(SEED); fi
 
 FUZZTIME ?= 20s
 

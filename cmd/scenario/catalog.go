@@ -86,6 +86,14 @@ var scenarios = []scenario{
 			"that its fallback continues an assistant prefill: B sends it the text so far and relays the rest, and " +
 			"every stream ends complete. Neither ever ends a cut stream as if it were whole.",
 		run: midstream},
+	{name: "soak", title: "a soak: three secure_app replicas through every fault at once (DURATION, 10m by default)",
+		lesson: "Three secure_app replicas share one Redis behind a balancer that follows /readyz, in front of two upstreams, " +
+			"under an open loop of three tenants on three tiers for DURATION, through a seeded schedule: alpha browns out, then " +
+			"fails and beta carries; Redis stalls for 2 s, then restarts empty; a replica gets SIGTERM with streams in flight and " +
+			"is replaced; one tenant bursts. Every request ends answered completely or refused with a reason — none is lost; the " +
+			"surviving replicas' goroutines and heap come back to their level before the run; Redis' keys stop growing when the " +
+			"load stops; and the tokens secure_app counted are the tokens the upstreams reported. The run fails (exit 1) otherwise.",
+		run: soak},
 }
 
 // lookup finds a scenario by name.

@@ -56,7 +56,7 @@ func TestChartIsWellFormedSVG(t *testing.T) {
 func TestListNamesEveryScenario(t *testing.T) {
 	var out, errOut bytes.Buffer
 	require.Equal(t, 0, run(t.Context(), []string{"-list"}, &out, &errOut))
-	for _, n := range []string{"brownout", "outage", "burst", "rolling-deploy", "redis-outage", "replicas", "hedging", "retry-budget", "adaptive"} {
+	for _, n := range []string{"brownout", "outage", "burst", "rolling-deploy", "redis-outage", "replicas", "hedging", "retry-budget", "adaptive", "midstream", "soak"} {
 		assert.Contains(t, out.String(), n)
 	}
 	assert.Equal(t, 2, run(t.Context(), []string{"-name", "nope"}, &out, &errOut))
@@ -183,4 +183,164 @@ gateway_provider_attempts_total{provider="alpha",outcome="error"} 5
 	assert.Equal(t, 15.0, sc.attempts, "a counter is summed over its labels")
 	_, err = scrapeOnce(t.Context(), "http://[::1")
 	assert.Error(t, err, "a URL that does not parse is an error, not a panic")
+}
+
+func TestClassifySortsAnsweredRefusedAndLost(t *testing.T) {
+	whole := `{"choices":[{"message":{"content":"hi"}}],"usage":{"total_tokens":16}}`
+	stream := "data: {\"choices\":[{\"delta\":{\"content\":\"hi\"}}]}\n\ndata: {\"choices\":[{\"delta\":{},\"finish_reason\":\"stop\"}]}\n\n" +
+		"data: {\"choices\":[],\"usage\":{\"total_tokens\":12}}\n\ndata: [DONE]\n\n"
+	for _, c := range []struct {
+		name   string
+		code   int
+		body   string
+		err    string
+		want   outcome
+		reason string
+		tokens int
+	}{
+		{"a whole answer", 200, whole, "", answered, "", 16},
+		{"a complete stream", 200, stream, "", answered, "", 12},
+		{"a stream ended by an error event", 200, "data: {\"choices\":[]}\n\ndata: {\"error\":{\"code\":\"upstream_error\"}}\n\n", "", refused, "stream error event: upstream_error", 0},
+		{"a stream cut with neither", 200, "data: {\"choices\":[{\"delta\":{\"content\":\"hi\"}}]}\n\n", "", lost, "stream cut without [DONE] or an error event", 0},
+		{"[DONE] without a finish", 200, "data: {\"choices\":[{\"delta\":{\"content\":\"hi\"}}]}\n\ndata: [DONE]\n\n", "", lost, "stream with [DONE] but no finish_reason", 0},
+		{"[DONE] after a broken event", 200, "data: {\"choi\n\ndata: [DONE]\n\n", "", lost, "stream with [DONE] and a broken event", 0},
+		{"a 200 with a broken body", 200, `{"choices":[`, "", lost, "200 with a broken body", 0},
+		{"a 200 without choices", 200, `{"id":"x"}`, "", lost, "200 with a broken body", 0},
+		{"a refusal with the gateway's error", 429, `{"error":{"type":"rate_limit_error","code":"rate_limited"}}`, "429 Too Many Requests", refused, "rate_limited", 0},
+		{"a refusal with a type only", 503, `{"error":{"type":"server_error"}}`, "", refused, "server_error", 0},
+		{"a proxy's 502 without the gateway's error", 502, "", "502 Bad Gateway", lost, "status 502 without the gateway's JSON error", 0},
+		{"a hang past the deadline", 0, "", "Post \"http://x\": context deadline exceeded (Client.Timeout exceeded while awaiting headers)", lost, "no answer within the client's deadline", 0},
+		{"a reset", 0, "", "read: connection reset by peer", lost, "connection reset", 0},
+		{"a body cut short", 0, "data: {", "unexpected EOF", lost, "connection closed (EOF)", 0},
+	} {
+		o, reason, tokens := classify(c.code, []byte(c.body), c.err)
+		assert.Equal(t, c.want, o, c.name)
+		assert.Equal(t, c.reason, reason, c.name)
+		assert.Equal(t, c.tokens, tokens, c.name)
+	}
+}
+
+func TestAcceptedCountsRefusalsAfterAdmissionOnly(t *testing.T) {
+	assert.True(t, soakSample{outcome: answered}.accepted())
+	assert.True(t, soakSample{outcome: lost, reason: "connection reset"}.accepted(), "a lost request was taken, then lost")
+	assert.True(t, soakSample{outcome: refused, reason: "upstream_error"}.accepted(), "the upstream failed it after admission")
+	assert.True(t, soakSample{outcome: refused, reason: "stream error event: upstream_error"}.accepted())
+	for _, r := range []string{"rate_limited", "limits_unavailable", "rate_limiter_unavailable", "too_many_concurrent_requests", "tokens_per_minute", "draining", "overloaded"} {
+		assert.False(t, soakSample{outcome: refused, reason: r}.accepted(), r)
+	}
+}
+
+func TestSoakDurationDefaultsAndBounds(t *testing.T) {
+	d, err := soakDuration("")
+	require.NoError(t, err)
+	assert.Equal(t, 10*time.Minute, d)
+	d, err = soakDuration("2m")
+	require.NoError(t, err)
+	assert.Equal(t, 2*time.Minute, d)
+	for _, bad := range []string{"30s", "3h", "soon"} {
+		_, err := soakDuration(bad)
+		assert.Error(t, err, bad)
+	}
+}
+
+func TestPlanSoakScalesWithTheDurationAndKeepsEveryFault(t *testing.T) {
+	for _, d := range []time.Duration{time.Minute, 2 * time.Minute, 10 * time.Minute} {
+		p := planSoak(d)
+		require.Len(t, p.phases, 7, d)
+		assert.Equal(t, 0.0, p.phases[0].From, d)
+		assert.Equal(t, d.Seconds(), p.phases[len(p.phases)-1].To, "the phases cover the whole load")
+		for i := 1; i < len(p.phases); i++ {
+			assert.Equal(t, p.phases[i-1].To, p.phases[i].From, "%s: phases are contiguous", d)
+			assert.Less(t, p.phases[i].From, p.phases[i].To, d)
+		}
+		in := func(t0 float64, label string) bool { return p.phases[p.phaseOf(t0)].Label == label }
+		assert.True(t, in(p.slow.From, "brown-out") && in(p.slow.To-1, "brown-out"), d)
+		assert.True(t, in(p.outage.From, "outage") && in(p.outage.To-1, "outage"), d)
+		assert.True(t, in(p.stall, "redis-stall") && in(p.stall+soakStall.Seconds(), "redis-stall"), "%s: the stall stays 2 s and in its phase", d)
+		assert.True(t, in(p.restart, "redis-restart") && in(p.term, "replica-restart"), d)
+		assert.True(t, in(p.burst.From, "burst") && in(p.burst.To-1, "burst"), d)
+		assert.Equal(t, len(p.phases)-1, p.phaseOf(d.Seconds()+0.5), "a request sent at the very end counts in the last phase")
+	}
+	assert.Equal(t, 2*planSoak(time.Minute).outage.From, planSoak(2*time.Minute).outage.From, "the schedule scales")
+	assert.Contains(t, planSoak(2*time.Minute).alphaSpec(1, true), "slow=12s-30s:600ms@0.3,outage=36s-50s")
+	assert.NotContains(t, planSoak(2*time.Minute).alphaSpec(1, false), "outage", "the warm-up has no faults")
+}
+
+func TestPhaseStatsCountsEachPhaseByWhenItsRequestsWereSent(t *testing.T) {
+	plan := soakPlan{phases: []band{{From: 0, To: 10, Label: "a"}, {From: 10, To: 20, Label: "b"}}}
+	ms := func(n int) time.Duration { return time.Duration(n) * time.Millisecond }
+	samples := []soakSample{
+		{at: 1, lat: ms(100), outcome: answered, tokens: 10},
+		{at: 2, lat: ms(200), outcome: answered, tokens: 10},
+		{at: 3, outcome: refused, reason: "rate_limited"},
+		{at: 11, outcome: refused, reason: "upstream_error"},
+		{at: 12, outcome: lost, reason: "connection reset"},
+		{at: 20.5, lat: ms(300), outcome: answered},
+	}
+	got := phaseStats(plan, samples)
+	require.Len(t, got, 2)
+	assert.Equal(t, soakPhase{Name: "a", FromS: 0, ToS: 10, Sent: 3, Accepted: 2, Answered: 2, Refused: 1,
+		RefusedBy: map[string]int{"rate_limited": 1}, LostBy: map[string]int{}, P50ms: 200, P95ms: 200, P99ms: 200}, got[0])
+	assert.Equal(t, 3, got[1].Sent)
+	assert.Equal(t, 3, got[1].Accepted, "refused after admission and lost are accepted")
+	assert.Equal(t, map[string]int{"connection reset": 1}, got[1].LostBy)
+	assert.Equal(t, 300.0, got[1].P99ms)
+	assert.Equal(t, int64(10*2), tokenBound(samples), "the largest answer's usage for each of the two that may have reached an upstream unanswered")
+}
+
+func TestVerdictNamesEveryFailedCriterion(t *testing.T) {
+	good := soakSummary{Replicas: []soakLevels{{Replica: "r2", GoroutinesBefore: 100, GoroutinesAfter: 110, HeapBefore: 1000, HeapAfter: 900}},
+		RedisKeysAfterLoad: 5, RedisKeysAtEnd: 3, TokensCharged: 100, TokensReported: 100}
+	assert.Empty(t, verdict(good), "exactly 10 % above, fewer keys, equal tokens: a pass")
+
+	bad := good
+	bad.Lost = 2
+	bad.Phases = []soakPhase{{LostBy: map[string]int{"connection reset": 2}}}
+	bad.Replicas = []soakLevels{{Replica: "r2", GoroutinesBefore: 100, GoroutinesAfter: 111, HeapBefore: 1000, HeapAfter: 1101}}
+	bad.RedisKeysAtEnd = 6
+	bad.TokensCharged, bad.TokensBound = 130, 20
+	got := strings.Join(verdict(bad), "\n")
+	for _, want := range []string{"2 request(s) lost (connection reset: 2)", "replica r2: 111 goroutines", "replica r2: live heap 1101",
+		"Redis keys kept growing", "tokens charged 130 differ from tokens the upstreams reported 100 by 30, more than the bound 20"} {
+		assert.Contains(t, got, want)
+	}
+	assert.NotEmpty(t, verdict(soakSummary{RedisKeysAfterLoad: 1, RedisKeysAtEnd: 1}), "no levels to compare is a failure, not a pass")
+	assert.NotEmpty(t, verdict(soakSummary{Replicas: good.Replicas, RedisKeysAfterLoad: -1, RedisKeysAtEnd: -1}), "no key count is a failure")
+}
+
+func TestKeysAroundTakesTheCountAfterTheLoadAndTheLast(t *testing.T) {
+	start := time.Unix(1000, 0)
+	keys := []timed{{start.Add(50 * time.Second), 40}, {start.Add(61 * time.Second), 30}, {start.Add(63 * time.Second), 20},
+		{start.Add(80 * time.Second), 4}, {start.Add(90 * time.Second), 99}}
+	afterLoad, atEnd := keysAround(keys, start, 60, 85)
+	assert.Equal(t, 20.0, afterLoad, "the first count 3 s after the load stopped")
+	assert.Equal(t, 4.0, atEnd, "the last count by the end")
+}
+
+func TestTokensChargedAddsEveryInstanceSinceItsCountBefore(t *testing.T) {
+	assert.Equal(t, int64(15+20+7), tokensCharged([]replicaTokens{{before: 5, last: 20}, {before: 0, last: 20}, {before: 3, last: 10}}))
+	assert.Equal(t, 2, len(levelsOf(map[string]replicaSample{"r1": {}, "r2": {}, "r3": {}}, map[string]replicaSample{"r2": {}, "r3": {}, "r1′": {}})),
+		"only the replicas measured before and after are compared")
+}
+
+func TestSoakUpstreamCountsWholeAnswersButNotProbes(t *testing.T) {
+	u, err := startUpstream("alpha", "name=alpha,latency=1ms,jitter=0s,chunk-delay=0s,seed=1")
+	require.NoError(t, err)
+	defer u.close()
+	post := func(body string) []byte {
+		resp, err := http.Post(u.url+"/chat/completions", "application/json", strings.NewReader(body))
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		require.NoError(t, err)
+		return b
+	}
+	whole := post(`{"model":"alpha-1","messages":[{"role":"user","content":"hello there"}]}`)
+	streamed := post(`{"model":"alpha-1","stream":true,"stream_options":{"include_usage":true},"messages":[{"role":"user","content":"hello there"}]}`)
+	post(`{"model":"alpha-1","max_completion_tokens":1,"messages":[{"role":"user","content":"ping"}]}`)
+	assert.Equal(t, int64(usageIn(whole)+usageIn(streamed)), u.tokens.Load())
+	assert.Positive(t, usageIn(streamed))
+	assert.Equal(t, int64(2), u.answers.Load())
+	assert.Equal(t, int64(1), u.probes.Load(), "a gateway's probe is counted apart")
+	http.DefaultClient.CloseIdleConnections()
 }
