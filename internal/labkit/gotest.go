@@ -217,7 +217,37 @@ func parseEvents(r io.Reader, onEvent func(Event)) (*Run, error) {
 		}
 		c.add(ev)
 	}
+	c.settleHeld()
 	return c.run, sc.Err()
+}
+
+// settleHeld gives a test the outcome its own "--- PASS/FAIL/SKIP" line
+// reported when the event for it never came: test2json holds a test's
+// result back until the next test starts, and a binary stopped in that
+// test (a timeout, a crash, labctl's hang watch) ends before it does.
+func (c *collector) settleHeld() {
+	for _, p := range c.run.Packages {
+		for name, t := range p.Tests {
+			if t.Status != NotRun {
+				continue
+			}
+			for line := range strings.Lines(t.Output) {
+				for _, st := range []Status{Pass, Fail, Skip} {
+					rest, ok := strings.CutPrefix(line, "--- "+strings.ToUpper(string(st))+": "+name+" (")
+					if !ok {
+						continue
+					}
+					t.Status = st
+					if secs, _, ok := strings.Cut(rest, "s)"); ok {
+						if d, err := time.ParseDuration(secs + "s"); err == nil {
+							t.Elapsed = d
+						}
+					}
+					p.Order = append(p.Order, name)
+				}
+			}
+		}
+	}
 }
 
 func (c *collector) add(ev Event) {

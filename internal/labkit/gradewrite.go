@@ -64,7 +64,10 @@ func gradeWrite(ctx context.Context, opts GradeOptions, c *Catalog, cl *Checklis
 	} else {
 		// Fresh: the verdict cache lives in the submission, where anyone
 		// could have written it.
-		rep, err := RunWrite(ctx, WriteOptions{Root: opts.Root, Lab: l, MutantsDir: opts.MutantsDir, Log: opts.Log, Fresh: true})
+		// Each mutant built on its own: a grade is the exact verdict, not
+		// the shared build's (which a test counting allocations or
+		// reading its call stack could tell apart; docs/instructor-guide.md).
+		rep, err := RunWrite(ctx, WriteOptions{Root: opts.Root, Lab: l, MutantsDir: opts.MutantsDir, Log: opts.Log, Fresh: true, OneByOne: true})
 		if err != nil {
 			return nil, err
 		}

@@ -28,8 +28,12 @@ import (
 // changes a declaration, a signature or init builds on its own, as before.
 
 // schemaSwitchFile is the file the schema adds to the package: the number
-// of the mutant the binary runs as, 0 for none.
-const schemaSwitchFile = "zz_labctl_mutant.go"
+// of the mutant the binary runs as, 0 for none. Its name sorts before any
+// other (go build hands the compiler files in name order), so the switch
+// is set before any package variable whose initialiser reaches a mutated
+// function through an interface or a func value, where the compiler sees
+// no dependency.
+const schemaSwitchFile = "0labctl_mutant.go"
 
 // schemaEnv names the mutant a schema binary runs as.
 const schemaEnv = "LABCTL_MUTANT"
@@ -79,6 +83,9 @@ func buildMutantSchema(ref map[string][]byte, mutants []schemaMutant) (*mutantSc
 			return nil, err
 		}
 		files[name] = f
+		if pkg != "" && f.file.Name.Name != pkg {
+			return nil, fmt.Errorf("the reference's files are in packages %s and %s", pkg, f.file.Name.Name)
+		}
 		pkg = f.file.Name.Name
 	}
 	if pkg == "" {
@@ -118,7 +125,7 @@ var labctlMutant, _ = labctlStrconv.Atoi(labctlOS.Getenv(%q))
 
 func parseSchemaFile(name string, src []byte) (*schemaFile, error) {
 	fset := token.NewFileSet()
-	file, err := parser.ParseFile(fset, name, src, parser.SkipObjectResolution)
+	file, err := parser.ParseFile(fset, name, src, parser.SkipObjectResolution|parser.ParseComments)
 	if err != nil {
 		return nil, err
 	}
@@ -169,11 +176,16 @@ func planMutant(files map[string]*schemaFile, patched map[string][]byte, id int)
 		}
 		plans[name] = plan
 	}
-	// Two mutants may not add one import under two names.
+	// Imports other mutants added to the file: one path under two names,
+	// or two paths under one name, would not compile together.
 	for name, p := range plans {
 		for path, as := range p.added {
-			if have, ok := files[name].added[path]; ok && have != as {
-				return nil, false
+			n, _ := importedName(path, as)
+			for have, hasAs := range files[name].added {
+				hn, _ := importedName(have, hasAs)
+				if (have == path && hasAs != as) || (have != path && hn == n) {
+					return nil, false
+				}
 			}
 		}
 	}
@@ -184,14 +196,37 @@ func planMutant(files map[string]*schemaFile, patched map[string][]byte, id int)
 // declaration: everything but function bodies must be the same.
 func planFile(orig, mut *schemaFile, id int) (filePlan, bool) {
 	plan := filePlan{added: map[string]string{}}
-	for path, as := range mut.imports {
-		have, ok := orig.imports[path]
-		switch {
-		case !ok:
-			plan.added[path] = as
-		case have != as:
+	// A name the reference's file uses before a dot that the mutant's no
+	// longer does may be an import it left unused, which would not
+	// compile on its own: such a mutant builds alone.
+	origUsed, used := usedNames(orig.file), usedNames(mut.file)
+	declared := declaredNames(orig.file)
+	for name := range origUsed {
+		if !used[name] && !declared[name] {
 			return plan, false
 		}
+	}
+	for path, as := range mut.imports {
+		have, ok := orig.imports[path]
+		if ok {
+			if have != as {
+				return plan, false
+			}
+			continue
+		}
+		// An import the mutant adds: its name must be known and used, and
+		// free in the file (a blank or dot import would run or reach
+		// into every mutant's build).
+		name, ok := importedName(path, as)
+		if !ok || !used[name] {
+			return plan, false
+		}
+		for p, a := range orig.imports {
+			if n, known := importedName(p, a); !known || n == name {
+				return plan, false
+			}
+		}
+		plan.added[path] = as
 	}
 	od, md := nonImportDecls(orig.file), nonImportDecls(mut.file)
 	if len(od) != len(md) {
@@ -210,13 +245,17 @@ func planFile(orig, mut *schemaFile, id int) (filePlan, bool) {
 			}
 			continue
 		}
-		if of.Name.Name != mf.Name.Name || orig.text(of.Type) != mut.text(mf.Type) ||
+		if of.Name.Name != mf.Name.Name || docText(orig, of.Doc) != docText(mut, mf.Doc) ||
+			orig.text(of.Type) != mut.text(mf.Type) ||
 			(of.Recv == nil) != (mf.Recv == nil) || (of.Recv != nil && orig.text(of.Recv) != mut.text(mf.Recv)) ||
 			of.Body == nil || mf.Body == nil {
 			return plan, false
 		}
 		if orig.text(of.Body) == mut.text(mf.Body) {
 			continue
+		}
+		if hasDirective(of.Doc) {
+			return plan, false // the copy would not carry it
 		}
 		changed = true
 		ins, cp, ok := foldFunc(orig, of, mut, mf, id)
@@ -277,6 +316,9 @@ func foldFunc(orig *schemaFile, of *ast.FuncDecl, mut *schemaFile, mf *ast.FuncD
 		var names []string
 		for _, field := range tp.List {
 			for _, n := range field.Names {
+				if n.Name == "_" {
+					return schemaInsert{}, "", false
+				}
 				names = append(names, n.Name)
 			}
 		}
@@ -328,4 +370,107 @@ func (f *schemaFile) render() []byte {
 		b.WriteString("\n")
 	}
 	return b.Bytes()
+}
+
+// importedName is the name an import is used by in the file: its alias,
+// or the last element of its path (a /vN major version skipped). ok is
+// false for blank and dot imports and for paths whose package name the
+// path does not tell (go-x, x.v3, x-y).
+func importedName(path, alias string) (string, bool) {
+	switch alias {
+	case "_", ".":
+		return "", false
+	case "":
+	default:
+		return alias, true
+	}
+	parts := strings.Split(path, "/")
+	name := parts[len(parts)-1]
+	if len(parts) > 1 && len(name) > 1 && name[0] == 'v' && strings.Trim(name[1:], "0123456789") == "" {
+		name = parts[len(parts)-2]
+	}
+	if !token.IsIdentifier(name) {
+		return "", false
+	}
+	return name, true
+}
+
+// usedNames is every identifier a file uses as the left of a selector:
+// the imports it refers to, among others.
+func usedNames(f *ast.File) map[string]bool {
+	used := map[string]bool{}
+	ast.Inspect(f, func(n ast.Node) bool {
+		if sel, ok := n.(*ast.SelectorExpr); ok {
+			if id, ok := sel.X.(*ast.Ident); ok {
+				used[id.Name] = true
+			}
+		}
+		return true
+	})
+	return used
+}
+
+// declaredNames is every name a file declares, at any level: what is
+// before a dot and declared here is not an import.
+func declaredNames(f *ast.File) map[string]bool {
+	names := map[string]bool{}
+	add := func(ids ...*ast.Ident) {
+		for _, id := range ids {
+			if id != nil {
+				names[id.Name] = true
+			}
+		}
+	}
+	ast.Inspect(f, func(n ast.Node) bool {
+		switch n := n.(type) {
+		case *ast.Field:
+			add(n.Names...)
+		case *ast.ValueSpec:
+			add(n.Names...)
+		case *ast.TypeSpec:
+			add(n.Name)
+		case *ast.FuncDecl:
+			add(n.Name)
+		case *ast.AssignStmt:
+			if n.Tok == token.DEFINE {
+				for _, e := range n.Lhs {
+					if id, ok := e.(*ast.Ident); ok {
+						add(id)
+					}
+				}
+			}
+		case *ast.RangeStmt:
+			if n.Tok == token.DEFINE {
+				for _, e := range []ast.Expr{n.Key, n.Value} {
+					if id, ok := e.(*ast.Ident); ok {
+						add(id)
+					}
+				}
+			}
+		}
+		return true
+	})
+	return names
+}
+
+// docText is a declaration's doc comment as written, "" for none.
+func docText(f *schemaFile, doc *ast.CommentGroup) string {
+	if doc == nil {
+		return ""
+	}
+	return f.text(doc)
+}
+
+// hasDirective reports a //go: line (noinline, norace, nosplit, linkname…)
+// in a function's doc: the copy could not carry it faithfully.
+func hasDirective(doc *ast.CommentGroup) bool {
+	if doc == nil {
+		return false
+	}
+	for _, c := range doc.List {
+		if strings.HasPrefix(c.Text, "//go:") {
+			return true
+		}
+	}
+	return false
 }

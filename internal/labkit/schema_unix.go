@@ -1,4 +1,4 @@
-//go:build unix
+//go:build unix && !linux
 
 package labkit
 
@@ -7,8 +7,8 @@ import (
 	"syscall"
 )
 
-// killGroupOnCancel makes cancelling cmd kill what it started as well:
-// test2json's test binary would otherwise run on, orphaned.
+// killGroupOnCancel makes cancelling cmd kill what it started as well (a
+// test's own subprocesses).
 func killGroupOnCancel(cmd *exec.Cmd) {
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }

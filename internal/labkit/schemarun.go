@@ -20,6 +20,7 @@ type schemaRun struct {
 	schema    *mutantSchema
 	dir       string // where the binaries go
 	test2json string
+	path      string // PATH for the binaries: $GOROOT/bin first, as go test sets it
 	once      [2]sync.Once
 	bin       [2]string // "" once a build failed: mutants build on their own
 }
@@ -46,11 +47,16 @@ func (w *writeRun) startSchema(ctx context.Context, pending []Mutant) {
 		w.logf("write: mutants build one by one (no test2json: %v)", err)
 		return
 	}
+	goroot, err := goOutput(ctx, w.opts.Root, "env", "GOROOT")
+	if err != nil {
+		return
+	}
 	dir, err := os.MkdirTemp("", "labctl-schema-")
 	if err != nil {
 		return
 	}
-	w.schema = &schemaRun{schema: schema, dir: dir, test2json: strings.TrimSpace(string(t2j))}
+	path := filepath.Join(strings.TrimSpace(string(goroot)), "bin") + string(os.PathListSeparator) + os.Getenv("PATH")
+	w.schema = &schemaRun{schema: schema, dir: dir, test2json: strings.TrimSpace(string(t2j)), path: path}
 }
 
 // closeSchema removes the schema's binaries.
@@ -128,8 +134,7 @@ func (w *writeRun) runSchema(ctx context.Context, id int, counting, skip []strin
 	if bin == "" {
 		return nil, false, ctx.Err()
 	}
-	pkg := strings.TrimPrefix(w.pkg(), "./")
-	args := []string{"-t", "-p", pkg, bin, "-test.v=test2json", "-test.paniconexit0", "-test.count=1", "-test.run=" + exactNames(counting)}
+	args := []string{"-test.v=test2json", "-test.paniconexit0", "-test.count=1", "-test.run=" + exactNames(counting)}
 	if len(skip) > 0 {
 		args = append(args, "-test.skip="+exactNames(skip))
 	}
@@ -141,54 +146,93 @@ func (w *writeRun) runSchema(ctx context.Context, id int, counting, skip []strin
 		ctx, cancel = context.WithTimeout(ctx, w.mutantTimeout+time.Minute)
 		defer cancel()
 	}
-	// test2json runs the binary, so it reports the exit status too (a
-	// goleak report after PASS fails the package, as under go test).
 	runCtx, stop := context.WithCancel(ctx)
 	defer stop()
-	cmd := exec.CommandContext(runCtx, w.schema.test2json, args...)
-	cmd.Dir = filepath.Join(w.opts.Root, WriteDirOf(w.kit.Lab))
-	cmd.Env = append(os.Environ(), schemaEnv+"="+strconv.Itoa(id))
+	test := exec.CommandContext(runCtx, bin, args...)
+	test.Dir = filepath.Join(w.opts.Root, WriteDirOf(w.kit.Lab))
+	test.Env = append(os.Environ(), schemaEnv+"="+strconv.Itoa(id), "PATH="+w.schema.path)
 	if race {
-		cmd.Env = append(cmd.Env, "GORACE="+noExitSleep(os.Getenv("GORACE")))
+		test.Env = append(test.Env, "GORACE="+noExitSleep(os.Getenv("GORACE")))
 	}
-	killGroupOnCancel(cmd)
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		return nil, true, err
+	killGroupOnCancel(test)
+	// The binary's output goes through test2json, as under go test; the
+	// binary is ours to stop, and test2json ends when its input does.
+	var watch *hangWatch
+	if id != 0 { // never cut the runs that say which tests count
+		watch = newHangWatch(w.opts.limit()+time.Second, stop)
 	}
-	if err := cmd.Start(); err != nil {
-		return nil, true, fmt.Errorf("start test2json: %w", err)
-	}
-	watch := newHangWatch(w.opts.limit()+time.Second, stop)
-	run, parseErr := parseEvents(stdout, watch.event)
-	_ = cmd.Wait() // a failing test exits non-zero; the events say which
+	run, status, err := w.test2json(test, watch)
 	hung := watch.close()
 	if err := ctx.Err(); err != nil {
 		return nil, true, err
 	}
+	if err != nil && hung == "" {
+		return nil, true, err
+	}
+	pkg := strings.TrimPrefix(w.pkg(), "./")
+	if p = run.Package(pkg); p == nil {
+		return nil, true, errors.New("the mutant's test binary reported nothing")
+	}
+	if status != nil && p.Status == Pass {
+		p.Status = Fail // exited non-zero after PASS: goleak's report, say
+	}
 	if hung != "" {
 		// Stopped early: the running test could no longer count, and
 		// the binary's own timeout is much further off.
-		parseErr = nil
-		if p := run.Package(pkg); p != nil {
-			t := p.Tests[hung]
-			if t == nil {
-				t = &TestResult{Name: hung, Status: NotRun}
-				p.Tests[hung] = t
-			}
-			t.Output += fmt.Sprintf("test timed out after %s (labctl stopped it: it ran past the limit)\n", w.opts.limit()+time.Second)
-			p.Status = Fail
+		t := p.Tests[hung]
+		if t == nil {
+			t = &TestResult{Name: hung, Status: NotRun}
+			p.Tests[hung] = t
 		}
-	}
-	if parseErr != nil {
-		return nil, true, fmt.Errorf("read test2json output: %w", parseErr)
-	}
-	if p = run.Package(pkg); p == nil {
-		return nil, true, errors.New("the mutant's test binary reported nothing: " + strings.TrimSpace(stderr.String()))
+		t.Output += fmt.Sprintf("test timed out after %s (labctl stopped it: it ran past the limit)\n", w.opts.limit()+time.Second)
+		p.Status = Fail
 	}
 	return p, true, nil
+}
+
+// test2json runs test with its output converted by test2json and returns
+// the events read and the test's exit error.
+func (w *writeRun) test2json(test *exec.Cmd, watch *hangWatch) (*Run, error, error) {
+	pkg := strings.TrimPrefix(w.pkg(), "./")
+	conv := exec.Command(w.schema.test2json, "-t", "-p", pkg)
+	r, wr, err := os.Pipe()
+	if err != nil {
+		return nil, nil, err
+	}
+	test.Stdout, test.Stderr, conv.Stdin = wr, wr, r
+	var stderr bytes.Buffer
+	conv.Stderr = &stderr
+	out, err := conv.StdoutPipe()
+	if err != nil {
+		r.Close()
+		wr.Close()
+		return nil, nil, err
+	}
+	if err := conv.Start(); err != nil {
+		r.Close()
+		wr.Close()
+		return nil, nil, fmt.Errorf("start test2json: %w", err)
+	}
+	r.Close()
+	startErr := test.Start()
+	wr.Close() // test2json sees the end of input when the binary exits
+	if startErr != nil {
+		_ = conv.Wait()
+		return nil, nil, fmt.Errorf("start the mutants' test binary: %w", startErr)
+	}
+	var onEvent func(Event)
+	if watch != nil {
+		onEvent = watch.event
+	}
+	run, parseErr := parseEvents(out, onEvent)
+	status := test.Wait()
+	if err := conv.Wait(); err != nil && parseErr == nil {
+		parseErr = fmt.Errorf("test2json: %w: %s", err, strings.TrimSpace(stderr.String()))
+	}
+	if parseErr != nil {
+		return run, status, fmt.Errorf("read test2json output: %w", parseErr)
+	}
+	return run, status, nil
 }
 
 // hangWatch stops a test binary whose running test has gone past the
@@ -221,6 +265,12 @@ func (h *hangWatch) event(ev Event) {
 		h.running[ev.Test] = time.Now()
 	case "pause", "pass", "fail", "skip":
 		delete(h.running, ev.Test)
+	case "output":
+		// test2json holds a test's own pass or fail event back until the
+		// next test starts; its "--- PASS" line says it ended.
+		if strings.HasPrefix(ev.Output, "--- ") {
+			delete(h.running, ev.Test)
+		}
 	}
 }
 
@@ -234,10 +284,14 @@ func (h *hangWatch) loop() {
 			return
 		case now := <-tick.C:
 			h.mu.Lock()
-			for name, since := range h.running {
-				if now.Sub(since) > h.limit && h.hung == "" {
-					h.hung = name
-					h.stop()
+			// Only a test running alone: with parallel tests, which one
+			// holds the binary is not for the watch to guess.
+			if len(h.running) == 1 && h.hung == "" {
+				for name, since := range h.running {
+					if now.Sub(since) > h.limit {
+						h.hung = name
+						h.stop()
+					}
 				}
 			}
 			h.mu.Unlock()
@@ -248,6 +302,9 @@ func (h *hangWatch) loop() {
 // close stops the watch and names the test it stopped the binary in, if
 // it did.
 func (h *hangWatch) close() string {
+	if h == nil {
+		return ""
+	}
 	close(h.done)
 	h.wg.Wait()
 	h.mu.Lock()

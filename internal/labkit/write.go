@@ -3,6 +3,7 @@ package labkit
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -212,11 +213,27 @@ func RunWrite(ctx context.Context, opts WriteOptions) (*WriteReport, error) {
 	if len(counting) > 0 && rep.BuildError == "" && rep.Problem == "" {
 		w.logf("write %s: %d tests count; %d mutants to try (%d at a time)…", opts.Lab.Number, len(counting), len(kit.Mutants), limit)
 	}
+	// The slowest last time first: a mutant that holds a test to its
+	// time limit then overlaps the rest instead of ending the run alone.
+	took := w.timings()
+	var mu sync.Mutex
+	order := slices.Clone(kit.Mutants)
+	slices.SortStableFunc(order, func(a, b Mutant) int { return cmp.Compare(took[b.Name], took[a.Name]) })
+	index := map[string]int{}
 	for i, m := range kit.Mutants {
+		index[m.Name] = i
+	}
+	for _, m := range order {
+		i := index[m.Name]
 		g.Go(func() error {
 			started := time.Now()
 			res := w.mutant(ctx, jobs[i], counting)
 			rep.Mutants[i] = res
+			if !jobs[i].settled {
+				mu.Lock()
+				took[m.Name] = time.Since(started).Seconds()
+				mu.Unlock()
+			}
 			if len(counting) > 0 && rep.BuildError == "" && rep.Problem == "" {
 				w.logf("write %s: [%d/%d] %s: %s", opts.Lab.Number, done.Add(1), len(kit.Mutants), m.Name, writeVerdict(res, time.Since(started)))
 			}
@@ -224,6 +241,7 @@ func RunWrite(ctx context.Context, opts WriteOptions) (*WriteReport, error) {
 		})
 	}
 	_ = g.Wait() // each mutant records its own problem
+	w.putTimings(took)
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
@@ -712,7 +730,11 @@ func (w *writeRun) settle(m Mutant, base *baseRun, counting []string) writeJob {
 		res.Survived = "no test reaches the code it changes"
 		return done(res)
 	}
-	key := w.key("mutant", m.Patch+"\x00"+strings.Join(counting, ","))
+	kind := "mutant"
+	if w.opts.OneByOne {
+		kind = "mutant-alone" // the check of the shared build must not read its verdicts
+	}
+	key := w.key(kind, m.Patch+"\x00"+strings.Join(counting, ","))
 	var cached WriteMutant
 	if w.get(key, &cached) {
 		cached.Name, cached.HeldBack, cached.Cached = m.Name, m.HeldBack, true
@@ -811,7 +833,7 @@ func (w *writeRun) pass(ctx context.Context, res *WriteMutant, patched map[strin
 		more := false
 		for _, t := range counting {
 			r := p.Test(t)
-			if (r.Status == Fail || strings.Contains(r.Output, "test timed out after")) && !slices.Contains(skip, t) {
+			if (r.Status == Fail || timedOut(r)) && !slices.Contains(skip, t) {
 				skip = append(skip, t)
 				more = true
 			}
@@ -889,7 +911,7 @@ func judgeWriteMutant(res *WriteMutant, p *PackageResult, counting []string, lim
 	for _, name := range counting {
 		// test2json files the timeout's panic under the test that was
 		// running, which never gets a --- FAIL line of its own.
-		if r := p.Test(name); r.Status != Fail && strings.Contains(r.Output, "test timed out after") {
+		if r := p.Test(name); r.Status != Fail && timedOut(r) {
 			res.Discounted = append(res.Discounted, name+" hung until the test binary timed out")
 		}
 	}
@@ -900,7 +922,11 @@ func judgeWriteMutant(res *WriteMutant, p *PackageResult, counting []string, lim
 			}
 		}
 	}
-	if len(res.KilledBy) == 0 && len(res.Discounted) == 0 && p.Status == Fail && strings.Contains(p.Output, "found unexpected goroutines") &&
+	// A leak after the tests counts when they all ran within the limit:
+	// one that took longer drove the leak too late to count, as a late
+	// failure does not.
+	slow := slices.ContainsFunc(counting, func(name string) bool { return p.Test(name).Elapsed > limit })
+	if len(res.KilledBy) == 0 && len(res.Discounted) == 0 && !slow && p.Status == Fail && strings.Contains(p.Output, "found unexpected goroutines") &&
 		!strings.Contains(p.Output, "panic: ") && !strings.Contains(p.Output, "test timed out after") {
 		res.KilledBy = append(res.KilledBy, "(goroutine leak after the tests)")
 	}
@@ -939,7 +965,7 @@ func hungTests(out string) []string {
 // discount says why a failing test's failure does not count, "" if it does.
 func discount(r TestResult, limit time.Duration) string {
 	switch {
-	case strings.Contains(r.Output, "test timed out after"):
+	case timedOut(r):
 		return "hung until the test binary timed out"
 	case panicked(r.Output):
 		return "panicked" + panicMessage(r.Output)
@@ -947,6 +973,18 @@ func discount(r TestResult, limit time.Duration) string {
 		return fmt.Sprintf("failed only after %.1fs (the limit is %s)", r.Elapsed.Seconds(), limit)
 	}
 	return ""
+}
+
+// timedOut reports that the binary's timeout ended this test. test2json
+// files the timeout's panic under the last test that printed, which may be
+// a parallel test that had already finished: the "running tests:" list the
+// panic prints names the ones it really stopped.
+func timedOut(r TestResult) bool {
+	if !strings.Contains(r.Output, "test timed out after") {
+		return false
+	}
+	running := hungTests(r.Output)
+	return len(running) == 0 || slices.Contains(running, r.Name)
 }
 
 // panicMessage is ": " and the first panic line, shortened, or "".
@@ -976,8 +1014,8 @@ func panicked(out string) bool {
 		// The runtime prints these at the start of a line; an indented one
 		// is a test's own log (a recovered panic it reports, say).
 		line = strings.TrimRight(line, "\r\n")
-		if strings.HasPrefix(line, "panic: deadlock: ") {
-			continue
+		if strings.HasPrefix(line, "panic: deadlock: ") || strings.HasPrefix(line, "panic: test timed out after ") {
+			continue // a detector, or the timeout (timedOut says whose)
 		}
 		if strings.HasPrefix(line, "panic: ") || strings.HasPrefix(line, "fatal error: ") {
 			return true
@@ -1051,6 +1089,24 @@ func hashTree(h hash.Hash, root, rel string) error {
 		r, _ := filepath.Rel(root, p)
 		return hashFile(h, root, r)
 	})
+}
+
+// timings are how long each mutant of the lab took when it last ran.
+func (w *writeRun) timings() map[string]float64 {
+	took := map[string]float64{}
+	b, err := os.ReadFile(w.timingsFile())
+	if err == nil {
+		_ = json.Unmarshal(b, &took) // a damaged file only loses the order
+	}
+	return took
+}
+
+func (w *writeRun) putTimings(took map[string]float64) {
+	(&verifyCache{dir: filepath.Dir(w.timingsFile())}).put(strings.TrimSuffix(filepath.Base(w.timingsFile()), ".json"), took)
+}
+
+func (w *writeRun) timingsFile() string {
+	return filepath.Join(w.opts.Root, writeCacheDir, "timings-"+w.kit.Lab.Dir+".json")
 }
 
 func (w *writeRun) key(kind, extra string) string {

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/stretchr/testify/assert"
@@ -433,4 +434,97 @@ func TestSumCountsTheFirstNumber(t *testing.T) {
 	assert.True(t, byName["add-subtracts"].Killed, "the others still run: %+v", byName["add-subtracts"])
 	assert.True(t, byName["skips-first"].Killed, "%+v", byName["skips-first"])
 	assert.Contains(t, byName["does-not-compile"].Problem, "does not compile", "the broken one is named, alone")
+}
+
+func TestWriteCountsAParallelKillBesideAHangBuiltEitherWay(t *testing.T) {
+	t.Parallel()
+	suite := `package add
+
+import (
+	"testing"
+	"time"
+)
+
+func TestAddKills(t *testing.T) {
+	t.Parallel()
+	time.Sleep(100 * time.Millisecond)
+	if Add(2, 2) != 4 {
+		t.Error("Add(2, 2) != 4")
+	}
+}
+
+func TestAddHangs(t *testing.T) {
+	t.Parallel()
+	if Add(1, 1) != 2 {
+		select {}
+	}
+}
+`
+	opts := WriteOptions{TestLimit: 300 * time.Millisecond, MutantsDir: heldBackBank(t, "# Lesson: Add adds.\n")}
+	once := writeTrack(t, fixture(t), suite, opts)
+	opts.OneByOne = true
+	alone := writeTrack(t, fixture(t), suite, opts)
+	for _, rep := range []*WriteReport{once, alone} {
+		require.Len(t, rep.Mutants, 2)
+		m := rep.Mutants[1]
+		assert.Equal(t, "add-subtracts", m.Name)
+		assert.True(t, m.Killed, "the parallel test's assertion counts though its sibling hung (one by one: %v): %+v", rep == alone, m)
+		assert.Equal(t, []string{"TestAddKills"}, m.KilledBy)
+	}
+}
+
+func TestHangWatchStopsOnlyATestRunningAloneAndPastTheLimit(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		stopped := 0
+		h := newHangWatch(time.Second, func() { stopped++ })
+		h.event(Event{Action: "run", Test: "TestA"})
+		h.event(Event{Action: "run", Test: "TestB"})
+		time.Sleep(2 * time.Second)
+		synctest.Wait()
+		assert.Equal(t, 0, stopped, "two running: not for the watch to guess which one holds the binary")
+		h.event(Event{Action: "output", Test: "TestA", Output: "--- PASS: TestA (2.00s)\n"})
+		h.event(Event{Action: "run", Test: "TestB/sub"})
+		time.Sleep(200 * time.Millisecond)
+		synctest.Wait()
+		assert.Equal(t, 1, stopped, "TestA's own report line ended it (its event is held back): TestB alone, past the limit")
+		assert.Equal(t, "TestB", h.close())
+
+		h = newHangWatch(time.Second, func() { stopped++ })
+		h.event(Event{Action: "run", Test: "TestC"})
+		h.event(Event{Action: "pause", Test: "TestC"})
+		h.event(Event{Action: "run", Test: "TestD"})
+		h.event(Event{Action: "pass", Test: "TestD"})
+		time.Sleep(5 * time.Second)
+		synctest.Wait()
+		h.event(Event{Action: "cont", Test: "TestC"})
+		time.Sleep(500 * time.Millisecond)
+		synctest.Wait()
+		assert.Equal(t, 1, stopped, "a paused test is not running; its clock starts again at cont")
+		assert.Empty(t, h.close())
+		assert.Empty(t, (*hangWatch)(nil).close(), "no watch: nothing stopped")
+	})
+}
+
+func TestHeldReportsAreSettledFromTheTestsOwnLines(t *testing.T) {
+	events := strings.Join([]string{
+		`{"Action":"run","Package":"p","Test":"TestA"}`,
+		`{"Action":"output","Package":"p","Test":"TestA","Output":"    a_test.go:3: want 4\n"}`,
+		`{"Action":"output","Package":"p","Test":"TestA","Output":"--- FAIL: TestA (0.10s)\n"}`,
+		`{"Action":"run","Package":"p","Test":"TestB"}`,
+		`{"Action":"output","Package":"p","Test":"TestB","Output":"--- PASS: TestB/sub (0.00s)\n"}`,
+		`{"Action":"output","Package":"p","Output":"FAIL\n"}`,
+	}, "\n")
+	run, err := parseEvents(strings.NewReader(events), nil)
+	require.NoError(t, err)
+	p := run.Packages["p"]
+	assert.Equal(t, Fail, p.Test("TestA").Status, "its event never came; its own line says how it ended")
+	assert.Equal(t, 100*time.Millisecond, p.Test("TestA").Elapsed)
+	assert.Equal(t, NotRun, p.Test("TestB").Status, "a subtest's line is not the test's end")
+}
+
+func TestATimeoutIsTheTestsItStoppedNotTheLastToPrint(t *testing.T) {
+	out := "--- FAIL: TestA (0.10s)\npanic: test timed out after 3s\n\trunning tests:\n\t\tTestB (3s)\n"
+	assert.Empty(t, discount(TestResult{Name: "TestA", Status: Fail, Output: out, Elapsed: 100 * time.Millisecond}, time.Second),
+		"TestA had finished; the timeout stopped TestB")
+	assert.NotEmpty(t, discount(TestResult{Name: "TestB", Status: Fail, Output: out, Elapsed: 100 * time.Millisecond}, time.Second))
 }
