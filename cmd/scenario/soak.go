@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"net"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -293,9 +294,17 @@ func (rig *soakRig) levels(ctx context.Context) (map[string]replicaSample, error
 	if err := closeIdle(ctx); err != nil {
 		return nil, err
 	}
+	_, p, err := net.SplitHostPort(rig.redis.addr)
+	if err != nil {
+		return nil, err
+	}
+	port, err := strconv.Atoi(p)
+	if err != nil {
+		return nil, err
+	}
 	out := map[string]replicaSample{}
 	for _, rp := range rig.live() {
-		s, err := idleLevel(ctx, rp)
+		s, err := idleLevel(ctx, rp, port)
 		if err != nil {
 			return nil, err
 		}

@@ -36,6 +36,7 @@ func writeSoak(r *report, plan soakPlan, run *soakRun, sum soakSummary) error {
 }
 
 func soakConfig(r *report, plan soakPlan) {
+	r.configure(fmt.Sprintf("this run: DURATION=%s make scenario NAME=soak SEED=%d", plan.dur, r.seed))
 	r.configure("3 × secure_app -redis-url <its own redis-server> -tiers <gold, silver, bronze> (built from ./solutions/secure_app)")
 	r.configure("              -upstream name=alpha,… -upstream name=beta,… (alpha first; beta the fail-over), other flags at their defaults")
 	r.configure("balancer: round-robin over the replicas whose /readyz is 200, checked every 100 ms (in-process)")
@@ -46,7 +47,7 @@ func soakConfig(r *report, plan soakPlan) {
 		ts = append(ts, fmt.Sprintf("%s (%s) %d/s", t.name, t.tier, t.rate))
 	}
 	r.configure(fmt.Sprintf("load: %s for %s, open loop (vegeta), each a third streamed; %s +%d/s in the burst", strings.Join(ts, ", "), plan.dur, soakBurstTenant, soakBurstRate))
-	r.configure("tiers: " + strings.ReplaceAll(strings.TrimSpace(strings.TrimPrefix(soakTiers, "tiers:\n")), "\n", "\n       "))
+	r.configure(strings.TrimSpace(soakTiers))
 }
 
 func soakVerdictText(s soakSummary) string {
@@ -121,14 +122,14 @@ func paren(s string) string {
 
 func soakLevelsText(s soakSummary) string {
 	var t lines
-	t.line("Each replica that lived through the whole run, idle (the balancer's idle connections closed, the upstreams' closed by their 2 s idle timeout, a GC forced through `/debug/pprof/heap?gc=1`), after the warm-up and after the settle. The live heap is `go_memstats_heap_alloc_bytes` right after that GC — what the run left reachable; heap in use (`go_memstats_heap_inuse_bytes`, its spans, fragmentation included) is what the chart above follows. The run fails if goroutines or the live heap are more than 10 % above their level before:")
+	t.line("Each replica that lived through the whole run, idle (the balancer's idle connections closed, the upstreams' closed by their 2 s idle timeout, a GC forced through `/debug/pprof/heap?gc=1`), after the warm-up and after the settle. The live heap is `go_memstats_heap_alloc_bytes` right after that GC — what the run left reachable — less 64 KiB for each of the replica's Redis connections (counted in /proc): go-redis' buffers, whose number its pool sets (up to its size, kept for its 30 min idle time) and a Redis stall or restart moves, so they are shown apart; heap in use (`go_memstats_heap_inuse_bytes`, its spans, fragmentation included) is what the chart above follows. The run fails if goroutines or the live heap are more than 10 % above their level before:")
 	t.line("")
-	t.line("| replica | goroutines before | after | live heap before | after | heap in use before (not judged) | after |")
-	t.line("| --- | ---: | ---: | ---: | ---: | ---: | ---: |")
+	t.line("| replica | goroutines before | after | live heap before | after | Redis connections before | after | heap in use before (not judged) | after |")
+	t.line("| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
 	mib := func(b float64) string { return fmt.Sprintf("%.2f MiB", b/(1<<20)) }
 	for _, r := range s.Replicas {
-		t.line(fmt.Sprintf("| %s | %.0f | %.0f | %s | %s | %s | %s |", r.Replica, r.GoroutinesBefore, r.GoroutinesAfter,
-			mib(r.HeapBefore), mib(r.HeapAfter), mib(r.InUseBefore), mib(r.InUseAfter)))
+		t.line(fmt.Sprintf("| %s | %.0f | %.0f | %s | %s | %d | %d | %s | %s |", r.Replica, r.GoroutinesBefore, r.GoroutinesAfter,
+			mib(r.HeapBefore), mib(r.HeapAfter), r.RedisConnsBefore, r.RedisConnsAfter, mib(r.InUseBefore), mib(r.InUseAfter)))
 	}
 	t.line("")
 	t.line(fmt.Sprintf("Redis keys %.0f s after the load stopped: %.0f; at the end of the settle: %.0f (the run fails if the second is higher: keys that outlive their requests).",

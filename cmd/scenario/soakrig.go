@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -250,6 +251,7 @@ type replicaSample struct {
 	fds        float64 // process_open_fds: its sockets (clients, upstreams, Redis) and files
 	tokens     float64 // gateway_tokens_total, input and output
 	inFlight   float64 // gateway_requests_in_flight
+	redisConns int     // its connections to Redis (read from /proc, at its idle levels only)
 }
 
 // watch scrapes the replica every second (every 100 ms while fast) until
@@ -330,13 +332,38 @@ func scrapeReplica(ctx context.Context, url string) (replicaSample, error) {
 // close by themselves after 2 s) and two GCs forced through its pprof
 // endpoint, which collects before it profiles — two, so that what its
 // sync.Pools held is gone too, not only moved to their victim caches.
-func idleLevel(ctx context.Context, rp *soakReplica) (replicaSample, error) {
+func idleLevel(ctx context.Context, rp *soakReplica, redisPort int) (replicaSample, error) {
 	for range 2 {
 		if err := forceGC(ctx, rp); err != nil {
 			return replicaSample{}, err
 		}
 	}
-	return scrapeReplica(ctx, rp.p.adminURL+"/metrics")
+	s, err := scrapeReplica(ctx, rp.p.adminURL+"/metrics")
+	s.redisConns = socketsTo(rp.p.cmd.Process.Pid, redisPort)
+	return s, err
+}
+
+// socketsTo counts pid's established TCP connections to a port on
+// loopback (Linux: its socket descriptors in /proc/pid/fd, found in
+// /proc/pid/net/tcp); 0 where /proc cannot say.
+func socketsTo(pid int, port int) int {
+	fds := fmt.Sprintf("/proc/%d/fd", pid)
+	ents, _ := os.ReadDir(fds)
+	mine := map[string]bool{}
+	for _, e := range ents {
+		if l, err := os.Readlink(filepath.Join(fds, e.Name())); err == nil && strings.HasPrefix(l, "socket:[") {
+			mine[strings.TrimSuffix(strings.TrimPrefix(l, "socket:["), "]")] = true
+		}
+	}
+	table, _ := os.ReadFile(fmt.Sprintf("/proc/%d/net/tcp", pid))
+	n := 0
+	for line := range strings.Lines(string(table)) {
+		f := strings.Fields(line) // sl local remote st … inode (the 10th)
+		if len(f) > 9 && f[3] == "01" && strings.HasSuffix(f[2], fmt.Sprintf(":%04X", port)) && mine[f[9]] {
+			n++
+		}
+	}
+	return n
 }
 
 // forceGC asks the replica's /debug/pprof/heap?gc=1 (SOAK_PROFILES=dir

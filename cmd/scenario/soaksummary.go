@@ -61,10 +61,14 @@ type soakPhase struct {
 // soakLevels is one replica's idle goroutines and heap, after the warm-up
 // and after the settle. Heap is the live heap, in bytes, right after a
 // forced GC (go_memstats_heap_alloc_bytes then): what the run left
-// behind. Heap in use (its spans, fragmentation included) is shown, not
-// judged.
+// behind, less the buffers of its Redis connections (redisConnBuffers
+// each), whose number the Redis client's pool sets — up to its size, for
+// as long as its idle timeout — and a Redis stall or restart moves. Heap
+// in use (its spans, fragmentation included) is shown, not judged.
 type soakLevels struct {
 	Replica          string  `json:"replica"`
+	RedisConnsBefore int     `json:"redis_conns_before"`
+	RedisConnsAfter  int     `json:"redis_conns_after"`
 	GoroutinesBefore float64 `json:"goroutines_before"`
 	GoroutinesAfter  float64 `json:"goroutines_after"`
 	HeapBefore       float64 `json:"heap_before"`
@@ -72,6 +76,10 @@ type soakLevels struct {
 	InUseBefore      float64 `json:"heap_inuse_before"`
 	InUseAfter       float64 `json:"heap_inuse_after"`
 }
+
+// redisConnBuffers is what one go-redis connection holds: a 32 KiB
+// reader and a 32 KiB writer (its defaults, which secure_app keeps).
+const redisConnBuffers = 64 << 10
 
 // levelsTolerance is how far above its level before the run a replica's
 // goroutines or heap may be after it.
@@ -125,7 +133,8 @@ func levelsOf(before, after map[string]replicaSample) []soakLevels {
 		}
 		b := before[name]
 		out = append(out, soakLevels{Replica: name, GoroutinesBefore: b.goroutines, GoroutinesAfter: a.goroutines,
-			HeapBefore: b.live, HeapAfter: a.live, InUseBefore: b.heap, InUseAfter: a.heap})
+			HeapBefore: b.live - redisConnBuffers*float64(b.redisConns), HeapAfter: a.live - redisConnBuffers*float64(a.redisConns),
+			InUseBefore: b.heap, InUseAfter: a.heap, RedisConnsBefore: b.redisConns, RedisConnsAfter: a.redisConns})
 	}
 	return out
 }
