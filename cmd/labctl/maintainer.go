@@ -21,6 +21,7 @@ func cmdVerify(ctx context.Context, e *env, args []string) error {
 	fast := fs.Bool("fast", false, "only files, identical tests, black-box tests and stubs red (no solution or mutant runs)")
 	skipMutants := fs.Bool("skip-mutants", false, "skip the kill matrix")
 	parallel := fs.Int("parallel", 0, "mutant runs at once (0: one per CPU)")
+	oneByOne := fs.Bool("one-by-one", false, "build each mutant on its own instead of a lab's mutants in one test binary (slower)")
 	pos, err := parse(fs, args)
 	if err != nil {
 		return err
@@ -36,7 +37,7 @@ func cmdVerify(ctx context.Context, e *env, args []string) error {
 	started := time.Now()
 	reports, err := labkit.Verify(ctx, labkit.VerifyOptions{
 		Root: e.root, Labs: labs, StubsRef: *stubsRef, NoRace: *noRace, Fresh: *fresh,
-		Fast: *fast, SkipMutants: *skipMutants || *fast, Parallel: *parallel, Log: e.stderr,
+		Fast: *fast, SkipMutants: *skipMutants || *fast, Parallel: *parallel, Log: e.stderr, OneByOne: *oneByOne,
 	})
 	if err != nil {
 		return err

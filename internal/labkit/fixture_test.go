@@ -87,6 +87,37 @@ func TestVerifyAcceptsAConformingLab(t *testing.T) {
 	assert.Equal(t, []string{"TestSumAddsEveryNumber"}, r.Mutants[0].KilledBy)
 }
 
+func TestVerifyJudgesMutantsAlikeBuiltOnceOrOneByOne(t *testing.T) {
+	t.Parallel()
+	root := fixture(t)
+	// A second mutant, so the shared build holds two: Add subtracts.
+	write(t, root, "solutions/01-add/testdata/mutants/add-subtracts.patch", `# Lesson: Add adds.
+--- a/add.go
++++ b/add.go
+@@ -4,4 +4,4 @@
+ package add
+ 
+ // Add returns a+b.
+-func Add(a, b int) int { return a + b }
++func Add(a, b int) int { return a - b }
+`)
+	reports := []LabReport{{Lab: fixtureLab(t, root)}, {Lab: fixtureLab(t, root)}}
+	for i, oneByOne := range []bool{false, true} {
+		v := &verifier{VerifyOptions: VerifyOptions{Root: root, Fresh: true, OneByOne: oneByOne}}
+		require.NoError(t, v.checkMutants(t.Context(), reports[i:i+1]))
+		if !oneByOne {
+			b := v.schemas["01-add"].build
+			require.NotNil(t, b, "both mutants fold into one build")
+			assert.Len(t, b.schema.IDs, 2)
+			assert.NotEmpty(t, b.bin[1], "and it built, with -race")
+		}
+	}
+	require.Len(t, reports[0].Mutants, 2)
+	assert.Equal(t, reports[1].Mutants, reports[0].Mutants)
+	assert.Equal(t, []string{"TestAddAddsTwoNumbers", "TestSumAddsEveryNumber"}, reports[0].Mutants[0].KilledBy, "add-subtracts")
+	assert.Equal(t, []string{"TestSumAddsEveryNumber"}, reports[0].Mutants[1].KilledBy, "skips-first")
+}
+
 func TestVerifyReusesVerdictsUntilTheirInputsChange(t *testing.T) {
 	t.Parallel()
 	root := fixture(t)

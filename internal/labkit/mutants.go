@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -56,6 +57,7 @@ func (v *verifier) checkMutants(ctx context.Context, reports []LabReport) error 
 		})
 	}
 	_ = g.Wait() // every job records its own problem and returns nil
+	v.closeSchemas()
 	for i := range reports {
 		judgeMutants(&reports[i])
 	}
@@ -117,7 +119,7 @@ func (v *verifier) tryMutant(ctx context.Context, l Lab, patchPath string, res *
 		return nil
 	}
 	res.Required = requiredKillers(string(text))
-	p, err := v.runMutant(ctx, l, string(text))
+	p, err := v.runMutant(ctx, l, res.Name, string(text))
 	if err != nil {
 		return err
 	}
@@ -129,8 +131,17 @@ func (v *verifier) tryMutant(ctx context.Context, l Lab, patchPath string, res *
 }
 
 // runMutant runs the solution's tests with the patch applied through an
-// overlay; the working tree is never touched.
-func (v *verifier) runMutant(ctx context.Context, l Lab, patch string) (*PackageResult, error) {
+// overlay; the working tree is never touched. A mutant that folds into the
+// lab's schema runs in its binary, built once for all of them.
+func (v *verifier) runMutant(ctx context.Context, l Lab, name, patch string) (*PackageResult, error) {
+	if b := v.schemaFor(ctx, l); b != nil {
+		if id, ok := b.id(name); ok {
+			p, used, err := b.run(ctx, schemaRunOptions{ID: id, Race: !v.NoRace, Timeout: 2 * time.Minute})
+			if used || err != nil {
+				return p, err
+			}
+		}
+	}
 	ov, err := mutantOverlay(v.Root, l, patch)
 	if err != nil {
 		return nil, err
@@ -234,4 +245,112 @@ func requiredKillers(patch string) []string {
 		}
 	}
 	return out
+}
+
+// labSchema is one lab's mutants folded into one build, made when the
+// first of them needs a run.
+type labSchema struct {
+	once  sync.Once
+	build *schemaBuild
+}
+
+// schemaFor is the lab's schema, nil when none folds (or with OneByOne).
+func (v *verifier) schemaFor(ctx context.Context, l Lab) *schemaBuild {
+	if v.OneByOne {
+		return nil
+	}
+	v.mu.Lock()
+	if v.schemas == nil {
+		v.schemas = map[string]*labSchema{}
+	}
+	ls := v.schemas[l.Dir]
+	if ls == nil {
+		ls = &labSchema{}
+		v.schemas[l.Dir] = ls
+	}
+	v.mu.Unlock()
+	ls.once.Do(func() {
+		dir := filepath.Join(v.Root, l.SolutionDir())
+		ref, err := solutionFiles(dir)
+		if err != nil {
+			return
+		}
+		var ms []schemaMutant
+		patches, _ := filepath.Glob(filepath.Join(dir, "testdata", "mutants", "*.patch"))
+		for _, p := range patches {
+			if patched, ok := patchedFiles(ref, p); ok {
+				ms = append(ms, schemaMutant{Name: strings.TrimSuffix(filepath.Base(p), ".patch"), Patched: patched})
+			}
+		}
+		overlay := func(files map[string][]byte) (*Overlay, error) {
+			ov, err := NewOverlay()
+			if err != nil {
+				return nil, err
+			}
+			for name, data := range files {
+				if err := ov.Set(filepath.Join(dir, name), data); err != nil {
+					ov.Close()
+					return nil, err
+				}
+			}
+			return ov, nil
+		}
+		ls.build = newSchemaBuild(ctx, v.Root, "./"+filepath.ToSlash(l.SolutionDir()), ref, ms, overlay, func(format string, args ...any) {
+			v.logf("verify: lab "+l.Number+": "+format, args...)
+		})
+	})
+	return ls.build
+}
+
+func (v *verifier) closeSchemas() {
+	for _, ls := range v.schemas {
+		ls.build.close()
+	}
+}
+
+// solutionFiles are a solution's own files, tests aside: name → content.
+func solutionFiles(dir string) (map[string][]byte, error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	files := map[string][]byte{}
+	for _, e := range entries {
+		if !e.Type().IsRegular() || strings.HasSuffix(e.Name(), "_test.go") {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		if err != nil {
+			return nil, err
+		}
+		files[e.Name()] = b
+	}
+	return files, nil
+}
+
+// patchedFiles applies a mutant's patch to ref; ok is false for one that
+// does not apply, or touches a test or a file in a subdirectory (it runs
+// on its own and says why).
+func patchedFiles(ref map[string][]byte, patchPath string) (map[string][]byte, bool) {
+	text, err := os.ReadFile(patchPath)
+	if err != nil {
+		return nil, false
+	}
+	fps, err := ParsePatch(string(text))
+	if err != nil {
+		return nil, false
+	}
+	patched := map[string][]byte{}
+	for _, f := range fps {
+		orig, ok := ref[f.Path]
+		if !ok || strings.HasSuffix(f.Path, "_test.go") {
+			return nil, false
+		}
+		out, err := f.Apply(string(orig))
+		if err != nil {
+			return nil, false
+		}
+		patched[f.Path] = []byte(out)
+	}
+	return patched, true
 }

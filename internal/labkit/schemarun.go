@@ -14,96 +14,97 @@ import (
 	"time"
 )
 
-// schemaRun is one scoring run's mutant schema: its test binaries, built
-// once each (without and with the race detector) and run once per mutant.
-type schemaRun struct {
+// schemaBuild is one package built with its mutants folded in: its test
+// binaries, built once each (without and with the race detector) and run
+// once per mutant.
+type schemaBuild struct {
 	schema    *mutantSchema
-	dir       string // where the binaries go
+	root      string // the repository, where go test -c runs
+	pkg       string // the package, "./dir"
+	tmp       string // where the binaries go
 	test2json string
 	path      string // PATH for the binaries: $GOROOT/bin first, as go test sets it
-	once      [2]sync.Once
-	bin       [2]string // "" once a build failed: mutants build on their own
+	// overlay lays the schema's files over the package for the build.
+	overlay func(files map[string][]byte) (*Overlay, error)
+	logf    func(format string, args ...any)
+	once    [2]sync.Once
+	bin     [2]string // "" once a build failed: mutants build on their own
 }
 
-// startSchema folds the mutants about to run into one schema. Nothing
-// folds with OneByOne or when the tools it needs are missing; the mutants
-// then build one by one, as any that do not fold always do.
-func (w *writeRun) startSchema(ctx context.Context, pending []Mutant) {
-	if w.opts.OneByOne || len(pending) == 0 {
-		return
+// newSchemaBuild folds mutants into ref. It is nil when none fold or the
+// tools it needs are missing: the mutants then build one by one, as any
+// that do not fold always do.
+func newSchemaBuild(ctx context.Context, root, pkg string, ref map[string][]byte, ms []schemaMutant,
+	overlay func(map[string][]byte) (*Overlay, error), logf func(string, ...any)) *schemaBuild {
+	if len(ms) == 0 {
+		return nil
 	}
-	var ms []schemaMutant
-	for _, m := range pending {
-		if _, patched, err := w.apply(m.Patch); err == nil {
-			ms = append(ms, schemaMutant{Name: m.Name, Patched: patched})
-		}
-	}
-	schema, err := buildMutantSchema(w.kit.Ref, ms)
+	schema, err := buildMutantSchema(ref, ms)
 	if err != nil || len(schema.IDs) == 0 {
-		return
+		return nil
 	}
-	t2j, err := goOutput(ctx, w.opts.Root, "tool", "-n", "test2json")
+	t2j, err := goOutput(ctx, root, "tool", "-n", "test2json")
 	if err != nil {
-		w.logf("write: mutants build one by one (no test2json: %v)", err)
-		return
+		logf("mutants build one by one (no test2json: %v)", err)
+		return nil
 	}
-	goroot, err := goOutput(ctx, w.opts.Root, "env", "GOROOT")
+	goroot, err := goOutput(ctx, root, "env", "GOROOT")
 	if err != nil {
-		return
+		return nil
 	}
-	dir, err := os.MkdirTemp("", "labctl-schema-")
+	tmp, err := os.MkdirTemp("", "labctl-schema-")
 	if err != nil {
-		return
+		return nil
 	}
 	path := filepath.Join(strings.TrimSpace(string(goroot)), "bin") + string(os.PathListSeparator) + os.Getenv("PATH")
-	w.schema = &schemaRun{schema: schema, dir: dir, test2json: strings.TrimSpace(string(t2j)), path: path}
+	return &schemaBuild{schema: schema, root: root, pkg: pkg, tmp: tmp, test2json: strings.TrimSpace(string(t2j)),
+		path: path, overlay: overlay, logf: logf}
 }
 
-// closeSchema removes the schema's binaries.
-func (w *writeRun) closeSchema() {
-	if w.schema != nil {
-		_ = os.RemoveAll(w.schema.dir)
+// close removes the binaries.
+func (b *schemaBuild) close() {
+	if b != nil {
+		_ = os.RemoveAll(b.tmp)
 	}
 }
 
-// schemaID is the number that selects a mutant in the schema; the empty
-// name is the reference itself (0). ok is false for a mutant that did not
-// fold, or when there is no schema.
-func (w *writeRun) schemaID(name string) (int, bool) {
-	if w.schema == nil {
+// id is the number that selects a mutant; the empty name is the
+// reference itself (0). ok is false for a mutant that did not fold, or
+// when there is no schema.
+func (b *schemaBuild) id(name string) (int, bool) {
+	if b == nil {
 		return 0, false
 	}
 	if name == "" {
 		return 0, true
 	}
-	id, ok := w.schema.schema.IDs[name]
+	id, ok := b.schema.IDs[name]
 	return id, ok
 }
 
-// schemaBinary builds the schema's test binary once, with or without the
-// race detector; "" means it did not build (a mutant that does not
-// compile, say), and the mutants build on their own instead.
-func (w *writeRun) schemaBinary(ctx context.Context, race bool) string {
+// binary builds the test binary once, with or without the race detector;
+// "" means it did not build (a mutant that does not compile, say), and
+// the mutants build on their own instead.
+func (b *schemaBuild) binary(ctx context.Context, race bool) string {
 	i := 0
 	if race {
 		i = 1
 	}
-	s := w.schema
-	s.once[i].Do(func() {
-		bin := filepath.Join(s.dir, fmt.Sprintf("write-%d.test", i))
-		if err := w.buildSchema(ctx, bin, race); err != nil {
+	b.once[i].Do(func() {
+		bin := filepath.Join(b.tmp, fmt.Sprintf("mutants-%d.test", i))
+		if err := b.build(ctx, bin, race); err != nil {
 			if ctx.Err() == nil {
-				w.logf("write: mutants build one by one (their shared build failed: %v)", err)
+				b.logf("mutants build one by one (their shared build failed: %v)", err)
 			}
 			return
 		}
-		s.bin[i] = bin
+		b.bin[i] = bin
 	})
-	return s.bin[i]
+	return b.bin[i]
 }
 
-func (w *writeRun) buildSchema(ctx context.Context, bin string, race bool) error {
-	ov, err := w.overlay(w.schema.schema.Files)
+func (b *schemaBuild) build(ctx context.Context, bin string, race bool) error {
+	ov, err := b.overlay(b.schema.Files)
 	if err != nil {
 		return err
 	}
@@ -116,8 +117,8 @@ func (w *writeRun) buildSchema(ctx context.Context, bin string, race bool) error
 	if race {
 		args = append(args, "-race")
 	}
-	cmd := exec.CommandContext(ctx, "go", append(args, w.pkg())...)
-	cmd.Dir = w.opts.Root
+	cmd := exec.CommandContext(ctx, "go", append(args, b.pkg)...)
+	cmd.Dir = b.root
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		first, _, _ := strings.Cut(strings.TrimSpace(string(out)), "\n")
@@ -126,42 +127,56 @@ func (w *writeRun) buildSchema(ctx context.Context, bin string, race bool) error
 	return nil
 }
 
-// runSchema runs the counting tests in the schema's binary as mutant id,
-// the way go test -json runs a test binary; used is false when there is
-// no binary to run, and the caller builds the mutant on its own.
-func (w *writeRun) runSchema(ctx context.Context, id int, counting, skip []string, race bool) (p *PackageResult, used bool, err error) {
-	bin := w.schemaBinary(ctx, race)
+// schemaRunOptions is one run of a schema's binary.
+type schemaRunOptions struct {
+	ID      int
+	Race    bool
+	Run     string // -test.run; "" runs every test
+	Skip    []string
+	Timeout time.Duration // -test.timeout; 0: go test's default
+	// HangLimit stops the binary once a test running alone has run this
+	// long; 0 never does.
+	HangLimit time.Duration
+}
+
+// run runs the binary as mutant o.ID, the way go test -json runs a test
+// binary; used is false when there is no binary to run, and the caller
+// builds the mutant on its own.
+func (b *schemaBuild) run(ctx context.Context, o schemaRunOptions) (p *PackageResult, used bool, err error) {
+	bin := b.binary(ctx, o.Race)
 	if bin == "" {
 		return nil, false, ctx.Err()
 	}
-	args := []string{"-test.v=test2json", "-test.paniconexit0", "-test.count=1", "-test.run=" + exactNames(counting)}
-	if len(skip) > 0 {
-		args = append(args, "-test.skip="+exactNames(skip))
+	args := []string{"-test.v=test2json", "-test.paniconexit0", "-test.count=1"}
+	if o.Run != "" {
+		args = append(args, "-test.run="+o.Run)
 	}
-	if w.mutantTimeout > 0 {
-		args = append(args, "-test.timeout="+w.mutantTimeout.String())
-		// As go test does: a binary its own timeout cannot stop is
-		// killed a minute later.
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, w.mutantTimeout+time.Minute)
-		defer cancel()
+	if len(o.Skip) > 0 {
+		args = append(args, "-test.skip="+exactNames(o.Skip))
 	}
+	timeout := o.Timeout
+	if timeout <= 0 {
+		timeout = 10 * time.Minute
+	}
+	args = append(args, "-test.timeout="+timeout.String())
+	// As go test does: a binary its own timeout cannot stop is killed a
+	// minute later.
+	ctx, cancel := context.WithTimeout(ctx, timeout+time.Minute)
+	defer cancel()
 	runCtx, stop := context.WithCancel(ctx)
 	defer stop()
 	test := exec.CommandContext(runCtx, bin, args...)
-	test.Dir = filepath.Join(w.opts.Root, WriteDirOf(w.kit.Lab))
-	test.Env = append(os.Environ(), schemaEnv+"="+strconv.Itoa(id), "PATH="+w.schema.path)
-	if race {
+	test.Dir = filepath.Join(b.root, filepath.FromSlash(strings.TrimPrefix(b.pkg, "./")))
+	test.Env = append(os.Environ(), schemaEnv+"="+strconv.Itoa(o.ID), "PATH="+b.path)
+	if o.Race {
 		test.Env = append(test.Env, "GORACE="+noExitSleep(os.Getenv("GORACE")))
 	}
 	killGroupOnCancel(test)
-	// The binary's output goes through test2json, as under go test; the
-	// binary is ours to stop, and test2json ends when its input does.
 	var watch *hangWatch
-	if id != 0 { // never cut the runs that say which tests count
-		watch = newHangWatch(w.opts.limit()+time.Second, stop)
+	if o.HangLimit > 0 {
+		watch = newHangWatch(o.HangLimit, stop)
 	}
-	run, status, err := w.test2json(test, watch)
+	run, status, err := b.test2jsonRun(test, watch)
 	hung := watch.close()
 	if err := ctx.Err(); err != nil {
 		return nil, true, err
@@ -169,9 +184,9 @@ func (w *writeRun) runSchema(ctx context.Context, id int, counting, skip []strin
 	if err != nil && hung == "" {
 		return nil, true, err
 	}
-	pkg := strings.TrimPrefix(w.pkg(), "./")
+	pkg := strings.TrimPrefix(b.pkg, "./")
 	if p = run.Package(pkg); p == nil {
-		return nil, true, errors.New("the mutant's test binary reported nothing")
+		return nil, true, errors.New("the mutants' test binary reported nothing")
 	}
 	if status != nil && p.Status == Pass {
 		p.Status = Fail // exited non-zero after PASS: goleak's report, say
@@ -184,17 +199,17 @@ func (w *writeRun) runSchema(ctx context.Context, id int, counting, skip []strin
 			t = &TestResult{Name: hung, Status: NotRun}
 			p.Tests[hung] = t
 		}
-		t.Output += fmt.Sprintf("test timed out after %s (labctl stopped it: it ran past the limit)\n", w.opts.limit()+time.Second)
+		t.Output += fmt.Sprintf("test timed out after %s (labctl stopped it: it ran past the limit)\n", o.HangLimit)
 		p.Status = Fail
 	}
 	return p, true, nil
 }
 
-// test2json runs test with its output converted by test2json and returns
-// the events read and the test's exit error.
-func (w *writeRun) test2json(test *exec.Cmd, watch *hangWatch) (*Run, error, error) {
-	pkg := strings.TrimPrefix(w.pkg(), "./")
-	conv := exec.Command(w.schema.test2json, "-t", "-p", pkg)
+// test2jsonRun runs test with its output converted by test2json and
+// returns the events read and the test's exit error.
+func (b *schemaBuild) test2jsonRun(test *exec.Cmd, watch *hangWatch) (*Run, error, error) {
+	pkg := strings.TrimPrefix(b.pkg, "./")
+	conv := exec.Command(b.test2json, "-t", "-p", pkg)
 	r, wr, err := os.Pipe()
 	if err != nil {
 		return nil, nil, err
@@ -310,4 +325,32 @@ func (h *hangWatch) close() string {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	return h.hung
+}
+
+// startSchema folds the track's mutants about to run into one build,
+// unless OneByOne.
+func (w *writeRun) startSchema(ctx context.Context, pending []Mutant) {
+	if w.opts.OneByOne {
+		return
+	}
+	var ms []schemaMutant
+	for _, m := range pending {
+		if _, patched, err := w.apply(m.Patch); err == nil {
+			ms = append(ms, schemaMutant{Name: m.Name, Patched: patched})
+		}
+	}
+	w.schema = newSchemaBuild(ctx, w.opts.Root, w.pkg(), w.kit.Ref, ms, w.overlay, func(format string, args ...any) {
+		w.logf("write: "+format, args...)
+	})
+}
+
+// runSchema runs the counting tests in the schema's binary as mutant id;
+// a mutant's run (never the null runs, which say which tests count) is
+// stopped once a test running alone is past the limit.
+func (w *writeRun) runSchema(ctx context.Context, id int, counting, skip []string, race bool) (*PackageResult, bool, error) {
+	o := schemaRunOptions{ID: id, Race: race, Run: exactNames(counting), Skip: skip, Timeout: w.mutantTimeout}
+	if id != 0 {
+		o.HangLimit = w.opts.limit() + time.Second
+	}
+	return w.schema.run(ctx, o)
 }

@@ -30,6 +30,9 @@ type VerifyOptions struct {
 	SkipMutants bool
 	Parallel    int       // mutant runs at once; 0 = one per CPU
 	Log         io.Writer // progress lines; nil = discard
+	// OneByOne builds each mutant on its own instead of a lab's mutants
+	// in one test binary (the mutant schema, internal/labkit/schema.go).
+	OneByOne bool
 }
 
 // MutantResult is one mutant patch's fate.
@@ -82,8 +85,9 @@ func (r *LabReport) problem(format string, args ...any) {
 // the mutant runs write to concurrently.
 type verifier struct {
 	VerifyOptions
-	cache *verifyCache
-	mu    sync.Mutex
+	cache   *verifyCache
+	mu      sync.Mutex
+	schemas map[string]*labSchema // by lab dir
 }
 
 func (v *verifier) logf(format string, args ...any) {

@@ -141,7 +141,7 @@ type writeRun struct {
 	racePass []string
 	raceErr  error
 
-	schema *schemaRun // the mutants built as one; nil: each on its own
+	schema *schemaBuild // the mutants built as one; nil: each on its own
 }
 
 // RunWrite scores a learner's tests (or, with SelfCheck, the reference's
@@ -193,7 +193,7 @@ func RunWrite(ctx context.Context, opts WriteOptions) (*WriteReport, error) {
 		}
 	}
 	w.startSchema(ctx, pending)
-	defer w.closeSchema()
+	defer w.schema.close()
 	limit := opts.Parallel
 	switch {
 	case limit > 0:
@@ -848,7 +848,7 @@ func (w *writeRun) pass(ctx context.Context, res *WriteMutant, patched map[strin
 // name is ""): in the schema's binary where it folded, else built on its
 // own by go test.
 func (w *writeRun) runMutant(ctx context.Context, name string, patched map[string][]byte, counting, skip []string, race bool) (*PackageResult, error) {
-	if id, ok := w.schemaID(name); ok {
+	if id, ok := w.schema.id(name); ok {
 		if p, used, err := w.runSchema(ctx, id, counting, skip, race); used || err != nil {
 			return p, err
 		}
