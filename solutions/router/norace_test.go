@@ -5,7 +5,6 @@ package router_test
 import (
 	"context"
 	"testing"
-	"time"
 
 	"github.com/production-go/gateway-lab/solutions/chatapi"
 	"github.com/production-go/gateway-lab/solutions/router"
@@ -22,13 +21,7 @@ const manyTenants = 100_000
 // closure that escapes, shows here before it shows in a profile. Not under
 // -race, which allocates on its own.
 func TestTheDirectPathAllocatesLittle(t *testing.T) {
-	cfg := router.Config{
-		RatePerSecond: 1e9, Burst: 1 << 30, MaxConcurrent: 64, MaxQueueWait: time.Second,
-		MaxAttempts: 3, BaseBackoff: time.Millisecond, MaxBackoff: 10 * time.Millisecond,
-		AttemptTimeout: time.Second, TotalTimeout: 5 * time.Second,
-		FailureThreshold: 5, RecoveryTimeout: time.Second,
-	}
-	g, err := router.New(cfg, honouring{})
+	g, err := router.New(benchConfig(), honouring{})
 	require.NoError(t, err)
 	defer func() { assert.NoError(t, g.Close(context.Background())) }()
 	req := router.Request{Tenant: "bench", Chat: chatapi.NewRequest("hi", false)}
