@@ -181,68 +181,7 @@ func RunWrite(ctx context.Context, opts WriteOptions) (*WriteReport, error) {
 	rep.Tests, rep.BuildError, rep.Problem = base.Tests, base.BuildError, base.Problem
 	counting := countingTests(base.Tests)
 	w.mutantTimeout = opts.timeoutFor(base.Tests)
-	rep.Mutants = make([]WriteMutant, len(kit.Mutants))
-	// Mutants remembered or not reached are settled at once; the rest
-	// run, as one build where they fold into a schema.
-	jobs := make([]writeJob, len(kit.Mutants))
-	var pending []Mutant
-	for i, m := range kit.Mutants {
-		jobs[i] = w.settle(m, base, counting)
-		if !jobs[i].settled {
-			pending = append(pending, m)
-		}
-	}
-	w.startSchema(ctx, pending)
-	defer w.schema.close()
-	limit := opts.Parallel
-	switch {
-	case limit > 0:
-	case w.schema != nil:
-		// Built once, the mutants only run: twice the CPUs and one, as
-		// a test waiting on a real-time timeout or a loopback socket
-		// leaves its CPU to another.
-		limit = 2*runtime.NumCPU() + 1
-	default:
-		// One more than the CPUs: a go test spends part of its run loading
-		// packages and waiting on the linker, which another can overlap.
-		limit = runtime.NumCPU() + 1
-	}
-	var g errgroup.Group
-	g.SetLimit(limit)
-	var done atomic.Int32
-	if len(counting) > 0 && rep.BuildError == "" && rep.Problem == "" {
-		w.logf("write %s: %d tests count; %d mutants to try (%d at a time)…", opts.Lab.Number, len(counting), len(kit.Mutants), limit)
-	}
-	// The slowest last time first: a mutant that holds a test to its
-	// time limit then overlaps the rest instead of ending the run alone.
-	took := w.timings()
-	var mu sync.Mutex
-	order := slices.Clone(kit.Mutants)
-	slices.SortStableFunc(order, func(a, b Mutant) int { return cmp.Compare(took[b.Name], took[a.Name]) })
-	index := map[string]int{}
-	for i, m := range kit.Mutants {
-		index[m.Name] = i
-	}
-	for _, m := range order {
-		i := index[m.Name]
-		g.Go(func() error {
-			started := time.Now()
-			res := w.mutant(ctx, jobs[i], counting)
-			rep.Mutants[i] = res
-			if !jobs[i].settled {
-				mu.Lock()
-				took[m.Name] = time.Since(started).Seconds()
-				mu.Unlock()
-			}
-			if len(counting) > 0 && rep.BuildError == "" && rep.Problem == "" {
-				w.logf("write %s: [%d/%d] %s: %s", opts.Lab.Number, done.Add(1), len(kit.Mutants), m.Name, writeVerdict(res, time.Since(started)))
-			}
-			return nil
-		})
-	}
-	_ = g.Wait() // each mutant records its own problem
-	w.putTimings(took)
-	if err := ctx.Err(); err != nil {
+	if err := w.runMutants(ctx, rep, base, counting); err != nil {
 		return nil, err
 	}
 	for _, m := range rep.Mutants {
@@ -254,6 +193,77 @@ func RunWrite(ctx context.Context, opts WriteOptions) (*WriteReport, error) {
 		}
 	}
 	return rep, nil
+}
+
+// runMutants gives every mutant its verdict in rep.Mutants: those
+// remembered or not reached at once, the rest by running them, as one
+// build where they fold into a schema.
+func (w *writeRun) runMutants(ctx context.Context, rep *WriteReport, base *baseRun, counting []string) error {
+	mutants := w.kit.Mutants
+	rep.Mutants = make([]WriteMutant, len(mutants))
+	jobs := make([]writeJob, len(mutants))
+	var pending []Mutant
+	for i, m := range mutants {
+		jobs[i] = w.settle(m, base, counting)
+		if !jobs[i].settled {
+			pending = append(pending, m)
+		}
+	}
+	w.startSchema(ctx, pending)
+	defer w.schema.close()
+	limit := w.parallel()
+	var g errgroup.Group
+	g.SetLimit(limit)
+	var done atomic.Int32
+	report := len(counting) > 0 && rep.BuildError == "" && rep.Problem == ""
+	if report {
+		w.logf("write %s: %d tests count; %d mutants to try (%d at a time)…", w.kit.Lab.Number, len(counting), len(mutants), limit)
+	}
+	// The slowest last time first: a mutant that holds a test to its
+	// time limit then overlaps the rest instead of ending the run alone.
+	took := w.timings()
+	var mu sync.Mutex
+	order := make([]int, len(mutants))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(took[mutants[b].Name], took[mutants[a].Name]) })
+	for _, i := range order {
+		g.Go(func() error {
+			started := time.Now()
+			res := w.mutant(ctx, jobs[i], counting)
+			rep.Mutants[i] = res
+			if !jobs[i].settled {
+				mu.Lock()
+				took[res.Name] = time.Since(started).Seconds()
+				mu.Unlock()
+			}
+			if report {
+				w.logf("write %s: [%d/%d] %s: %s", w.kit.Lab.Number, done.Add(1), len(mutants), res.Name, writeVerdict(res, time.Since(started)))
+			}
+			return nil
+		})
+	}
+	_ = g.Wait() // each mutant records its own problem
+	w.putTimings(took)
+	return ctx.Err()
+}
+
+// parallel is how many mutants run at once.
+func (w *writeRun) parallel() int {
+	switch {
+	case w.opts.Parallel > 0:
+		return w.opts.Parallel
+	case w.schema != nil:
+		// Built once, the mutants only run: twice the CPUs and one, as
+		// a test waiting on a real-time timeout or a loopback socket
+		// leaves its CPU to another.
+		return 2*runtime.NumCPU() + 1
+	default:
+		// One more than the CPUs: a go test spends part of its run loading
+		// packages and waiting on the linker, which another can overlap.
+		return runtime.NumCPU() + 1
+	}
 }
 
 func (w *writeRun) logf(format string, args ...any) {
