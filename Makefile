@@ -122,7 +122,7 @@ stack-down: ## stop and remove the full stack
 
 SEED ?= 0
 
-scenario: ## run a scenario and write its report with charts: make scenario NAME=brownout [SEED=7] (NAME=list lists them)
+scenario: ## run a scenario and write its report with charts: make scenario NAME=brownout [SEED=7] (NAME=list lists them; NAME=soak takes DURATION=2m, 10m by default)
 	@test -n "$(NAME)" || { echo "usage: make scenario NAME=brownout (make scenario NAME=list lists them)"; exit 2; }
 	@if [ "$(NAME)" = list ]; then $(GO) run ./cmd/scenario -list; else DURATION="$(DURATION)" $(GO) run ./cmd/scenario -name $(NAME) -seed $(SEED); fi
 

@@ -39,13 +39,35 @@ func ReadAnswer(provider string, b []byte) (a Answer, ok bool, err error) {
 	if !root.IsObject() {
 		return Answer{}, false, nil
 	}
-	if e := root.Get("error"); e.IsObject() {
+	// One pass over the top level (a Get per field would scan it from the
+	// start each time); the first of a repeated key wins, as with Get.
+	var errObj, model, choices, usage gjson.Result
+	root.ForEach(func(k, v gjson.Result) bool {
+		var slot *gjson.Result
+		switch k.Str {
+		case "error":
+			slot = &errObj
+		case "model":
+			slot = &model
+		case "choices":
+			slot = &choices
+		case "usage":
+			slot = &usage
+		default:
+			return true
+		}
+		if !slot.Exists() {
+			*slot = v
+		}
+		return true
+	})
+	if errObj.IsObject() {
 		ue := &UpstreamError{Provider: provider}
-		ue.readObject(e)
+		ue.readObject(errObj)
 		return Answer{}, true, ue
 	}
-	a.Model = root.Get("model").Str
-	root.Get("choices").ForEach(func(_, c gjson.Result) bool {
+	a.Model = model.Str
+	choices.ForEach(func(_, c gjson.Result) bool {
 		if a.Text == "" {
 			if t := c.Get("message.content"); t.Type == gjson.String {
 				a.Text = t.Str
@@ -58,14 +80,28 @@ func ReadAnswer(provider string, b []byte) (a Answer, ok bool, err error) {
 		}
 		return true
 	})
-	if u := root.Get("usage"); u.IsObject() {
-		a.Usage = &Usage{
-			PromptTokens:     int(u.Get("prompt_tokens").Int()),
-			CompletionTokens: int(u.Get("completion_tokens").Int()),
-			TotalTokens:      int(u.Get("total_tokens").Int()),
-		}
+	if usage.IsObject() {
+		a.Usage = readUsage(usage)
 	}
 	return a, true, nil
+}
+
+// readUsage reads a usage object in one pass; the first of a repeated key
+// wins.
+func readUsage(u gjson.Result) *Usage {
+	var prompt, completion, total gjson.Result
+	u.ForEach(func(k, v gjson.Result) bool {
+		switch {
+		case k.Str == "prompt_tokens" && !prompt.Exists():
+			prompt = v
+		case k.Str == "completion_tokens" && !completion.Exists():
+			completion = v
+		case k.Str == "total_tokens" && !total.Exists():
+			total = v
+		}
+		return true
+	})
+	return &Usage{PromptTokens: int(prompt.Int()), CompletionTokens: int(completion.Int()), TotalTokens: int(total.Int())}
 }
 
 // ToolCall is one function call in an answer. Index is set in stream chunks.
