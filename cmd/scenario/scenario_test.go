@@ -292,15 +292,28 @@ func TestVerdictNamesEveryFailedCriterion(t *testing.T) {
 	good := soakSummary{Replicas: []soakLevels{{Replica: "r2", GoroutinesBefore: 100, GoroutinesAfter: 110, HeapBefore: 1000, HeapAfter: 900}},
 		RedisKeysAfterLoad: 5, RedisKeysAtEnd: 3, TokensCharged: 100, TokensReported: 100}
 	assert.Empty(t, verdict(good), "exactly 10 % above, fewer keys, equal tokens: a pass")
+	for _, c := range []struct {
+		before, after float64
+		fails         bool
+	}{
+		{2 << 20, 3 << 20, false},       // +1 MiB on 2 MiB: the floor, not 10 %
+		{2 << 20, 3<<20 + 1, true},      // a byte past the floor
+		{20 << 20, 22 << 20, false},     // 10 % of 20 MiB is past the floor
+		{20 << 20, 22<<20 + 1024, true}, // and a KiB more is past 10 %
+	} {
+		heap := good
+		heap.Replicas = []soakLevels{{Replica: "r3", GoroutinesBefore: 10, GoroutinesAfter: 10, HeapBefore: c.before, HeapAfter: c.after}}
+		assert.Equal(t, c.fails, len(verdict(heap)) > 0, "heap %.0f then %.0f", c.before, c.after)
+	}
 
 	bad := good
 	bad.Lost = 2
 	bad.Phases = []soakPhase{{LostBy: map[string]int{"connection reset": 2}}}
-	bad.Replicas = []soakLevels{{Replica: "r2", GoroutinesBefore: 100, GoroutinesAfter: 111, HeapBefore: 1000, HeapAfter: 1101}}
+	bad.Replicas = []soakLevels{{Replica: "r2", GoroutinesBefore: 100, GoroutinesAfter: 111, HeapBefore: 1000, HeapAfter: 1000 + heapFloor + 1}}
 	bad.RedisKeysAtEnd = 6
 	bad.TokensCharged, bad.TokensBound = 130, 20
 	got := strings.Join(verdict(bad), "\n")
-	for _, want := range []string{"2 request(s) lost (connection reset: 2)", "replica r2: 111 goroutines", "replica r2: live heap 1101",
+	for _, want := range []string{"2 request(s) lost (connection reset: 2)", "replica r2: 111 goroutines", "replica r2: live heap 1049577",
 		"Redis keys kept growing", "tokens charged 130 differ from tokens the upstreams reported 100 by 30, more than the bound 20"} {
 		assert.Contains(t, got, want)
 	}

@@ -379,7 +379,7 @@ func forceGC(ctx context.Context, rp *soakReplica) error {
 	}
 	defer resp.Body.Close()
 	var keep io.Writer = io.Discard
-	if dir := os.Getenv("SOAK_PROFILES"); dir != "" {
+	if dir := os.Getenv("SOAK_PROFILES"); dir != "" && os.MkdirAll(dir, 0o755) == nil {
 		if f, err := os.Create(filepath.Join(dir, fmt.Sprintf("%s-%d.pb.gz", rp.name, time.Now().UnixMilli()))); err == nil {
 			defer f.Close()
 			keep = f
