@@ -19,7 +19,7 @@ export GORACE ?= atexit_sleep_ms=0
 
 .DEFAULT_GOAL := help
 .PHONY: help run run-secure test test-template test-sdk test-k8s test-stack stack-up stack-down sdk-node ci lint vet fmt-check tidy-check no-binaries stress stress-short bench bench-http bench-redis \
-        integration checklist fuzz scenario progress hint watch verify grade clean $(LABS) \
+        integration checklist fuzz scenario soak-short progress hint watch verify grade clean $(LABS) \
         $(WRITES) write-check write-cold
 
 help:
@@ -126,6 +126,9 @@ scenario: ## run a scenario and write its report with charts: make scenario NAME
 	@test -n "$(NAME)" || { echo "usage: make scenario NAME=brownout (make scenario NAME=list lists them)"; exit 2; }
 	@if [ "$(NAME)" = list ]; then $(GO) run ./cmd/scenario -list; else DURATION="$(DURATION)" $(GO) run ./cmd/scenario -name $(NAME) -seed $(SEED); fi
 
+soak-short: ## the soak scenario for 2 minutes (make ci): nothing lost, no leak, Redis keys settle, tokens exact; its report goes to a temporary directory
+	@out=$$(mktemp -d); DURATION=2m $(GO) run ./cmd/scenario -name soak -seed 1 -out "$$out"; rc=$$?; rm -rf "$$out"; exit $$rc
+
 FUZZTIME ?= 20s
 
 fuzz: ## run every fuzz target for FUZZTIME each (default 20s); CI runs their seed corpora as tests
@@ -133,7 +136,7 @@ fuzz: ## run every fuzz target for FUZZTIME each (default 20s); CI runs their se
 	$(GO) test -run '^$$' -fuzz '^FuzzVerify$$' -fuzztime $(FUZZTIME) ./solutions/identity/
 	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./solutions/policy/
 
-ci: lint test test-template verify write-cold test-sdk test-k8s test-stack sdk-node stress-short integration checklist ## what CI runs (.ci/run calls this): lint, tests, labs, the test-writing harness, SDKs, k8s, the stack, stress, real Redis, the checklist
+ci: lint test test-template verify write-cold test-sdk test-k8s test-stack sdk-node stress-short integration soak-short checklist ## what CI runs (.ci/run calls this): lint, tests, labs, the test-writing harness, SDKs, k8s, the stack, stress, real Redis, a 2-minute soak, the checklist
 
 # In CI the stack test may not skip: no prometheus (or Redis) fails it.
 ci: export STACK_PROMETHEUS_REQUIRED := 1
