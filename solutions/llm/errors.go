@@ -55,10 +55,11 @@ const (
 
 // ReasonOf classifies a provider error. A nil error is ReasonNone.
 func ReasonOf(err error) Reason {
+	if err == nil {
+		return ReasonNone // before the errors.As target below: it escapes, and costs an allocation
+	}
 	var netErr net.Error
 	switch status := StatusOf(err); {
-	case err == nil:
-		return ReasonNone
 	case errors.Is(err, context.Canceled), errors.Is(err, ErrNotSent):
 		return ReasonCancelled // called off: by its caller, or before it was sent (no provider's doing)
 	case errors.Is(err, context.DeadlineExceeded):
@@ -126,6 +127,9 @@ func ErrorCode(err error) string {
 
 // StatusOf is the upstream HTTP status in err, or 0 when it carries none.
 func StatusOf(err error) int {
+	if err == nil {
+		return 0 // no allocation for the errors.As target on the way that has no error
+	}
 	var sc StatusCoder
 	if errors.As(err, &sc) {
 		return sc.StatusCode()

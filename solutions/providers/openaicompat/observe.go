@@ -64,22 +64,30 @@ func (c callSpan) end() {
 }
 
 // timed measures where a call's time goes before the body (see Timing),
-// when Config.OnTiming asks for it.
+// when Config.OnTiming asks for it. The hooks share one record (a closure
+// per captured variable would cost an allocation each), and the TLS ones
+// are set only for an https upstream.
 func (p *Provider) timed(ctx context.Context) context.Context {
 	if p.cfg.OnTiming == nil {
 		return ctx
 	}
-	var connectStart, tlsStart, wrote time.Time
-	t := Timing{Provider: p.cfg.Name}
-	return httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
-		ConnectStart:      func(string, string) { connectStart = time.Now() },
-		ConnectDone:       func(string, string, error) { t.Connect += time.Since(connectStart) },
-		TLSHandshakeStart: func() { tlsStart = time.Now() },
-		TLSHandshakeDone:  func(tls.ConnectionState, error) { t.Connect += time.Since(tlsStart) },
-		WroteRequest:      func(httptrace.WroteRequestInfo) { wrote = time.Now() },
-		GotFirstResponseByte: func() {
-			t.Headers = time.Since(wrote)
-			p.cfg.OnTiming(t)
-		},
-	})
+	r := &callTiming{p: p, t: Timing{Provider: p.cfg.Name}}
+	trace := &httptrace.ClientTrace{
+		ConnectStart:         func(string, string) { r.connectStart = time.Now() },
+		ConnectDone:          func(string, string, error) { r.t.Connect += time.Since(r.connectStart) },
+		WroteRequest:         func(httptrace.WroteRequestInfo) { r.wrote = time.Now() },
+		GotFirstResponseByte: func() { r.t.Headers = time.Since(r.wrote); r.p.cfg.OnTiming(r.t) },
+	}
+	if p.tls {
+		trace.TLSHandshakeStart = func() { r.tlsStart = time.Now() }
+		trace.TLSHandshakeDone = func(tls.ConnectionState, error) { r.t.Connect += time.Since(r.tlsStart) }
+	}
+	return httptrace.WithClientTrace(ctx, trace)
+}
+
+// callTiming is one call's timing as its trace hooks take it.
+type callTiming struct {
+	p                             *Provider
+	t                             Timing
+	connectStart, tlsStart, wrote time.Time
 }

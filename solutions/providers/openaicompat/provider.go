@@ -115,6 +115,7 @@ type Provider struct {
 	endpoint string
 	client   *http.Client
 	tracer   trace.Tracer // nil: no spans
+	tls      bool         // an https upstream: its calls' timing includes the TLS handshake
 }
 
 // New validates cfg and builds the upstream's client.
@@ -155,7 +156,7 @@ func New(cfg Config) (*Provider, error) {
 			return fmt.Errorf("openaicompat: refusing redirect to %s: upstream redirects are not followed", req.URL.Redacted())
 		},
 	}
-	p := &Provider{cfg: cfg, endpoint: strings.TrimRight(cfg.BaseURL, "/") + "/chat/completions", client: client}
+	p := &Provider{cfg: cfg, endpoint: strings.TrimRight(cfg.BaseURL, "/") + "/chat/completions", client: client, tls: u.Scheme == "https"}
 	if cfg.Tracer != nil {
 		p.tracer = cfg.Tracer.Tracer("github.com/production-go/gateway-lab/solutions/providers/openaicompat")
 	}

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 	"unicode/utf8"
@@ -338,6 +339,48 @@ func TestAStreamAsksForItsUsageAndPassesItOnOnlyIfTheCallerDid(t *testing.T) {
 			assert.Equal(t, tc.wantAsked, asked.IncludeUsage, "what the upstream was sent: %s", sent)
 			assert.Equal(t, tc.wantRelayed, relayed, "the usage chunk reaches the caller only if the caller asked for it (or the gateway did not)")
 			assert.Equal(t, &llm.Usage{PromptTokens: 9, CompletionTokens: 2, TotalTokens: 11}, c.Usage, "the gateway counts it either way")
+		})
+	}
+}
+
+func TestOnTimingIsToldEachCallsConnectAndHeaderTimes(t *testing.T) {
+	answer := func(w http.ResponseWriter, _ *http.Request) {
+		_, _ = io.WriteString(w, `{"model":"m","choices":[{"message":{"role":"assistant","content":"hi"}}]}`)
+	}
+	for _, scheme := range []string{"http", "https"} {
+		t.Run(scheme, func(t *testing.T) {
+			srv := httptest.NewUnstartedServer(http.HandlerFunc(answer))
+			if scheme == "https" {
+				srv.StartTLS()
+			} else {
+				srv.Start()
+			}
+			t.Cleanup(srv.Close)
+			var mu sync.Mutex
+			var got []Timing
+			p, err := New(Config{Name: "up", BaseURL: srv.URL + "/v1", Model: "m", OnTiming: func(tm Timing) {
+				mu.Lock()
+				defer mu.Unlock()
+				got = append(got, tm)
+			}})
+			require.NoError(t, err)
+			t.Cleanup(p.Close)
+			if scheme == "https" {
+				p.client.Transport.(*http.Transport).TLSClientConfig = srv.Client().Transport.(*http.Transport).TLSClientConfig
+			}
+			assert.Equal(t, scheme == "https", p.tls)
+			for range 2 {
+				_, err := p.Generate(t.Context(), req)
+				require.NoError(t, err)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			require.Len(t, got, 2, "once per call")
+			assert.Equal(t, "up", got[0].Provider)
+			assert.Positive(t, got[0].Connect, "the first call dialled (and, over https, shook hands)")
+			assert.Zero(t, got[1].Connect, "the second reused the pooled connection")
+			assert.Positive(t, got[0].Headers)
+			assert.Positive(t, got[1].Headers)
 		})
 	}
 }
