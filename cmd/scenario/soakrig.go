@@ -19,8 +19,6 @@ import (
 
 	"github.com/production-go/gateway-lab/solutions/providers/sim"
 	"github.com/production-go/gateway-lab/solutions/providers/simhttp"
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 	"github.com/redis/go-redis/v9"
 	"github.com/tidwall/gjson"
 )
@@ -168,7 +166,7 @@ func (h *soakRedis) restart(ctx context.Context, down time.Duration) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.rs.stop()
-	if err := sleepCtx(ctx, down); err != nil {
+	if err := at(ctx, time.Now(), down); err != nil {
 		return err
 	}
 	s, err := startRedis(ctx, h.addr)
@@ -298,20 +296,7 @@ func (rp *soakReplica) last() (replicaSample, bool) {
 
 // scrapeReplica reads the numbers the soak follows from a /metrics page.
 func scrapeReplica(ctx context.Context, url string) (replicaSample, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-	if err != nil {
-		return replicaSample{}, err
-	}
-	// Uncompressed: a gzip writer is a megabyte the replica's pool would
-	// keep, and its heap is what is measured.
-	req.Header.Set("Accept-Encoding", "identity")
-	resp, err := scrapeClient.Do(req)
-	if err != nil {
-		return replicaSample{}, err
-	}
-	defer resp.Body.Close()
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	mfs, err := parser.TextToMetricFamilies(resp.Body)
+	mfs, err := metricFamilies(ctx, url)
 	if err != nil {
 		return replicaSample{}, err
 	}
@@ -399,19 +384,7 @@ func closeIdle(ctx context.Context) error {
 	if t, ok := http.DefaultTransport.(*http.Transport); ok {
 		t.CloseIdleConnections()
 	}
-	return sleepCtx(ctx, 3*time.Second)
-}
-
-// sleepCtx waits d, or until ctx ends.
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
+	return at(ctx, time.Now(), 3*time.Second)
 }
 
 // streamCounter is a balancer backend's transport that counts the streams

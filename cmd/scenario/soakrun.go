@@ -74,7 +74,7 @@ func (rig *soakRig) run(ctx context.Context) (*soakRun, error) {
 		return nil, err
 	}
 	rig.r.progress("the load stopped at %.0f s; settling for %s", run.stopped, rig.plan.settle)
-	if err := sleepCtx(ctx, rig.plan.settle); err != nil {
+	if err := at(ctx, time.Now(), rig.plan.settle); err != nil {
 		return nil, err
 	}
 	if run.after, err = rig.levels(ctx); err != nil {
