@@ -1,9 +1,13 @@
 // Command benchredis measures the shared rate limiter's decisions per
 // second on one real Redis, side by side with go-redis/redis_rate, in
-// interleaved rounds: lab 07's limiter through the autopipelining
-// Scripter (solutions/redispipe, what secure_app runs), the same limiter
-// on go-redis's AutoPipeliner as it is (no per-caller deadlines: what the
-// Scripter's contexts cost), on a plain client, and redis_rate. Its last line is
+// interleaved rounds: lab 07's limiter through the pipelining Scripter
+// (solutions/redispipe, what secure_app runs: rueidis on one connection
+// for concurrent calls, go-redis for a lone one), the same limiter on
+// go-redis's AutoPipeliner as it is (the pipeline the Scripter did not
+// choose; it honours no deadline once a call is queued), on rueidis as it
+// comes (every call pipelined, on its default connections), on a plain
+// go-redis client, and redis_rate. Each round also prints the CPU each
+// decision took in this process and in Redis. Its last line is
 //
 //	redis limiter: ours N decisions/s, redis_rate M decisions/s, ratio R
 //
@@ -23,8 +27,10 @@ import (
 	"runtime/pprof"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/go-redis/redis_rate/v10"
@@ -42,6 +48,13 @@ func main() {
 	}
 }
 
+// The implementations' names as the report prints them.
+const (
+	nameAutoPipeliner = "go-redis AutoPipeliner"
+	nameRueidis       = "rueidis as it comes"
+	namePlain         = "plain go-redis"
+)
+
 type impl struct {
 	name  string
 	allow func(ctx context.Context, key string) error
@@ -55,7 +68,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	dur := fs.Duration("duration", 2*time.Second, "length of each measurement")
 	rounds := fs.Int("rounds", 3, "interleaved rounds; the medians are reported")
 	keys := fs.Int("keys", 100, "distinct tenants the callers spread over")
-	only := fs.String("only", "", "run only this implementation (ours | raw | rueidis | plain | redis_rate), for profiling")
+	only := fs.String("only", "", "run only this implementation (ours | autopipeliner | rueidis | plain | redis_rate), for profiling")
 	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile of the whole run to `file`")
 	prefix := fs.String("prefix", "benchredis:"+strconv.Itoa(os.Getpid())+":", "key prefix")
 	if err := fs.Parse(args); err != nil {
@@ -88,10 +101,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return err
 	}
 	if *only != "" {
-		short := map[string]string{"raw": "autopipeliner, raw", "rueidis": "ours on rueidis", "ours": "ours", "plain": "ours, plain client", "redis_rate": "redis_rate"}
+		short := map[string]string{"autopipeliner": nameAutoPipeliner, "rueidis": nameRueidis, "ours": "ours", "plain": namePlain, "redis_rate": "redis_rate"}
 		i := slices.IndexFunc(impls, func(im impl) bool { return im.name == short[*only] })
 		if i < 0 {
-			return fmt.Errorf("-only %q: want ours, raw, rueidis, plain or redis_rate", *only)
+			return fmt.Errorf("-only %q: want ours, autopipeliner, rueidis, plain or redis_rate", *only)
 		}
 		impls = impls[i : i+1]
 	}
@@ -99,27 +112,41 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	for i := range names {
 		names[i] = "t" + strconv.Itoa(i)
 	}
-	rate, p50, err := measure(ctx, impls, names, *goroutines, *rounds, *dur, stderr)
+	probeOpts, err := redis.ParseURL(*url) // options of its own: go-redis keeps state in them
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "medians of %d interleaved rounds of %s each, one Redis at %s:\n", *rounds, *dur, redactURL(opts))
+	probe := redis.NewClient(probeOpts)
+	defer probe.Close()
+	res, err := measure(ctx, probe, impls, names, *goroutines, *rounds, *dur, stderr)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "medians of %d interleaved rounds of %s each, one Redis at %s (CPU per decision at %d goroutines: this process / Redis):\n",
+		*rounds, *dur, redactURL(opts), *goroutines)
 	for _, im := range impls {
-		fmt.Fprintf(stdout, "  %-20s %9.0f decisions/s at %d goroutines   p50 %s at 1 goroutine\n", im.name, median(rate[im.name]), *goroutines, medianDur(p50[im.name]).Round(100*time.Nanosecond))
+		fmt.Fprintf(stdout, "  %-22s %9.0f decisions/s at %d goroutines   CPU %4.1f / %4.1f µs   p50 %s at 1 goroutine\n", im.name,
+			median(res.rate[im.name]), *goroutines, median(res.client[im.name]), median(res.redis[im.name]), medianDur(res.p50[im.name]).Round(100*time.Nanosecond))
 	}
 	if *only != "" {
 		return nil
 	}
-	ours, theirs := median(rate["ours"]), median(rate["redis_rate"])
+	ours, theirs := median(res.rate["ours"]), median(res.rate["redis_rate"])
 	fmt.Fprintf(stdout, "redis limiter: ours %.0f decisions/s, redis_rate %.0f decisions/s, ratio %.2f\n", ours, theirs, ours/theirs)
 	return nil
 }
 
+// results are each implementation's measurements, one per round.
+type results struct {
+	rate          map[string][]float64       // decisions per second at n goroutines
+	client, redis map[string][]float64       // CPU per decision, µs, in this process and in Redis
+	p50           map[string][]time.Duration // one caller's median decision
+}
+
 // measure runs the interleaved rounds: each implementation's throughput
 // at n goroutines, then each one's lone-caller p50.
-func measure(ctx context.Context, impls []impl, names []string, goroutines, rounds int, dur time.Duration, stderr io.Writer) (map[string][]float64, map[string][]time.Duration, error) {
-	rate := map[string][]float64{}
-	p50 := map[string][]time.Duration{}
+func measure(ctx context.Context, probe *redis.Client, impls []impl, names []string, goroutines, rounds int, dur time.Duration, stderr io.Writer) (results, error) {
+	res := results{rate: map[string][]float64{}, client: map[string][]float64{}, redis: map[string][]float64{}, p50: map[string][]time.Duration{}}
 	for r := range rounds {
 		// Rotate the order each round, so no implementation always runs
 		// first (cold) or last (after the others warmed the server); the
@@ -127,25 +154,31 @@ func measure(ctx context.Context, impls []impl, names []string, goroutines, roun
 		// the round, each after a GC, so none pays for another's garbage.
 		for i := range impls {
 			im := impls[(i+r)%len(impls)]
-			n, err := throughput(ctx, im, names, goroutines, dur)
+			c0, r0 := clientCPU(), redisCPU(ctx, probe)
+			n, rate, err := throughput(ctx, im, names, goroutines, dur)
 			if err != nil {
-				return nil, nil, fmt.Errorf("%s: %w", im.name, err)
+				return res, fmt.Errorf("%s: %w", im.name, err)
 			}
-			rate[im.name] = append(rate[im.name], n)
-			fmt.Fprintf(stderr, "round %d/%d: %-20s %9.0f decisions/s at %d goroutines\n", r+1, rounds, im.name, n, goroutines)
+			c1, r1 := clientCPU(), redisCPU(ctx, probe)
+			cl, rd := (c1-c0).Seconds()*1e6/float64(n), (r1-r0)*1e6/float64(n)
+			res.rate[im.name] = append(res.rate[im.name], rate)
+			res.client[im.name] = append(res.client[im.name], cl)
+			res.redis[im.name] = append(res.redis[im.name], rd)
+			fmt.Fprintf(stderr, "round %d/%d: %-22s %9.0f decisions/s at %d goroutines, CPU per decision %.1f µs here, %.1f µs in Redis\n",
+				r+1, rounds, im.name, rate, goroutines, cl, rd)
 		}
 		for i := range impls {
 			im := impls[(i+r)%len(impls)]
 			runtime.GC()
 			lat, err := serial(ctx, im, names, dur/2)
 			if err != nil {
-				return nil, nil, fmt.Errorf("%s: %w", im.name, err)
+				return res, fmt.Errorf("%s: %w", im.name, err)
 			}
-			p50[im.name] = append(p50[im.name], lat)
-			fmt.Fprintf(stderr, "round %d/%d: %-20s p50 %s alone\n", r+1, rounds, im.name, lat.Round(100*time.Nanosecond))
+			res.p50[im.name] = append(res.p50[im.name], lat)
+			fmt.Fprintf(stderr, "round %d/%d: %-22s p50 %s alone\n", r+1, rounds, im.name, lat.Round(100*time.Nanosecond))
 		}
 	}
-	return rate, p50, nil
+	return res, nil
 }
 
 // implementations builds the limiters side by side on one Redis; closeAll
@@ -179,9 +212,10 @@ func implementations(opts *redis.Options, url, prefix string, goroutines int) (i
 	if err != nil {
 		return nil, closeAll, err
 	}
-	// The AutoPipeliner handed to the limiter as it is: no deadline is
-	// honoured once a call is queued, so secure_app cannot run it, but it
-	// shows what the Scripter's per-caller contexts cost.
+	// go-redis's own pipeline, handed to the limiter as it is: what the
+	// Scripter would reach on go-redis alone (its blocking face honours
+	// no deadline once a call is queued, so secure_app could not run it
+	// without a goroutine per call on top).
 	rawAP, err := rdb.AutoPipeline()
 	if err != nil {
 		return nil, closeAll, err
@@ -205,9 +239,9 @@ func implementations(opts *redis.Options, url, prefix string, goroutines int) (i
 	limit := redis_rate.Limit{Rate: 1e6, Burst: 1e6, Period: time.Second}
 	impls = []impl{
 		{"ours", func(ctx context.Context, k string) error { _, err := piped.Allow(ctx, k); return err }},
-		{"autopipeliner, raw", func(ctx context.Context, k string) error { _, err := raw.Allow(ctx, k); return err }},
-		{"ours on rueidis", func(ctx context.Context, k string) error { _, err := onRueidis.Allow(ctx, k); return err }},
-		{"ours, plain client", func(ctx context.Context, k string) error { _, err := plain.Allow(ctx, k); return err }},
+		{nameAutoPipeliner, func(ctx context.Context, k string) error { _, err := raw.Allow(ctx, k); return err }},
+		{nameRueidis, func(ctx context.Context, k string) error { _, err := onRueidis.Allow(ctx, k); return err }},
+		{namePlain, func(ctx context.Context, k string) error { _, err := plain.Allow(ctx, k); return err }},
 		{"redis_rate", func(ctx context.Context, k string) error {
 			_, err := rr.Allow(ctx, prefix+"rr:"+k, limit)
 			return err
@@ -216,8 +250,9 @@ func implementations(opts *redis.Options, url, prefix string, goroutines int) (i
 	return impls, closeAll, nil
 }
 
-// throughput runs n callers for d and returns decisions per second.
-func throughput(ctx context.Context, im impl, keys []string, n int, d time.Duration) (float64, error) {
+// throughput runs n callers for d and returns how many decisions they
+// made and how many per second.
+func throughput(ctx context.Context, im impl, keys []string, n int, d time.Duration) (int64, float64, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var count atomic.Int64
@@ -238,7 +273,7 @@ func throughput(ctx context.Context, im impl, keys []string, n int, d time.Durat
 		})
 	}
 	wg.Wait()
-	return float64(count.Load()) / time.Since(started).Seconds(), first
+	return count.Load(), float64(count.Load()) / time.Since(started).Seconds(), first
 }
 
 // serial runs one caller for d and returns its median decision latency.
@@ -283,4 +318,28 @@ func cleanup(rdb *redis.Client, prefix string) {
 	if len(batch) > 0 {
 		rdb.Del(ctx, batch...)
 	}
+}
+
+// clientCPU is the CPU time this process has used.
+func clientCPU() time.Duration {
+	var ru syscall.Rusage
+	_ = syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// redisCPU is the CPU seconds Redis has used (0 if INFO says nothing).
+func redisCPU(ctx context.Context, c *redis.Client) float64 {
+	info, err := c.Info(ctx, "cpu").Result()
+	if err != nil {
+		return 0
+	}
+	var sum float64
+	for _, line := range strings.Split(info, "\n") {
+		k, v, ok := strings.Cut(strings.TrimSpace(line), ":")
+		if ok && (k == "used_cpu_sys" || k == "used_cpu_user") {
+			f, _ := strconv.ParseFloat(v, 64)
+			sum += f
+		}
+	}
+	return sum
 }

@@ -11,10 +11,12 @@ import (
 	"github.com/redis/rueidis"
 )
 
-// rueidisScripter runs lab 07's limiter on rueidis, which pipelines every
-// concurrent command by design and honours each command's context itself,
-// for the side-by-side the performance notes report. It implements what
-// redis.Script.Run uses: EVALSHA, and EVAL when the reply says NOSCRIPT.
+// rueidisScripter runs lab 07's limiter on rueidis as it comes (its
+// default connections, every call through them, a lone one too), for the
+// side-by-side the performance notes report: what solutions/redispipe
+// changes by using one connection and sending a lone call on go-redis. It
+// implements what redis.Script.Run uses: EVALSHA, and EVAL when the reply
+// says NOSCRIPT.
 type rueidisScripter struct{ c rueidis.Client }
 
 var _ redis.Scripter = rueidisScripter{}

@@ -2,16 +2,21 @@ package redispipe
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
+	"fmt"
+	"net"
 	"runtime"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/production-go/gateway-lab/internal/testkit/redistest"
 	distlimit "github.com/production-go/gateway-lab/solutions/07-distlimit"
 	"github.com/redis/go-redis/v9"
+	"github.com/redis/rueidis"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -133,6 +138,90 @@ func TestIntegrationAStalledRedisEndsEachCallAtItsCallersDeadline(t *testing.T) 
 	assert.ErrorIs(t, echo.Run(t.Context(), s, []string{"k"}, "z").Err(), ErrClosed)
 }
 
+// TestIntegrationACallWaitingForANewConnectionEndsAtItsContext: rueidis
+// makes a caller wait for the handshake of a connection another caller is
+// making, whatever its own context says, so after a call went unanswered
+// the next ones wait on goroutines of their own, and the caller at its
+// context.
+func TestIntegrationACallWaitingForANewConnectionEndsAtItsContext(t *testing.T) {
+	srv := redistest.Own(t)
+	opts, err := redis.ParseURL(srv.URL())
+	require.NoError(t, err)
+	opts.MaxRetries, opts.DialTimeout, opts.ReadTimeout = -1, 5*time.Second, 5*time.Second // ContextTimeoutEnabled off: every call pipelined
+	var dials atomic.Int64
+	opts.Dialer = func(ctx context.Context, network, addr string) (net.Conn, error) {
+		dials.Add(1)
+		var d net.Dialer
+		return d.DialContext(ctx, network, addr)
+	}
+	rdb := redis.NewClient(opts)
+	t.Cleanup(func() { _ = rdb.Close() })
+	s := newScripter(t, rdb)
+	require.False(t, s.alone)
+	require.NoError(t, echo.Run(t.Context(), s, []string{"k"}, "warm").Err())
+	assert.True(t, s.answering.Load(), "an answered call: the next ones run on their callers' goroutines")
+
+	// Break the pipeline's connection, then stall Redis: the next call
+	// must make a connection whose handshake Redis will not answer.
+	killer := redis.NewClient(&redis.Options{Addr: opts.Addr, MaxRetries: -1})
+	t.Cleanup(func() { _ = killer.Close() })
+	require.NoError(t, killer.ClientKillByFilter(t.Context(), "TYPE", "normal").Err())
+	srv.Stall(2500 * time.Millisecond)
+	short, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
+	defer cancel()
+	assert.Error(t, echo.Run(short, s, []string{"k"}, "unanswered").Err())
+	assert.False(t, s.answering.Load(), "an unanswered call: the next ones wait on goroutines of their own")
+
+	// One caller dials and waits for the handshake until Redis wakes;
+	// another, arriving meanwhile, leaves.
+	before := dials.Load()
+	dialler := make(chan error, 1)
+	go func() { dialler <- echo.Run(t.Context(), s, []string{"k"}, "dialler").Err() }()
+	for dials.Load() == before {
+		runtime.Gosched() // until the dialler's connection is being made
+	}
+	left, leave := context.WithCancel(t.Context())
+	go func() {
+		for s.inFlight.Load() < 2 {
+			runtime.Gosched() // until the call below is in flight
+		}
+		leave()
+	}()
+	returned := make(chan error, 1)
+	go func() { returned <- echo.Run(left, s, []string{"k"}, "left").Err() }()
+	select {
+	case err := <-returned:
+		assert.ErrorIs(t, err, context.Canceled)
+	case <-time.After(time.Second): // a watchdog for a hang, not a timing assertion
+		t.Fatal("a caller who left while another dialled a stalled Redis: want context.Canceled, got it waiting for that handshake")
+	}
+	assert.NoError(t, <-dialler, "the dialler is answered once Redis wakes")
+	require.NoError(t, echo.Run(t.Context(), s, []string{"k"}, "after").Err())
+	assert.True(t, s.answering.Load(), "answered again: back on the callers' goroutines")
+
+	// Now the dialler is the one who leaves: rueidis hands its context's
+	// error to the caller waiting for the same connection, who did not
+	// leave and must not hear "context canceled". Nothing was sent for
+	// it: it is sent once more, and answered once Redis wakes.
+	require.NoError(t, killer.ClientKillByFilter(t.Context(), "TYPE", "normal").Err())
+	srv.Stall(1500 * time.Millisecond)
+	before = dials.Load()
+	gone, go_ := context.WithCancel(t.Context())
+	leaver := make(chan error, 1)
+	go func() { leaver <- echo.Run(gone, s, []string{"k"}, "leaver").Err() }()
+	for dials.Load() == before {
+		runtime.Gosched() // until the leaver's connection is being made
+	}
+	stayer := make(chan error, 1)
+	go func() { stayer <- echo.Run(t.Context(), s, []string{"k"}, "stayer").Err() }()
+	for s.inFlight.Load() < 2 {
+		runtime.Gosched() // until the stayer is in flight too
+	}
+	go_()
+	assert.ErrorIs(t, <-leaver, context.Canceled)
+	assert.NoError(t, <-stayer, "the leaver's cause is not the stayer's")
+}
+
 func TestADoneContextSendsNothing(t *testing.T) {
 	// No server at all: a call with a done context must not even try.
 	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1, DialTimeout: 10 * time.Millisecond})
@@ -173,23 +262,152 @@ func TestIntegrationWithoutContextTimeoutsEveryCallTakesThePipelineAndKeepsItsDe
 	}
 }
 
-func TestThePipelineHasAClientOfItsOwnThatNeverRetries(t *testing.T) {
-	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: 3, ContextTimeoutEnabled: true, DialerRetries: 1, DialTimeout: 10 * time.Millisecond})
+func TestThePipelineTakesTheClientsSettingsAndNeverRetries(t *testing.T) {
+	var dialed []string
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", DB: 3, Username: "u", Password: "p", ClientName: "gw",
+		Protocol: 2, ReadTimeout: 700 * time.Millisecond, WriteTimeout: 300 * time.Millisecond, MaxRetries: 3,
+		ContextTimeoutEnabled: true,
+		Dialer: func(_ context.Context, network, addr string) (net.Conn, error) {
+			dialed = append(dialed, network+" "+addr)
+			return nil, errors.New("no dialing in this test")
+		}})
 	t.Cleanup(func() { _ = rdb.Close() })
-	s, err := New(rdb)
+	opt, deadlines, err := options(rdb)
 	require.NoError(t, err)
-	own, ok := s.pipe.(*redis.Client)
-	require.True(t, ok)
-	assert.NotSame(t, rdb, own, "a batch retried after its callers left would take their decisions again: the pipeline gets its own client")
-	assert.Zero(t, own.Options().MaxRetries, "no retries (go-redis stores -1 as 0 once the client is built)")
-	assert.Equal(t, 3, rdb.Options().MaxRetries, "the caller's client keeps its retries for broken connections")
-	assert.True(t, s.alone, "a client that honours deadlines may take lone calls")
-	require.NoError(t, s.Close())
-	require.NoError(t, s.Close(), "Close twice")
-	assert.NotErrorIs(t, rdb.Ping(t.Context()).Err(), redis.ErrClosed, "Close leaves the caller's client open")
+	assert.True(t, deadlines, "a client that honours deadlines may take lone calls")
+	assert.Equal(t, []string{"127.0.0.1:1"}, opt.InitAddress)
+	assert.True(t, opt.ForceSingleClient, "one server: no cluster discovery")
+	assert.Equal(t, 3, opt.SelectDB)
+	assert.Equal(t, "u", opt.Username)
+	assert.Equal(t, "p", opt.Password)
+	assert.Equal(t, "gw", opt.ClientName)
+	assert.True(t, opt.AlwaysRESP2, "the client's protocol")
+	assert.Equal(t, 700*time.Millisecond, opt.ConnWriteTimeout, "the longer of the client's read and write timeouts")
+	assert.True(t, opt.DisableRetry, "a call retried after its caller left would take a decision nobody asked for")
+	assert.True(t, opt.DisableCache)
+	assert.Equal(t, -1, opt.PipelineMultiplex, "one connection")
+	_, err = opt.DialCtxFn(t.Context(), "127.0.0.1:1", nil, nil)
+	require.Error(t, err)
+	assert.Equal(t, []string{"tcp 127.0.0.1:1"}, dialed, "the pipeline dials through the client's own dialer (its TLS, its unix sockets)")
+
+	plain := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	t.Cleanup(func() { _ = plain.Close() })
+	opt, deadlines, err = options(plain)
+	require.NoError(t, err)
+	assert.False(t, deadlines, "without ContextTimeoutEnabled every call takes the pipeline")
+	assert.False(t, opt.AlwaysRESP2, "RESP3, go-redis's default")
+
+	cluster := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{"127.0.0.1:1", "127.0.0.1:2"}, Username: "cu", Password: "cp",
+		TLSConfig: &tls.Config{MinVersion: tls.VersionTLS12}, DialTimeout: 250 * time.Millisecond, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = cluster.Close() })
+	opt, deadlines, err = options(cluster)
+	require.NoError(t, err)
+	assert.True(t, deadlines)
+	assert.Equal(t, []string{"127.0.0.1:1", "127.0.0.1:2"}, opt.InitAddress)
+	assert.False(t, opt.ForceSingleClient, "a cluster: the pipeline learns its slots")
+	assert.Equal(t, "cu", opt.Username)
+	assert.Equal(t, "cp", opt.Password)
+	assert.Same(t, cluster.Options().TLSConfig, opt.TLSConfig, "TLS to every node, its name from its own address")
+	assert.Equal(t, 250*time.Millisecond, opt.Dialer.Timeout)
+	assert.True(t, opt.DisableRetry)
+
+	creds := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", CredentialsProvider: func() (string, string) { return "cu2", "cp2" }})
+	t.Cleanup(func() { _ = creds.Close() })
+	opt, _, err = options(creds)
+	require.NoError(t, err)
+	require.NotNil(t, opt.AuthCredentialsFn)
+	got, err := opt.AuthCredentialsFn(rueidis.AuthCredentialsContext{})
+	require.NoError(t, err)
+	assert.Equal(t, rueidis.AuthCredentials{Username: "cu2", Password: "cp2"}, got, "credentials asked for at each dial, as go-redis does")
 
 	ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": "127.0.0.1:1"}})
 	t.Cleanup(func() { _ = ring.Close() })
 	_, err = New(ring)
 	assert.ErrorContains(t, err, "want a *redis.Client or a *redis.ClusterClient")
+}
+
+func TestCloseTwiceAndCallsAfterClose(t *testing.T) {
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", MaxRetries: -1, DialTimeout: 10 * time.Millisecond, ContextTimeoutEnabled: true})
+	t.Cleanup(func() { _ = rdb.Close() })
+	s, err := New(rdb)
+	require.NoError(t, err, "a server that does not answer yet is not New's failure: the pipeline dials when it is needed")
+	require.NoError(t, s.Close())
+	require.NoError(t, s.Close(), "Close twice")
+	assert.ErrorIs(t, s.EvalSha(t.Context(), "0000", []string{"k"}).Err(), ErrClosed)
+	assert.NotErrorIs(t, rdb.Ping(t.Context()).Err(), redis.ErrClosed, "Close leaves the caller's client open")
+}
+
+func TestArgumentsAreWrittenAsGoRedisWritesThem(t *testing.T) {
+	when := time.Date(2026, 12, 2, 4, 5, 6, 7, time.UTC)
+	for _, c := range []struct {
+		arg  any
+		want string
+	}{
+		{"s", "s"}, {[]byte("b"), "b"}, {-7, "-7"}, {int8(-8), "-8"}, {int16(16), "16"}, {int32(32), "32"}, {int64(-64), "-64"},
+		{uint(1), "1"}, {uint8(8), "8"}, {uint16(16), "16"}, {uint32(32), "32"}, {uint64(1 << 63), "9223372036854775808"},
+		{float32(0.1), "0.1"}, {1.5, "1.5"}, {1e21, "1000000000000000000000"}, {true, "1"}, {false, "0"}, {nil, ""},
+		{when, "2026-12-02T04:05:06.000000007Z"}, {1500 * time.Millisecond, "1500000000"},
+	} {
+		got, err := argString(c.arg)
+		require.NoError(t, err, "%T", c.arg)
+		assert.Equal(t, c.want, got, "%T %v", c.arg, c.arg)
+	}
+	_, err := argString([]int{1})
+	assert.ErrorContains(t, err, "can't marshal []int")
+}
+
+// TestIntegrationThePipelineAnswersAsTheClientDoes runs the same scripts on
+// go-redis and on the pipeline and wants the same values and errors, so
+// that a script's caller cannot tell which path its call took.
+func TestIntegrationThePipelineAnswersAsTheClientDoes(t *testing.T) {
+	rdb := redistest.Client(t)
+	s := newScripter(t, rdb)
+	key := []string{redistest.Prefix(t) + "same"}
+	args := []any{"s", -7, int64(1) << 40, 2.5, true, 1500 * time.Millisecond, []byte("b")}
+	for _, script := range []string{
+		`return ARGV`,
+		`return 42`,
+		`return 3.7`,
+		`return "text"`,
+		`return {1, "two", {3, {"four"}}, false, 5}`,
+		`return nil`,
+		`return false`,
+		`return true`,
+		`return redis.status_reply("FINE")`,
+		`return redis.error_reply("MYERR the script said no")`,
+		`return redis.call("INCRBY", KEYS[1], 2)`,
+		`return redis.call("NOSUCHCOMMAND")`,
+	} {
+		want := rdb.Eval(t.Context(), script, key, args...)
+		got := s.pipelined(t.Context(), "eval", script, key, args)
+		assert.Equal(t, fmt.Sprint(want.Err()), fmt.Sprint(got.Err()), "%s: error", script)
+		assert.Equal(t, errors.Is(want.Err(), redis.Nil), errors.Is(got.Err(), redis.Nil), "%s: redis.Nil", script)
+		var wantRE, gotRE redis.Error
+		assert.Equal(t, errors.As(want.Err(), &wantRE), errors.As(got.Err(), &gotRE), "%s: an error reply is a redis.Error", script)
+		if script == `return redis.call("INCRBY", KEYS[1], 2)` {
+			assert.Equal(t, want.Val().(int64)+2, got.Val(), "%s: the pipeline ran it once more", script)
+			continue
+		}
+		assert.Equal(t, want.Val(), got.Val(), "%s: value", script)
+	}
+
+	// The one text that reads differently (see replyErr).
+	err := s.pipelined(t.Context(), "eval", `return redis.error_reply("no code")`, key, nil).Err()
+	assert.EqualError(t, err, "ERR no code")
+
+	// EVALSHA of a script Redis does not hold: NOSCRIPT, which
+	// redis.Script.Run answers by sending the script's text.
+	missing := redis.NewScript(`return "loaded on demand ` + redistest.Prefix(t) + `"`)
+	err = s.pipelined(t.Context(), "evalsha", missing.Hash(), key, nil).Err()
+	assert.True(t, redis.HasErrorPrefix(err, "NOSCRIPT"), "got %v", err)
+	s.alone = false // every call through the pipeline
+	v, err := missing.Run(t.Context(), s, key).Text()
+	require.NoError(t, err)
+	assert.Equal(t, "loaded on demand "+redistest.Prefix(t), v)
+	_, err = s.pipelined(t.Context(), "evalsha_ro", missing.Hash(), key, nil).Text()
+	assert.NoError(t, err, "EVALSHA_RO after the load")
+	_, err = s.pipelined(t.Context(), "eval_ro", `return redis.call("GET", KEYS[1])`, key, nil).Text()
+	assert.NoError(t, err, "EVAL_RO")
+	err = s.pipelined(t.Context(), "eval", "return 1", key, []any{struct{}{}}).Err()
+	assert.ErrorContains(t, err, "eval argument 1: can't marshal struct {}", "an argument go-redis could not write either: nothing sent")
 }
