@@ -66,7 +66,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	url := fs.String("url", os.Getenv("REDIS_URL"), "Redis `URL` (default $REDIS_URL); the benchmark writes keys under -prefix and deletes them")
 	goroutines := fs.Int("goroutines", 32, "concurrent callers for the throughput rounds")
 	dur := fs.Duration("duration", 2*time.Second, "length of each measurement")
-	rounds := fs.Int("rounds", 3, "interleaved rounds; the medians are reported")
+	rounds := fs.Int("rounds", 5, "interleaved rounds; the medians are reported")
 	keys := fs.Int("keys", 100, "distinct tenants the callers spread over")
 	only := fs.String("only", "", "run only this implementation (ours | autopipeliner | rueidis | plain | redis_rate), for profiling")
 	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile of the whole run to `file`")

@@ -73,7 +73,7 @@ type Config struct {
 	TokenDebtMinutes int
 	// NoPipeline sends each shared-limit decision on its own connection
 	// instead of pipelining concurrent ones (solutions/redispipe): for a
-	// client without AutoPipeline (a Ring), or to compare.
+	// client redispipe cannot follow (a Ring), or to compare.
 	NoPipeline bool
 	Log        *slog.Logger // nil: discarded
 	Observer   Observer     // nil: nothing is counted

@@ -51,7 +51,7 @@ func (s *settings) flags(fs *flag.FlagSet) {
 	fs.BoolVar(&s.dev, "dev", false, "development: accept the repository's published dev secrets (the compose stack's); announced at start; never in production")
 	s.redis.flags(fs)
 	fs.StringVar(&s.prefix, "redis-prefix", "gw", "prefix of every key the shared limits write (one per deployment on a shared Redis)")
-	fs.BoolVar(&s.pipeline, "redis-pipeline", true, "pipeline concurrent shared-limit decisions into shared round trips (go-redis autopipelining; each caller keeps its own deadline); false sends each on its own connection")
+	fs.BoolVar(&s.pipeline, "redis-pipeline", true, "pipeline concurrent shared-limit decisions into shared round trips (one rueidis connection; a lone decision and every caller's deadline as without); false sends each on its own go-redis connection")
 	fs.BoolVar(&s.failOpen, "ratelimit-fail-open", false, "when Redis is down, admit requests (default: refuse them with 503)")
 	fs.IntVar(&s.debt, "token-debt-minutes", 10, fmt.Sprintf("minutes of its token quota a tenant may owe for usage above what it reserved (a prompt of images or files); beyond that is forgiven (1…%d)", quota.MaxDebtMinutes))
 }
