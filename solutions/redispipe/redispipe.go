@@ -62,10 +62,12 @@ type Scripter struct {
 	// honours a call's deadline (ContextTimeoutEnabled); else every call
 	// takes the pipeline, which honours it.
 	alone bool
-	// answering is whether the pipeline's last call was answered: while it
-	// is not, calls wait for the pipeline on a goroutine of their own
-	// (see pipelinedCall).
-	answering atomic.Bool
+	// epoch counts the pipeline's connections made and its calls ended
+	// without an answer; answered is the epoch in which a call was last
+	// answered. The pipeline is answering while the two are equal: no
+	// connection made and no call failed since an answer (see
+	// pipelinedCall).
+	epoch, answered atomic.Uint64
 
 	mu       sync.Mutex
 	closed   bool
@@ -82,7 +84,8 @@ var ErrClosed = errors.New("redispipe: closed")
 // is made when it is first needed (and again after a failure); a cluster
 // must answer now, since the pipeline learns its slots from it.
 func New(c Client) (*Scripter, error) {
-	opt, deadlines, err := options(c)
+	s := &Scripter{}
+	opt, deadlines, err := options(c, &s.epoch)
 	if err != nil {
 		return nil, err
 	}
@@ -92,14 +95,14 @@ func New(c Client) (*Scripter, error) {
 	}
 	// With ForceSingleClient a failed first dial still returns a client,
 	// which dials again on its first call: Redis may come back by then.
-	s := &Scripter{pipe: pipe, direct: c, alone: deadlines}
-	s.answering.Store(err == nil)
+	s.pipe, s.direct, s.alone = pipe, c, deadlines
 	return s, nil
 }
 
 // options are the pipeline's rueidis options, taken from c's go-redis
-// ones, and whether c honours a call's deadline.
-func options(c Client) (rueidis.ClientOption, bool, error) {
+// ones, and whether c honours a call's deadline. Each connection the
+// pipeline dials adds one to epoch.
+func options(c Client, epoch *atomic.Uint64) (rueidis.ClientOption, bool, error) {
 	opt := rueidis.ClientOption{
 		DisableCache:      true, // the limits' keys change on every call: nothing to cache
 		DisableRetry:      true, // see the package doc
@@ -113,7 +116,9 @@ func options(c Client) (rueidis.ClientOption, bool, error) {
 		if o.StreamingCredentialsProvider != nil {
 			return opt, false, errors.New("redispipe: a client with a StreamingCredentialsProvider: use one with a password or a CredentialsProvider")
 		}
-		deadlines = o.ContextTimeoutEnabled
+		// Socket timeouts of -2 (stored as -1) set no deadline at all, the
+		// context's neither: such a client cannot take lone calls.
+		deadlines = o.ContextTimeoutEnabled && o.ReadTimeout >= 0 && o.WriteTimeout >= 0
 		opt.InitAddress = []string{o.Addr}
 		opt.ForceSingleClient = true
 		opt.SelectDB = o.DB
@@ -126,6 +131,7 @@ func options(c Client) (rueidis.ClientOption, bool, error) {
 		// (redis.NewDialer), and knows unix sockets: the pipeline dials
 		// the same way.
 		opt.DialCtxFn = func(ctx context.Context, addr string, _ *net.Dialer, _ *tls.Config) (net.Conn, error) {
+			epoch.Add(1)
 			return dial(ctx, network, addr)
 		}
 		opt.Dialer.Timeout = o.DialTimeout // bounds the handshake too
@@ -135,19 +141,19 @@ func options(c Client) (rueidis.ClientOption, bool, error) {
 		if o.StreamingCredentialsProvider != nil {
 			return opt, false, errors.New("redispipe: a client with a StreamingCredentialsProvider: use one with a password or a CredentialsProvider")
 		}
-		deadlines = o.ContextTimeoutEnabled
+		deadlines = o.ContextTimeoutEnabled && o.ReadTimeout >= 0 && o.WriteTimeout >= 0 // see above
 		opt.InitAddress = append([]string(nil), o.Addrs...)
 		opt.ClientName = o.ClientName
 		opt.AlwaysRESP2 = o.Protocol == 2
 		opt.Username, opt.Password = o.Username, o.Password
 		opt.AuthCredentialsFn = credentials(o.CredentialsProvider, o.CredentialsProviderContext)
-		if o.Dialer != nil {
-			dial := o.Dialer
-			opt.DialCtxFn = func(ctx context.Context, addr string, _ *net.Dialer, _ *tls.Config) (net.Conn, error) {
-				return dial(ctx, "tcp", addr)
-			}
-		} else {
-			opt.TLSConfig = o.TLSConfig // each node's name from its own address, as go-redis dials it
+		dial := o.Dialer
+		if dial == nil {
+			dial = redis.NewDialer(&redis.Options{DialTimeout: o.DialTimeout, TLSConfig: o.TLSConfig}) // as go-redis dials each node
+		}
+		opt.DialCtxFn = func(ctx context.Context, addr string, _ *net.Dialer, _ *tls.Config) (net.Conn, error) {
+			epoch.Add(1)
+			return dial(ctx, "tcp", addr)
 		}
 		opt.Dialer.Timeout = o.DialTimeout
 		opt.ConnWriteTimeout = max(o.ReadTimeout, o.WriteTimeout, 0)
@@ -244,24 +250,26 @@ func (s *Scripter) run(ctx context.Context, name, scriptOrSha string, keys []str
 // queues it and ends its wait when ctx ends (AlwaysPipelining: never a
 // synchronous write and read, which would honour a deadline but not a
 // cancel). What it does not bound by the caller's context is making a
-// connection: the caller that dials, and every caller that arrives
-// meanwhile, wait for the handshake, bounded only by the dialing caller's
-// deadline and the dial timeout. So until a call has been answered on
-// the current connection — at the start, and after any call ends without
-// an answer (a broken connection, a stalled Redis, a caller who left) —
-// each call runs on a goroutine of its own, and its caller waits for it
-// or for its context. A goroutine per call costs about a fifth of the
-// decisions under load (make bench-redis), which is why it is not the
-// rule.
+// connection: every caller that arrives meanwhile waits for the handshake,
+// bounded only by the dialling caller's deadline and the dial timeout. So
+// from a dial, or a call ended without an answer (a broken connection, a
+// stalled Redis, a caller who left), until a call is answered, each call
+// runs on a goroutine of its own, and its caller waits for it or for its
+// context. A goroutine per call, always, costs 2–3 µs of CPU per decision
+// (docs/performance.md), which is why it is not the rule. One window is
+// left: the caller that finds a connection dropped while idle dials it
+// itself, its wait bounded by its deadline and the dial timeout but not by
+// a cancel.
 func (s *Scripter) pipelinedCall(ctx context.Context, name, scriptOrSha string, keys []string, args []any) *redis.Cmd {
-	if s.answering.Load() {
-		return s.pipelined(ctx, name, scriptOrSha, keys, args)
+	e := s.epoch.Load()
+	if s.answered.Load() == e {
+		return s.pipelined(ctx, e, name, scriptOrSha, keys, args)
 	}
 	done := make(chan *redis.Cmd, 1) // buffered: an abandoned call's goroutine never blocks
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
-		done <- s.pipelined(ctx, name, scriptOrSha, keys, args)
+		done <- s.pipelined(ctx, e, name, scriptOrSha, keys, args)
 	}()
 	select {
 	case cmd := <-done:
@@ -272,8 +280,8 @@ func (s *Scripter) pipelinedCall(ctx context.Context, name, scriptOrSha string, 
 }
 
 // pipelined sends one call through rueidis and reads its answer as
-// go-redis would have.
-func (s *Scripter) pipelined(ctx context.Context, name, scriptOrSha string, keys []string, args []any) *redis.Cmd {
+// go-redis would have; e is the epoch the call started in.
+func (s *Scripter) pipelined(ctx context.Context, e uint64, name, scriptOrSha string, keys []string, args []any) *redis.Cmd {
 	completed, err := s.build(name, scriptOrSha, keys, args)
 	if err != nil {
 		return failed(ctx, name, err)
@@ -287,12 +295,15 @@ func (s *Scripter) pipelined(ctx context.Context, name, scriptOrSha string, keys
 		res = s.pipe.Do(ctx, completed)
 	}
 	if err := res.NonRedisError(); err != nil {
-		s.answering.Store(false)
+		s.epoch.Add(1)
 		cmd.SetErr(err) // no answer: the connection, or the caller's context
 		return cmd
 	}
-	if !s.answering.Load() {
-		s.answering.Store(true) // one write only on a change: every call reads it
+	// Answered: the pipeline answers, unless a dial or a failure came
+	// since this call began (then a later call must say so). A store only
+	// on a change: every call reads it.
+	if s.answered.Load() != e && s.epoch.Load() == e {
+		s.answered.Store(e)
 	}
 	msg, err := res.ToMessage()
 	if err != nil {
@@ -316,6 +327,7 @@ func isContextErr(err error) bool {
 // different slots, where go-redis would let Redis refuse them: that
 // becomes the call's error.
 func (s *Scripter) build(name, scriptOrSha string, keys []string, args []any) (c rueidis.Completed, err error) {
+	args = flatten(args)
 	strs := make([]string, len(args))
 	for i, a := range args {
 		if strs[i], err = argString(a); err != nil {
@@ -338,6 +350,39 @@ func (s *Scripter) build(name, scriptOrSha string, keys []string, args []any) (c
 	default:
 		return b.EvalshaRo().Sha1(scriptOrSha).Numkeys(n).Key(keys...).Arg(strs...).Build(), nil
 	}
+}
+
+// flatten spreads a lone slice or map argument into its elements, as
+// go-redis does.
+func flatten(args []any) []any {
+	if len(args) != 1 {
+		return args
+	}
+	switch v := args[0].(type) {
+	case nil:
+		return nil
+	case []string:
+		out := make([]any, len(v))
+		for i, s := range v {
+			out[i] = s
+		}
+		return out
+	case []any:
+		return v
+	case map[string]any:
+		out := make([]any, 0, 2*len(v))
+		for k, x := range v {
+			out = append(out, k, x)
+		}
+		return out
+	case map[string]string:
+		out := make([]any, 0, 2*len(v))
+		for k, x := range v {
+			out = append(out, k, x)
+		}
+		return out
+	}
+	return args
 }
 
 // argString writes one argument as go-redis does.
@@ -368,7 +413,7 @@ func argString(a any) (string, error) {
 	case uint64:
 		return strconv.FormatUint(v, 10), nil
 	case float32:
-		return strconv.FormatFloat(float64(v), 'f', -1, 32), nil
+		return strconv.FormatFloat(float64(v), 'f', -1, 64), nil
 	case float64:
 		return strconv.FormatFloat(v, 'f', -1, 64), nil
 	case bool:
@@ -382,6 +427,8 @@ func argString(a any) (string, error) {
 		return v.Format(time.RFC3339Nano), nil
 	case time.Duration:
 		return strconv.FormatInt(v.Nanoseconds(), 10), nil
+	case net.IP:
+		return string(v), nil
 	case encoding.BinaryMarshaler:
 		b, err := v.MarshalBinary()
 		return string(b), err
@@ -407,7 +454,10 @@ func replyErr(err error) error {
 	}
 	text := re.Error()
 	code, _, _ := strings.Cut(text, " ")
-	if code == "" || strings.ToUpper(code) != code {
+	switch {
+	case code == "NOSCRIPT":
+		return redis.ErrNoScript // as go-redis's Eval family reports it
+	case code == "" || strings.ToUpper(code) != code:
 		text = "ERR " + text
 	}
 	return replyError(text)
@@ -463,6 +513,9 @@ func (s *Scripter) Close() error {
 	go func() { s.wg.Wait(); close(waited) }()
 	select {
 	case <-waited:
+		// A connection a call was making as the first Close ran is stored
+		// after it: close it too.
+		s.pipe.Close()
 		return nil
 	case <-time.After(closeWait):
 		return ErrStillWaiting

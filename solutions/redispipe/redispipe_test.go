@@ -138,48 +138,103 @@ func TestIntegrationAStalledRedisEndsEachCallAtItsCallersDeadline(t *testing.T) 
 	assert.ErrorIs(t, echo.Run(t.Context(), s, []string{"k"}, "z").Err(), ErrClosed)
 }
 
-// TestIntegrationACallWaitingForANewConnectionEndsAtItsContext: rueidis
-// makes a caller wait for the handshake of a connection another caller is
-// making, whatever its own context says, so after a call went unanswered
-// the next ones wait on goroutines of their own, and the caller at its
-// context.
-func TestIntegrationACallWaitingForANewConnectionEndsAtItsContext(t *testing.T) {
-	srv := redistest.Own(t)
-	opts, err := redis.ParseURL(srv.URL())
-	require.NoError(t, err)
-	opts.MaxRetries, opts.DialTimeout, opts.ReadTimeout = -1, 5*time.Second, 5*time.Second // ContextTimeoutEnabled off: every call pipelined
-	var dials atomic.Int64
-	opts.Dialer = func(ctx context.Context, network, addr string) (net.Conn, error) {
-		dials.Add(1)
-		var d net.Dialer
-		return d.DialContext(ctx, network, addr)
+func answering(s *Scripter) bool { return s.answered.Load() == s.epoch.Load() }
+
+// heldDialer dials as net.Dialer does, except the one dial after hold:
+// that one waits until let or until its context ends, as a dial to an
+// unreachable host would.
+type heldDialer struct {
+	mu         sync.Mutex
+	next, held chan struct{}
+	dials      atomic.Int64
+}
+
+func (h *heldDialer) hold() {
+	h.mu.Lock()
+	h.next = make(chan struct{})
+	h.mu.Unlock()
+}
+
+func (h *heldDialer) let() {
+	h.mu.Lock()
+	close(h.held)
+	h.mu.Unlock()
+}
+
+func (h *heldDialer) dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	h.mu.Lock()
+	release := h.next
+	if release != nil {
+		h.next, h.held = nil, release
 	}
-	rdb := redis.NewClient(opts)
+	h.mu.Unlock()
+	h.dials.Add(1)
+	if release != nil {
+		select {
+		case <-release:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	var d net.Dialer
+	return d.DialContext(ctx, network, addr)
+}
+
+// TestIntegrationACallWaitingForANewConnectionEndsAtItsContext: rueidis
+// makes a caller wait for a connection another caller is making, whatever
+// its own context says, and hands it the dialler's error. So from a dial
+// until an answer, calls wait on goroutines of their own, and a context
+// error that is not the caller's is sent once more.
+func TestIntegrationACallWaitingForANewConnectionEndsAtItsContext(t *testing.T) {
+	rdb0 := redistest.Client(t)
+	opts := *rdb0.Options()
+	opts.MaxRetries, opts.ContextTimeoutEnabled = -1, false // every call pipelined
+	var h heldDialer
+	opts.Dialer = h.dial
+	rdb := redis.NewClient(&opts)
 	t.Cleanup(func() { _ = rdb.Close() })
 	s := newScripter(t, rdb)
 	require.False(t, s.alone)
-	require.NoError(t, echo.Run(t.Context(), s, []string{"k"}, "warm").Err())
-	assert.True(t, s.answering.Load(), "an answered call: the next ones run on their callers' goroutines")
+	key := []string{redistest.Prefix(t) + "k"}
+	assert.False(t, answering(s), "nothing answered yet on the connection New made")
+	require.NoError(t, echo.Run(t.Context(), s, key, "warm").Err())
+	assert.True(t, answering(s), "an answered call: the next ones run on their callers' goroutines")
 
-	// Break the pipeline's connection, then stall Redis: the next call
-	// must make a connection whose handshake Redis will not answer.
-	killer := redis.NewClient(&redis.Options{Addr: opts.Addr, MaxRetries: -1})
-	t.Cleanup(func() { _ = killer.Close() })
-	require.NoError(t, killer.ClientKillByFilter(t.Context(), "TYPE", "normal").Err())
-	srv.Stall(2500 * time.Millisecond)
-	short, cancel := context.WithTimeout(t.Context(), 50*time.Millisecond)
-	defer cancel()
-	assert.Error(t, echo.Run(short, s, []string{"k"}, "unanswered").Err())
-	assert.False(t, s.answering.Load(), "an unanswered call: the next ones wait on goroutines of their own")
-
-	// One caller dials and waits for the handshake until Redis wakes;
-	// another, arriving meanwhile, leaves.
-	before := dials.Load()
-	dialler := make(chan error, 1)
-	go func() { dialler <- echo.Run(t.Context(), s, []string{"k"}, "dialler").Err() }()
-	for dials.Load() == before {
-		runtime.Gosched() // until the dialler's connection is being made
+	// Drop the pipeline's connection while idle: no call sees it fail.
+	// The next caller dials (held: an unreachable Redis); one arriving
+	// meanwhile must still leave at its context.
+	kill := func() {
+		t.Helper()
+		require.NoError(t, rdb0.ClientKillByFilter(t.Context(), "TYPE", "normal", "SKIPME", "yes").Err())
 	}
+	// dialling starts a call with ctx that is making a new connection: a
+	// call that reaches the dropped connection before rueidis noticed
+	// ends with its error, and the next one dials.
+	dialling := func(ctx context.Context, what string) chan error {
+		t.Helper()
+		for range 100 {
+			before := h.dials.Load()
+			done := make(chan error, 1)
+			go func() { done <- echo.Run(ctx, s, key, what).Err() }()
+			for h.dials.Load() == before {
+				select {
+				case err := <-done:
+					require.Error(t, err, "%s: answered on a connection that was dropped", what)
+					goto again
+				default:
+					runtime.Gosched() // until the call's connection is being made
+				}
+			}
+			return done
+		again:
+		}
+		t.Fatalf("%s: no call made a new connection", what)
+		return nil
+	}
+	kill()
+	h.hold()
+	dialler := dialling(t.Context(), "dialler")
+	assert.False(t, answering(s), "a connection being made: the next calls wait on goroutines of their own")
 	left, leave := context.WithCancel(t.Context())
 	go func() {
 		for s.inFlight.Load() < 2 {
@@ -188,36 +243,32 @@ func TestIntegrationACallWaitingForANewConnectionEndsAtItsContext(t *testing.T) 
 		leave()
 	}()
 	returned := make(chan error, 1)
-	go func() { returned <- echo.Run(left, s, []string{"k"}, "left").Err() }()
+	go func() { returned <- echo.Run(left, s, key, "left").Err() }()
 	select {
 	case err := <-returned:
 		assert.ErrorIs(t, err, context.Canceled)
 	case <-time.After(time.Second): // a watchdog for a hang, not a timing assertion
-		t.Fatal("a caller who left while another dialled a stalled Redis: want context.Canceled, got it waiting for that handshake")
+		t.Fatal("a caller who left while another dialled: want context.Canceled, got it waiting for that dial")
 	}
-	assert.NoError(t, <-dialler, "the dialler is answered once Redis wakes")
-	require.NoError(t, echo.Run(t.Context(), s, []string{"k"}, "after").Err())
-	assert.True(t, s.answering.Load(), "answered again: back on the callers' goroutines")
+	h.let()
+	assert.NoError(t, <-dialler, "the dialler is answered once its dial goes through")
+	require.NoError(t, echo.Run(t.Context(), s, key, "after").Err())
+	assert.True(t, answering(s), "answered again: back on the callers' goroutines")
 
 	// Now the dialler is the one who leaves: rueidis hands its context's
 	// error to the caller waiting for the same connection, who did not
 	// leave and must not hear "context canceled". Nothing was sent for
-	// it: it is sent once more, and answered once Redis wakes.
-	require.NoError(t, killer.ClientKillByFilter(t.Context(), "TYPE", "normal").Err())
-	srv.Stall(1500 * time.Millisecond)
-	before = dials.Load()
-	gone, go_ := context.WithCancel(t.Context())
-	leaver := make(chan error, 1)
-	go func() { leaver <- echo.Run(gone, s, []string{"k"}, "leaver").Err() }()
-	for dials.Load() == before {
-		runtime.Gosched() // until the leaver's connection is being made
-	}
+	// it: it is sent once more.
+	kill()
+	h.hold()
+	gone, goneNow := context.WithCancel(t.Context())
+	leaver := dialling(gone, "leaver")
 	stayer := make(chan error, 1)
-	go func() { stayer <- echo.Run(t.Context(), s, []string{"k"}, "stayer").Err() }()
+	go func() { stayer <- echo.Run(t.Context(), s, key, "stayer").Err() }()
 	for s.inFlight.Load() < 2 {
 		runtime.Gosched() // until the stayer is in flight too
 	}
-	go_()
+	goneNow() // the leaver's held dial ends with its context; the stayer's second try dials freely
 	assert.ErrorIs(t, <-leaver, context.Canceled)
 	assert.NoError(t, <-stayer, "the leaver's cause is not the stayer's")
 }
@@ -272,7 +323,8 @@ func TestThePipelineTakesTheClientsSettingsAndNeverRetries(t *testing.T) {
 			return nil, errors.New("no dialing in this test")
 		}})
 	t.Cleanup(func() { _ = rdb.Close() })
-	opt, deadlines, err := options(rdb)
+	var epoch atomic.Uint64
+	opt, deadlines, err := options(rdb, &epoch)
 	require.NoError(t, err)
 	assert.True(t, deadlines, "a client that honours deadlines may take lone calls")
 	assert.Equal(t, []string{"127.0.0.1:1"}, opt.InitAddress)
@@ -292,7 +344,7 @@ func TestThePipelineTakesTheClientsSettingsAndNeverRetries(t *testing.T) {
 
 	plain := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
 	t.Cleanup(func() { _ = plain.Close() })
-	opt, deadlines, err = options(plain)
+	opt, deadlines, err = options(plain, &epoch)
 	require.NoError(t, err)
 	assert.False(t, deadlines, "without ContextTimeoutEnabled every call takes the pipeline")
 	assert.False(t, opt.AlwaysRESP2, "RESP3, go-redis's default")
@@ -300,20 +352,42 @@ func TestThePipelineTakesTheClientsSettingsAndNeverRetries(t *testing.T) {
 	cluster := redis.NewClusterClient(&redis.ClusterOptions{Addrs: []string{"127.0.0.1:1", "127.0.0.1:2"}, Username: "cu", Password: "cp",
 		TLSConfig: &tls.Config{MinVersion: tls.VersionTLS12}, DialTimeout: 250 * time.Millisecond, ContextTimeoutEnabled: true})
 	t.Cleanup(func() { _ = cluster.Close() })
-	opt, deadlines, err = options(cluster)
+	opt, deadlines, err = options(cluster, &epoch)
 	require.NoError(t, err)
 	assert.True(t, deadlines)
 	assert.Equal(t, []string{"127.0.0.1:1", "127.0.0.1:2"}, opt.InitAddress)
 	assert.False(t, opt.ForceSingleClient, "a cluster: the pipeline learns its slots")
 	assert.Equal(t, "cu", opt.Username)
 	assert.Equal(t, "cp", opt.Password)
-	assert.Same(t, cluster.Options().TLSConfig, opt.TLSConfig, "TLS to every node, its name from its own address")
 	assert.Equal(t, 250*time.Millisecond, opt.Dialer.Timeout)
+	// TLS to every node, as go-redis dials it: the first byte a node sees
+	// opens a TLS handshake record.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer ln.Close()
+	first := make(chan byte, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			first <- 0
+			return
+		}
+		defer c.Close()
+		b := make([]byte, 1)
+		_, _ = c.Read(b)
+		first <- b[0]
+	}()
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
+	defer cancel()
+	if c, err := opt.DialCtxFn(ctx, ln.Addr().String(), nil, nil); err == nil {
+		_ = c.Close()
+	}
+	assert.Equal(t, byte(0x16), <-first, "a TLS handshake record")
 	assert.True(t, opt.DisableRetry)
 
 	creds := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", CredentialsProvider: func() (string, string) { return "cu2", "cp2" }})
 	t.Cleanup(func() { _ = creds.Close() })
-	opt, _, err = options(creds)
+	opt, _, err = options(creds, &epoch)
 	require.NoError(t, err)
 	require.NotNil(t, opt.AuthCredentialsFn)
 	got, err := opt.AuthCredentialsFn(rueidis.AuthCredentialsContext{})
@@ -345,7 +419,7 @@ func TestArgumentsAreWrittenAsGoRedisWritesThem(t *testing.T) {
 	}{
 		{"s", "s"}, {[]byte("b"), "b"}, {-7, "-7"}, {int8(-8), "-8"}, {int16(16), "16"}, {int32(32), "32"}, {int64(-64), "-64"},
 		{uint(1), "1"}, {uint8(8), "8"}, {uint16(16), "16"}, {uint32(32), "32"}, {uint64(1 << 63), "9223372036854775808"},
-		{float32(0.1), "0.1"}, {1.5, "1.5"}, {1e21, "1000000000000000000000"}, {true, "1"}, {false, "0"}, {nil, ""},
+		{float32(0.1), "0.10000000149011612"}, {1.5, "1.5"}, {1e21, "1000000000000000000000"}, {true, "1"}, {false, "0"}, {nil, ""},
 		{when, "2026-12-02T04:05:06.000000007Z"}, {1500 * time.Millisecond, "1500000000"},
 	} {
 		got, err := argString(c.arg)
@@ -362,6 +436,10 @@ func TestArgumentsAreWrittenAsGoRedisWritesThem(t *testing.T) {
 func TestIntegrationThePipelineAnswersAsTheClientDoes(t *testing.T) {
 	rdb := redistest.Client(t)
 	s := newScripter(t, rdb)
+	s.alone = false // every call through the pipeline
+	piped := func(name, scriptOrSha string, keys []string, args []any) *redis.Cmd {
+		return s.run(t.Context(), name, scriptOrSha, keys, args, nil)
+	}
 	key := []string{redistest.Prefix(t) + "same"}
 	args := []any{"s", -7, int64(1) << 40, 2.5, true, 1500 * time.Millisecond, []byte("b")}
 	for _, script := range []string{
@@ -379,7 +457,7 @@ func TestIntegrationThePipelineAnswersAsTheClientDoes(t *testing.T) {
 		`return redis.call("NOSUCHCOMMAND")`,
 	} {
 		want := rdb.Eval(t.Context(), script, key, args...)
-		got := s.pipelined(t.Context(), "eval", script, key, args)
+		got := piped("eval", script, key, args)
 		assert.Equal(t, fmt.Sprint(want.Err()), fmt.Sprint(got.Err()), "%s: error", script)
 		assert.Equal(t, errors.Is(want.Err(), redis.Nil), errors.Is(got.Err(), redis.Nil), "%s: redis.Nil", script)
 		var wantRE, gotRE redis.Error
@@ -392,22 +470,21 @@ func TestIntegrationThePipelineAnswersAsTheClientDoes(t *testing.T) {
 	}
 
 	// The one text that reads differently (see replyErr).
-	err := s.pipelined(t.Context(), "eval", `return redis.error_reply("no code")`, key, nil).Err()
+	err := piped("eval", `return redis.error_reply("no code")`, key, nil).Err()
 	assert.EqualError(t, err, "ERR no code")
 
 	// EVALSHA of a script Redis does not hold: NOSCRIPT, which
 	// redis.Script.Run answers by sending the script's text.
 	missing := redis.NewScript(`return "loaded on demand ` + redistest.Prefix(t) + `"`)
-	err = s.pipelined(t.Context(), "evalsha", missing.Hash(), key, nil).Err()
-	assert.True(t, redis.HasErrorPrefix(err, "NOSCRIPT"), "got %v", err)
-	s.alone = false // every call through the pipeline
+	err = piped("evalsha", missing.Hash(), key, nil).Err()
+	assert.ErrorIs(t, err, redis.ErrNoScript, "as go-redis's Eval family reports it")
 	v, err := missing.Run(t.Context(), s, key).Text()
 	require.NoError(t, err)
 	assert.Equal(t, "loaded on demand "+redistest.Prefix(t), v)
-	_, err = s.pipelined(t.Context(), "evalsha_ro", missing.Hash(), key, nil).Text()
+	_, err = piped("evalsha_ro", missing.Hash(), key, nil).Text()
 	assert.NoError(t, err, "EVALSHA_RO after the load")
-	_, err = s.pipelined(t.Context(), "eval_ro", `return redis.call("GET", KEYS[1])`, key, nil).Text()
+	_, err = piped("eval_ro", `return redis.call("GET", KEYS[1])`, key, nil).Text()
 	assert.NoError(t, err, "EVAL_RO")
-	err = s.pipelined(t.Context(), "eval", "return 1", key, []any{struct{}{}}).Err()
+	err = piped("eval", "return 1", key, []any{struct{}{}}).Err()
 	assert.ErrorContains(t, err, "eval argument 1: can't marshal struct {}", "an argument go-redis could not write either: nothing sent")
 }
