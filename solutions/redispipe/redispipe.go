@@ -59,8 +59,9 @@ type Scripter struct {
 	pipe   rueidis.Client // concurrent calls: one connection, pipelined
 	direct redis.Scripter // lone calls, SCRIPT LOAD and EXISTS: the caller's client
 	// alone is whether a lone call may run on direct: only if that client
-	// honours a call's deadline (ContextTimeoutEnabled); else every call
-	// takes the pipeline, which honours it.
+	// honours a call's deadline (ContextTimeoutEnabled, and socket
+	// timeouts not disabled); else every call takes the pipeline, which
+	// honours it.
 	alone bool
 	// epoch counts the pipeline's connections made and its calls ended
 	// without an answer; answered is the epoch in which a call was last
@@ -80,9 +81,10 @@ var _ redis.Scripter = (*Scripter)(nil)
 // ErrClosed is returned by calls made after Close.
 var ErrClosed = errors.New("redispipe: closed")
 
-// New returns a Scripter for c. With one server, the pipeline's connection
-// is made when it is first needed (and again after a failure); a cluster
-// must answer now, since the pipeline learns its slots from it.
+// New returns a Scripter for c, and dials the pipeline's connection. With
+// one server a failed dial is not New's failure: the next pipelined call
+// dials again, and Redis may be back by then. A cluster must answer now,
+// since the pipeline learns its slots from it.
 func New(c Client) (*Scripter, error) {
 	s := &Scripter{}
 	opt, deadlines, err := options(c, &s.epoch)
