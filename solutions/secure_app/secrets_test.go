@@ -198,6 +198,7 @@ func TestStartupHintWorksInANewShell(t *testing.T) {
 	t.Setenv(identity.EnvSecret, "")
 	t.Setenv(identity.EnvSecretFile, file)
 	in := start(t, prefix(t))
+	startupLines(t, in)
 	m := hint.FindStringSubmatch(in.stdout.String())
 	require.NotNil(t, m, "the startup lines mint a token with what a new shell needs, and curl only if that worked:\n%s", in.stdout)
 	assert.Equal(t, identity.EnvSecretFile+"="+file+" ", m[1], "the token command is pointed at this server's secret file")
@@ -217,6 +218,15 @@ func TestStartupHintWorksInANewShell(t *testing.T) {
 
 func TestStartupHintNeverPrintsASecretFromTheEnvironment(t *testing.T) {
 	in := start(t, prefix(t))
+	startupLines(t, in)
 	assert.Contains(t, in.stdout.String(), "export JWT_SECRET=…", "a secret from JWT_SECRET is named, never shown")
 	assert.NotContains(t, in.stdout.String(), secret)
+}
+
+// startupLines waits until the startup lines are written: /readyz, which
+// start waits for, may answer before they are.
+func startupLines(t *testing.T, in *instance) {
+	t.Helper()
+	require.Eventually(t, func() bool { return strings.Contains(in.stdout.String(), "curl -s http://") },
+		10*time.Second, time.Millisecond, "no startup lines:\n%s", in.stdout)
 }
