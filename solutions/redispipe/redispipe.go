@@ -372,19 +372,20 @@ func flatten(args []any) []any {
 	case []any:
 		return v
 	case map[string]any:
-		out := make([]any, 0, 2*len(v))
-		for k, x := range v {
-			out = append(out, k, x)
-		}
-		return out
+		return pairs(v)
 	case map[string]string:
-		out := make([]any, 0, 2*len(v))
-		for k, x := range v {
-			out = append(out, k, x)
-		}
-		return out
+		return pairs(v)
 	}
 	return args
+}
+
+// pairs is m's keys and values, in turn.
+func pairs[V any](m map[string]V) []any {
+	out := make([]any, 0, 2*len(m))
+	for k, x := range m {
+		out = append(out, k, x)
+	}
+	return out
 }
 
 // argString writes one argument as go-redis does.
