@@ -127,7 +127,9 @@ scenario: ## run a scenario and write its report with charts: make scenario NAME
 	@if [ "$(NAME)" = list ]; then $(GO) run ./cmd/scenario -list; else DURATION="$(DURATION)" $(GO) run ./cmd/scenario -name $(NAME) -seed $(SEED); fi
 
 soak-short: ## the soak scenario for 2 minutes (make ci): nothing lost, no leak, Redis keys settle, tokens exact; its report goes to a temporary directory
-	@out=$$(mktemp -d); DURATION=2m $(GO) run ./cmd/scenario -name soak -seed 1 -out "$$out"; rc=$$?; rm -rf "$$out"; exit $$rc
+	@out=$$(mktemp -d); DURATION=2m $(GO) run ./cmd/scenario -name soak -seed 1 -out "$$out"; rc=$$?; \
+	if [ $$rc -eq 0 ]; then rm -rf "$$out"; else echo "soak-short: exit status $$rc; the report, if written, is kept in $$out/soak"; \
+	  ls "$$out/soak" 2>/dev/null; cat "$$out/soak/summary.json" 2>/dev/null | head -c 4000; echo; fi; exit $$rc
 
 FUZZTIME ?= 20s
 

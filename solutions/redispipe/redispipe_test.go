@@ -455,6 +455,7 @@ func TestIntegrationThePipelineAnswersAsTheClientDoes(t *testing.T) {
 		`return redis.error_reply("MYERR the script said no")`,
 		`return redis.call("INCRBY", KEYS[1], 2)`,
 		`return redis.call("NOSUCHCOMMAND")`,
+		`return string.rep("x", 300000)`, // a reply larger than one read
 	} {
 		want := rdb.Eval(t.Context(), script, key, args...)
 		got := piped("eval", script, key, args)
