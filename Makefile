@@ -135,6 +135,8 @@ FUZZTIME ?= 20s
 
 fuzz: ## run every fuzz target for FUZZTIME each (default 20s); CI runs their seed corpora as tests
 	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./solutions/chatapi/
+	$(GO) test -run '^$$' -fuzz '^FuzzValidAgreesWithEncodingJSON$$' -fuzztime $(FUZZTIME) ./solutions/chatapi/
+	$(GO) test -run '^$$' -fuzz '^FuzzReadAnswerAgreesWithAGetPerField$$' -fuzztime $(FUZZTIME) ./solutions/chatapi/
 	$(GO) test -run '^$$' -fuzz '^FuzzVerify$$' -fuzztime $(FUZZTIME) ./solutions/identity/
 	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./solutions/policy/
 

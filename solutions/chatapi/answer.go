@@ -32,6 +32,18 @@ type Answer struct {
 // b is not a JSON object; err is an *UpstreamError (Status 0) when b is an
 // error object — some upstreams answer 200 or send a stream event with one.
 func ReadAnswer(provider string, b []byte) (a Answer, ok bool, err error) {
+	return readAnswer(provider, b, true)
+}
+
+// ReadAnswerHead is ReadAnswer without the choices: the model and the
+// usage, and the same ok and err. A provider that returns a whole answer
+// as it came needs no more of it, and skipping the choices skips the
+// answer's text.
+func ReadAnswerHead(provider string, b []byte) (a Answer, ok bool, err error) {
+	return readAnswer(provider, b, false)
+}
+
+func readAnswer(provider string, b []byte, choicesToo bool) (a Answer, ok bool, err error) {
 	if !gjson.ValidBytes(b) {
 		return Answer{}, false, nil
 	}
@@ -50,6 +62,9 @@ func ReadAnswer(provider string, b []byte) (a Answer, ok bool, err error) {
 		case "model":
 			slot = &model
 		case "choices":
+			if !choicesToo {
+				return true
+			}
 			slot = &choices
 		case "usage":
 			slot = &usage

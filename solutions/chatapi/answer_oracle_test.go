@@ -63,6 +63,11 @@ func TestReadAnswerAgreesWithAGetPerField(t *testing.T) {
 		assert.Equal(t, want, got, s)
 		assert.Equal(t, wok, gok, s)
 		assert.Equal(t, werr, gerr, s)
+		head, hok, herr := ReadAnswerHead("p", []byte(s))
+		want.Text, want.FinishReason = "", ""
+		assert.Equal(t, want, head, "head of %s", s)
+		assert.Equal(t, wok, hok, "head of %s", s)
+		assert.Equal(t, werr, herr, "head of %s", s)
 	}
 }
 
@@ -76,6 +81,11 @@ func FuzzReadAnswerAgreesWithAGetPerField(f *testing.F) {
 		if wok != gok || want.Model != got.Model || want.Text != got.Text || want.FinishReason != got.FinishReason ||
 			(want.Usage == nil) != (got.Usage == nil) || (want.Usage != nil && *want.Usage != *got.Usage) || (werr == nil) != (gerr == nil) {
 			t.Fatalf("%q: by Get %+v %v %v, in one pass %+v %v %v", b, want, wok, werr, got, gok, gerr)
+		}
+		head, hok, herr := ReadAnswerHead("p", b)
+		if hok != gok || head.Model != got.Model || head.Text != "" || head.FinishReason != "" ||
+			(head.Usage == nil) != (got.Usage == nil) || (head.Usage != nil && *head.Usage != *got.Usage) || (herr == nil) != (gerr == nil) {
+			t.Fatalf("%q: head %+v %v %v, whole %+v %v %v", b, head, hok, herr, got, gok, gerr)
 		}
 	})
 }
