@@ -73,11 +73,14 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("X-Gateway-Overhead-Ms", strconv.FormatFloat(ms(own), 'f', 3, 64))
 	}
 	s.writeDeadline(w)
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Content-Length", strconv.Itoa(len(resp.Raw)))
+	h := w.Header()
+	h["Content-Type"] = jsonContentType // shared and read-only: net/http only reads it
+	h["Content-Length"] = []string{strconv.Itoa(len(resp.Raw))}
 	w.WriteHeader(http.StatusOK)
 	_, _ = w.Write(resp.Raw)
 }
+
+var jsonContentType = []string{"application/json"}
 
 // overhead records and returns the gateway's own share of an answered
 // request's time: what is left after queue wait, upstream calls and

@@ -322,10 +322,12 @@ func (s *Server) admit(w http.ResponseWriter, r *http.Request, id Identity, a Ad
 
 func (s *Server) headerTenant(r *http.Request) (Identity, *chatapi.Error) {
 	values := r.Header.Values(s.opts.TenantHeader)
-	bad := &chatapi.Error{Status: http.StatusBadRequest, Type: "invalid_request_error", Code: "invalid_tenant",
-		Message: s.opts.TenantHeader + " must be one header of at most " + strconv.Itoa(MaxTenantBytes) + " printable ASCII characters"}
+	bad := func() *chatapi.Error {
+		return &chatapi.Error{Status: http.StatusBadRequest, Type: "invalid_request_error", Code: "invalid_tenant",
+			Message: s.opts.TenantHeader + " must be one header of at most " + strconv.Itoa(MaxTenantBytes) + " printable ASCII characters"}
+	}
 	if len(values) > 1 {
-		return Identity{}, bad // which of two tenants to charge is not ours to guess
+		return Identity{}, bad() // which of two tenants to charge is not ours to guess
 	}
 	t := ""
 	if len(values) == 1 {
@@ -335,7 +337,7 @@ func (s *Server) headerTenant(r *http.Request) (Identity, *chatapi.Error) {
 	case t == "":
 		return Identity{Key: "anonymous"}, nil
 	case len(t) > MaxTenantBytes || !printable(t):
-		return Identity{}, bad
+		return Identity{}, bad()
 	}
 	return Identity{Key: "tenant:" + t, Tenant: t}, nil
 }

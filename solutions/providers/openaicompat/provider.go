@@ -116,7 +116,20 @@ type Provider struct {
 	client   *http.Client
 	tracer   trace.Tracer // nil: no spans
 	tls      bool         // an https upstream: its calls' timing includes the TLS handshake
+	auth     []string     // the Authorization header's value; nil without a key
 }
+
+// Header names as net/http keeps them, and the values that never change.
+const (
+	contentType   = "Content-Type"
+	accept        = "Accept"
+	authorization = "Authorization"
+)
+
+var (
+	jsonValue        = []string{"application/json"}
+	eventStreamValue = []string{"text/event-stream"}
+)
 
 // New validates cfg and builds the upstream's client.
 func New(cfg Config) (*Provider, error) {
@@ -157,6 +170,9 @@ func New(cfg Config) (*Provider, error) {
 		},
 	}
 	p := &Provider{cfg: cfg, endpoint: strings.TrimRight(cfg.BaseURL, "/") + "/chat/completions", client: client, tls: u.Scheme == "https"}
+	if cfg.APIKey != "" {
+		p.auth = []string{"Bearer " + cfg.APIKey}
+	}
 	if cfg.Tracer != nil {
 		p.tracer = cfg.Tracer.Tracer("github.com/production-go/gateway-lab/solutions/providers/openaicompat")
 	}
@@ -237,14 +253,14 @@ func (p *Provider) Generate(ctx context.Context, req llm.Request) (llm.Completio
 		return llm.Completion{}, err
 	}
 	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, MaxAnswerBytes+1))
+	body, err := readAnswer(resp)
 	if err != nil {
 		return llm.Completion{}, fmt.Errorf("openaicompat: %s: reading the answer: %w", p.cfg.Name, err)
 	}
 	if len(body) > MaxAnswerBytes {
 		return llm.Completion{}, fmt.Errorf("%w: %s: the answer is larger than %d bytes", ErrMalformed, p.cfg.Name, MaxAnswerBytes)
 	}
-	a, ok, err := chatapi.ReadAnswer(p.cfg.Name, body)
+	a, ok, err := chatapi.ReadAnswerHead(p.cfg.Name, body)
 	switch {
 	case err != nil:
 		return llm.Completion{}, p.inBody(err)
@@ -252,6 +268,19 @@ func (p *Provider) Generate(ctx context.Context, req llm.Request) (llm.Completio
 		return llm.Completion{}, fmt.Errorf("%w: %s: the answer is not a JSON object", ErrMalformed, p.cfg.Name)
 	}
 	return llm.Completion{Raw: body, Model: cmp.Or(a.Model, req.Model, p.cfg.Model), Usage: a.Usage}, nil
+}
+
+// readAnswer reads a whole answer's body: into one slice of the size the
+// upstream declared, when it declared one of at most 64 KiB (most answers;
+// a larger declared size is not taken on trust before the bytes come), and
+// otherwise as it arrives, up to one byte over MaxAnswerBytes.
+func readAnswer(resp *http.Response) ([]byte, error) {
+	if n := resp.ContentLength; n >= 0 && n <= 64<<10 {
+		b := make([]byte, n)
+		_, err := io.ReadFull(resp.Body, b)
+		return b, err
+	}
+	return io.ReadAll(io.LimitReader(resp.Body, MaxAnswerBytes+1))
 }
 
 // inBody marks an error object an upstream sent in a 200 answer or a
@@ -386,12 +415,14 @@ func (p *Provider) post(ctx context.Context, req llm.Request, stream bool) (*htt
 	if err != nil {
 		return nil, err
 	}
-	hreq.Header.Set("Content-Type", "application/json")
+	// The header values are shared, read-only slices built once (the
+	// transport only reads them): a call allocates none of its own.
+	hreq.Header[contentType] = jsonValue
 	if stream {
-		hreq.Header.Set("Accept", "text/event-stream")
+		hreq.Header[accept] = eventStreamValue
 	}
-	if p.cfg.APIKey != "" {
-		hreq.Header.Set("Authorization", "Bearer "+p.cfg.APIKey)
+	if p.auth != nil {
+		hreq.Header[authorization] = p.auth
 	}
 	span.inject(hreq.Header)
 	resp, err := p.client.Do(hreq)
