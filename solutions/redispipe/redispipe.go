@@ -110,6 +110,12 @@ func options(c Client, epoch *atomic.Uint64) (rueidis.ClientOption, bool, error)
 		DisableRetry:      true, // see the package doc
 		AlwaysPipelining:  true, // every call queued, so its context can end its wait (see pipelinedCall)
 		PipelineMultiplex: -1,   // one connection: Redis runs commands on one thread, and more connections split the batches
+		// A limiter's commands and replies are a few hundred bytes; rueidis's
+		// default 0.5 MiB read and write buffers would be 1 MiB per Redis
+		// node per process. 64 KiB holds a batch of hundreds, and a longer
+		// one is read and written in more than one system call, not refused.
+		ReadBufferEachConn:  64 << 10,
+		WriteBufferEachConn: 64 << 10,
 	}
 	var deadlines bool
 	switch c := c.(type) {

@@ -338,6 +338,8 @@ func TestThePipelineTakesTheClientsSettingsAndNeverRetries(t *testing.T) {
 	assert.True(t, opt.DisableRetry, "a call retried after its caller left would take a decision nobody asked for")
 	assert.True(t, opt.DisableCache)
 	assert.Equal(t, -1, opt.PipelineMultiplex, "one connection")
+	assert.Equal(t, 64<<10, opt.ReadBufferEachConn, "not rueidis's 0.5 MiB")
+	assert.Equal(t, 64<<10, opt.WriteBufferEachConn, "not rueidis's 0.5 MiB")
 	_, err = opt.DialCtxFn(t.Context(), "127.0.0.1:1", nil, nil)
 	require.Error(t, err)
 	assert.Equal(t, []string{"tcp 127.0.0.1:1"}, dialed, "the pipeline dials through the client's own dialer (its TLS, its unix sockets)")
