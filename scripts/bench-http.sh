@@ -143,8 +143,9 @@ awk -v d50="$d50" -v x50="$x50" -v g50="$g50" -v d99="$d99" -v x99="$x99" -v g99
     -v drps="$drps" -v xrps="$xrps" -v grps="$grps" -v xcpu="$xcpu" -v gcpu="$gcpu" -v rcpu="$rcpu" -v tdiff="$tdiff" \
     -v rr50="$rr50" -v rrps="$rrps" -v range50="$(range "$ratio_p50")" -v rangerps="$(range "$ratio_rps")" \
     -v td="$td" -v tx="$tx" -v tg="$tg" -v rounds="$ROUNDS" -v dur="$DURATION" 'BEGIN {
-  printf "\nbench-http: %d interleaved rounds of %s per run (wrk; time to first byte: benchhttp ttfb,\n100 streams per round; loopback). Values: medians over the rounds; ", rounds, dur
-  printf "gateway / proxy: the median of the ratios taken within each round, with their range.\n\n"
+  printf "\nbench-http: %d interleaved rounds, %s per wrk run, 100 streams per round for the time to first byte\n", rounds, dur
+  printf "(benchhttp ttfb); loopback. Values are medians over the rounds; gateway / proxy is the median of the\n"
+  printf "ratios taken within each round, with their range in brackets.\n\n"
   printf "| measure | direct upstream | bare ReverseProxy | production_app | gateway / proxy |\n"
   printf "| --- | ---: | ---: | ---: | ---: |\n"
   printf "| p50 latency, c=1 | %.0f µs | %.0f µs | %.0f µs | |\n", d50, x50, g50
