@@ -18,7 +18,7 @@
 // it is the client the product already has; measured side by side in one
 // run (make bench-redis, docs/performance.md) it reached about 1.5× the
 // decisions of go-redis/redis_rate at 32 goroutines, rueidis on one
-// connection about 2.2×: go-redis's blocking face waits for one batch's
+// connection about 2×: go-redis's blocking face waits for one batch's
 // answers before it writes the next, so the client and Redis take turns.
 //
 // Each caller keeps its context: rueidis ends a queued call's wait when its
