@@ -137,6 +137,7 @@ fuzz: ## run every fuzz target for FUZZTIME each (default 20s); CI runs their se
 	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./solutions/chatapi/
 	$(GO) test -run '^$$' -fuzz '^FuzzValidAgreesWithEncodingJSON$$' -fuzztime $(FUZZTIME) ./solutions/chatapi/
 	$(GO) test -run '^$$' -fuzz '^FuzzReadAnswerAgreesWithAGetPerField$$' -fuzztime $(FUZZTIME) ./solutions/chatapi/
+	$(GO) test -run '^$$' -fuzz '^FuzzReadMessagesAgreesWithAGetPerField$$' -fuzztime $(FUZZTIME) ./solutions/chatapi/
 	$(GO) test -run '^$$' -fuzz '^FuzzVerify$$' -fuzztime $(FUZZTIME) ./solutions/identity/
 	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./solutions/policy/
 

@@ -44,7 +44,7 @@ func ReadAnswerHead(provider string, b []byte) (a Answer, ok bool, err error) {
 }
 
 func readAnswer(provider string, b []byte, choicesToo bool) (a Answer, ok bool, err error) {
-	if !gjson.ValidBytes(b) {
+	if !ValidJSON(b) {
 		return Answer{}, false, nil
 	}
 	root := gjson.ParseBytes(b)

@@ -25,7 +25,7 @@ var ErrNotACompletion = errors.New("chatapi: not a chat.completion object")
 // stream accumulators key tool calls by it: without it, two calls would
 // be read as one).
 func ChunksOf(completion []byte, includeUsage bool) ([][]byte, error) {
-	if !gjson.ValidBytes(completion) {
+	if !ValidJSON(completion) {
 		return nil, ErrNotACompletion
 	}
 	root := gjson.ParseBytes(completion)

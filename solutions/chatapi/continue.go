@@ -96,7 +96,7 @@ var ErrMalformedChunk = errors.New("chatapi: malformed stream chunk")
 // unusual ways read as their text; anything that is not a JSON object is
 // ErrMalformedChunk.
 func ReadPiece(b []byte) (Piece, error) {
-	if !gjson.ValidBytes(b) {
+	if !ValidJSON(b) {
 		return Piece{}, ErrMalformedChunk
 	}
 	root := gjson.ParseBytes(b)

@@ -359,16 +359,7 @@ func valid(body []byte) error {
 	if len(bytes.TrimSpace(body)) == 0 {
 		return invalid("", "invalid_json", "the request body is empty; send a JSON object")
 	}
-	// The fast check first: gjson's validator agrees with encoding/json's
-	// on every input (FuzzValidAgreesWithEncodingJSON) but nesting, which
-	// encoding/json caps at 10,000 levels and gjson does not, so a body
-	// nested deeper goes to encoding/json. On a long prompt this is most of
-	// Parse's time: encoding/json validates at about 130 MB/s here, gjson
-	// several times faster (BenchmarkParse).
-	if nestedWithin(body, maxNesting) && gjson.ValidBytes(body) {
-		return nil
-	}
-	if json.Valid(body) {
+	if ValidJSON(body) {
 		return nil
 	}
 	var v any
@@ -382,6 +373,28 @@ func valid(body []byte) error {
 
 // maxNesting is encoding/json's limit on nested arrays and objects.
 const maxNesting = 10000
+
+// fastNesting is the deepest nesting ValidJSON leaves to gjson's
+// validator, which recurses once a level (about 100 bytes of stack each);
+// encoding/json keeps its nesting on the heap.
+const fastNesting = 128
+
+// ValidJSON reports whether b is one JSON value, exactly as encoding/json's
+// Valid does (nesting capped at 10,000 levels), but quickly: gjson's
+// validator agrees with encoding/json's on every input nested no deeper
+// than it allows (FuzzValidAgreesWithEncodingJSON) and is several times
+// faster — encoding/json's was most of Parse's time on a long prompt
+// (BenchmarkParse) — so it checks a body nested at most fastNesting levels
+// deep, and encoding/json the rest. gjson alone would let a body of
+// brackets grow a goroutine's stack by 100 bytes a level: a megabyte of
+// them, a request's worth, is tens of megabytes of stack, and an
+// upstream's answer of 16 MiB could overflow it, which no recover catches.
+func ValidJSON(b []byte) bool {
+	if nestedWithin(b, fastNesting) {
+		return gjson.ValidBytes(b)
+	}
+	return json.Valid(b)
+}
 
 // nestedWithin reports whether b nests arrays and objects at most max
 // levels deep. Brackets inside strings are text; a string's end is the

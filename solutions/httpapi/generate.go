@@ -36,7 +36,7 @@ func parseGenerate(body []byte) (generateRequest, *chatapi.Error) {
 	bad := func(param, msg string) (generateRequest, *chatapi.Error) {
 		return generateRequest{}, &chatapi.Error{Status: http.StatusBadRequest, Type: "invalid_request_error", Code: "invalid_request", Param: param, Message: msg}
 	}
-	if !gjson.ValidBytes(body) || !gjson.ParseBytes(body).IsObject() {
+	if !chatapi.ValidJSON(body) || !gjson.ParseBytes(body).IsObject() {
 		return bad("", `the body must be a JSON object: {"prompt": "...", "provider": "optional provider name"}`)
 	}
 	var (

@@ -273,14 +273,26 @@ func (p *Provider) Generate(ctx context.Context, req llm.Request) (llm.Completio
 // readAnswer reads a whole answer's body: into one slice of the size the
 // upstream declared, when it declared one of at most 64 KiB (most answers;
 // a larger declared size is not taken on trust before the bytes come), and
-// otherwise as it arrives, up to one byte over MaxAnswerBytes.
+// otherwise as it arrives, up to one byte over MaxAnswerBytes. Either way
+// it reads until the body says it has ended: over HTTP/2 the end can come
+// after the last byte, and a body closed before its end cancels the
+// upstream's stream, which the upstream would count as a client gone.
 func readAnswer(resp *http.Response) ([]byte, error) {
-	if n := resp.ContentLength; n >= 0 && n <= 64<<10 {
-		b := make([]byte, n)
-		_, err := io.ReadFull(resp.Body, b)
-		return b, err
+	n := resp.ContentLength
+	if n < 0 || n > 64<<10 {
+		return io.ReadAll(io.LimitReader(resp.Body, MaxAnswerBytes+1))
 	}
-	return io.ReadAll(io.LimitReader(resp.Body, MaxAnswerBytes+1))
+	b := make([]byte, n+1) // one more than declared, so the read goes on to the end
+	m, err := io.ReadFull(resp.Body, b)
+	switch {
+	case int64(m) == n && (errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF)):
+		return b[:n], nil
+	case err == nil:
+		return nil, fmt.Errorf("%w: the answer is longer than its Content-Length of %d", ErrMalformed, n)
+	case errors.Is(err, io.EOF):
+		return nil, io.ErrUnexpectedEOF // shorter than declared, though the body did not say so
+	}
+	return nil, err
 }
 
 // inBody marks an error object an upstream sent in a 200 answer or a
