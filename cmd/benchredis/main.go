@@ -128,12 +128,17 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		fmt.Fprintf(stdout, "  %-22s %9.0f decisions/s at %d goroutines   CPU %4.1f / %4.1f µs   p50 %s at 1 goroutine\n", im.name,
 			median(res.rate[im.name]), *goroutines, median(res.client[im.name]), median(res.redis[im.name]), medianDur(res.p50[im.name]).Round(100*time.Nanosecond))
 	}
-	if *only != "" {
-		return nil
+	if *only == "" {
+		compare(stdout, res)
 	}
-	// The ratio is taken within each round, from runs seconds apart, and
-	// its median reported: this machine's speed drifts more over a run
-	// than between neighbouring measurements (docs/performance.md).
+	return nil
+}
+
+// compare prints ours against redis_rate. The ratio is taken within each
+// round, from runs seconds apart, and its median reported: this machine's
+// speed drifts more over a run than between neighbouring measurements
+// (docs/performance.md).
+func compare(stdout io.Writer, res results) {
 	ratios := make([]float64, len(res.rate["ours"]))
 	for i, o := range res.rate["ours"] {
 		ratios[i] = o / res.rate["redis_rate"][i]
@@ -141,7 +146,6 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fmt.Fprintf(stdout, "ours / redis_rate within each round: %s; the ratio below is their median\n", list(ratios))
 	ours, theirs := median(res.rate["ours"]), median(res.rate["redis_rate"])
 	fmt.Fprintf(stdout, "redis limiter: ours %.0f decisions/s, redis_rate %.0f decisions/s, ratio %.2f\n", ours, theirs, median(ratios))
-	return nil
 }
 
 // results are each implementation's measurements, one per round.
