@@ -2,6 +2,7 @@ package chatapi
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -68,6 +69,39 @@ func checkMessageByGet(i int, m gjson.Result) error {
 		return invalid(field(".content"), "invalid_type", field(".content")+" must be a string, an array of content parts, or null")
 	}
 	return nil
+}
+
+// hasCaseVariant, part of the oracle (scanKeys does its work now),
+// reports whether obj has a key that is name in another case.
+func hasCaseVariant(obj gjson.Result, name string) bool {
+	found := false
+	obj.ForEach(func(k, _ gjson.Result) bool {
+		found = k.Str != name && strings.EqualFold(k.Str, name)
+		return !found
+	})
+	return found
+}
+
+// duplicate, part of the oracle, returns the first of names that obj holds
+// more than once, or "".
+// gjson (like the gateway) reads the first of two keys and many upstreams
+// the last, so a key the gateway reads must appear once.
+func duplicate(obj gjson.Result, names ...string) string {
+	seen := map[string]bool{}
+	found := ""
+	obj.ForEach(func(k, _ gjson.Result) bool {
+		for _, n := range names {
+			if k.Str == n {
+				if seen[n] {
+					found = n
+					return false
+				}
+				seen[n] = true
+			}
+		}
+		return true
+	})
+	return found
 }
 
 var messagesSeeds = []string{

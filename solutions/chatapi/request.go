@@ -155,7 +155,7 @@ func (r *Request) read(key, v gjson.Result) error {
 		if !v.IsObject() {
 			return invalid(name, "invalid_type", "stream_options must be an object")
 		}
-		if duplicate(v, "include_usage") != "" || hasCaseVariant(v, "include_usage") {
+		if keys := scanKeys(v, "include_usage"); keys.dup != "" || keys.variant != "" {
 			return invalid("stream_options.include_usage", "duplicate_field", "stream_options.include_usage appears more than once")
 		}
 		u := v.Get("include_usage")
@@ -297,37 +297,6 @@ func scanKeys(obj gjson.Result, names ...string) keyScan {
 		}
 	}
 	return ks
-}
-
-// hasCaseVariant reports whether obj has a key that is name in another case.
-func hasCaseVariant(obj gjson.Result, name string) bool {
-	found := false
-	obj.ForEach(func(k, _ gjson.Result) bool {
-		found = k.Str != name && strings.EqualFold(k.Str, name)
-		return !found
-	})
-	return found
-}
-
-// duplicate returns the first of names that obj holds more than once, or "".
-// gjson (like the gateway) reads the first of two keys and many upstreams
-// the last, so a key the gateway reads must appear once.
-func duplicate(obj gjson.Result, names ...string) string {
-	seen := map[string]bool{}
-	found := ""
-	obj.ForEach(func(k, _ gjson.Result) bool {
-		for _, n := range names {
-			if k.Str == n {
-				if seen[n] {
-					found = n
-					return false
-				}
-				seen[n] = true
-			}
-		}
-		return true
-	})
-	return found
 }
 
 func optionalBool(name string, v gjson.Result) (bool, error) {

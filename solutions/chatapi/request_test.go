@@ -234,6 +234,9 @@ func TestAFieldTheGatewayReadsIsRefusedInAnotherCase(t *testing.T) {
 	var e *Error
 	require.ErrorAs(t, err, &e, "inside stream_options too")
 	assert.Equal(t, "stream_options.include_usage", e.Param)
+	_, err = Parse([]byte(`{` + msgs + `,"stream":true,"stream_options":{"include_usage":false,"include_usage":true}}`))
+	require.ErrorAs(t, err, &e, "the same key twice inside stream_options")
+	assert.Equal(t, "stream_options.include_usage", e.Param)
 	r, err := Parse([]byte(`{` + msgs + `,"Temperature":0.2,"METADATA":{"MODEL":"x"}}`))
 	require.NoError(t, err, "a field the gateway does not read passes as it came, whatever its case")
 	assert.Contains(t, string(r.Body()), `"Temperature":0.2`)
