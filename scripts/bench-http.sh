@@ -86,7 +86,7 @@ hz=$(getconf CLK_TCK 2>/dev/null || echo 100)
 # machine's speed (a shared VM's neighbours) falls on both sides of a
 # comparison. The ratios are taken within each round, from runs seconds
 # apart, and their median reported with their range.
-declare -A p50 p99 rps cpu ttfb pid_of
+declare -A p50 p99 rps cpu ttfb pid_of addr_of=([direct]=$U [proxy]=$P [gateway]=$G [base]=$B)
 pid_of[proxy]=${pids[1]} pid_of[gateway]=${pids[2]}
 [ -n "$BASE_REF" ] && pid_of[base]=${pids[3]}
 ratio_rps="" ratio_p50="" ratio_cpu="" ttfb_diff="" ratio_base_rps="" ratio_base_p50=""
@@ -95,14 +95,14 @@ for round in $(seq 1 "$ROUNDS"); do
   if [ $((round % 2)) = 0 ]; then order=$(tr ' ' '\n' <<<"$targets" | tac | tr '\n' ' '); fi
   declare -A r50=() rr=()
   for target in $order; do
-    case $target in direct) addr=$U ;; proxy) addr=$P ;; gateway) addr=$G ;; base) addr=$B ;; esac
+    addr=${addr_of[$target]}
     out=$($LOAD wrk -t1 -c1 -d"$DURATION" --latency -s "$lua" "http://$addr/v1/chat/completions")
     r50[$target]=$(to_us "$(awk '$1=="50%"{print $2}' <<<"$out")")
     p50[$target]+="${r50[$target]} "
     p99[$target]+="$(to_us "$(awk '$1=="99%"{print $2}' <<<"$out")") "
   done
   for target in $order; do
-    case $target in direct) addr=$U ;; proxy) addr=$P ;; gateway) addr=$G ;; base) addr=$B ;; esac
+    addr=${addr_of[$target]}
     t0=$(cpu_ticks "${pid_of[$target]:-0}")
     out=$($LOAD wrk -t1 -c32 -d"$DURATION" -s "$lua" "http://$addr/v1/chat/completions")
     t1=$(cpu_ticks "${pid_of[$target]:-0}")
@@ -113,7 +113,7 @@ for round in $(seq 1 "$ROUNDS"); do
     fi
   done
   for target in $order; do # time to the first streamed byte, p50 of 100 sequential streams
-    case $target in direct) addr=$U ;; proxy) addr=$P ;; gateway) addr=$G ;; base) addr=$B ;; esac
+    addr=${addr_of[$target]}
     ttfb[$target]+="$($LOAD bin/benchhttp ttfb -url "http://$addr/v1/chat/completions" -n 100 | awk '{print $1}') "
   done
   ratio_cpu+="$(awk -v g="$(awk '{print $NF}' <<<"${cpu[gateway]:-nan}")" -v x="$(awk '{print $NF}' <<<"${cpu[proxy]:-nan}")" 'BEGIN { if (g == "nan" || x == "nan") print "nan"; else printf "%.3f", g / x }') "
