@@ -128,24 +128,18 @@ func TestOutcomeSaysWhyRealRedisTestsSkipped(t *testing.T) {
 	assert.Equal(t, []string{"TestA"}, none.NotRun, "nothing ran: every test is not run")
 }
 
-// three hints: one with code (three levels), one of prose (two), one of a
-// single sentence (one).
+// three hints, each with its three levels.
 var threeHints = []Hint{
-	{Title: "1. Code", Body: "Look at the bucket. Refill it first, then take.\n\n```go\nb.refill(now)\n```"},
-	{Title: "2. Prose", Body: "Check the key first. A brace would break the tag."},
-	{Title: "3. One line", Body: "Use `math.Ceil`."},
+	{Title: "1. Refill", Nudge: "Where does the bucket refill?", Approach: "Refill it first, then take.", Solution: "```go\nb.refill(now)\n```"},
+	{Title: "2. Keys", Nudge: "What may a key hold?", Approach: "Check the key first.", Solution: "```go\ncheck(key)\n```"},
+	{Title: "3. Rounding", Nudge: "Which way does it round?", Approach: "Up, never down.", Solution: "```go\nmath.Ceil(x)\n```"},
 }
 
 func TestAHintIsRevealedALevelAtATime(t *testing.T) {
 	levels := threeHints[0].Levels()
-	require.Len(t, levels, 3)
-	assert.Equal(t, Level{N: LevelNudge, Text: "Look at the bucket."}, levels[0], "the nudge is the first sentence: what to look at")
-	assert.Equal(t, Level{N: LevelApproach, Text: "Look at the bucket. Refill it first, then take."}, levels[1], "the approach is the prose, no code")
-	assert.Equal(t, LevelSolution, levels[2].N)
-	assert.Contains(t, levels[2].Text, "b.refill(now)", "the near-solution is the whole hint")
-	assert.Equal(t, []string{"nudge", "approach"}, []string{threeHints[1].Levels()[0].Name(), threeHints[1].Levels()[1].Name()}, "no code: no near-solution level")
-	assert.Len(t, threeHints[2].Levels(), 1, "a single sentence is its own nudge")
-	assert.Equal(t, "Use `math.Ceil`.", threeHints[2].Levels()[0].Text, "a period inside backquotes does not end the sentence")
+	assert.Equal(t, []Level{{LevelNudge, "Where does the bucket refill?"}, {LevelApproach, "Refill it first, then take."}, {LevelSolution, "```go\nb.refill(now)\n```"}}, levels,
+		"each level shows its own hand-written text")
+	assert.Equal(t, []string{"nudge", "approach", "near-solution"}, []string{levels[0].Name(), levels[1].Name(), levels[2].Name()})
 }
 
 func TestHintStateRevealsLevelByLevelAndRemembers(t *testing.T) {
@@ -160,15 +154,21 @@ func TestHintStateRevealsLevelByLevelAndRemembers(t *testing.T) {
 	assert.Equal(t, LevelApproach, s.NextLevel("07", 2, threeHints[1]).N, "its next level")
 	s.Reveal("07", 2, LevelApproach)
 	k, _ = s.Next("07", threeHints)
+	assert.Equal(t, 2, k, "until its near-solution is shown")
+	s.Reveal("07", 2, LevelSolution)
+	k, _ = s.Next("07", threeHints)
 	assert.Equal(t, 1, k, "hint 2 is shown whole: the lowest with levels left comes next")
 	assert.Equal(t, LevelNudge, s.NextLevel("07", 1, threeHints[0]).N)
 	s.Reveal("07", 1, LevelSolution)
-	s.Reveal("07", 3, LevelNudge)
+	s.Reveal("07", 3, LevelApproach)
+	_, ok = s.Next("07", threeHints)
+	assert.True(t, ok, "hint 3's near-solution is still to come")
+	opened, offered := s.Opened("07", threeHints)
+	assert.Equal(t, 2, opened, "hints 1 and 2 had their near-solutions shown; hint 3 only its approach")
+	assert.Equal(t, 3, offered, "every hint offers a near-solution")
+	s.Reveal("07", 3, LevelSolution)
 	_, ok = s.Next("07", threeHints)
 	assert.False(t, ok, "every hint shown whole")
-	opened, offered := s.Opened("07", threeHints)
-	assert.Equal(t, 1, opened, "hint 1's near-solution was opened")
-	assert.Equal(t, 1, offered, "only hint 1 has one")
 	s.Reveal("07", 1, LevelNudge)
 	assert.Equal(t, LevelSolution, s.Level("07", 1), "a level once shown stays shown")
 	require.NoError(t, s.Save())
@@ -200,12 +200,4 @@ func TestHintStateReadsTheOlderCountFormat(t *testing.T) {
 	require.NoError(t, err)
 	k, _ := s.Next("03", append(threeHints, threeHints[0]))
 	assert.Equal(t, 3, k, `"seen": 2 meant hints 1 and 2, shown whole`)
-}
-
-func TestALevelThatAddsNothingIsLeftOut(t *testing.T) {
-	h := Hint{Body: "`New` validates its\nconfig and returns a closed breaker.\n\n```go\ntype Breaker struct{}\n```"}
-	levels := h.Levels()
-	require.Len(t, levels, 2, "the prose is the nudge, wrapped: no approach level that repeats it")
-	assert.Equal(t, LevelNudge, levels[0].N)
-	assert.Equal(t, LevelSolution, levels[1].N)
 }

@@ -73,6 +73,11 @@ func verifyWith(t *testing.T, opts VerifyOptions) LabReport {
 	return reports[0]
 }
 
+// hintSection is one hint, as HINTS.md writes it, for the named tests.
+func hintSection(title, tests string) string {
+	return "## " + title + "\nTests: " + tests + "\n\n### Nudge\nWhere do you look?\n\n### Approach\nIn words, the idea.\n\n### Near-solution\n```go\nreturn 1\n```\n"
+}
+
 func problems(r LabReport) string { return strings.Join(r.Problems, "\n") }
 
 func TestVerifyAcceptsAConformingLab(t *testing.T) {
@@ -218,7 +223,7 @@ func TestVerifyRejectsTestsThatUseUnexportedNames(t *testing.T) {
 func TestVerifyChecksHintsNameRealTests(t *testing.T) {
 	t.Parallel()
 	root := fixture(t)
-	write(t, root, "labs/01-add/HINTS.md", "## 1. Typo\nTests: TestAddAddsTwoNumbrs\n\nbody\n")
+	write(t, root, "labs/01-add/HINTS.md", hintSection("1. Typo", "TestAddAddsTwoNumbrs"))
 	r := checkOnly(t, root)
 	assert.Contains(t, problems(r), "names TestAddAddsTwoNumbrs, which is not a test")
 }
@@ -329,7 +334,7 @@ func TestGradeScoresALabThatDoesNotCompile(t *testing.T) {
 func TestVerifyChecksEveryTestHasAHint(t *testing.T) {
 	t.Parallel()
 	root := fixture(t)
-	write(t, root, "labs/01-add/HINTS.md", "## 1. Use the plus sign\nTests: TestAddAddsTwoNumbers\n\nReturn a + b.\n")
+	write(t, root, "labs/01-add/HINTS.md", hintSection("1. Use the plus sign", "TestAddAddsTwoNumbers"))
 	r := checkOnly(t, root)
 	assert.Contains(t, problems(r), "no hint names TestSumAddsEveryNumber", "make lab-NN would show an unrelated hint when this test fails first")
 }

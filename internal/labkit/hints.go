@@ -6,56 +6,50 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 )
 
 // Hint is one section of a lab's HINTS.md: a "## " heading, an optional
-// "Tests: TestA, TestB" line naming the tests it helps with, and a body.
+// "Tests: TestA, TestB" line naming the tests it helps with, and its three
+// levels, each written by hand under a heading of its own:
+//
+//	## 2. The first-token limit
+//	Tests: TestASilentUpstreamIsReplaced
+//
+//	### Nudge
+//	A question, or a place to look: never code, never the answer.
+//
+//	### Approach
+//	The idea in words: no code, no formula.
+//
+//	### Near-solution
+//	Code, close to an answer but not the reference's.
+//
+// A red run shows the title and the nudge; `labctl hint` reveals the
+// approach, then the near-solution, one level a call.
 type Hint struct {
-	Title string
-	Tests []string
-	Body  string
+	Title    string
+	Tests    []string
+	Nudge    string
+	Approach string
+	Solution string // the near-solution
 }
 
-// A hint is revealed a level at a time, so that a red run does not hand
-// the learner the answer: the nudge (its first sentence: what to look at),
-// the approach (all its prose, no code), and the near-solution (the whole
-// section, code included). A section without code has two levels; one of a
-// single sentence, one.
+// The levels of a hint, from 1.
 const (
 	LevelNudge    = 1
 	LevelApproach = 2
 	LevelSolution = 3
 )
 
-// LevelNames name the levels, from 1.
+// LevelNames name the levels, from 1, as HINTS.md's level headings do.
 var LevelNames = []string{"", "nudge", "approach", "near-solution"}
 
-// Levels returns the text shown at each level, from the nudge up; each
-// includes what the levels below it showed. Levels that would show nothing
-// new are left out, so the last is always the whole body.
+// Levels returns the text shown at each level, from the nudge up.
 func (h Hint) Levels() []Level {
-	prose := withoutCode(h.Body)
-	nudge := firstSentence(prose)
-	var out []Level
-	add := func(n int, text string) {
-		text = strings.TrimSpace(text)
-		same := func(a, b string) bool {
-			return strings.Join(strings.Fields(a), " ") == strings.Join(strings.Fields(b), " ")
-		}
-		if text == "" || (len(out) > 0 && same(out[len(out)-1].Text, text)) {
-			return
-		}
-		out = append(out, Level{N: n, Text: text})
-	}
-	add(LevelNudge, nudge)
-	add(LevelApproach, prose)
-	add(LevelSolution, h.Body)
-	if len(out) == 0 {
-		out = append(out, Level{N: LevelSolution, Text: ""})
-	}
-	return out
+	return []Level{{LevelNudge, h.Nudge}, {LevelApproach, h.Approach}, {LevelSolution, h.Solution}}
 }
 
 // Level is one level of a hint: which (LevelNudge…LevelSolution) and its text.
@@ -67,71 +61,76 @@ type Level struct {
 // Name is "nudge", "approach" or "near-solution".
 func (l Level) Name() string { return LevelNames[l.N] }
 
-// withoutCode is text with its fenced code blocks removed.
-func withoutCode(text string) string {
-	var b strings.Builder
-	fenced := false
-	for line := range strings.Lines(text) {
-		if strings.HasPrefix(strings.TrimSpace(line), "```") {
-			fenced = !fenced
-			continue
-		}
-		if !fenced {
-			b.WriteString(line)
-		}
-	}
-	// Paragraphs that only introduced the code ("Like this:") end with a
-	// colon; what is left reads on without the code.
-	return strings.TrimSpace(b.String())
-}
-
-// firstSentence is the first sentence of text's first paragraph: up to a
-// period, question or exclamation mark followed by a space or the end of
-// the line, outside backquotes.
-func firstSentence(text string) string {
-	para, _, _ := strings.Cut(strings.TrimSpace(text), "\n\n")
-	para = strings.Join(strings.Fields(para), " ")
-	inCode := false
-	for i, r := range para {
-		switch {
-		case r == '`':
-			inCode = !inCode
-		case !inCode && (r == '.' || r == '?' || r == '!' || r == ':') && (i+1 == len(para) || para[i+1] == ' '):
-			if r == ':' {
-				return para[:i] + "."
-			}
-			return para[:i+1]
-		}
-	}
-	return para
-}
-
 // ErrNoHints is returned when a hints file has no "## " sections.
 var ErrNoHints = errors.New("no hints: expected sections starting with \"## \"")
 
-// ParseHints splits a HINTS.md into its sections, in order.
+// ErrHintLevels is wrapped when a hint lacks one of its three levels, has
+// them out of order, or has text outside them.
+var ErrHintLevels = errors.New(`a hint needs "### Nudge", "### Approach" and "### Near-solution", in that order`)
+
+// ParseHints splits a HINTS.md into its sections, in order, each with its
+// three levels.
 func ParseHints(text string) ([]Hint, error) {
 	var hints []Hint
 	var cur *Hint
+	level := 0 // the level being read in cur, 0 before the first
 	var body strings.Builder
-	flush := func() {
-		if cur != nil {
-			cur.Body = strings.TrimSpace(body.String())
-			hints = append(hints, *cur)
+	var errs []error
+	flushLevel := func() {
+		if cur == nil {
+			return
+		}
+		t := strings.TrimSpace(body.String())
+		switch level {
+		case 0:
+			if t != "" {
+				errs = append(errs, fmt.Errorf("hint %q: text before its nudge: %w", cur.Title, ErrHintLevels))
+			}
+		case LevelNudge:
+			cur.Nudge = t
+		case LevelApproach:
+			cur.Approach = t
+		case LevelSolution:
+			cur.Solution = t
 		}
 		body.Reset()
 	}
+	flush := func() {
+		flushLevel()
+		if cur != nil {
+			if level != LevelSolution {
+				errs = append(errs, fmt.Errorf("hint %q: %w", cur.Title, ErrHintLevels))
+			}
+			hints = append(hints, *cur)
+		}
+	}
+	fenced := false
 	for line := range strings.Lines(text) {
 		trimmed := strings.TrimRight(line, "\r\n")
-		if title, ok := strings.CutPrefix(trimmed, "## "); ok {
-			flush()
-			cur = &Hint{Title: strings.TrimSpace(title)}
-			continue
+		if strings.HasPrefix(strings.TrimSpace(trimmed), "```") {
+			fenced = !fenced
+		}
+		if !fenced {
+			if title, ok := strings.CutPrefix(trimmed, "## "); ok {
+				flush()
+				cur, level = &Hint{Title: strings.TrimSpace(title)}, 0
+				continue
+			}
+			if name, ok := strings.CutPrefix(trimmed, "### "); ok && cur != nil {
+				n := slices.Index(LevelNames, strings.ToLower(strings.TrimSpace(name)))
+				if n != level+1 {
+					errs = append(errs, fmt.Errorf("hint %q: %q where level %d belongs: %w", cur.Title, trimmed, level+1, ErrHintLevels))
+					continue
+				}
+				flushLevel()
+				level = n
+				continue
+			}
 		}
 		if cur == nil {
 			continue // the preamble before the first hint
 		}
-		if list, ok := strings.CutPrefix(trimmed, "Tests:"); ok && len(cur.Tests) == 0 && strings.TrimSpace(body.String()) == "" {
+		if list, ok := strings.CutPrefix(trimmed, "Tests:"); ok && level == 0 && len(cur.Tests) == 0 && strings.TrimSpace(body.String()) == "" {
 			for _, t := range strings.Split(list, ",") {
 				if t = strings.TrimSpace(t); t != "" {
 					cur.Tests = append(cur.Tests, t)
@@ -145,7 +144,7 @@ func ParseHints(text string) ([]Hint, error) {
 	if len(hints) == 0 {
 		return nil, ErrNoHints
 	}
-	return hints, nil
+	return hints, errors.Join(errs...)
 }
 
 // LoadHints reads and parses a lab's hints file.
@@ -269,14 +268,10 @@ func (s *HintState) NextLevel(lab string, k int, h Hint) Level {
 	return levels[len(levels)-1]
 }
 
-// Opened counts the hints of lab whose near-solution was shown: those that
-// have one (code to show) and were revealed to it.
+// Opened counts the hints of lab whose near-solution, the code, was shown:
+// every hint has one to offer, and labctl shows it only at the last level.
 func (s *HintState) Opened(lab string, hints []Hint) (opened, offered int) {
-	for k, h := range hints {
-		levels := h.Levels()
-		if levels[len(levels)-1].N != LevelSolution || len(levels) < 2 {
-			continue
-		}
+	for k := range hints {
 		offered++
 		if s.Level(lab, k+1) >= LevelSolution {
 			opened++
@@ -301,4 +296,59 @@ func (s *HintState) Save() error {
 		return err
 	}
 	return os.WriteFile(s.path, append(b, '\n'), 0o644)
+}
+
+// What a hint's levels may hold. A nudge and an approach are words: a
+// code span in them may name a thing to look at (an identifier, a
+// qualified name, a call with no arguments, a file), never an expression;
+// and outside code spans they hold no formula. A near-solution is code.
+var (
+	hintSpan     = regexp.MustCompile("`[^`]*`")
+	nameSpan     = regexp.MustCompile("^`[A-Za-z_][A-Za-z0-9_]*(\\.[A-Za-z_][A-Za-z0-9_]*)*(\\(\\))?`$|^`[A-Za-z0-9_./-]+\\.(go|lua|md|json)`$")
+	formula      = regexp.MustCompile(`[=<>≤≥×÷*+^·−]|[A-Za-z0-9_]\(`)
+	indentedCode = regexp.MustCompile(`(?m)^(    |\t)\S`)
+)
+
+// maxNudge bounds a nudge: a question or a place to look, not a lesson.
+const maxNudge = 240
+
+// HintProblems lists what breaks the rules for hand-written levels: every
+// level present; the title, nudge and approach free of code and formulas;
+// the nudge short and not part of the approach; the near-solution holding
+// code. Empty when the hint keeps them.
+func HintProblems(h Hint) []string {
+	var out []string
+	words := func(what, text string) {
+		if strings.Contains(text, "```") || indentedCode.MatchString(text) {
+			out = append(out, what+" holds a code block")
+		}
+		for _, span := range hintSpan.FindAllString(text, -1) {
+			if !nameSpan.MatchString(span) {
+				out = append(out, fmt.Sprintf("%s holds code: %s (name a thing to look at, not an expression)", what, span))
+			}
+		}
+		if m := formula.FindString(hintSpan.ReplaceAllString(text, "")); m != "" {
+			out = append(out, fmt.Sprintf("%s holds a formula or a call (%q): say it in words", what, m))
+		}
+	}
+	words("the title", h.Title)
+	switch {
+	case h.Nudge == "":
+		out = append(out, "the nudge is empty")
+	case len(h.Nudge) > maxNudge:
+		out = append(out, fmt.Sprintf("the nudge is %d bytes: a question or a place to look, at most %d", len(h.Nudge), maxNudge))
+	}
+	words("the nudge", h.Nudge)
+	if h.Approach == "" {
+		out = append(out, "the approach is empty")
+	}
+	words("the approach", h.Approach)
+	flat := func(s string) string { return strings.ToLower(strings.Join(strings.Fields(s), " ")) }
+	if n := flat(h.Nudge); n != "" && strings.Contains(flat(h.Approach), strings.TrimRight(n, ".?!")) {
+		out = append(out, "the nudge is part of the approach: write it on its own")
+	}
+	if !strings.Contains(h.Solution, "```") {
+		out = append(out, "the near-solution holds no code block")
+	}
+	return out
 }

@@ -191,7 +191,8 @@ func (v *verifier) checkTwins(r *LabReport) error {
 	return nil
 }
 
-// checkHints requires every "Tests:" line of the hints to name real tests,
+// checkHints requires every hint to keep the rules for its levels
+// (HintProblems), every "Tests:" line of the hints to name real tests,
 // and every test to be named by a hint: labctl test shows the hint that
 // names the first failure, and a test no hint names gets whichever hint
 // comes next, unrelated to what failed.
@@ -204,6 +205,9 @@ func (v *verifier) checkHints(r *LabReport) {
 		return
 	}
 	for _, h := range hints {
+		for _, p := range HintProblems(h) {
+			r.problem("%s: hint %q: %s", r.Lab.Hints, h.Title, p)
+		}
 		for _, t := range h.Tests {
 			if !slices.Contains(r.Tests, t) {
 				r.problem("%s: hint %q names %s, which is not a test", r.Lab.Hints, h.Title, t)
