@@ -62,6 +62,9 @@ type WriteOptions struct {
 	TestsFile string
 	// TestLimit replaces WriteTestLimit (tests of labctl itself).
 	TestLimit time.Duration
+	// KitRef, when set, is a git revision whose kit archive holds the
+	// reference and the shipped mutants, instead of this checkout's.
+	KitRef string
 }
 
 func (o WriteOptions) limit() time.Duration {
@@ -152,7 +155,12 @@ func RunWrite(ctx context.Context, opts WriteOptions) (*WriteReport, error) {
 	if err != nil {
 		return nil, err
 	}
-	kit, err := LoadWriteKit(opts.Root, c, opts.Lab)
+	var kit *WriteKit
+	if opts.KitRef != "" {
+		kit, err = LoadWriteKitAt(ctx, opts.Root, opts.KitRef, c, opts.Lab)
+	} else {
+		kit, err = LoadWriteKit(opts.Root, c, opts.Lab)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -759,14 +767,22 @@ func (w *writeRun) mutant(ctx context.Context, job writeJob, counting []string) 
 	if job.settled {
 		return job.res
 	}
+	res := w.decide(ctx, job, counting)
+	// A survivor comes back with what it breaks; a killed or broken mutant
+	// without. The nudge is the mutant's, not the verdict's: the verdict
+	// remembered for the next run is stored without it (settle adds it).
+	if !res.Killed && res.Problem == "" {
+		res.Nudge = job.res.Nudge
+	}
+	return res
+}
+
+// decide runs one mutant against the counting tests, without the race
+// detector and then, for a survivor, with it; the verdict it returns is
+// the one remembered, without a nudge.
+func (w *writeRun) decide(ctx context.Context, job writeJob, counting []string) WriteMutant {
 	res, patched, key := job.res, job.patched, job.key
-	nudge := res.Nudge
 	res.Nudge = ""
-	defer func() {
-		if !res.Killed && res.Problem == "" {
-			res.Nudge = nudge
-		}
-	}()
 	var err error
 	// Without the race detector first (a build and run about twice as
 	// fast); a mutant that survives runs again with it, so a race the

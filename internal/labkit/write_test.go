@@ -81,6 +81,31 @@ func TestWriteKillsWithAnAssertionAndSaysByWhich(t *testing.T) {
 	assert.Empty(t, rep.Mutants[0].Nudge, "a killed mutant needs no nudge")
 }
 
+// TestWriteSaysWhatASurvivorBreaksOnTheFirstRunToo: the run that ran the
+// mutant (no verdict remembered yet) names what the survivor breaks, as
+// the run that reads the remembered verdict does.
+func TestWriteSaysWhatASurvivorBreaksOnTheFirstRunToo(t *testing.T) {
+	t.Parallel()
+	root := fixture(t)
+	const missesIt = "package add\n\nimport \"testing\"\n\nfunc TestSumOfZeroAndOne(t *testing.T) {\n\tif Sum(0, 1) != 1 {\n\t\tt.Error(\"Sum(0, 1) != 1\")\n\t}\n}\n"
+	l := fixtureLab(t, root)
+	require.NoError(t, os.MkdirAll(filepath.Join(root, WriteDirOf(l)), 0o755))
+	write(t, root, filepath.Join(WriteDirOf(l), WriteFile), missesIt)
+	first, err := RunWrite(t.Context(), WriteOptions{Root: root, Lab: l}) // remembering verdicts, as make write-NN does
+	require.NoError(t, err)
+	require.Len(t, first.Mutants, 1)
+	assert.False(t, first.Mutants[0].Killed, "Sum(0, 1) cannot tell a skipped 0")
+	assert.False(t, first.Mutants[0].Cached, "the first run ran the mutant")
+	assert.Equal(t, "your tests ran the changed code and passed", first.Mutants[0].Survived)
+	assert.Equal(t, "every number counts.", first.Mutants[0].Nudge, "the first run names what the survivor breaks")
+
+	again, err := RunWrite(t.Context(), WriteOptions{Root: root, Lab: l})
+	require.NoError(t, err)
+	require.Len(t, again.Mutants, 1)
+	assert.True(t, again.Mutants[0].Cached, "the second run reads the remembered verdict")
+	assert.Equal(t, first.Mutants[0].Nudge, again.Mutants[0].Nudge, "and says the same")
+}
+
 func TestWriteTestsThatOnlySleepOrPanicScoreZero(t *testing.T) {
 	t.Parallel()
 	rep := writeTrack(t, fixture(t), `package add
