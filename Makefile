@@ -8,6 +8,10 @@ LABCTL_SRC   := $(shell find cmd/labctl internal/labkit internal/testkit/redisma
 STRESS_COUNT ?= 50
 LAB          ?=
 K            ?=
+# Which tracks this checkout holds: the course both; a learner template
+# one (labctl export -track labs|write), and `make` lists only its own.
+HAS_LABS     := $(wildcard labs/*/*.go)
+HAS_WRITE    := $(wildcard solutions write/kit.tar.gz)
 LABS         := lab-01 lab-02 lab-03 lab-04 lab-05 lab-06 lab-07 lab-08 lab-09 lab-10 lab-11 lab-12
 WRITES       := $(patsubst lab-%,write-%,$(LABS))
 
@@ -25,12 +29,16 @@ export GORACE ?= atexit_sleep_ms=0
 help:
 	@echo "Production Go for AI gateways"
 	@echo
+ifneq ($(HAS_LABS),)
 	@echo "learners — run a lab's tests (under 3 s once compiled; the first run compiles for ~1–2 min):"
 	@sed -n 's/.*"number": *"\([0-9]*\)".*"title": *"\([^"]*\)".*/  make lab-\1   \2/p' labs/catalog.json
 	@echo
+endif
+ifneq ($(HAS_WRITE),)
 	@echo "the test-writing track — your tests against the reference, scored by the mutants they kill:"
-	@echo "  make write-01 … make write-12   (the file to edit: write/NN-topic/write_test.go)"
+	@echo "  make $(firstword $(WRITES)) … make $(lastword $(WRITES))   (the file to edit: write/NN-topic/write_test.go)"
 	@echo
+endif
 	@echo "and:"
 	@grep -E '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN {FS = ":.*## "}; {printf "  make %-13s %s\n", $$1, $$2}'
 
@@ -57,7 +65,7 @@ $(LABS): $(LABCTL)
 $(WRITES): $(LABCTL)
 	@$(LABCTL) write $(patsubst write-%,%,$@) $(if $(MUTANTS),--mutants $(MUTANTS))
 
-progress: $(LABCTL) ## the table of labs: tests passing / total, what to do next
+progress: $(LABCTL) ## where you are: per lab, tests passing (or, in the test-writing template, tests written); what to do next
 	@$(LABCTL) list
 
 hint: $(LABCTL) ## the next hint you have not seen: make hint LAB=01 (K=2 shows hint 2)
@@ -82,7 +90,7 @@ write-check: $(LABCTL) ## maintainers: each lab's own tests through the test-wri
 write-cold: $(LABCTL) ## maintainers: the suites written cold from the lessons (write/testdata/cold) score what docs/instructor-guide.md says
 	@for f in write/testdata/cold/*.go.txt; do n=$$(basename $$f .go.txt); $(LABCTL) write $$n --tests $$f 2>/dev/null | tail -1; done | diff -u write/testdata/cold/scores.txt - && echo "write-cold: every suite scores what the table says"
 
-grade: $(LABCTL) ## grade both tracks: pristine tests (TESTS=dir adds held-back ones), mutants killed (MUTANTS=dir adds a held-back bank); reports in grade-report/
+grade: $(LABCTL) ## grade the tracks here: labs on the pristine tests (TESTS=dir adds held-back ones), your tests by mutants killed (MUTANTS=dir adds a bank); reports in grade-report/
 	@$(LABCTL) grade $(if $(TESTS),--tests $(TESTS)) $(if $(MUTANTS),--mutants $(MUTANTS)) $(if $(REF),--pristine-ref $(REF))
 
 # ---- maintainers ----------------------------------------------------------
@@ -95,8 +103,8 @@ test: $(LABCTL) ## solutions and tooling under -race (-short: the template round
 	$(GO) test -race -short ./solutions/... ./internal/... ./cmd/...
 	@$(LABCTL) verify -fast
 
-test-template: ## export the learner template, solve lab 01 in it and grade it there (compiles every lab under -race)
-	$(GO) test -race -count=1 -run '^TestExportedTemplateGradesWhatTheLearnerSolved$$' ./cmd/labctl/
+test-template: ## export both learner templates and hold each to its promises: no answer of its track in any form, what the guide says it holds; lab 01 solved and graded in one, a cold suite scored in the other
+	$(GO) test -race -count=1 -run '^TestExported(Template|WriteTemplate)' ./cmd/labctl/
 
 verify: $(LABCTL) ## tests identical, stubs red one by one, solutions green, every mutant killed (cached)
 	@$(LABCTL) verify

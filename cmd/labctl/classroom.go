@@ -25,6 +25,11 @@ func cmdClassroom(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
+	if c, err := labkit.LoadCatalog(e.root); err != nil {
+		return err
+	} else if !c.Holds(labkit.TrackLabs) {
+		return fmt.Errorf("%w: this is the test-writing template; autograding.json grades the labs' exercise tests, one command each, and belongs to the labs template (grade this one with labctl grade)", labkit.ErrOtherTrack)
+	}
 	if len(pos) > 0 && pos[0] == "run" {
 		return classroomRun(ctx, e, pos[1:], *tests, *noRace)
 	}

@@ -1,8 +1,13 @@
 package main
 
 import (
+	"archive/tar"
+	"bytes"
+	"compress/gzip"
 	"encoding/json"
+	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -27,9 +32,7 @@ func TestExportedTemplateGradesWhatTheLearnerSolved(t *testing.T) {
 	}
 	root, err := labkit.FindRoot(".")
 	require.NoError(t, err)
-	dst := filepath.Join(t.TempDir(), "template")
-	code, out, errOut := labctl(t, root, "export", dst)
-	require.Equal(t, 0, code, "labctl export failed:\n%s%s", out, errOut)
+	dst := exportTrack(t, root, labkit.TrackLabs)
 
 	// Nothing of the answers travels.
 	var leaked []string
@@ -39,13 +42,12 @@ func TestExportedTemplateGradesWhatTheLearnerSolved(t *testing.T) {
 		}
 		rel := filepath.ToSlash(strings.TrimPrefix(p, dst))
 		segs := strings.Split(rel, "/")
-		if slices.Contains(segs, "solutions") || slices.Contains(segs, "mutants") || strings.HasSuffix(rel, ".patch") {
+		if slices.Contains(segs, "solutions") || slices.Contains(segs, "mutants") || strings.HasSuffix(rel, ".patch") || strings.HasSuffix(rel, labkit.WriteKitArchive) {
 			leaked = append(leaked, rel)
 		}
 		return nil
 	}))
-	assert.Empty(t, leaked, "a learner template must not hold solutions or mutants")
-	assert.Empty(t, brokenLinks(t, dst), "every relative link in the template's Markdown resolves there")
+	assert.Empty(t, leaked, "a learner template must not hold solutions, mutants or the test-writing kit")
 
 	// The module stands on its own: tidy changes nothing, and the
 	// solutions' dependencies are gone.
@@ -80,7 +82,7 @@ func TestExportedTemplateGradesWhatTheLearnerSolved(t *testing.T) {
 	require.NoError(t, os.WriteFile(testFile, append(b, "\nfunc TestMineAlwaysPasses(t *testing.T) {}\n"...), 0o644))
 
 	// make lab-01's command: green, with the edited-tests banner.
-	code, out, errOut = labctl(t, dst, "test", "01")
+	code, out, errOut := labctl(t, dst, "test", "01")
 	assert.Equal(t, 0, code, "lab 01 holds the reference code and should pass:\n%s", out)
 	assert.Contains(t, errOut, "lab 01: the test files were edited", "the banner compares against the archived tests")
 
@@ -103,6 +105,27 @@ func TestExportedTemplateGradesWhatTheLearnerSolved(t *testing.T) {
 	assert.True(t, lab01.Edited, "the report says the tests were edited")
 	for _, l := range g.Labs[1:] {
 		assert.Less(t, l.Passed, l.Total, "lab %s is a stub and should not pass", l.Number)
+	}
+	assert.Equal(t, []labkit.Track{labkit.TrackLabs}, g.Tracks, "the labs template grades the labs track alone")
+
+	// The guide's examples of the reports are this run's.
+	md, err := os.ReadFile(filepath.Join(reports, "grade.md"))
+	require.NoError(t, err)
+	example := guideBlock(t, root, "<!-- grade.md of the labs template with lab 01 solved -->")
+	table := strings.SplitAfterN(string(md), "\n\n", 3) // the heading, the table, the rest
+	assert.True(t, strings.HasPrefix(example, table[0]+table[1]), "docs/instructor-guide.md's grade.md example opens with this run's heading and table:\n%s%s", table[0], table[1])
+	for _, line := range strings.Split(example, "\n") {
+		if line != "" && line != "…" {
+			assert.Contains(t, string(md), line+"\n", "the guide's grade.md example shows a line of this run's")
+		}
+	}
+	junit, err := os.ReadFile(filepath.Join(reports, "junit.xml"))
+	require.NoError(t, err)
+	times := regexp.MustCompile(`time="[0-9.]+"`)
+	for _, line := range strings.Split(guideBlock(t, root, "<!-- junit.xml of the labs template with lab 01 solved -->"), "\n") {
+		if line != "" {
+			assert.Contains(t, times.ReplaceAllString(string(junit), `time=""`), times.ReplaceAllString(line, `time=""`)+"\n", "the guide's junit.xml example shows a line of this run's")
+		}
 	}
 
 	if _, err := exec.LookPath("make"); err == nil {
@@ -176,4 +199,163 @@ func readGrade(t *testing.T, dir string) labkit.Grade {
 	var g labkit.Grade
 	require.NoError(t, json.Unmarshal(b, &g))
 	return g
+}
+
+// exportTrack exports the course's template of one track with labctl, as
+// an instructor would, and holds it to what the track promises: no file
+// the spec does not name, every part the spec names present, no answer of
+// the track in any file (archives unpacked, encodings undone), and every
+// relative link in its Markdown resolving there.
+func exportTrack(t *testing.T, root string, track labkit.Track) string {
+	t.Helper()
+	dst := filepath.Join(t.TempDir(), "template")
+	code, out, errOut := labctl(t, root, "export", "-track", string(track), dst)
+	require.Equal(t, 0, code, "labctl export -track %s failed:\n%s%s", track, out, errOut)
+	assert.Contains(t, out, "none found", "export says it searched for answers")
+	// What the guide shows an export print is what one prints, the commit
+	// and the directory aside.
+	commit := regexp.MustCompile(`commit [0-9a-f]{12}`)
+	norm := func(s, dir string) string {
+		return commit.ReplaceAllString(strings.ReplaceAll(s, dir, "DIR"), "commit C")
+	}
+	shown := guideBlock(t, root, "<!-- output of labctl export -track "+string(track)+" -->")
+	dirShown := regexp.MustCompile(` to (\S+):`).FindStringSubmatch(shown)
+	require.NotNil(t, dirShown, "the guide's export output names its directory")
+	assert.Equal(t, norm(shown, dirShown[1]), strings.TrimRight(norm(out, dst), "\n"), "docs/instructor-guide.md shows what labctl export -track %s prints: paste this run's output there", track)
+
+	var files []string
+	require.NoError(t, filepath.WalkDir(dst, func(p string, d fs.DirEntry, err error) error {
+		if err == nil && !d.IsDir() {
+			rel, _ := filepath.Rel(dst, p)
+			files = append(files, filepath.ToSlash(rel))
+		}
+		return err
+	}))
+	// Its README opens with what it holds, in the words export -h and the
+	// instructor guide use, and the commit it came from.
+	readme, err := os.ReadFile(filepath.Join(dst, "README.md"))
+	require.NoError(t, err)
+	head, err := exec.Command("git", "-C", root, "rev-parse", "HEAD").Output()
+	require.NoError(t, err)
+	assert.True(t, strings.HasPrefix(string(readme), labkit.TemplateNotice(track, strings.TrimSpace(string(head)))), "the template's README opens with the notice of what it holds")
+	uncovered, unused := labkit.CheckTemplateContents(track, files)
+	assert.Empty(t, uncovered, "every file of the %s template is one the spec (and so the README, the guide and export -h) names", track)
+	assert.Empty(t, unused, "every part the spec names is in the %s template", track)
+
+	c, err := labkit.LoadCatalog(root)
+	require.NoError(t, err)
+	answers := labkit.ImplementationAnswers
+	if track == labkit.TrackWrite {
+		answers = labkit.WriteAnswers
+	}
+	needles, err := answers(root, c)
+	require.NoError(t, err)
+	require.NotEmpty(t, needles)
+	leaks, err := labkit.FindLeaks(dst, needles)
+	require.NoError(t, err)
+	assert.Empty(t, leaks, "the %s template holds none of its track's answers", track)
+	assert.Empty(t, brokenLinks(t, dst), "every relative link in the template's Markdown resolves there")
+	return dst
+}
+
+// TestExportedWriteTemplateScoresTheLearnersTests exports the test-writing
+// template, puts a suite written cold into it and scores it there, as
+// make write-NN and labctl grade do; a kit the learner doctors changes
+// nothing once grading reads the template's own commit.
+func TestExportedWriteTemplateScoresTheLearnersTests(t *testing.T) {
+	t.Parallel()
+	if testing.Short() {
+		t.Skip("exports a template and runs lab 01's mutants in it (~30 s)")
+	}
+	if _, err := exec.LookPath("git"); err != nil {
+		t.Skip("git not installed")
+	}
+	root, err := labkit.FindRoot(".")
+	require.NoError(t, err)
+	dst := exportTrack(t, root, labkit.TrackWrite)
+	goIn(t, dst, "mod", "tidy", "-diff")
+
+	code, _, errOut := labctl(t, dst, "test", "01")
+	assert.Equal(t, 2, code)
+	assert.Contains(t, errOut, "make write-01", "the labs track is not here, and labctl says which is")
+
+	suite, err := os.ReadFile(filepath.Join(root, "write/testdata/cold/01.go.txt"))
+	require.NoError(t, err)
+	scores, err := os.ReadFile(filepath.Join(root, "write/testdata/cold/scores.txt"))
+	require.NoError(t, err)
+	want := strings.SplitN(string(scores), "\n", 2)[0] // write 01: killed N/N mutants
+	require.NoError(t, os.WriteFile(filepath.Join(dst, "write/01-concurrency/write_test.go"), suite, 0o644))
+	code, out, errOut := labctl(t, dst, "write", "01")
+	require.Equal(t, 0, code, "labctl write 01 in the template:\n%s%s", out, errOut)
+	assert.Contains(t, out, want, "the suite scores in the template what it scores in the course")
+
+	for _, args := range [][]string{{"init", "-q"}, {"add", "-A"}, {"-c", "user.name=t", "-c", "user.email=t@example.com", "commit", "-qm", "template"}} {
+		cmd := exec.Command("git", args...)
+		cmd.Dir = dst
+		b, err := cmd.CombinedOutput()
+		require.NoError(t, err, "git %v: %s", args, b)
+	}
+	// The learner drops every mutant but one from the kit.
+	kit, err := os.ReadFile(filepath.Join(dst, labkit.WriteKitArchive))
+	require.NoError(t, err)
+	entries, err := labkit.ReadWriteKitArchive(bytes.NewReader(kit))
+	require.NoError(t, err)
+	n := 0
+	for name := range entries["01-concurrency"] {
+		if strings.HasPrefix(name, "mutants/") {
+			if n++; n > 1 {
+				delete(entries["01-concurrency"], name)
+			}
+		}
+	}
+	require.NoError(t, writeKit(filepath.Join(dst, labkit.WriteKitArchive), entries))
+
+	reports := t.TempDir()
+	code, out, errOut = labctl(t, dst, "grade", "--pristine-ref", "HEAD", "--out", reports, "01")
+	require.Equal(t, 0, code, "labctl grade failed:\n%s%s", out, errOut)
+	g := readGrade(t, reports)
+	assert.Equal(t, []labkit.Track{labkit.TrackWrite}, g.Tracks)
+	require.Len(t, g.Labs, 1)
+	require.NotNil(t, g.Labs[0].Write)
+	assert.Equal(t, want, fmt.Sprintf("write 01: killed %d/%d mutants", g.Labs[0].Write.Killed, g.Labs[0].Write.Total), "graded with the kit the template's commit holds, not the doctored one")
+}
+
+// writeKit packs lab → name → content into a kit archive, as a learner
+// who rewrites one would.
+func writeKit(path string, entries map[string]map[string][]byte) error {
+	var buf bytes.Buffer
+	zw := gzip.NewWriter(&buf)
+	tw := tar.NewWriter(zw)
+	for _, lab := range slices.Sorted(maps.Keys(entries)) {
+		for _, name := range slices.Sorted(maps.Keys(entries[lab])) {
+			b := entries[lab][name]
+			if err := tw.WriteHeader(&tar.Header{Name: lab + "/" + name, Mode: 0o644, Size: int64(len(b)), Typeflag: tar.TypeReg}); err != nil {
+				return err
+			}
+			if _, err := tw.Write(b); err != nil {
+				return err
+			}
+		}
+	}
+	if err := tw.Close(); err != nil {
+		return err
+	}
+	if err := zw.Close(); err != nil {
+		return err
+	}
+	return os.WriteFile(path, buf.Bytes(), 0o644)
+}
+
+// guideBlock is the fenced block that follows a marker line in
+// docs/instructor-guide.md, without its fences.
+func guideBlock(t *testing.T, root, marker string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(root, "docs/instructor-guide.md"))
+	require.NoError(t, err)
+	_, after, ok := strings.Cut(string(b), marker+"\n```")
+	require.True(t, ok, "docs/instructor-guide.md has a block after %q", marker)
+	_, body, _ := strings.Cut(after, "\n") // the fence's language
+	body, _, ok = strings.Cut(body, "\n```")
+	require.True(t, ok, "the block after %q ends", marker)
+	return body
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -22,6 +23,9 @@ func cmdList(ctx context.Context, e *env, args []string) error {
 	c, err := labkit.LoadCatalog(e.root)
 	if err != nil {
 		return err
+	}
+	if !c.Holds(labkit.TrackLabs) && c.Holds(labkit.TrackWrite) {
+		return listWrite(e, c)
 	}
 	run, err := runBuiltLabs(ctx, e, c.BuiltLabs())
 	if err != nil {
@@ -368,4 +372,35 @@ func printHint(e *env, l labkit.Lab, k, n int, h labkit.Hint, level labkit.Level
 		}
 	}
 	fmt.Fprintf(e.stdout, "lab %s hint %d/%d — %s (%s, %d of %d)\n\n%s\n", l.Number, k, n, h.Title, level.Name(), at, len(levels), level.Text)
+}
+
+// listWrite is the progress table of the test-writing template: how many
+// tests each lab's file holds so far. Scores come from make write-NN,
+// which runs them.
+func listWrite(e *env, c *labkit.Catalog) error {
+	t := table(e.stdout)
+	fmt.Fprintln(t, "lab\ttitle\ttests written\tfile")
+	next := ""
+	for _, l := range c.WriteLabs() {
+		file := filepath.Join(labkit.WriteDirOf(l), labkit.WriteFile)
+		n := 0
+		if src, err := os.ReadFile(filepath.Join(e.root, file)); err == nil {
+			tests, err := labkit.TestFuncs(map[string][]byte{labkit.WriteFile: src})
+			if err != nil {
+				fmt.Fprintf(t, "%s\t%s\t%s\t%s\n", l.Number, l.Title, "does not parse", file)
+				continue
+			}
+			n = len(tests)
+		}
+		if n == 0 && next == "" {
+			next = l.Number
+		}
+		fmt.Fprintf(t, "%s\t%s\t%d\t%s\n", l.Number, l.Title, n, filepath.ToSlash(file))
+	}
+	t.Flush()
+	fmt.Fprintln(e.stdout, "\nmake write-NN scores a lab's tests by the mutants they kill.")
+	if next != "" {
+		fmt.Fprintf(e.stdout, "next: make write-%s\n", next)
+	}
+	return nil
 }

@@ -39,6 +39,7 @@ type command struct {
 	args    string
 	summary string
 	run     func(ctx context.Context, env *env, args []string) error
+	details func() string // more for -h, after the flags; nil for none
 }
 
 // commands is every command, in the order usage lists them. A command
@@ -46,17 +47,17 @@ type command struct {
 // a plain variable: a lookup from the commands into it would be an
 // initialisation cycle.
 var commands = []command{
-	{"list", "", "progress table: lab, tests passing/total, status (alias: progress)", cmdList},
-	{"test", "NN", "run lab NN with -race; on red, the first failing test, its message and a hint", cmdTest},
-	{"hint", "NN [k]", "show the next hint for lab NN, or hint k", cmdHint},
-	{"watch", "NN", "re-run lab NN's tests on every save (Enter re-runs now, q quits)", cmdWatch},
-	{"write", "NN", "the test-writing track: your tests in write/NN-topic against the reference, then its mutants; prints killed K/N", cmdWrite},
-	{"verify", "", "maintainers: tests identical, stubs red test by test, solutions green, mutants killed", cmdVerify},
-	{"grade", "", "instructors: grade the labs with pristine tests; writes grade.json, junit.xml, grade.md", cmdGrade},
-	{"checklist", "", "run the tests checklist/PRODUCTION_READINESS.md names; one ✓/✗ line per item, exit 1 on any ✗", cmdChecklist},
-	{"integration", "", "run the real-Redis tests with REDIS_INTEGRATION_REQUIRED=1; fail if any skips", cmdIntegration},
-	{"classroom", "[run NN TestName]", "instructors: write .github/classroom/autograding.json from the catalogue; run: grade one test", cmdClassroom},
-	{"export", "DIR", "instructors: write the learner template (no solutions/, pristine tests packed) into DIR", cmdExport},
+	{"list", "", "progress table: lab, tests passing/total, status (alias: progress)", cmdList, nil},
+	{"test", "NN", "run lab NN with -race; on red, the first failing test, its message and a hint", cmdTest, nil},
+	{"hint", "NN [k]", "show the next hint for lab NN, or hint k", cmdHint, nil},
+	{"watch", "NN", "re-run lab NN's tests on every save (Enter re-runs now, q quits)", cmdWatch, nil},
+	{"write", "NN", "the test-writing track: your tests in write/NN-topic against the reference, then its mutants; prints killed K/N", cmdWrite, nil},
+	{"verify", "", "maintainers: tests identical, stubs red test by test, solutions green, mutants killed", cmdVerify, nil},
+	{"grade", "", "instructors: grade the labs with pristine tests; writes grade.json, junit.xml, grade.md", cmdGrade, nil},
+	{"checklist", "", "run the tests checklist/PRODUCTION_READINESS.md names; one ✓/✗ line per item, exit 1 on any ✗", cmdChecklist, nil},
+	{"integration", "", "run the real-Redis tests with REDIS_INTEGRATION_REQUIRED=1; fail if any skips", cmdIntegration, nil},
+	{"classroom", "[run NN TestName]", "instructors: write .github/classroom/autograding.json from the catalogue; run: grade one test", cmdClassroom, nil},
+	{"export", "[-track labs|write] DIR", "instructors: write a learner template of one track into DIR: labs (stubs and tests, no reference or mutant) or write (references and mutants, no exercise test)", cmdExport, exportDetails},
 }
 
 type env struct {
@@ -113,7 +114,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 			return 0
 		case errors.Is(err, errRed):
 			return 1
-		case errors.Is(err, errUsage), errors.Is(err, labkit.ErrUnknownLab), errors.Is(err, labkit.ErrBadOption):
+		case errors.Is(err, errUsage), errors.Is(err, labkit.ErrUnknownLab), errors.Is(err, labkit.ErrBadOption), errors.Is(err, labkit.ErrOtherTrack):
 			fmt.Fprintln(stderr, "labctl:", err)
 			return 2
 		default:
@@ -158,6 +159,9 @@ func flags(e *env) *flag.FlagSet {
 			fs.PrintDefaults()
 			fs.SetOutput(e.stderr)
 		}
+		if c.details != nil {
+			fmt.Fprintf(e.stdout, "\n%s", c.details())
+		}
 	}
 	return fs
 }
@@ -181,6 +185,12 @@ func parse(fs *flag.FlagSet, args []string) ([]string, error) {
 // labCommand parses a lab command's flags and finds the lab its first
 // argument names; the arguments after it come back as rest.
 func labCommand(e *env, fs *flag.FlagSet, name string, args []string) (l labkit.Lab, rest []string, err error) {
+	return trackCommand(e, fs, name, args, labkit.TrackLabs)
+}
+
+// trackCommand is labCommand for a lab of the given track: the write
+// command takes a lab whose test-writing track is here.
+func trackCommand(e *env, fs *flag.FlagSet, name string, args []string, track labkit.Track) (l labkit.Lab, rest []string, err error) {
 	pos, err := parse(fs, args)
 	if err != nil {
 		return labkit.Lab{}, nil, err
@@ -192,7 +202,11 @@ func labCommand(e *env, fs *flag.FlagSet, name string, args []string) (l labkit.
 	if err != nil {
 		return labkit.Lab{}, nil, err
 	}
-	labs, err := c.Select(pos[:1])
+	sel := c.Select
+	if track == labkit.TrackWrite {
+		sel = c.SelectWrite
+	}
+	labs, err := sel(pos[:1])
 	if err != nil {
 		return labkit.Lab{}, nil, err
 	}

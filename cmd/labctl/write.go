@@ -22,7 +22,7 @@ func cmdWrite(ctx context.Context, e *env, args []string) error {
 	fresh := fs.Bool("fresh", false, "run everything again instead of reusing remembered verdicts")
 	oneByOne := fs.Bool("one-by-one", false, "build each mutant on its own instead of all in one test binary (slower; for checking the shared build)")
 	asJSON := fs.Bool("json", false, "print the report as JSON instead of the table")
-	l, rest, err := labCommand(e, fs, "write", args)
+	l, rest, err := trackCommand(e, fs, "write", args, labkit.TrackWrite)
 	if err != nil {
 		return err
 	}

@@ -8,6 +8,7 @@
 package labkit
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -33,11 +34,17 @@ type Lab struct {
 	Issue   int    `json:"issue"` // the issue that builds it, for "not built yet" messages
 
 	built bool
+	kit   bool
 }
 
 // Built reports whether the stub directory exists and its pristine tests
 // can be found: the solution directory, or a template's pristine archive.
+// It is the labs track of the lab.
 func (l Lab) Built() bool { return l.built }
+
+// Writable reports whether the lab's test-writing track is here: its
+// reference in solutions/, or a template's kit archive.
+func (l Lab) Writable() bool { return l.kit }
 
 // LabDir is the learner's directory, relative to the root.
 func (l Lab) LabDir() string { return filepath.Join("labs", l.Dir) }
@@ -63,12 +70,14 @@ func LoadCatalog(root string) (*Catalog, error) {
 	if err := dec.Decode(c); err != nil {
 		return nil, fmt.Errorf("parse %s: %w", CatalogFile, err)
 	}
+	kit := kitLabs(root)
 	for i := range c.Labs {
 		l := &c.Labs[i]
 		if l.Number == "" || l.Dir == "" || l.Package == "" {
 			return nil, fmt.Errorf("%s: entry %d needs number, dir and package", CatalogFile, i+1)
 		}
 		l.built = isDir(filepath.Join(root, l.LabDir())) && hasPristine(root, *l)
+		l.kit = isDir(filepath.Join(root, l.SolutionDir())) || kit[l.Dir]
 		if l.Hints == "" {
 			l.Hints = "HINTS.md"
 		}
@@ -100,6 +109,24 @@ func (c *Catalog) BuiltLabs() []Lab {
 	return slices.DeleteFunc(slices.Clone(c.Labs), func(l Lab) bool { return !l.built })
 }
 
+// WriteLabs returns the labs whose test-writing track is here, in
+// catalogue order.
+func (c *Catalog) WriteLabs() []Lab {
+	return slices.DeleteFunc(slices.Clone(c.Labs), func(l Lab) bool { return !l.kit })
+}
+
+// Holds says which tracks the checkout holds: the course repository both,
+// a template one.
+func (c *Catalog) Holds(t Track) bool {
+	switch t {
+	case TrackLabs:
+		return len(c.BuiltLabs()) > 0
+	case TrackWrite:
+		return len(c.WriteLabs()) > 0
+	}
+	return false
+}
+
 // labsOrBuilt returns labs, or every built lab of the catalogue under root when labs is nil.
 func labsOrBuilt(root string, labs []Lab) ([]Lab, error) {
 	if labs != nil {
@@ -125,7 +152,53 @@ func (c *Catalog) Select(names []string) ([]Lab, error) {
 			return nil, err
 		}
 		if !l.Built() {
+			if c.Holds(TrackWrite) && !c.Holds(TrackLabs) {
+				return nil, fmt.Errorf("%w: this is the test-writing template: lab %s's stubs and exercise tests are not in it (its track here: make write-%s)", ErrOtherTrack, l.Number, l.Number)
+			}
 			return nil, fmt.Errorf("lab %s (%s) is not built yet: it arrives with issue #%d", l.Number, l.Title, l.Issue)
+		}
+		labs = append(labs, l)
+	}
+	return labs, nil
+}
+
+// SelectAny resolves lab names to labs of which either track is here.
+func (c *Catalog) SelectAny(names []string) ([]Lab, error) {
+	var labs []Lab
+	for _, name := range names {
+		l, err := c.Find(name)
+		if err != nil {
+			return nil, err
+		}
+		if !l.Built() && !l.Writable() {
+			return nil, fmt.Errorf("lab %s (%s) is not here: neither its stubs nor its test-writing track", l.Number, l.Title)
+		}
+		labs = append(labs, l)
+	}
+	return labs, nil
+}
+
+// ErrOtherTrack means the command belongs to the track this template does
+// not hold.
+var ErrOtherTrack = errors.New("not in this template")
+
+// SelectWrite resolves lab names to labs whose test-writing track is
+// here; no names means all of them.
+func (c *Catalog) SelectWrite(names []string) ([]Lab, error) {
+	if !c.Holds(TrackWrite) {
+		return nil, fmt.Errorf("%w: this is the labs template; the test-writing track (make write-NN) is a template of its own, which your instructor exports with labctl export -track write", ErrOtherTrack)
+	}
+	if len(names) == 0 {
+		return c.WriteLabs(), nil
+	}
+	var labs []Lab
+	for _, name := range names {
+		l, err := c.Find(name)
+		if err != nil {
+			return nil, err
+		}
+		if !l.Writable() {
+			return nil, fmt.Errorf("lab %s (%s) has no test-writing track here", l.Number, l.Title)
 		}
 		labs = append(labs, l)
 	}
@@ -146,6 +219,25 @@ func FindRoot(dir string) (string, error) {
 			return "", fmt.Errorf("no %s in %s or any parent: run labctl inside the lab repository", CatalogFile, dir)
 		}
 	}
+}
+
+// kitLabs lists the lab directories a template's kit archive holds; none
+// where there is no archive (or one that does not read: the write command
+// says why).
+func kitLabs(root string) map[string]bool {
+	data, err := os.ReadFile(filepath.Join(root, WriteKitArchive))
+	if err != nil {
+		return nil
+	}
+	all, err := ReadWriteKitArchive(bytes.NewReader(data))
+	if err != nil {
+		return nil
+	}
+	labs := map[string]bool{}
+	for dir := range all {
+		labs[dir] = true
+	}
+	return labs
 }
 
 func isDir(p string) bool {

@@ -18,6 +18,9 @@ import (
 type ExportOptions struct {
 	Root string // the course repository
 	Dir  string // the template to write; must not exist yet, or be empty
+	// Track is which half of the course the template holds: TrackLabs
+	// (the default) or TrackWrite.
+	Track Track
 	// SkipTidy leaves go.mod and go.sum as they are instead of dropping the
 	// tool directives and running `go mod tidy` (which needs the go command
 	// and the modules, from the cache or a proxy).
@@ -28,63 +31,62 @@ type ExportOptions struct {
 // ExportReport says what Export wrote.
 type ExportReport struct {
 	Dir     string
+	Track   Track
 	Commit  string   // the course repository's HEAD, when it is a git checkout
 	Files   int      // files copied or written
-	Labs    []string // lab directories whose tests went into the archive
-	Tests   int      // test files in the archive
+	Labs    []string // lab directories the template holds a track of
+	Tests   int      // test files in the pristine archive (TrackLabs)
+	Mutants int      // shipped mutants in the kit (TrackWrite)
 	Dropped []string // Makefile targets left out of the learner's Makefile
+	// Needles is how many answers the finished template was searched for.
+	Needles int
 }
 
-// What a learner template holds. Everything else — solutions/ with its
-// mutants, the apps, scripts/, docker-compose.yml, maintainer CI — stays in
-// the course repository. deploy/ goes along because the docs link to its
-// manifests as examples to read.
-var (
-	exportDirs  = []string{"labs/", "write/", "docs/", "checklist/", "cmd/labctl/", "internal/", "deploy/"}
-	exportFiles = []string{"Makefile", "go.mod", "go.sum", "README.md", ".gitignore", "LICENSE", ".github/workflows/grade.yml"}
-	// toolDirs lose their own tests and testdata in the template: those
-	// test labctl and the helpers, which a learner does not maintain.
-	toolDirs = []string{"cmd/", "internal/"}
-)
-
-// learnerTargets are the Makefile targets a template keeps: running,
-// hinting, watching and grading the labs. The others need solutions/.
-var learnerTargets = []string{"help", "$(LABCTL)", "$(LABS)", "$(WRITES)", "progress", "hint", "watch", "grade", "clean"}
-
-// Export writes a learner template of the course into opts.Dir: the labs
-// with their stubs, READMEs, hints and tests; docs; labctl and the internal
-// packages it and the labs import; the learner's Makefile, go.mod/go.sum,
-// README and grading workflow — and, instead of solutions/, the pristine
-// test files packed in PristineArchive, so `make lab-NN`, the edited-tests
-// banner and `labctl grade` work in the template and in every copy of it.
+// Export writes a learner template of the course into opts.Dir, holding
+// one track (templateSpecs says what each holds; the instructor guide
+// says why there are two). Whatever the track, the template holds none of
+// that track's answers: Export searches every file it wrote, archives
+// unpacked and encodings undone, for every answer (ImplementationAnswers,
+// WriteAnswers), and fails with ErrAnswerInTemplate if it finds one.
 func Export(ctx context.Context, opts ExportOptions) (*ExportReport, error) {
+	spec, err := specOf(opts.Track)
+	if err != nil {
+		return nil, err
+	}
 	root, dir, err := exportPaths(opts)
 	if err != nil {
 		return nil, err
 	}
-	rep := &ExportReport{Dir: dir}
-	pristine, err := pristineOfLabs(root, rep)
+	rep := &ExportReport{Dir: dir, Track: spec.Track}
+	c, err := LoadCatalog(root)
 	if err != nil {
 		return nil, err
 	}
 	if out, err := gitOutput(ctx, root, "rev-parse", "HEAD"); err == nil {
 		rep.Commit = strings.TrimSpace(string(out))
 	}
-	if err := copyCourse(ctx, root, dir, rep); err != nil {
+	if err := copyCourse(ctx, root, dir, spec, rep); err != nil {
 		return nil, err
 	}
-	if err := exportArchive(dir, pristine); err != nil {
-		return nil, err
+	switch spec.Track {
+	case TrackLabs:
+		pristine, err := pristineOfLabs(root, c, rep)
+		if err != nil {
+			return nil, err
+		}
+		if err := exportArchive(dir, pristine); err != nil {
+			return nil, err
+		}
+		if err := exportAutograding(dir); err != nil {
+			return nil, err
+		}
+		rep.Files += 2
+	case TrackWrite:
+		if err := exportWriteKit(root, dir, c, rep); err != nil {
+			return nil, err
+		}
+		rep.Files++
 	}
-	rep.Files++
-	if err := exportWriteKit(root, dir); err != nil {
-		return nil, err
-	}
-	rep.Files++
-	if err := exportAutograding(dir); err != nil {
-		return nil, err
-	}
-	rep.Files++
 	if !opts.SkipTidy {
 		if opts.Log != nil {
 			fmt.Fprintln(opts.Log, "export: dropping the maintainers' tools from go.mod and running go mod tidy…")
@@ -93,6 +95,21 @@ func Export(ctx context.Context, opts ExportOptions) (*ExportReport, error) {
 			return nil, err
 		}
 	}
+	if opts.Log != nil {
+		fmt.Fprintln(opts.Log, "export: searching every file of the template for answers…")
+	}
+	needles, err := spec.answers(root, c)
+	if err != nil {
+		return nil, err
+	}
+	rep.Needles = len(needles)
+	leaks, err := FindLeaks(dir, needles)
+	if err != nil {
+		return nil, err
+	}
+	if len(leaks) > 0 {
+		return rep, describeLeaks(dir, leaks)
+	}
 	return rep, nil
 }
 
@@ -100,11 +117,7 @@ func Export(ctx context.Context, opts ExportOptions) (*ExportReport, error) {
 // directory → file name → content, and notes the labs and the count in
 // rep. A lab whose tests in labs/ differ from them is an error: a template
 // must ship the tests it grades with.
-func pristineOfLabs(root string, rep *ExportReport) (map[string]map[string][]byte, error) {
-	c, err := LoadCatalog(root)
-	if err != nil {
-		return nil, err
-	}
+func pristineOfLabs(root string, c *Catalog, rep *ExportReport) (map[string]map[string][]byte, error) {
 	pristine := map[string]map[string][]byte{}
 	for _, l := range c.BuiltLabs() {
 		d, err := CompareTests(root, l)
@@ -123,15 +136,15 @@ func pristineOfLabs(root string, rep *ExportReport) (map[string]map[string][]byt
 	return pristine, nil
 }
 
-// copyCourse copies the course files a template holds (see exported) from
-// root into dir, each in its learner's edition, and counts them in rep.
-func copyCourse(ctx context.Context, root, dir string, rep *ExportReport) error {
+// copyCourse copies the course files the track's template holds from root
+// into dir, each in its learner's edition, and counts them in rep.
+func copyCourse(ctx context.Context, root, dir string, spec *templateSpec, rep *ExportReport) error {
 	files, err := courseFiles(ctx, root)
 	if err != nil {
 		return err
 	}
 	for _, rel := range files {
-		if !exported(rel) {
+		if !spec.copies(rel) {
 			continue
 		}
 		src := filepath.Join(root, filepath.FromSlash(rel))
@@ -149,7 +162,7 @@ func copyCourse(ctx context.Context, root, dir string, rep *ExportReport) error 
 		if err != nil {
 			return err
 		}
-		if data, err = learnerEdition(rel, data, rep); err != nil {
+		if data, err = spec.learnerEdition(rel, data, rep); err != nil {
 			return err
 		}
 		if err := writeFile(dir, rel, data, fi.Mode().Perm()); err != nil {
@@ -161,31 +174,26 @@ func copyCourse(ctx context.Context, root, dir string, rep *ExportReport) error 
 }
 
 // learnerEdition is a course file as the template holds it: the Makefile
-// cut to the learner's targets (the ones it drops noted in rep), the README
-// under a notice that says what is missing; every other file as it is.
-func learnerEdition(rel string, data []byte, rep *ExportReport) ([]byte, error) {
+// cut to the track's targets (the ones it drops noted in rep), the README
+// and each lesson under a notice that says what the template holds;
+// every other file as it is.
+func (s *templateSpec) learnerEdition(rel string, data []byte, rep *ExportReport) ([]byte, error) {
 	switch rel {
 	case "Makefile":
-		mk, dropped, err := LearnerMakefile(data)
+		mk, dropped, err := LearnerMakefile(data, s.Targets)
 		if err != nil {
 			return nil, err
 		}
 		rep.Dropped = dropped
 		return mk, nil
 	case "README.md":
-		return append(learnerNotice(rep.Commit), data...), nil
+		return append([]byte(s.Notice(rep.Commit)), data...), nil
 	}
 	if strings.HasPrefix(rel, "labs/") && strings.HasSuffix(rel, "/README.md") {
-		return append([]byte(labNotice), data...), nil
+		return append([]byte(s.LessonNotice), data...), nil
 	}
 	return data, nil
 }
-
-// labNotice opens each lab's README in the template: what it points at
-// that the template does not hold.
-const labNotice = "> **Learner edition.** Where this lesson points at `solutions/` (the reference, its\n" +
-	"> `testdata/mutants/`), at `make run` or at the apps, those live in the course repository,\n" +
-	"> not in this template. Everything the lab needs to be done here is here.\n\n"
 
 // exportArchive packs the pristine tests into the template's
 // PristineArchive, which grading and the edited-tests banner read there.
@@ -201,11 +209,7 @@ func exportArchive(dir string, pristine map[string]map[string][]byte) error {
 // reference, its helpers, the shipped mutants; never the reference's tests)
 // into the template's WriteKitArchive, and writes each lab's starter file
 // where the course has none.
-func exportWriteKit(root, dir string) error {
-	c, err := LoadCatalog(root)
-	if err != nil {
-		return err
-	}
+func exportWriteKit(root, dir string, c *Catalog, rep *ExportReport) error {
 	var kits []*WriteKit
 	for _, l := range c.BuiltLabs() {
 		k, err := LoadWriteKit(root, c, l)
@@ -213,6 +217,8 @@ func exportWriteKit(root, dir string) error {
 			return err
 		}
 		kits = append(kits, k)
+		rep.Labs = append(rep.Labs, l.Dir)
+		rep.Mutants += len(k.Mutants)
 		starter := filepath.Join(dir, WriteDirOf(l), WriteFile)
 		if _, err := os.Stat(starter); errors.Is(err, os.ErrNotExist) {
 			pkg, err := PackageName(k.Ref)
@@ -222,6 +228,7 @@ func exportWriteKit(root, dir string) error {
 			if err := writeFile(dir, filepath.ToSlash(filepath.Join(WriteDirOf(l), WriteFile)), WriteStarter(l, pkg), 0o644); err != nil {
 				return err
 			}
+			rep.Files++
 		}
 	}
 	var archive bytes.Buffer
@@ -257,28 +264,6 @@ func exportPaths(opts ExportOptions) (root, dir string, err error) {
 		return "", "", fmt.Errorf("%w: %s is not empty; export writes a fresh template", ErrBadOption, opts.Dir)
 	}
 	return root, dir, nil
-}
-
-// exported reports whether a repository path (slash-separated) belongs in
-// the template as it is.
-func exported(rel string) bool {
-	segs := strings.Split(rel, "/")
-	if slices.Contains(segs, "solutions") || slices.Contains(segs, "mutants") || rel == PristineArchive || rel == AutogradingFile || rel == WriteKitArchive {
-		return false
-	}
-	if segs[0] == WriteDir { // the learner's files only: labctl lays the rest
-		return len(segs) == 2 && segs[1] == "README.md" || len(segs) == 3 && segs[2] == WriteFile
-	}
-	if slices.Contains(exportFiles, rel) {
-		return true
-	}
-	if !slices.ContainsFunc(exportDirs, func(d string) bool { return strings.HasPrefix(rel, d) }) {
-		return false
-	}
-	if slices.ContainsFunc(toolDirs, func(d string) bool { return strings.HasPrefix(rel, d) }) {
-		return !strings.HasSuffix(rel, "_test.go") && !slices.Contains(segs, "testdata")
-	}
-	return true
 }
 
 // courseFiles lists the repository's files, slash-separated and relative to
@@ -345,22 +330,6 @@ func exportAutograding(dir string) error {
 		return err
 	}
 	return writeFile(dir, AutogradingFile, b, 0o644)
-}
-
-// learnerNotice opens the template's README: what is missing, and why.
-func learnerNotice(commit string) []byte {
-	from := "the course repository"
-	if commit != "" {
-		from = "commit " + commit[:min(12, len(commit))] + " of the course repository"
-	}
-	return fmt.Appendf(nil, `> **Learner edition**, written by `+"`labctl export`"+` from %s.
-> The reference solutions and their classic-bug mutants are not here, and neither are the
-> commands that need them (`+"`make run`, `make test`, `make verify`"+`, …); where this README or
-> docs/ point into `+"`solutions/`"+`, that file lives in the course repository. Start with
-> `+"`make lab-01`"+`. `+"`make grade`"+` scores every lab against the pristine tests packed in
-> `+"`%s`"+`.
-
-`, from, PristineArchive)
 }
 
 // pruneModule drops the maintainers' tool directives and lets go mod tidy

@@ -114,6 +114,9 @@ type Grade struct {
 	// The test-writing track across the labs: mutants killed and offered.
 	MutantsKilled int `json:"mutants_killed"`
 	MutantsTotal  int `json:"mutants_total"`
+	// Tracks are the tracks graded: "labs" (Passed and Total count its
+	// tests) and "write" (the Mutants counts).
+	Tracks []Track `json:"tracks"`
 }
 
 // Score is the fraction of tests passed, 0 when there are none.
@@ -136,40 +139,48 @@ type gradePlan struct {
 	heldBack map[string]bool // test name → it came from TestsDir
 }
 
-// RunGrade runs the learner's labs against the pristine tests (and any
-// held-back ones) and scores every test. A failing learner is not an error.
+// RunGrade grades the tracks the checkout holds: the learner's labs
+// against the pristine tests (and any held-back ones), each test scored,
+// and the learner's tests by the mutants they kill. A failing learner is
+// not an error.
 func RunGrade(ctx context.Context, opts GradeOptions) (*Grade, error) {
 	if opts.TestsDir != "" && !isDir(opts.TestsDir) {
 		return nil, fmt.Errorf("%w: --tests %s is not a directory", ErrBadOption, opts.TestsDir)
 	}
-	labs, err := labsOrBuilt(opts.Root, opts.Labs)
-	if err != nil {
-		return nil, err
-	}
 	c, err := LoadCatalog(opts.Root)
 	if err != nil {
 		return nil, err
+	}
+	labs := opts.Labs
+	if labs == nil {
+		labs = slices.DeleteFunc(slices.Clone(c.Labs), func(l Lab) bool { return !l.Built() && (opts.SkipWrite || !l.Writable()) })
 	}
 	ov, err := NewOverlay()
 	if err != nil {
 		return nil, err
 	}
 	defer ov.Close()
-	plans := make([]gradePlan, len(labs))
+	plans := map[string]gradePlan{}
 	var pkgs []string
-	for i, l := range labs {
-		if plans[i], err = planGrade(ctx, opts, l, ov); err != nil {
+	for _, l := range labs {
+		if !l.Built() {
+			continue
+		}
+		if plans[l.Dir], err = planGrade(ctx, opts, l, ov); err != nil {
 			return nil, err
 		}
 		pkgs = append(pkgs, "./"+filepath.ToSlash(l.LabDir()))
 	}
 	g := &Grade{Generated: time.Now().UTC()}
-	if len(pkgs) == 0 {
-		return g, nil
+	var run *Run
+	if len(pkgs) > 0 {
+		g.Tracks = append(g.Tracks, TrackLabs)
+		if run, err = runGrade(ctx, opts, ov, pkgs); err != nil {
+			return nil, err
+		}
 	}
-	run, err := runGrade(ctx, opts, ov, pkgs)
-	if err != nil {
-		return nil, err
+	if !opts.SkipWrite && slices.ContainsFunc(labs, Lab.Writable) {
+		g.Tracks = append(g.Tracks, TrackWrite)
 	}
 	// A checklist is optional (an old template may lack one); a broken
 	// one is an error, not a silently missing score.
@@ -184,20 +195,23 @@ func RunGrade(ctx context.Context, opts GradeOptions) (*Grade, error) {
 	if err != nil {
 		hintState = nil // a state the learner broke says nothing; the grade stands without it
 	}
-	for _, pl := range plans {
-		p := run.Package("labs/" + pl.lab.Dir)
-		gl := scoreLab(pl, p)
-		if hints, err := LoadHints(opts.Root, pl.lab); err == nil && hintState != nil {
-			if opened, offered := hintState.Opened(pl.lab.Number, hints); offered > 0 {
-				gl.Hints = &HintUse{Opened: opened, Offered: offered}
+	for _, l := range labs {
+		gl := GradedLab{Number: l.Number, Dir: l.Dir, Title: l.Title}
+		if pl, ok := plans[l.Dir]; ok {
+			p := run.Package("labs/" + l.Dir)
+			gl = scoreLab(pl, p)
+			if hints, err := LoadHints(opts.Root, l); err == nil && hintState != nil {
+				if opened, offered := hintState.Opened(l.Number, hints); offered > 0 {
+					gl.Hints = &HintUse{Opened: opened, Offered: offered}
+				}
+			}
+			if cl != nil {
+				gl.Checklist = ScoreLabChecklist(cl, l.Dir, func(test string) bool { return gl.Build == "" && p.Test(test).Status == Pass })
 			}
 		}
-		if cl != nil {
-			gl.Checklist = ScoreLabChecklist(cl, pl.lab.Dir, func(test string) bool { return gl.Build == "" && p.Test(test).Status == Pass })
-		}
-		if !opts.SkipWrite {
-			if gl.Write, err = gradeWrite(ctx, opts, c, cl, pl.lab); err != nil {
-				return nil, fmt.Errorf("lab %s, test-writing track: %w", pl.lab.Number, err)
+		if !opts.SkipWrite && l.Writable() {
+			if gl.Write, err = gradeWrite(ctx, opts, c, cl, l); err != nil {
+				return nil, fmt.Errorf("lab %s, test-writing track: %w", l.Number, err)
 			}
 			g.MutantsKilled += gl.Write.Killed
 			g.MutantsTotal += gl.Write.Total
@@ -374,6 +388,7 @@ type junitFailure struct {
 // JUnit renders the report as JUnit XML.
 func (g *Grade) JUnit() ([]byte, error) {
 	s := junitSuites{Tests: g.Total}
+	labs := slices.Contains(g.Tracks, TrackLabs)
 	for _, l := range g.Labs {
 		suite := junitSuite{Name: "lab " + l.Number + " " + l.Dir, Tests: l.Total}
 		for _, t := range l.Tests {
@@ -391,8 +406,10 @@ func (g *Grade) JUnit() ([]byte, error) {
 			}
 			suite.Cases = append(suite.Cases, c)
 		}
-		s.Failures += suite.Failures
-		s.Suites = append(s.Suites, suite)
+		if labs {
+			s.Failures += suite.Failures
+			s.Suites = append(s.Suites, suite)
+		}
 		if l.Write == nil {
 			continue
 		}
@@ -422,7 +439,29 @@ func (g *Grade) JUnit() ([]byte, error) {
 // Markdown renders a short summary for a CI job page.
 func (g *Grade) Markdown() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "## Lab grade: %d/%d tests (%.0f%%)\n\n", g.Passed, g.Total, 100*g.Score())
+	if slices.Contains(g.Tracks, TrackLabs) {
+		g.labsMarkdown(&b)
+	}
+	if g.MutantsTotal > 0 {
+		fmt.Fprintf(&b, "\n## Test-writing track: %d/%d mutants killed\n\n", g.MutantsKilled, g.MutantsTotal)
+		b.WriteString("| lab | killed | shipped | held back | tests that count | note |\n| --- | ---: | ---: | ---: | ---: | --- |\n")
+		for _, l := range g.Labs {
+			if w := l.Write; w != nil {
+				fmt.Fprintf(&b, "| %s | %d/%d | %d/%d | %d/%d | %d | %s |\n", l.Number, w.Killed, w.Total,
+					w.Killed-w.HeldBackKilled, w.Total-w.HeldBackTotal, w.HeldBackKilled, w.HeldBackTotal, w.Tests, w.Note)
+			}
+		}
+	}
+	if slices.Contains(g.Tracks, TrackLabs) {
+		g.checklistMarkdown(&b)
+		g.failingMarkdown(&b)
+	}
+	return strings.TrimLeft(b.String(), "\n")
+}
+
+// labsMarkdown is the labs track's table: a row per lab.
+func (g *Grade) labsMarkdown(b *strings.Builder) {
+	fmt.Fprintf(b, "## Lab grade: %d/%d tests (%.0f%%)\n\n", g.Passed, g.Total, 100*g.Score())
 	b.WriteString("| lab | title | passed | total | note |\n| --- | --- | ---: | ---: | --- |\n")
 	for _, l := range g.Labs {
 		var notes []string
@@ -441,18 +480,12 @@ func (g *Grade) Markdown() string {
 		if l.Hints != nil {
 			notes = append(notes, fmt.Sprintf("near-solutions opened: %d of %d", l.Hints.Opened, l.Hints.Offered))
 		}
-		fmt.Fprintf(&b, "| %s | %s | %d | %d | %s |\n", l.Number, l.Title, l.Passed, l.Total, strings.Join(notes, "; "))
+		fmt.Fprintf(b, "| %s | %s | %d | %d | %s |\n", l.Number, l.Title, l.Passed, l.Total, strings.Join(notes, "; "))
 	}
-	if g.MutantsTotal > 0 {
-		fmt.Fprintf(&b, "\n## Test-writing track: %d/%d mutants killed\n\n", g.MutantsKilled, g.MutantsTotal)
-		b.WriteString("| lab | killed | shipped | held back | tests that count | note |\n| --- | ---: | ---: | ---: | ---: | --- |\n")
-		for _, l := range g.Labs {
-			if w := l.Write; w != nil {
-				fmt.Fprintf(&b, "| %s | %d/%d | %d/%d | %d/%d | %d | %s |\n", l.Number, w.Killed, w.Total,
-					w.Killed-w.HeldBackKilled, w.Total-w.HeldBackTotal, w.HeldBackKilled, w.HeldBackTotal, w.Tests, w.Note)
-			}
-		}
-	}
+}
+
+// checklistMarkdown says, per lab, which checklist items its tests keep.
+func (g *Grade) checklistMarkdown(b *strings.Builder) {
 	var items []string
 	for _, l := range g.Labs {
 		if line := l.ChecklistLine(); line != "" {
@@ -468,6 +501,10 @@ func (g *Grade) Markdown() string {
 		b.WriteString(strings.Join(items, "\n"))
 		b.WriteString("\n")
 	}
+}
+
+// failingMarkdown lists every failing test, folded.
+func (g *Grade) failingMarkdown(b *strings.Builder) {
 	var failing []string
 	for _, l := range g.Labs {
 		for _, t := range l.Tests {
@@ -481,5 +518,4 @@ func (g *Grade) Markdown() string {
 		b.WriteString(strings.Join(failing, "\n"))
 		b.WriteString("\n\n</details>\n")
 	}
-	return b.String()
 }

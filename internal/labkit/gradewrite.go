@@ -3,6 +3,7 @@ package labkit
 import (
 	"context"
 	"fmt"
+	"path/filepath"
 	"slices"
 	"strings"
 )
@@ -46,7 +47,20 @@ func hasWrittenTests(root string, k *WriteKit) bool {
 // gradeWrite scores one lab's test-writing track, running nothing when the
 // learner has written no test.
 func gradeWrite(ctx context.Context, opts GradeOptions, c *Catalog, cl *Checklist, l Lab) (*WriteGrade, error) {
-	k, err := LoadWriteKit(opts.Root, c, l)
+	// In a template graded with a pristine ref, the reference and the
+	// shipped mutants come from the kit as that revision has it, not as the
+	// learner left it (upstream, solutions/ is the kit).
+	kitRef := ""
+	if opts.PristineRef != "" && !isDir(filepath.Join(opts.Root, "solutions")) {
+		kitRef = opts.PristineRef
+	}
+	var k *WriteKit
+	var err error
+	if kitRef != "" {
+		k, err = LoadWriteKitAt(ctx, opts.Root, kitRef, c, l)
+	} else {
+		k, err = LoadWriteKit(opts.Root, c, l)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -67,7 +81,7 @@ func gradeWrite(ctx context.Context, opts GradeOptions, c *Catalog, cl *Checklis
 		// Each mutant built on its own: a grade is the exact verdict, not
 		// the shared build's (which a test counting allocations or
 		// reading its call stack could tell apart; docs/instructor-guide.md).
-		rep, err := RunWrite(ctx, WriteOptions{Root: opts.Root, Lab: l, MutantsDir: opts.MutantsDir, Log: opts.Log, Fresh: true, OneByOne: true})
+		rep, err := RunWrite(ctx, WriteOptions{Root: opts.Root, Lab: l, MutantsDir: opts.MutantsDir, Log: opts.Log, Fresh: true, OneByOne: true, KitRef: kitRef})
 		if err != nil {
 			return nil, err
 		}

@@ -7,8 +7,8 @@ import (
 	"strings"
 )
 
-// LearnerMakefile cuts the course Makefile down to the learner's targets
-// (learnerTargets) for a template. It works on paragraphs — runs of lines
+// LearnerMakefile cuts the course Makefile down to a template's targets
+// (its templateSpec's Targets). It works on paragraphs — runs of lines
 // between blank lines, a rule with the comment above it, a block of
 // variables — and keeps:
 //
@@ -21,9 +21,9 @@ import (
 // It returns the Makefile and the targets it dropped. A learner target
 // that depends on a dropped one is an error: the template would not work,
 // and the list of learner targets needs a look.
-func LearnerMakefile(src []byte) ([]byte, []string, error) {
+func LearnerMakefile(src []byte, targets []string) ([]byte, []string, error) {
 	m := newMakefileCut(src)
-	m.keepLearnerRules()
+	m.keepLearnerRules(targets)
 	if err := m.refuseDroppedPrereqs(); err != nil {
 		return nil, nil, err
 	}
@@ -58,12 +58,12 @@ func newMakefileCut(src []byte) *makefileCut {
 
 // keepLearnerRules keeps every paragraph that defines a learner target and
 // drops every other rule.
-func (m *makefileCut) keepLearnerRules() {
+func (m *makefileCut) keepLearnerRules(targets []string) {
 	for i, p := range m.paras {
 		if len(p.targets) == 0 {
 			continue
 		}
-		if slices.ContainsFunc(p.targets, func(t string) bool { return slices.Contains(learnerTargets, t) }) {
+		if slices.ContainsFunc(p.targets, func(t string) bool { return slices.Contains(targets, t) }) {
 			m.keepParagraph(i)
 			continue
 		}

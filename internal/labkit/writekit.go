@@ -2,6 +2,7 @@ package labkit
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
 	"go/ast"
@@ -75,6 +76,26 @@ func LoadWriteKit(root string, c *Catalog, l Lab) (*WriteKit, error) {
 	if err != nil {
 		return nil, err
 	}
+	return loadWriteKit(src, c, l)
+}
+
+// LoadWriteKitAt reads a lab's track from the kit archive as a git
+// revision has it: what grading with a pristine ref uses, so that a
+// learner who rewrites the kit in their copy (drops a mutant, weakens
+// one) changes nothing.
+func LoadWriteKitAt(ctx context.Context, root, ref string, c *Catalog, l Lab) (*WriteKit, error) {
+	data, err := gitOutput(ctx, root, "show", ref+":"+WriteKitArchive)
+	if err != nil {
+		return nil, fmt.Errorf("%w for lab %s at %s: no %s there", ErrNoWriteKit, l.Number, ref, WriteKitArchive)
+	}
+	all, err := ReadWriteKitArchive(bytes.NewReader(data))
+	if err != nil {
+		return nil, fmt.Errorf("read %s:%s: %w", ref, WriteKitArchive, err)
+	}
+	return loadWriteKit(kitSource{root: root, archive: all}, c, l)
+}
+
+func loadWriteKit(src kitSource, c *Catalog, l Lab) (*WriteKit, error) {
 	k, err := src.kit(l)
 	if err != nil {
 		return nil, err
