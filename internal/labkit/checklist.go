@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -471,4 +472,40 @@ func ScoreLabChecklist(c *Checklist, dir string, passed func(test string) bool) 
 	}
 	lc.Items = items
 	return lc
+}
+
+// CompactIDs writes checklist IDs the way the course map's checklist
+// column does: in the order given, a run of three or more consecutive
+// numbers of one prefix as "ADM-1…9", the rest one by one.
+func CompactIDs(ids []string) string {
+	type id struct {
+		prefix string
+		n      int
+		raw    string
+	}
+	var parsed []id
+	for _, s := range ids {
+		prefix, num, ok := strings.Cut(s, "-")
+		n, err := strconv.Atoi(num)
+		if !ok || err != nil {
+			n = -1
+		}
+		parsed = append(parsed, id{prefix, n, s})
+	}
+	var out []string
+	for i := 0; i < len(parsed); {
+		j := i + 1
+		for j < len(parsed) && parsed[i].n >= 0 && parsed[j].prefix == parsed[i].prefix && parsed[j].n == parsed[j-1].n+1 {
+			j++
+		}
+		if j-i >= 3 {
+			out = append(out, fmt.Sprintf("%s…%d", parsed[i].raw, parsed[j-1].n))
+		} else {
+			for k := i; k < j; k++ {
+				out = append(out, parsed[k].raw)
+			}
+		}
+		i = j
+	}
+	return strings.Join(out, ", ")
 }

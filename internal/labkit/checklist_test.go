@@ -1,9 +1,13 @@
 package labkit
 
 import (
+	"cmp"
 	"context"
 	"errors"
+	"os"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -195,5 +199,48 @@ func TestTheRepositoryChecklistParses(t *testing.T) {
 	}
 	for _, prefix := range []string{"CONC", "ADM", "TMO", "RETRY", "BRK", "DRAIN", "BRIDGE", "LIMIT", "OBS", "SEC", "DEP"} {
 		assert.True(t, ids[prefix], "the checklist has %s items", prefix)
+	}
+}
+
+func TestCompactIDsFoldsRunsOfThree(t *testing.T) {
+	assert.Equal(t, "CONC-4, ADM-1, ADM-4…6, ADM-8, TMO-1, TMO-2, RETRY-2…4", CompactIDs([]string{"CONC-4", "ADM-1", "ADM-4", "ADM-5", "ADM-6", "ADM-8", "TMO-1", "TMO-2", "RETRY-2", "RETRY-3", "RETRY-4"}))
+	assert.Equal(t, "", CompactIDs(nil))
+}
+
+// TestTheCourseMapSaysWhatTheCodeHas holds docs/README.md's table of labs
+// to the code: each lab's test count is its pristine tests', and its
+// checklist column is the items labctl grade reports for it.
+func TestTheCourseMapSaysWhatTheCodeHas(t *testing.T) {
+	const root = "../.."
+	doc, err := os.ReadFile(filepath.Join(root, "docs/README.md"))
+	require.NoError(t, err)
+	c, err := LoadCatalog(root)
+	require.NoError(t, err)
+	cl, err := LoadChecklist(root)
+	require.NoError(t, err)
+	row := regexp.MustCompile(`^\| (\d\d) \| \[[a-z]+\]\([^)]+\) \((\d+)(?: tests)?\) \|.*\| ([^|]+) \|$`)
+	seen := map[string]bool{}
+	for _, line := range strings.Split(string(doc), "\n") {
+		m := row.FindStringSubmatch(line)
+		if m == nil {
+			continue
+		}
+		l, err := c.Find(m[1])
+		require.NoError(t, err)
+		seen[l.Number] = true
+		src, err := PristineTests(root, l)
+		require.NoError(t, err)
+		tests, err := TestFuncs(src)
+		require.NoError(t, err)
+		assert.Equal(t, strconv.Itoa(len(tests)), m[2], "lab %s's test count in docs/README.md", l.Number)
+		var ids []string
+		for _, it := range cl.ForLab(l.Dir) {
+			ids = append(ids, it.ID)
+		}
+		want := cmp.Or(CompactIDs(ids), "—")
+		assert.Equal(t, want, strings.TrimSpace(m[3]), "lab %s's checklist column in docs/README.md is what labctl grade reports", l.Number)
+	}
+	for _, l := range c.BuiltLabs() {
+		assert.True(t, seen[l.Number], "docs/README.md has a row for lab %s", l.Number)
 	}
 }
