@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -242,5 +243,16 @@ func TestTheCourseMapSaysWhatTheCodeHas(t *testing.T) {
 	}
 	for _, l := range c.BuiltLabs() {
 		assert.True(t, seen[l.Number], "docs/README.md has a row for lab %s", l.Number)
+	}
+
+	// "Twelve labs": wherever the course counts its labs in words.
+	words := []string{"zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven", "twelve", "thirteen", "fourteen", "fifteen"}
+	count := regexp.MustCompile(`(?i)\b(` + strings.Join(words, "|") + `)\b (?:numbered )?labs\b`)
+	for _, doc := range []string{"README.md", "docs/README.md", "docs/instructor-guide.md"} {
+		b, err := os.ReadFile(filepath.Join(root, doc))
+		require.NoError(t, err)
+		for _, m := range count.FindAllStringSubmatch(string(b), -1) {
+			assert.Equal(t, len(c.BuiltLabs()), slices.Index(words, strings.ToLower(m[1])), "%s says %q", doc, m[0])
+		}
 	}
 }
