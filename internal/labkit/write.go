@@ -145,6 +145,8 @@ type writeRun struct {
 	raceErr  error
 
 	schema *schemaBuild // the mutants built as one; nil: each on its own
+
+	logMu sync.Mutex // one log line at a time
 }
 
 // RunWrite scores a learner's tests (or, with SelfCheck, the reference's
@@ -274,8 +276,13 @@ func (w *writeRun) parallel() int {
 	}
 }
 
+// logf writes one line to the log. The mutants run in parallel and each
+// says its verdict; a Log need not be safe for concurrent writes (a
+// bytes.Buffer is not), so the lines are written one at a time.
 func (w *writeRun) logf(format string, args ...any) {
 	if w.opts.Log != nil {
+		w.logMu.Lock()
+		defer w.logMu.Unlock()
 		fmt.Fprintf(w.opts.Log, format+"\n", args...)
 	}
 }
