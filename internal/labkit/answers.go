@@ -26,15 +26,21 @@ import (
 
 // ImplementationAnswers lists the implementation track's answers.
 func ImplementationAnswers(root string, c *Catalog) ([]Needle, error) {
+	// What the template hands out — every lab's stubs and tests — is not
+	// an answer, even where a reference repeats a piece of it.
+	var given []string
+	for _, l := range c.BuiltLabs() {
+		toks, err := givenTokens(root, l)
+		if err != nil {
+			return nil, err
+		}
+		given = append(given, toks...)
+	}
 	var needles []Needle
 	for _, l := range c.Labs {
 		sol := filepath.Join(root, l.SolutionDir())
 		if !isDir(sol) {
 			continue
-		}
-		given, err := givenTokens(root, l)
-		if err != nil {
-			return nil, err
 		}
 		entries, err := os.ReadDir(sol)
 		if err != nil {
@@ -85,25 +91,31 @@ func ImplementationAnswers(root string, c *Catalog) ([]Needle, error) {
 
 // WriteAnswers lists the test-writing track's answers.
 func WriteAnswers(root string, c *Catalog) ([]Needle, error) {
-	var needles []Needle
+	var kits []*WriteKit
 	for _, l := range c.Labs {
-		sol := filepath.Join(root, l.SolutionDir())
-		if !isDir(sol) {
+		if !isDir(filepath.Join(root, l.SolutionDir())) {
 			continue
 		}
 		k, err := kitFromSolution(root, l)
 		if err != nil {
 			return nil, err
 		}
-		// What the track hands out — the reference and the helpers — is
-		// not an answer, even where a test repeats a piece of it.
-		var given []string
+		kits = append(kits, k)
+	}
+	// What the track hands out — every lab's reference and helpers — is
+	// not an answer, even where a test repeats a piece of it.
+	var given []string
+	for _, k := range kits {
 		for _, files := range []map[string][]byte{k.Helpers, k.Ref} {
 			for _, name := range slices.Sorted(mapKeys(files)) {
 				given = append(given, codeTokens(files[name])...)
 				given = append(given, "\x00")
 			}
 		}
+	}
+	var needles []Needle
+	for _, k := range kits {
+		l := k.Lab
 		for _, name := range slices.Sorted(mapKeys(k.RefTests)) {
 			pieces, err := goPieces(filepath.ToSlash(filepath.Join(l.SolutionDir(), name)), k.RefTests[name], true)
 			if err != nil {
@@ -180,7 +192,9 @@ func givenTokens(root string, l Lab) ([]string, error) {
 }
 
 // goPieces lists a Go file's functions (their bodies) and, unless
-// funcsOnly, its struct types (their field lists), each as a needle.
+// funcsOnly, its struct types (their field lists), each as a needle: what
+// is inside the braces, so that the statements quoted without them (in a
+// hint, inlined into another function) are found too.
 func goPieces(rel string, src []byte, funcsOnly bool) ([]Needle, error) {
 	fset := token.NewFileSet()
 	f, err := parser.ParseFile(fset, rel, src, parser.SkipObjectResolution)
@@ -197,7 +211,7 @@ func goPieces(rel string, src []byte, funcsOnly bool) ([]Needle, error) {
 			if d.Body == nil {
 				continue
 			}
-			out = append(out, Needle{What: fmt.Sprintf("%s: the body of %s", rel, funcName(d)), tokens: span(d.Body.Lbrace, d.Body.Rbrace+1)})
+			out = append(out, Needle{What: fmt.Sprintf("%s: the body of %s", rel, funcName(d)), tokens: span(d.Body.Lbrace+1, d.Body.Rbrace)})
 		case *ast.GenDecl:
 			if funcsOnly || d.Tok != token.TYPE {
 				continue
@@ -205,7 +219,7 @@ func goPieces(rel string, src []byte, funcsOnly bool) ([]Needle, error) {
 			for _, s := range d.Specs {
 				ts := s.(*ast.TypeSpec)
 				if st, ok := ts.Type.(*ast.StructType); ok && st.Fields != nil {
-					out = append(out, Needle{What: fmt.Sprintf("%s: the fields of type %s", rel, ts.Name.Name), tokens: span(st.Fields.Opening, st.Fields.Closing+1)})
+					out = append(out, Needle{What: fmt.Sprintf("%s: the fields of type %s", rel, ts.Name.Name), tokens: span(st.Fields.Opening+1, st.Fields.Closing)})
 				}
 			}
 		}

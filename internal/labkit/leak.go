@@ -142,24 +142,51 @@ func hashTokens(toks []string) uint64 {
 }
 
 // search looks for needles in data, reached through where, and in
-// everything data holds.
+// everything data holds. What it cannot open — a stream that inflates
+// past maxLeakBytes, an archive or an encoding nested deeper than
+// maxLeakDepth — is a finding too: the search cannot vouch for it.
 func (idx *needleIndex) search(where string, data []byte, depth int, found map[string]string) {
-	if len(data) == 0 || depth > maxLeakDepth {
+	if len(data) == 0 {
 		return
 	}
-	for _, inner := range unpack(data) {
-		idx.search(where+" → "+inner.name, inner.data, depth+1, found)
+	var inner []blob
+	inner = append(inner, unpack(data)...)
+	text := ""
+	if looksLikeText(data) {
+		text = string(data)
+		variants := []string{
+			text,
+			stripComments(text, "//", "/*", "*/"),
+			stripComments(text, "--", "--[[", "]]"),
+			stripComments(uncomment(text), "//", "/*", "*/"),                                     // code commented out line by line
+			stripComments(strings.NewReplacer("/*", " ", "*/", " ").Replace(text), "//", "", ""), // code in a block comment, with comments of its own
+		}
+		for _, variant := range variants {
+			idx.match(where, tokenize(variant), found)
+		}
+		inner = append(inner, decodings(text)...)
 	}
-	if !looksLikeText(data) {
-		return
+	for _, b := range inner {
+		switch {
+		case b.tooLarge:
+			found[fmt.Sprintf("a %s stream that inflates past %d MiB, which the search does not open", b.name, maxLeakBytes>>20)] = where + " → " + b.name
+		case depth >= maxLeakDepth:
+			if meaningful(b.data) {
+				found[fmt.Sprintf("something nested deeper than %d levels, which the search does not open", maxLeakDepth)] = where + " → " + b.name
+			}
+		default:
+			idx.search(where+" → "+b.name, b.data, depth+1, found)
+		}
 	}
-	text := string(data)
-	for _, variant := range []string{text, stripComments(text, "//", "/*", "*/"), stripComments(text, "--", "--[[", "]]"), stripComments(uncomment(text), "//", "/*", "*/")} {
-		idx.match(where, tokenize(variant), found)
+}
+
+// meaningful reports whether a decoding or a member holds something worth
+// searching: an archive, or text.
+func meaningful(data []byte) bool {
+	if len(unpack(data)) > 0 {
+		return true
 	}
-	for _, inner := range decodings(text) {
-		idx.search(where+" → "+inner.name, inner.data, depth+1, found)
-	}
+	return len(data) >= 16 && utf8.Valid(data) && looksLikeText(data)
 }
 
 func (idx *needleIndex) match(where string, toks []string, found map[string]string) {
@@ -214,7 +241,7 @@ func stripComments(text, line, open, close string) string {
 	var b strings.Builder
 	for i := 0; i < len(text); {
 		switch {
-		case strings.HasPrefix(text[i:], open):
+		case open != "" && strings.HasPrefix(text[i:], open):
 			end := strings.Index(text[i+len(open):], close)
 			if end < 0 {
 				// An opening with no close is not a comment worth
@@ -239,9 +266,9 @@ func stripComments(text, line, open, close string) string {
 	return b.String()
 }
 
-// uncomment is text with code that was commented out brought back: each
-// line's leading "//" and every "/*" and "*/" removed. What is left of
-// the comments inside that code the caller strips.
+// uncomment is text with code that was commented out line by line brought
+// back: each line's leading "//" removed. What is left of the comments
+// inside that code the caller strips.
 func uncomment(text string) string {
 	var b strings.Builder
 	for line := range strings.Lines(text) {
@@ -251,7 +278,7 @@ func uncomment(text string) string {
 		}
 		b.WriteString(line)
 	}
-	return strings.NewReplacer("/*", " ", "*/", " ").Replace(b.String())
+	return b.String()
 }
 
 // codeTokens tokenizes Go source without its comments: what a needle is
@@ -300,37 +327,78 @@ func looksLikeText(data []byte) bool {
 
 // blob is something found inside a file: an archive member or a decoding.
 type blob struct {
-	name string
-	data []byte
+	name     string
+	data     []byte
+	tooLarge bool // it inflates past maxLeakBytes
 }
 
 // unpack returns what an archive or a compressed stream holds, or nothing.
+// Binary data is also searched for gzip and zlib streams that do not start
+// it (inside another format, after a header of the author's own).
 func unpack(data []byte) []blob {
+	var out []blob
 	switch {
-	case len(data) > 2 && data[0] == 0x1f && data[1] == 0x8b:
-		if r, err := gzip.NewReader(bytes.NewReader(data)); err == nil {
-			if out, err := readBounded(r); err == nil {
-				return []blob{{"gzip", out}}
-			}
-		}
-	case len(data) > 2 && data[0] == 0x78 && (data[1] == 0x01 || data[1] == 0x5e || data[1] == 0x9c || data[1] == 0xda):
-		if r, err := zlib.NewReader(bytes.NewReader(data)); err == nil {
-			if out, err := readBounded(r); err == nil {
-				return []blob{{"zlib", out}}
-			}
-		}
 	case bytes.HasPrefix(data, []byte("PK\x03\x04")):
 		return unzip(data)
 	case len(data) > 262 && string(data[257:262]) == "ustar":
 		return untar(data)
 	}
-	return nil
+	// Text holds its streams encoded, which decodings finds: only a
+	// stream that starts it is looked for there.
+	last := len(data) - 3
+	if looksLikeText(data) {
+		last = 0
+	}
+	starts := 0
+	for off := 0; off <= last && starts < maxStreamStarts; off++ {
+		var r io.Reader
+		var name string
+		switch {
+		case data[off] == 0x1f && data[off+1] == 0x8b && data[off+2] == 8:
+			zr, err := gzip.NewReader(bytes.NewReader(data[off:]))
+			if err != nil {
+				continue
+			}
+			zr.Multistream(false)
+			r, name = zr, "gzip"
+		case data[off] == 0x78 && (data[off+1] == 0x01 || data[off+1] == 0x5e || data[off+1] == 0x9c || data[off+1] == 0xda):
+			zr, err := zlib.NewReader(bytes.NewReader(data[off:]))
+			if err != nil {
+				continue
+			}
+			r, name = zr, "zlib"
+		default:
+			continue
+		}
+		starts++
+		if off > 0 {
+			name += fmt.Sprintf(" at byte %d", off)
+		}
+		b, err := readBounded(r)
+		switch {
+		case errors.Is(err, errTooLarge):
+			out = append(out, blob{name: name, tooLarge: true})
+		case len(b) > 0:
+			// A stream cut short still gives what it held up to the cut.
+			out = append(out, blob{name: name, data: b})
+		}
+		if off == 0 && err == nil {
+			return out // the whole file is one stream
+		}
+	}
+	return out
 }
+
+// maxStreamStarts bounds how many compressed-stream headers one file is
+// tried at.
+const maxStreamStarts = 64
+
+var errTooLarge = errors.New("inflates past the search's limit")
 
 func readBounded(r io.Reader) ([]byte, error) {
 	out, err := io.ReadAll(io.LimitReader(r, maxLeakBytes+1))
 	if len(out) > maxLeakBytes {
-		return nil, errors.New("too large")
+		return nil, errTooLarge
 	}
 	return out, err
 }
@@ -347,10 +415,14 @@ func untar(data []byte) []blob {
 			continue
 		}
 		b, err := readBounded(tr)
+		if errors.Is(err, errTooLarge) {
+			out = append(out, blob{name: hdr.Name, tooLarge: true})
+			continue
+		}
 		if err != nil {
 			return out
 		}
-		out = append(out, blob{hdr.Name, b})
+		out = append(out, blob{name: hdr.Name, data: b})
 	}
 }
 
@@ -367,8 +439,11 @@ func unzip(data []byte) []blob {
 		}
 		b, err := readBounded(rc)
 		rc.Close()
-		if err == nil {
-			out = append(out, blob{f.Name, b})
+		switch {
+		case errors.Is(err, errTooLarge):
+			out = append(out, blob{name: f.Name, tooLarge: true})
+		case err == nil:
+			out = append(out, blob{name: f.Name, data: b})
 		}
 	}
 	return out
@@ -376,7 +451,9 @@ func unzip(data []byte) []blob {
 
 var (
 	base64Run  = regexp.MustCompile(`[A-Za-z0-9+/_-]{40,}={0,2}`)
-	hexRun     = regexp.MustCompile(`(?:[0-9a-fA-F]{2}){32,}`)
+	hexRun     = regexp.MustCompile(`(?:(?:0[xX])?[0-9a-fA-F]{2}[\s,]*){32,}`) // "6675…", "66 75 …", "0x66, 0x75, …", xxd -p's lines
+	hexNoise   = strings.NewReplacer("0x", "", "0X", "", ",", "", " ", "", "\t", "", "\n", "", "\r", "")
+	base64Line = regexp.MustCompile(`^[A-Za-z0-9+/=_-]{16,}$`)
 	quotedRun  = regexp.MustCompile(`"(?:[^"\\\n]|\\.)*\\(?:[^"\\\n]|\\.)*"`) // a double-quoted string with an escape in it
 	rawQuoted  = regexp.MustCompile("`[^`]{40,}`")
 	entityLike = regexp.MustCompile(`&(#[0-9]+|#x[0-9a-fA-F]+|[a-z]+);`)
@@ -387,17 +464,18 @@ var (
 // escapes, and the text with its HTML entities undone.
 func decodings(text string) []blob {
 	var out []blob
-	for _, run := range base64Run.FindAllString(text, -1) {
+	for _, run := range append(base64Run.FindAllString(text, -1), wrappedBase64(text)...) {
 		for _, enc := range []*base64.Encoding{base64.StdEncoding, base64.RawStdEncoding, base64.URLEncoding, base64.RawURLEncoding} {
 			if b, err := enc.DecodeString(run); err == nil && len(b) > 0 {
-				out = append(out, blob{"base64", b})
+				out = append(out, blob{name: "base64", data: b})
 				break
 			}
 		}
 	}
 	for _, run := range hexRun.FindAllString(text, -1) {
-		if b, err := hex.DecodeString(run); err == nil {
-			out = append(out, blob{"hex", b})
+		digits := hexNoise.Replace(run)
+		if b, err := hex.DecodeString(digits[:len(digits)&^1]); err == nil {
+			out = append(out, blob{name: "hex", data: b})
 		}
 	}
 	var lits []string
@@ -411,21 +489,45 @@ func decodings(text string) []blob {
 	if len(lits) > 0 {
 		// One blob of every literal, in order: a body split over several
 		// concatenated literals still reads whole.
-		out = append(out, blob{"string literals", []byte(strings.Join(lits, "\n"))})
+		out = append(out, blob{name: "string literals", data: []byte(strings.Join(lits, "\n"))})
 	}
 	for _, q := range rawQuoted.FindAllString(text, -1) {
 		if strings.Contains(q, "\\") {
 			if s, err := strconv.Unquote(`"` + strings.ReplaceAll(q[1:len(q)-1], `"`, `\"`) + `"`); err == nil {
-				out = append(out, blob{"escapes", []byte(s)})
+				out = append(out, blob{name: "escapes", data: []byte(s)})
 			}
 		}
 	}
 	if entityLike.MatchString(text) {
 		if u := html.UnescapeString(text); u != text {
-			out = append(out, blob{"HTML entities", []byte(u)})
+			out = append(out, blob{name: "HTML entities", data: []byte(u)})
 		}
 	}
 	return out
+}
+
+// wrappedBase64 joins base64 that a tool wrapped into lines (base64 and
+// openssl write 76 or 64 columns): each run of two or more lines that hold
+// nothing but base64, indentation aside, as one string.
+func wrappedBase64(text string) []string {
+	var runs []string
+	var cur []string
+	flush := func() {
+		if len(cur) >= 2 {
+			runs = append(runs, strings.Join(cur, ""))
+		}
+		cur = nil
+	}
+	for line := range strings.Lines(text) {
+		t := strings.TrimSpace(line)
+		if base64Line.MatchString(t) {
+			cur = append(cur, t)
+			continue
+		}
+		flush()
+	}
+	flush()
+	return runs
 }
 
 // describeLeaks is the error an export returns when it finds answers.

@@ -107,6 +107,14 @@ func TestFindLeaksSeesAnAnswerInAnyFormItTakes(t *testing.T) {
 		"page.html":       []byte("<pre>" + html.EscapeString(refillBody) + "</pre>"),
 		"nested.tar.gz":   gz(tarOf("x.txt", []byte(base64.StdEncoding.EncodeToString(gz(body))))),
 		"lua-comments.md": []byte("-- a note\n" + refillBody + "\n"),
+		"wrapped.md":      []byte("```\n" + wrap(base64.StdEncoding.EncodeToString(body), 76) + "\n```\n"),
+		"wrapped-gz.txt":  []byte(wrap(base64.StdEncoding.EncodeToString(gz(body)), 64)),
+		"xxd.txt":         []byte(wrap(hex.EncodeToString(body), 60)),
+		"spaced-hex.txt":  []byte(spacedHex(body, " ", "")),
+		"bytes.go":        []byte("package x\n\nvar b = []byte{" + spacedHex(body, ", ", "0x") + "}\n"),
+		"no-braces.md":    []byte("The statements:\n\n" + strings.TrimSuffix(strings.TrimPrefix(refillBody, "{"), "}") + "\n"),
+		"block.go":        []byte("package x\n\n/*\nfunc (b *Bucket) Refill(now int64) {\n\t// a comment of its own\n\telapsed := now - b.last // and another\n\tif elapsed > 0 {\n\t\tb.tokens = min(b.burst, b.tokens+float64(elapsed)*b.rate)\n\t\tb.last = now\n\t}\n}\n*/\n"),
+		"image.png":       append([]byte("\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\x00\x01\x02\x03zTXtanswer\x00\x00"), zl(body)...),
 	}
 	dir := t.TempDir()
 	for name, b := range forms {
@@ -126,6 +134,55 @@ func TestFindLeaksSeesAnAnswerInAnyFormItTakes(t *testing.T) {
 	}
 	assert.NotContains(t, found, "innocent.md", "the idea in words is not the answer")
 	assert.Contains(t, found["kit.tar.gz"], "kit.tar.gz → gzip → 02-x/ref/bucket.go", "a leak says how it was reached")
+}
+
+func wrap(s string, width int) string {
+	var lines []string
+	for len(s) > width {
+		lines = append(lines, s[:width])
+		s = s[width:]
+	}
+	return strings.Join(append(lines, s), "\n")
+}
+
+func spacedHex(b []byte, sep, prefix string) string {
+	var parts []string
+	for _, c := range b {
+		parts = append(parts, prefix+hex.EncodeToString([]byte{c}))
+	}
+	return strings.Join(parts, sep)
+}
+
+// TestFindLeaksRefusesToVouchForWhatItCannotOpen: a stream that inflates
+// past the limit, or an answer nested deeper than the search goes, is a
+// finding, not a silence.
+func TestFindLeaksRefusesToVouchForWhatItCannotOpen(t *testing.T) {
+	t.Parallel()
+	gz := func(b []byte) []byte {
+		var buf bytes.Buffer
+		w := gzip.NewWriter(&buf)
+		_, _ = w.Write(b)
+		require.NoError(t, w.Close())
+		return buf.Bytes()
+	}
+	dir := t.TempDir()
+	big := append([]byte(refillBody), bytes.Repeat([]byte(" "), maxLeakBytes+1)...)
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "blob.gz"), gz(big), 0o644))
+	deep := []byte(refillBody)
+	for range maxLeakDepth + 2 {
+		deep = []byte(base64.StdEncoding.EncodeToString(gz(deep)))
+	}
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "deep.txt"), deep, 0o644))
+	leaks, err := FindLeaks(dir, answerNeedles(t))
+	require.NoError(t, err)
+	var got []string
+	for _, l := range leaks {
+		got = append(got, l.String())
+	}
+	all := strings.Join(got, "\n")
+	assert.Contains(t, all, "blob.gz → gzip: holds a gzip stream that inflates past 64 MiB", "too large to open is a finding")
+	assert.Contains(t, all, "deep.txt → base64 → gzip → base64 → gzip", "too deep to open is a finding")
+	assert.Contains(t, all, "nested deeper than")
 }
 
 func escapeAll(s string) string {
