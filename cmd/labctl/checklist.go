@@ -17,6 +17,9 @@ func cmdChecklist(ctx context.Context, e *env, args []string) error {
 	if _, err := parse(fs, args); err != nil {
 		return err
 	}
+	if err := needsSolutions(e, "checklist"); err != nil {
+		return err
+	}
 	c, err := labkit.LoadChecklist(e.root)
 	if err != nil {
 		return err

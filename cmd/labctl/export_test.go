@@ -107,6 +107,11 @@ func TestExportedTemplateGradesWhatTheLearnerSolved(t *testing.T) {
 		assert.Less(t, l.Passed, l.Total, "lab %s is a stub and should not pass", l.Number)
 	}
 	assert.Equal(t, []labkit.Track{labkit.TrackLabs}, g.Tracks, "the labs template grades the labs track alone")
+	for _, cmd := range []string{"verify", "checklist", "write"} {
+		code, _, errOut := labctl(t, dst, cmd, "01")
+		assert.Equal(t, 2, code, "labctl %s has nothing to work on in the labs template", cmd)
+		assert.Contains(t, errOut, "not in this template", "and says so")
+	}
 
 	// The guide's examples of the reports are this run's.
 	md, err := os.ReadFile(filepath.Join(reports, "grade.md"))
@@ -313,6 +318,8 @@ func TestExportedWriteTemplateScoresTheLearnersTests(t *testing.T) {
 	reports := t.TempDir()
 	code, out, errOut = labctl(t, dst, "grade", "--pristine-ref", "HEAD", "--out", reports, "01")
 	require.Equal(t, 0, code, "labctl grade failed:\n%s%s", out, errOut)
+	assert.NotContains(t, out, "tests (", "no count of exercise tests where there are none:\n%s", out)
+	assert.Contains(t, out, "test-writing track: ", "the track graded is what the summary counts")
 	g := readGrade(t, reports)
 	assert.Equal(t, []labkit.Track{labkit.TrackWrite}, g.Tracks)
 	require.Len(t, g.Labs, 1)

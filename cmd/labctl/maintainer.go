@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -24,6 +25,9 @@ func cmdVerify(ctx context.Context, e *env, args []string) error {
 	oneByOne := fs.Bool("one-by-one", false, "build each mutant on its own instead of a lab's mutants in one test binary (slower)")
 	pos, err := parse(fs, args)
 	if err != nil {
+		return err
+	}
+	if err := needsSolutions(e, "verify"); err != nil {
 		return err
 	}
 	c, err := labkit.LoadCatalog(e.root)
@@ -160,15 +164,36 @@ func cmdGrade(ctx context.Context, e *env, args []string) error {
 	if err := g.WriteReports(dir); err != nil {
 		return err
 	}
+	printGrade(e, g, *out)
+	return nil
+}
+
+// printGrade is the grade on the terminal: a row per lab with the tracks
+// this checkout holds, then the notes, the checklist, and the totals.
+func printGrade(e *env, g *labkit.Grade, out string) {
+	labs, write := slices.Contains(g.Tracks, labkit.TrackLabs), slices.Contains(g.Tracks, labkit.TrackWrite)
 	t := table(e.stdout)
-	fmt.Fprintln(t, "lab\ttitle\tpassed\ttests track\tnote")
+	head := "lab\ttitle"
+	if labs {
+		head += "\tpassed"
+	}
+	if write {
+		head += "\ttests track"
+	}
+	fmt.Fprintln(t, head+"\tnote")
 	var notes []string
 	for _, l := range g.Labs {
-		track := "-"
-		if l.Write != nil {
-			track = l.Write.Line()
+		fmt.Fprintf(t, "%s\t%s", l.Number, l.Title)
+		if labs {
+			fmt.Fprintf(t, "\t%d/%d", l.Passed, l.Total)
 		}
-		fmt.Fprintf(t, "%s\t%s\t%d/%d\t%s", l.Number, l.Title, l.Passed, l.Total, track)
+		if write {
+			track := "-"
+			if l.Write != nil {
+				track = l.Write.Line()
+			}
+			fmt.Fprintf(t, "\t%s", track)
+		}
 		if l.Edited {
 			fmt.Fprint(t, "\tedited tests restored")
 		}
@@ -196,11 +221,23 @@ func cmdGrade(ctx context.Context, e *env, args []string) error {
 		fmt.Fprintln(e.stdout, "\nproduction promises your code keeps (checklist/PRODUCTION_READINESS.md):")
 		fmt.Fprintln(e.stdout, strings.Join(items, "\n"))
 	}
-	if g.MutantsTotal > 0 {
-		fmt.Fprintf(e.stdout, "\ntest-writing track: %d/%d mutants killed by your tests in write/\n", g.MutantsKilled, g.MutantsTotal)
+	fmt.Fprintln(e.stdout)
+	if write {
+		fmt.Fprintf(e.stdout, "test-writing track: %d/%d mutants killed by your tests in write/\n", g.MutantsKilled, g.MutantsTotal)
 	}
-	fmt.Fprintf(e.stdout, "\ngrade: %d/%d tests (%.0f%%); reports in %s/{grade.json,junit.xml,grade.md}\n", g.Passed, g.Total, 100*g.Score(), *out)
-	return nil
+	if labs {
+		fmt.Fprintf(e.stdout, "grade: %d/%d tests (%.0f%%)\n", g.Passed, g.Total, 100*g.Score())
+	}
+	fmt.Fprintf(e.stdout, "reports in %s/{grade.json,junit.xml,grade.md}\n", out)
+}
+
+// needsSolutions refuses a maintainer's command where there is no
+// solutions/ to check: in a learner template.
+func needsSolutions(e *env, name string) error {
+	if fi, err := os.Stat(filepath.Join(e.root, "solutions")); err == nil && fi.IsDir() {
+		return nil
+	}
+	return fmt.Errorf("%w: labctl %s is a maintainer's command: it checks the course's solutions/, which a learner template does not hold (labctl grade grades this one)", labkit.ErrOtherTrack, name)
 }
 
 func cmdIntegration(ctx context.Context, e *env, args []string) error {
@@ -210,6 +247,9 @@ func cmdIntegration(ctx context.Context, e *env, args []string) error {
 	require := fs.String("require", "", "comma-separated `tests` that must be among those that ran and passed")
 	pos, err := parse(fs, args)
 	if err != nil {
+		return err
+	}
+	if err := needsSolutions(e, "integration"); err != nil {
 		return err
 	}
 	pkgs := pos
