@@ -508,4 +508,8 @@ func TestTheInstructorGuideSaysWhatTheCodeHas(t *testing.T) {
 	}
 	cold, _ := filepath.Glob(filepath.Join(root, WriteDir, "testdata/cold/*.go.txt"))
 	assert.Equal(t, len(cold), rows, "the guide's table has a row per cold suite")
+	words := []string{"no", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten", "eleven", "twelve"}
+	for _, m := range regexp.MustCompile(`(?i)\b([a-z]+) suites were written cold`).FindAllStringSubmatch(guide, -1) {
+		assert.Equal(t, len(cold), slices.Index(words, strings.ToLower(m[1])), "the guide's %q", m[0])
+	}
 }
