@@ -145,37 +145,25 @@ func (c *Catalog) Select(names []string) ([]Lab, error) {
 	if len(names) == 0 {
 		return c.BuiltLabs(), nil
 	}
-	var labs []Lab
-	for _, name := range names {
-		l, err := c.Find(name)
-		if err != nil {
-			return nil, err
+	return c.resolve(names, func(l Lab) error {
+		switch {
+		case l.Built():
+			return nil
+		case c.Holds(TrackWrite) && !c.Holds(TrackLabs):
+			return fmt.Errorf("%w: this is the test-writing template: lab %s's stubs and exercise tests are not in it (its track here: make write-%s)", ErrOtherTrack, l.Number, l.Number)
 		}
-		if !l.Built() {
-			if c.Holds(TrackWrite) && !c.Holds(TrackLabs) {
-				return nil, fmt.Errorf("%w: this is the test-writing template: lab %s's stubs and exercise tests are not in it (its track here: make write-%s)", ErrOtherTrack, l.Number, l.Number)
-			}
-			return nil, fmt.Errorf("lab %s (%s) is not built yet: it arrives with issue #%d", l.Number, l.Title, l.Issue)
-		}
-		labs = append(labs, l)
-	}
-	return labs, nil
+		return fmt.Errorf("lab %s (%s) is not built yet: it arrives with issue #%d", l.Number, l.Title, l.Issue)
+	})
 }
 
 // SelectAny resolves lab names to labs of which either track is here.
 func (c *Catalog) SelectAny(names []string) ([]Lab, error) {
-	var labs []Lab
-	for _, name := range names {
-		l, err := c.Find(name)
-		if err != nil {
-			return nil, err
-		}
+	return c.resolve(names, func(l Lab) error {
 		if !l.Built() && !l.Writable() {
-			return nil, fmt.Errorf("lab %s (%s) is not here: neither its stubs nor its test-writing track", l.Number, l.Title)
+			return fmt.Errorf("lab %s (%s) is not here: neither its stubs nor its test-writing track", l.Number, l.Title)
 		}
-		labs = append(labs, l)
-	}
-	return labs, nil
+		return nil
+	})
 }
 
 // ErrOtherTrack means the command belongs to the track this template does
@@ -191,14 +179,24 @@ func (c *Catalog) SelectWrite(names []string) ([]Lab, error) {
 	if len(names) == 0 {
 		return c.WriteLabs(), nil
 	}
+	return c.resolve(names, func(l Lab) error {
+		if !l.Writable() {
+			return fmt.Errorf("lab %s (%s) has no test-writing track here", l.Number, l.Title)
+		}
+		return nil
+	})
+}
+
+// resolve finds each named lab and asks here whether it may be used.
+func (c *Catalog) resolve(names []string, here func(Lab) error) ([]Lab, error) {
 	var labs []Lab
 	for _, name := range names {
 		l, err := c.Find(name)
 		if err != nil {
 			return nil, err
 		}
-		if !l.Writable() {
-			return nil, fmt.Errorf("lab %s (%s) has no test-writing track here", l.Number, l.Title)
+		if err := here(l); err != nil {
+			return nil, err
 		}
 		labs = append(labs, l)
 	}

@@ -10,6 +10,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"html"
+	"io"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -56,20 +57,8 @@ const refillBody = "{\n  elapsed := now - b.last\n  if elapsed > 0 { // top up\n
 
 func TestFindLeaksSeesAnAnswerInAnyFormItTakes(t *testing.T) {
 	t.Parallel()
-	gz := func(b []byte) []byte {
-		var buf bytes.Buffer
-		w := gzip.NewWriter(&buf)
-		_, _ = w.Write(b)
-		require.NoError(t, w.Close())
-		return buf.Bytes()
-	}
-	zl := func(b []byte) []byte {
-		var buf bytes.Buffer
-		w := zlib.NewWriter(&buf)
-		_, _ = w.Write(b)
-		require.NoError(t, w.Close())
-		return buf.Bytes()
-	}
+	gz := func(b []byte) []byte { return compressed(t, gzip.NewWriter, b) }
+	zl := func(b []byte) []byte { return compressed(t, zlibWriter, b) }
 	tarOf := func(name string, b []byte) []byte {
 		var buf bytes.Buffer
 		w := tar.NewWriter(&buf)
@@ -136,6 +125,19 @@ func TestFindLeaksSeesAnAnswerInAnyFormItTakes(t *testing.T) {
 	assert.Contains(t, found["kit.tar.gz"], "kit.tar.gz → gzip → 02-x/ref/bucket.go", "a leak says how it was reached")
 }
 
+// compressed is b through a compressing writer.
+func compressed[W io.WriteCloser](t *testing.T, newWriter func(io.Writer) W, b []byte) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	w := newWriter(&buf)
+	_, err := w.Write(b)
+	require.NoError(t, err)
+	require.NoError(t, w.Close())
+	return buf.Bytes()
+}
+
+func zlibWriter(w io.Writer) *zlib.Writer { return zlib.NewWriter(w) }
+
 func wrap(s string, width int) string {
 	var lines []string
 	for len(s) > width {
@@ -158,13 +160,7 @@ func spacedHex(b []byte, sep, prefix string) string {
 // finding, not a silence.
 func TestFindLeaksRefusesToVouchForWhatItCannotOpen(t *testing.T) {
 	t.Parallel()
-	gz := func(b []byte) []byte {
-		var buf bytes.Buffer
-		w := gzip.NewWriter(&buf)
-		_, _ = w.Write(b)
-		require.NoError(t, w.Close())
-		return buf.Bytes()
-	}
+	gz := func(b []byte) []byte { return compressed(t, gzip.NewWriter, b) }
 	dir := t.TempDir()
 	big := append([]byte(refillBody), bytes.Repeat([]byte(" "), maxLeakBytes+1)...)
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "blob.gz"), gz(big), 0o644))
