@@ -226,7 +226,7 @@ func exportTrack(t *testing.T, root string, track labkit.Track) string {
 	shown := guideBlock(t, root, "<!-- output of labctl export -track "+string(track)+" -->")
 	dirShown := regexp.MustCompile(` to (\S+):`).FindStringSubmatch(shown)
 	require.NotNil(t, dirShown, "the guide's export output names its directory")
-	assert.Equal(t, norm(shown, dirShown[1]), strings.TrimRight(norm(out, dst), "\n"), "docs/instructor-guide.md shows what labctl export -track %s prints: paste this run's output there", track)
+	assert.Equal(t, norm(shown, dirShown[1]), strings.TrimRight(norm(out, dst), "\n"), "docs/instructor-guide.md shows what labctl export -track %s prints: scripts/guide-examples.sh rewrites it", track)
 
 	var files []string
 	require.NoError(t, filepath.WalkDir(dst, func(p string, d fs.DirEntry, err error) error {

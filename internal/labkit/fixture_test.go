@@ -338,3 +338,21 @@ func TestVerifyChecksEveryTestHasAHint(t *testing.T) {
 	r := checkOnly(t, root)
 	assert.Contains(t, problems(r), "no hint names TestSumAddsEveryNumber", "make lab-NN would show an unrelated hint when this test fails first")
 }
+
+func TestVerifyRejectsAReferenceThatExportsMoreThanItsStub(t *testing.T) {
+	t.Parallel()
+	root := fixture(t)
+	b, err := os.ReadFile(filepath.Join(root, "solutions/01-add/add.go"))
+	require.NoError(t, err)
+	write(t, root, "solutions/01-add/add.go", string(b)+"\n// Twice is a product extension.\nfunc Twice(a int) int { return Add(a, a) }\n")
+	r := checkOnly(t, root)
+	assert.Contains(t, problems(r), "solutions/01-add exports func Twice(int) (int), which the stub does not")
+
+	root = fixture(t)
+	b, err = os.ReadFile(filepath.Join(root, "solutions/01-add/add.go"))
+	require.NoError(t, err)
+	write(t, root, "solutions/01-add/add.go", strings.Replace(string(b), "func Add(a, b int) int", "func Add(a, b int64) int", 1))
+	r = checkOnly(t, root)
+	assert.Contains(t, problems(r), "the stub exports func Add(int, int) (int), which solutions/01-add does not", "a signature that differs is a different API")
+	assert.Contains(t, problems(r), "solutions/01-add exports func Add(int64, int64) (int)")
+}

@@ -152,7 +152,7 @@ func Verify(ctx context.Context, opts VerifyOptions) ([]LabReport, error) {
 }
 
 // checkFiles covers the conventions a read of the files settles: files
-// present, tests identical, hints naming real tests.
+// present, tests identical, hints naming real tests, the same exported API.
 func (v *verifier) checkFiles(r *LabReport) error {
 	l := r.Lab
 	for _, f := range []string{filepath.Join(l.LabDir(), "README.md"), filepath.Join(l.LabDir(), l.Hints)} {
@@ -164,6 +164,27 @@ func (v *verifier) checkFiles(r *LabReport) error {
 		return err
 	}
 	v.checkHints(r)
+	return v.checkExports(r)
+}
+
+// checkExports requires the reference to export exactly the stub's API
+// (see exports.go).
+func (v *verifier) checkExports(r *LabReport) error {
+	stub, err := Exports(filepath.Join(v.Root, r.Lab.LabDir()))
+	if err != nil {
+		return err
+	}
+	ref, err := Exports(filepath.Join(v.Root, r.Lab.SolutionDir()))
+	if err != nil {
+		return err
+	}
+	extra, missing := exportDiff(stub, ref)
+	for _, e := range extra {
+		r.problem("solutions/%s exports %s, which the stub does not: a product extension belongs in the product's own package", r.Lab.Dir, e)
+	}
+	for _, e := range missing {
+		r.problem("the stub exports %s, which solutions/%s does not", e, r.Lab.Dir)
+	}
 	return nil
 }
 

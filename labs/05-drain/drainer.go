@@ -16,6 +16,11 @@ import (
 // ErrDraining is returned by Enter once draining has begun.
 var ErrDraining = errors.New("drain: draining, not accepting new requests")
 
+// ErrCut is the cause Serve gives the requests' base context when Grace
+// ends with requests still running: context.Cause(r.Context()) is ErrCut
+// in a handler the server cut, so it can tell that from a client that left.
+var ErrCut = errors.New("drain: request cut at the end of the drain grace")
+
 // ErrNotImplemented is what the stubs return until you write them.
 var ErrNotImplemented = errors.New("lab 05: not implemented yet")
 

@@ -23,10 +23,9 @@ import (
 // ErrDraining is returned by Enter once draining has begun.
 var ErrDraining = errors.New("drain: draining, not accepting new requests")
 
-// ErrCut is the cause Serve gives the requests' base context when the
-// grace ends with requests still running: context.Cause(r.Context()) tells
-// a handler that the server cut it, not the client. (An extension the
-// reference services use; the exercise does not require it.)
+// ErrCut is the cause Serve gives the requests' base context when Grace
+// ends with requests still running: context.Cause(r.Context()) is ErrCut
+// in a handler the server cut, so it can tell that from a client that left.
 var ErrCut = errors.New("drain: request cut at the end of the drain grace")
 
 // Drainer tracks in-flight requests and drains them. The zero value is not
@@ -68,24 +67,6 @@ func (d *Drainer) leave() {
 		d.idle = nil
 	}
 }
-
-// Join is Enter for a caller that keeps its own books: it registers one
-// request and reports whether it was admitted, without allocating the
-// idempotent leave func; the caller must call Leave exactly once for each
-// true. (An extension the gateway's hot path uses; the exercise does not
-// require it.)
-func (d *Drainer) Join() bool {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	if !d.accepting {
-		return false
-	}
-	d.active++
-	return true
-}
-
-// Leave ends one request registered by Join.
-func (d *Drainer) Leave() { d.leave() }
 
 // Active is the number of requests in flight.
 func (d *Drainer) Active() int {

@@ -264,6 +264,24 @@ func TestServeCutsRequestsWhenGraceEnds(t *testing.T) {
 	})
 }
 
+func TestACutRequestIsToldTheServerCutIt(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		causes := make(chan error, 1)
+		r := startRig(t, ServeOptions{Grace: time.Second}, func(w http.ResponseWriter, req *http.Request) {
+			<-req.Context().Done()
+			causes <- context.Cause(req.Context())
+		})
+		s := r.get("/work")
+		synctest.Wait()
+		r.stop()
+		res := r.finish()
+		<-s
+		cause := <-causes
+		require.ErrorIs(t, cause, ErrCut, "want context.Cause of a request cut when Grace ends to be ErrCut, so a handler can tell the server cut it from a client that left; got %v", cause)
+		require.Equal(t, Report{Drained: false, Cut: 1}, res.report, "want the request reported as cut, got %+v", res.report)
+	})
+}
+
 // stream is a handler for a request that runs until its context ends (or an
 // hour passes); it reports when it ended, since start.
 func stream(start time.Time, ended chan<- time.Duration) http.HandlerFunc {

@@ -30,26 +30,26 @@ func (r *Router) enter(ctx context.Context, run *run) error {
 	if err := r.plan(run, pinned); err != nil {
 		return err
 	}
-	if !r.inflight.Join() {
+	if !r.inflight.join() {
 		r.obs.Rejected(req.Tenant, RejectClosed)
 		return ErrClosed
 	}
 	if !r.tenants.enter(req.Tenant) {
-		r.inflight.Leave()
+		r.inflight.leave()
 		r.obs.Rejected(req.Tenant, RejectTenantBusy)
 		return &RateLimitError{RetryAfter: time.Second, busy: true}
 	}
 	if !req.RateChecked {
 		if err := r.Allow(ctx, req.Tenant); err != nil {
 			r.tenants.leave(req.Tenant)
-			r.inflight.Leave()
+			r.inflight.leave()
 			return err
 		}
 	}
 	ticket, err := r.admit.Admit(ctx, req.Tenant)
 	if err != nil {
 		r.tenants.leave(req.Tenant)
-		r.inflight.Leave()
+		r.inflight.leave()
 		if errors.Is(err, admission.ErrOverloaded) {
 			r.refund(ctx, req.Tenant)
 		}

@@ -26,7 +26,7 @@ func (r *Router) normal(t Target) Target {
 // healthOf returns the target's breaker, making it on first use. Targets
 // come from configuration (the route table) or a pinned provider's default,
 // so the map stays small.
-func (r *Router) healthOf(t Target) (*breaker.Breaker, *streak, error) {
+func (r *Router) healthOf(t Target) (*health, *streak, error) {
 	r.mu.RLock()
 	b, s := r.health[t], r.streaks[t]
 	r.mu.RUnlock()
@@ -50,16 +50,19 @@ func (r *Router) healthOf(t Target) (*breaker.Breaker, *streak, error) {
 // newBreaker makes a target's breaker. Its changes are reported only
 // while it is the target's breaker: one a probe replaced (see probe.go)
 // may still hear from requests that were using it.
-func (r *Router) newBreaker(t Target) (*breaker.Breaker, error) {
-	var b *breaker.Breaker
+func (r *Router) newBreaker(t Target) (*health, error) {
+	h := &health{recovery: r.cfg.RecoveryTimeout}
 	b, err := breaker.New(breaker.Config{
 		FailureThreshold: r.cfg.FailureThreshold,
 		RecoveryTimeout:  r.cfg.RecoveryTimeout,
 		ProbeTimeout:     r.cfg.AttemptTimeout,
 		OnStateChange: func(from, to breaker.State) {
 			r.mu.RLock()
-			current := r.health[t] == b
+			current := r.health[t] == h
 			r.mu.RUnlock()
+			if to == breaker.Open {
+				h.opened.Store(time.Now().UnixNano())
+			}
 			if !current {
 				return
 			}
@@ -69,7 +72,11 @@ func (r *Router) newBreaker(t Target) (*breaker.Breaker, error) {
 			}
 		},
 	})
-	return b, err
+	if err != nil {
+		return nil, err
+	}
+	h.Breaker = b
+	return h, nil
 }
 
 // TargetState reports the breaker state of one (provider, model) target —
@@ -105,7 +112,7 @@ func (r *Router) Targets() []Target {
 type step struct {
 	target    Target
 	provider  llm.Provider
-	health    *breaker.Breaker
+	health    *health
 	streak    *streak
 	direct    bool // the provider honours its context: no bridge needed
 	continues bool // the route says its upstream continues a prefill
@@ -188,7 +195,7 @@ func (p *plan) noneHealthy() error {
 	wait := time.Duration(0)
 	names := make([]string, len(p.steps))
 	for i, s := range p.steps {
-		if w := s.health.OpenFor(); i == 0 || w < wait {
+		if w := s.health.openFor(); i == 0 || w < wait {
 			wait = w
 		}
 		names[i] = s.target.String()

@@ -93,7 +93,7 @@ func (r *Router) probeUntilUp(t Target, p llm.Provider) {
 
 // recovered replaces t's breaker, old, with a closed one — unless a
 // request's probe already replaced or closed it.
-func (r *Router) recovered(t Target, old *breaker.Breaker) {
+func (r *Router) recovered(t Target, old *health) {
 	from := old.State()
 	if from == breaker.Closed {
 		return

@@ -117,7 +117,7 @@ type run struct {
 func (run *run) release() {
 	run.ticket.Release()
 	run.r.tenants.leave(run.req.Tenant)
-	run.r.inflight.Leave()
+	run.r.inflight.leave()
 }
 
 // call makes one provider call: a stream's, or Generate's. A provider

@@ -37,8 +37,6 @@ import (
 	"time"
 
 	admission "github.com/production-go/gateway-lab/solutions/02-admission"
-	"github.com/production-go/gateway-lab/solutions/04-breaker"
-	drain "github.com/production-go/gateway-lab/solutions/05-drain"
 	"github.com/production-go/gateway-lab/solutions/06-bridge"
 	"github.com/production-go/gateway-lab/solutions/chatapi"
 	"github.com/production-go/gateway-lab/solutions/llm"
@@ -292,7 +290,7 @@ type Router struct {
 	admit     *admission.Admitter    // the slots; the rate is asked apart (see Allow)
 	buckets   *admission.TokenBucket // nil with a Config.Limiter
 	tenants   *tenantCap
-	inflight  *drain.Drainer
+	inflight  gate
 	calls     *bridge.Bridge
 	obs       Observer
 	rand      *rand.Rand
@@ -305,9 +303,9 @@ type Router struct {
 	probes    sync.WaitGroup
 
 	mu      sync.RWMutex
-	health  map[Target]*breaker.Breaker // per (provider, upstream model), made on first use
-	streaks map[Target]*streak          // beside each breaker, for Config.IsolateTenantFailures
-	byOrder []Target                    // every provider with its default model, in priority order
+	health  map[Target]*health // per (provider, upstream model), made on first use
+	streaks map[Target]*streak // beside each breaker, for Config.IsolateTenantFailures
+	byOrder []Target           // every provider with its default model, in priority order
 }
 
 // New validates cfg and returns a Router over providers, in priority order.
@@ -316,7 +314,7 @@ func New(cfg Config, providers ...llm.Provider) (*Router, error) {
 		return nil, err
 	}
 	r := &Router{cfg: cfg, providers: providers, byName: map[string]llm.Provider{}, routes: map[string]Route{},
-		tenants: newTenantCap(cfg.MaxPerTenant), inflight: drain.New(), obs: cfg.Observer, health: map[Target]*breaker.Breaker{},
+		tenants: newTenantCap(cfg.MaxPerTenant), obs: cfg.Observer, health: map[Target]*health{},
 		streaks: map[Target]*streak{}, probing: map[Target]bool{}}
 	if err := r.buildAdmission(); err != nil {
 		return nil, err
@@ -513,8 +511,8 @@ func (r *Router) Capacity() int { return r.admit.Capacity() }
 func (r *Router) Close(ctx context.Context) error {
 	r.admit.Close()
 	r.stopProbes()
-	if !r.inflight.Drain(ctx) {
-		return fmt.Errorf("router: close: %d requests still in flight: %w", r.inflight.Active(), ctx.Err())
+	if !r.inflight.close(ctx) {
+		return fmt.Errorf("router: close: %d requests still in flight: %w", r.inflight.active(), ctx.Err())
 	}
 	if err := r.calls.Close(ctx); err != nil {
 		return fmt.Errorf("router: close: %w", err)
