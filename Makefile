@@ -99,8 +99,8 @@ grade: $(LABCTL) ## grade the tracks here: labs on the pristine tests (TESTS=dir
 # on each package in the same compile) and the lab conventions that need no
 # extra run (identical, black-box, stubs red). `make verify` and `make ci`
 # add the kill matrix, full lint, the SDK test, stress and real Redis.
-test: $(LABCTL) ## solutions and tooling under -race (-short: the template round trip is make test-template), then labctl verify -fast
-	$(GO) test -race -short ./solutions/... ./internal/... ./cmd/...
+test: $(LABCTL) ## the labs' references, the gateway and tooling under -race (-short: the template round trip is make test-template), then labctl verify -fast
+	$(GO) test -race -short ./solutions/... ./gateway/... ./internal/... ./cmd/...
 	@$(LABCTL) verify -fast
 
 test-template: ## export both learner templates and hold each to its promises: no answer of its track in any form, what the guide says it holds; lab 01 solved and graded in one, a cold suite scored in the other
@@ -110,7 +110,7 @@ verify: $(LABCTL) ## tests identical, stubs red one by one, solutions green, eve
 	@$(LABCTL) verify
 
 test-sdk: ## the official OpenAI Go SDK against both services and the wire format (build tag sdk; a large compile)
-	$(GO) test -race -tags sdk ./solutions/chatapi/ ./solutions/production_app/... ./solutions/secure_app/...
+	$(GO) test -race -tags sdk ./gateway/chatapi/ ./solutions/production_app/... ./solutions/secure_app/...
 
 test-k8s: ## deploy/k8s decoded strictly with the Kubernetes API types and checked against secure_app (build tag k8s)
 	$(GO) test -race -tags k8s -run '^TestK8s' ./internal/repocheck/
@@ -142,12 +142,12 @@ soak-short: ## the soak scenario for 2 minutes (make ci): nothing lost, no leak,
 FUZZTIME ?= 20s
 
 fuzz: ## run every fuzz target for FUZZTIME each (default 20s); CI runs their seed corpora as tests
-	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./solutions/chatapi/
-	$(GO) test -run '^$$' -fuzz '^FuzzValidAgreesWithEncodingJSON$$' -fuzztime $(FUZZTIME) ./solutions/chatapi/
-	$(GO) test -run '^$$' -fuzz '^FuzzReadAnswerAgreesWithAGetPerField$$' -fuzztime $(FUZZTIME) ./solutions/chatapi/
-	$(GO) test -run '^$$' -fuzz '^FuzzReadMessagesAgreesWithAGetPerField$$' -fuzztime $(FUZZTIME) ./solutions/chatapi/
-	$(GO) test -run '^$$' -fuzz '^FuzzVerify$$' -fuzztime $(FUZZTIME) ./solutions/identity/
-	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./solutions/policy/
+	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./gateway/chatapi/
+	$(GO) test -run '^$$' -fuzz '^FuzzValidAgreesWithEncodingJSON$$' -fuzztime $(FUZZTIME) ./gateway/chatapi/
+	$(GO) test -run '^$$' -fuzz '^FuzzReadAnswerAgreesWithAGetPerField$$' -fuzztime $(FUZZTIME) ./gateway/chatapi/
+	$(GO) test -run '^$$' -fuzz '^FuzzReadMessagesAgreesWithAGetPerField$$' -fuzztime $(FUZZTIME) ./gateway/chatapi/
+	$(GO) test -run '^$$' -fuzz '^FuzzVerify$$' -fuzztime $(FUZZTIME) ./gateway/identity/
+	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./gateway/policy/
 
 ci: lint test test-template verify write-cold test-sdk test-k8s test-stack sdk-node stress-short integration soak-short checklist ## what CI runs (.ci/run calls this): lint, tests, labs, the test-writing harness, SDKs, k8s, the stack, stress, real Redis, a 2-minute soak, the checklist
 
@@ -180,8 +180,8 @@ lint: fmt-check no-binaries vet tidy-check ## gofmt, no tracked binaries, vet, s
 	@$(GO) tool staticcheck -tags $(LINT_TAGS) $(LINT_PKGS)
 	$(GO) tool actionlint
 
-stress: ## every solution's tests -race -shuffle=on, 50 times each (STRESS_COUNT=n)
-	$(GO) test -race -count=$(STRESS_COUNT) -shuffle=on ./solutions/...
+stress: ## every reference's and gateway package's tests -race -shuffle=on, 50 times each (STRESS_COUNT=n)
+	$(GO) test -race -count=$(STRESS_COUNT) -shuffle=on ./solutions/... ./gateway/...
 
 stress-short: ## the shorter stress pass CI runs (10 times each)
 	$(MAKE) --no-print-directory stress STRESS_COUNT=10
@@ -201,7 +201,7 @@ bench-http: ## production_app vs a bare reverse proxy, wrk, interleaved (about 2
 	scripts/bench-http.sh
 
 bench: ## every benchmark, with allocations
-	$(GO) test -run '^$$' -bench . -benchmem ./solutions/...
+	$(GO) test -run '^$$' -bench . -benchmem ./solutions/... ./gateway/...
 
 clean: ## remove built tools, reports and labctl's caches (hint progress too)
 	rm -rf bin grade-report .labctl

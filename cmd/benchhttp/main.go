@@ -25,7 +25,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/production-go/gateway-lab/solutions/chatapi"
+	"github.com/production-go/gateway-lab/gateway/chatapi"
 )
 
 func main() {

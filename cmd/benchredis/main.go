@@ -1,7 +1,7 @@
 // Command benchredis measures the shared rate limiter's decisions per
 // second on one real Redis, side by side with go-redis/redis_rate, in
 // interleaved rounds: lab 07's limiter through the pipelining Scripter
-// (solutions/redispipe, what secure_app runs: rueidis on one connection
+// (gateway/redispipe, what secure_app runs: rueidis on one connection
 // for concurrent calls, go-redis for a lone one), the same limiter on
 // go-redis's AutoPipeliner as it is (the pipeline the Scripter did not
 // choose; it honours no deadline once a call is queued), on rueidis as it
@@ -34,8 +34,8 @@ import (
 	"time"
 
 	"github.com/go-redis/redis_rate/v10"
+	"github.com/production-go/gateway-lab/gateway/redispipe"
 	distlimit "github.com/production-go/gateway-lab/solutions/07-distlimit"
-	"github.com/production-go/gateway-lab/solutions/redispipe"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -204,7 +204,7 @@ func implementations(opts *redis.Options, url, prefix string, goroutines int) (i
 	}
 	opts.PoolSize = 2 * goroutines // no caller waits for a connection
 	// As secure_app builds its client: deadlines honoured, so a lone call
-	// may skip the pipeline (see solutions/redispipe).
+	// may skip the pipeline (see gateway/redispipe).
 	opts.ContextTimeoutEnabled = true
 	rdb := redis.NewClient(opts)
 	closers = append(closers, func() { cleanup(rdb, prefix); _ = rdb.Close() })

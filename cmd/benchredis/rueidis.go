@@ -13,7 +13,7 @@ import (
 
 // rueidisScripter runs lab 07's limiter on rueidis as it comes (its
 // default connections, every call through them, a lone one too), for the
-// side-by-side the performance notes report: what solutions/redispipe
+// side-by-side the performance notes report: what gateway/redispipe
 // changes by using one connection and sending a lone call on go-redis. It
 // implements what redis.Script.Run uses: EVALSHA, and EVAL when the reply
 // says NOSCRIPT.

@@ -254,7 +254,7 @@ func cmdIntegration(ctx context.Context, e *env, args []string) error {
 	}
 	pkgs := pos
 	if len(pkgs) == 0 {
-		pkgs = []string{"./internal/...", "./solutions/..."}
+		pkgs = []string{"./internal/...", "./solutions/...", "./gateway/..."}
 	}
 	fmt.Fprintf(e.stderr, "integration: go test -race -run '%s' %s with REDIS_INTEGRATION_REQUIRED=1…\n", *runRe, strings.Join(pkgs, " "))
 	run, err := labkit.RunTests(ctx, labkit.RunOptions{

@@ -14,8 +14,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/production-go/gateway-lab/solutions/providers/sim"
-	"github.com/production-go/gateway-lab/solutions/providers/simhttp"
+	"github.com/production-go/gateway-lab/gateway/providers/sim"
+	"github.com/production-go/gateway-lab/gateway/providers/simhttp"
 )
 
 // EnvPrefix starts the environment variable of every flag:

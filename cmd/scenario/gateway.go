@@ -7,7 +7,7 @@ import (
 	"log/slog"
 	"net"
 
-	"github.com/production-go/gateway-lab/solutions/service"
+	"github.com/production-go/gateway-lab/gateway/service"
 )
 
 // gateway is a production_app running in this process on a loopback port.

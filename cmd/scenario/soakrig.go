@@ -17,8 +17,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/production-go/gateway-lab/solutions/providers/sim"
-	"github.com/production-go/gateway-lab/solutions/providers/simhttp"
+	"github.com/production-go/gateway-lab/gateway/providers/sim"
+	"github.com/production-go/gateway-lab/gateway/providers/simhttp"
 	"github.com/redis/go-redis/v9"
 	"github.com/tidwall/gjson"
 )

@@ -23,7 +23,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"sigs.k8s.io/yaml"
 
-	"github.com/production-go/gateway-lab/solutions/identity"
+	"github.com/production-go/gateway-lab/gateway/identity"
 )
 
 // The manifests in deploy/k8s are decoded with the real Kubernetes API
@@ -138,8 +138,8 @@ func TestK8sManifestsMatchTheApp(t *testing.T) {
 	}
 
 	// Probes: readiness on /readyz, liveness on /healthz, both on the admin
-	// listener, where solutions/service registers them.
-	serve, err := os.ReadFile(filepath.Join(root(t), "solutions/service/serve.go"))
+	// listener, where gateway/service registers them.
+	serve, err := os.ReadFile(filepath.Join(root(t), "gateway/service/serve.go"))
 	require.NoError(t, err)
 	for _, p := range []struct {
 		kind  string
@@ -151,7 +151,7 @@ func TestK8sManifestsMatchTheApp(t *testing.T) {
 			require.NotNil(t, p.probe.HTTPGet, "the %s probe is an HTTP GET", p.kind)
 			assert.Equal(t, p.path, p.probe.HTTPGet.Path, "the %s probe's path", p.kind)
 			assert.Equal(t, "admin", p.probe.HTTPGet.Port.String(), "the %s probe hits the admin port", p.kind)
-			assert.Contains(t, string(serve), `"GET `+p.path+`"`, "solutions/service/serve.go serves %s", p.path)
+			assert.Contains(t, string(serve), `"GET `+p.path+`"`, "gateway/service/serve.go serves %s", p.path)
 		})
 		if p.probe == nil || p.probe.HTTPGet == nil {
 			t.FailNow() // the subtest says which; the checks below read both probes

@@ -22,7 +22,7 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/production-go/gateway-lab/solutions/service"
+	"github.com/production-go/gateway-lab/gateway/service"
 )
 
 func main() {

@@ -4,7 +4,7 @@ import (
 	"crypto/subtle"
 	"fmt"
 
-	"github.com/production-go/gateway-lab/solutions/identity"
+	"github.com/production-go/gateway-lab/gateway/identity"
 )
 
 // publishedSecrets are the JWT secrets this repository publishes for local

@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/production-go/gateway-lab/gateway/identity"
 	"github.com/production-go/gateway-lab/internal/testkit"
-	"github.com/production-go/gateway-lab/solutions/identity"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )

@@ -11,8 +11,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/production-go/gateway-lab/solutions/identity"
-	"github.com/production-go/gateway-lab/solutions/policy"
+	"github.com/production-go/gateway-lab/gateway/identity"
+	"github.com/production-go/gateway-lab/gateway/policy"
 )
 
 // mintToken is `secure_app token`: a dev token signed with JWT_SECRET,

@@ -126,7 +126,7 @@ var (
 // at the pool's closed flag when it wakes, so a test that closed its client
 // after stopping a server leaves that goroutine alive for up to a second —
 // longer than goleak's own retries (about half a second). rueidis's cluster
-// client (solutions/redispipe on a cluster) closes the connections a slot
+// client (gateway/redispipe on a cluster) closes the connections a slot
 // refresh replaced from a goroutine that sleeps 5 s first, whether or not
 // the client has been closed since. Both end by themselves, so the wait is
 // 6 s; it is spent only while a goroutine is still there. A client nobody

@@ -1,0 +1,227 @@
+package guard
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	quotas "github.com/production-go/gateway-lab/solutions/12-quotas"
+	"net"
+	"sync"
+
+	"github.com/production-go/gateway-lab/gateway/chatapi"
+	"github.com/production-go/gateway-lab/gateway/llm"
+	"github.com/production-go/gateway-lab/gateway/policy"
+	"github.com/production-go/gateway-lab/gateway/quota"
+)
+
+// Token accounting, the rules (docs/SECURITY_AND_RUNTIME.md, "Token
+// accounting", states them with their tests):
+//
+//   - Each upstream call reserves for itself. The first uses the
+//     reservation Admit took; a retry, a fail-over or a hedge reserves
+//     anew, and one the quota cannot hold is refused before it is sent:
+//     the request ends with 429 tokens_per_minute (llm.ErrNotSent).
+//   - A call is asked for no more answer than it reserved: when the caller
+//     set no max_tokens, the upstream gets max_completion_tokens.
+//   - A call that answered is charged the usage its upstream reported, or
+//     its reservation when it reported none (the most it could have used).
+//   - A call is refunded in full only when it provably never reached the
+//     upstream — its dial failed — or the upstream answered with a status
+//     other than 2xx before sending anything.
+//   - Anything else — the caller hung up, an attempt or the tier timed
+//     out, a stream was cut, the connection reset after the request went
+//     out — is charged at least its reservation: the upstream had the
+//     prompt, and bills for it.
+//   - A request that made no call at all (no slot, every breaker open, the
+//     caller gone while queued) is refunded its first reservation.
+//   - All of it is settled when the request ends, after its answer is
+//     written; a call abandoned by its attempt (a provider that ignores its
+//     context) is settled when it returns. Each settle is idempotent by
+//     reservation.
+
+// meterKey carries a request's *meter in its context.
+type meterKey struct{}
+
+// meter is one request's token account.
+type meter struct {
+	g        *Guard
+	key      string
+	tier     policy.Tier
+	answer   int // the answer's tokens a call may use: the caller's max_tokens, or DefaultMaxTokens
+	estimate int // one call's worst case: the prompt at four bytes a token, and the answer
+
+	mu       sync.Mutex
+	from, to *chatapi.Request   // the caller's request, and the same held to the answer (see cap)
+	first    *quota.Reservation // Admit's, for the first call; nil once a call took it
+	pending  []charge           // calls that ended, settled when the request does
+	finished bool
+}
+
+// charge is what one call's reservation is settled at.
+type charge struct {
+	res    *quota.Reservation
+	tokens int
+}
+
+// cap is c asking for no more answer than a call reserves. Every call of
+// a request — retries, fail-overs, hedges — sends the same request, so it
+// is made once (WithMaxTokens parses the body again).
+func (m *meter) cap(c *chatapi.Request) *chatapi.Request {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.from != c {
+		m.from, m.to = c, c.WithMaxTokens(m.answer)
+	}
+	return m.to
+}
+
+// take is the reservation for one call: the first call's, taken at
+// admission, or a new one.
+func (m *meter) take(ctx context.Context) (*quota.Reservation, error) {
+	m.mu.Lock()
+	res := m.first
+	m.first = nil
+	m.mu.Unlock()
+	if res != nil {
+		return res, nil
+	}
+	res, e := m.reserve(ctx)
+	if e != nil {
+		return nil, fmt.Errorf("%w: %w", llm.ErrNotSent, e)
+	}
+	return res, nil
+}
+
+// ended records what one call is charged; after the request has finished
+// (an abandoned call returning late) it is settled at once.
+func (m *meter) ended(res *quota.Reservation, u *llm.Usage, err error, sentOutput bool) {
+	c := charge{res: res, tokens: tokensFor(res.Estimate(), u, err, sentOutput)}
+	m.mu.Lock()
+	if !m.finished {
+		m.pending = append(m.pending, c)
+		m.mu.Unlock()
+		return
+	}
+	m.mu.Unlock()
+	c.settle()
+}
+
+// finish settles every call that ended, and refunds the first reservation
+// if no call took it. A nil meter has nothing to settle.
+func (m *meter) finish() {
+	if m == nil {
+		return
+	}
+	m.mu.Lock()
+	m.finished = true
+	pending := m.pending
+	if m.first != nil {
+		pending = append(pending, charge{res: m.first}) // no call was made: a full refund
+		m.first = nil
+	}
+	m.pending = nil
+	m.mu.Unlock()
+	for _, c := range pending {
+		c.settle()
+	}
+}
+
+func (c charge) settle() {
+	// An absurd usage report is held to the most a settle takes (and then
+	// to the debt limit), not refused, which would leave the estimate.
+	detached(func(ctx context.Context) { _ = c.res.Settle(ctx, min(c.tokens, quota.MaxPerMinute)) })
+}
+
+// tokensFor is what a call is charged, by the rules above.
+func tokensFor(reserved int, u *llm.Usage, err error, sentOutput bool) int {
+	return quotas.Charge(outcomeOf(err, sentOutput), reserved, counted(u))
+}
+
+// outcomeOf is how a call ended, in lab 12's terms: answered; never sent
+// or refused (see neverReached) — unless some of its answer went out,
+// which only a call the upstream took can have done; or broken.
+func outcomeOf(err error, sentOutput bool) quotas.Outcome {
+	switch {
+	case err == nil:
+		return quotas.Answered
+	case !sentOutput && neverReached(err):
+		return quotas.NotSent
+	}
+	return quotas.Broken
+}
+
+// counted is what a usage report says was used: total_tokens, or the
+// prompt and completion tokens when they add up to more (an upstream may
+// leave the total out, or report it short). A report that counts nothing
+// — {}, another schema's names, negative or absurd numbers — is 0: no
+// report, so the call keeps its reservation.
+func counted(u *llm.Usage) int {
+	if u == nil {
+		return 0
+	}
+	part := func(n int) int { return min(max(n, 0), quota.MaxPerMinute) } // no overflow below
+	return max(part(u.TotalTokens), part(u.PromptTokens)+part(u.CompletionTokens))
+}
+
+// neverReached reports whether a failed call provably cost the upstream
+// nothing: its connection was never made, or the upstream answered with a
+// status other than 2xx — its own, not an error object it sent in a 200.
+func neverReached(err error) bool {
+	var op *net.OpError
+	if errors.As(err, &op) && op.Op == "dial" {
+		return true
+	}
+	if ue, ok := errors.AsType[*chatapi.UpstreamError](err); ok && ue.InBody {
+		return false
+	}
+	s := llm.StatusOf(err)
+	return s != 0 && (s < 200 || s > 299)
+}
+
+// Meter wraps a provider so that every call to it is charged to the token
+// quota of the request it serves (by the rules above). It must wrap the
+// provider itself, inside any middleware that calls it more than once per
+// request (hedging), so that each call is charged. A request without a
+// meter (a tier without a token quota, or production_app) passes through.
+func (g *Guard) Meter(p llm.Provider) llm.Provider { return metered{Wrapped: llm.Wrapped{Inner: p}} }
+
+// metered is a provider whose calls are charged.
+type metered struct{ llm.Wrapped }
+
+// Generate reserves for the call, asks the upstream for no more answer
+// than reserved, and records what the call is charged.
+func (p metered) Generate(ctx context.Context, req llm.Request) (llm.Completion, error) {
+	m, _ := ctx.Value(meterKey{}).(*meter)
+	if m == nil {
+		return llm.Generate(ctx, p.Inner, req)
+	}
+	req.Chat = m.cap(req.Chat) // before the reservation: nothing between it and ended may panic
+	res, err := m.take(ctx)
+	if err != nil {
+		return llm.Completion{}, err
+	}
+	c, err := llm.Generate(ctx, p.Inner, req) // a panic in the call comes back as llm.ErrPanic
+	m.ended(res, c.Usage, err, false)
+	return c, err
+}
+
+// Stream is Generate for a streamed answer; a stream that failed after it
+// sent output is charged at least its reservation, whatever its error.
+func (p metered) Stream(ctx context.Context, req llm.Request, emit func(llm.Chunk) error) (llm.Completion, error) {
+	m, _ := ctx.Value(meterKey{}).(*meter)
+	if m == nil {
+		return llm.Stream(ctx, p.Inner, req, emit)
+	}
+	req.Chat = m.cap(req.Chat)
+	res, err := m.take(ctx)
+	if err != nil {
+		return llm.Completion{}, err
+	}
+	sent := false
+	c, err := llm.Stream(ctx, p.Inner, req, func(ch llm.Chunk) error {
+		sent = true
+		return emit(ch)
+	})
+	m.ended(res, c.Usage, err, sent)
+	return c, err
+}

@@ -1,0 +1,207 @@
+package router
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/production-go/gateway-lab/gateway/llm"
+	"github.com/production-go/gateway-lab/solutions/03-timeouts"
+	"github.com/production-go/gateway-lab/solutions/06-bridge"
+)
+
+// StreamLimits bound a stream where a whole-request timeout cannot: an
+// upstream that accepts the connection and then says nothing.
+type StreamLimits struct {
+	// FirstToken bounds the wait for the first chunk of an attempt
+	// (time to first token). Before the first chunk a failure may still
+	// fall back to another target.
+	FirstToken time.Duration
+	// Idle bounds the gap between two chunks.
+	Idle time.Duration
+}
+
+var (
+	// ErrFirstTokenTimeout: no chunk arrived within StreamLimits.FirstToken.
+	// It wraps context.DeadlineExceeded: a timeout of the attempt, retryable.
+	ErrFirstTokenTimeout = fmt.Errorf("router: no first token in time: %w", context.DeadlineExceeded)
+	// ErrStreamIdle: the stream went silent for longer than StreamLimits.Idle.
+	ErrStreamIdle = fmt.Errorf("router: stream went idle: %w", context.DeadlineExceeded)
+	// ErrAfterFirstByte wraps a failure that happened after the client had
+	// received part of the answer and that no continuation finished: the
+	// router never starts another answer then, and the caller must end the
+	// stream with an error, not a clean end.
+	ErrAfterFirstByte = errors.New("router: stream failed after the first byte")
+)
+
+// Stream is Generate for streamed answers: the same admission and retries,
+// with one rule more. Until the first chunk reaches emit, a failed attempt
+// may fall back to the next target; after it, no other target may start
+// an answer of its own. A failure then is continued, where the route
+// declares a target that continues an assistant prefill (Route.Continue;
+// see continue.go), and otherwise ends the stream with an error wrapping
+// ErrAfterFirstByte — never a silent switch mid-answer. A failure after
+// the answer's finish reason ends it whole. A provider that cannot stream answers whole,
+// and its answer reaches emit as chunks. A provider that does not honour
+// its context streams through the bridge and its chunks reach emit once
+// its call has returned, so its whole answer must come within the
+// first-token limit.
+func (r *Router) Stream(ctx context.Context, req Request, limits StreamLimits, emit func(llm.Chunk) error) (Response, error) {
+	if limits.FirstToken <= 0 || limits.Idle <= 0 {
+		return Response{}, fmt.Errorf("%w: stream limits must be positive", ErrInvalidConfig)
+	}
+	st := &streamer{limits: limits, emit: emit}
+	if mayContinue(req) {
+		st.sofar = &sofar{}
+	}
+	// No per-attempt timeout: a healthy stream may run long. The watchdog
+	// bounds the silence instead, and TotalTimeout bounds the whole.
+	return r.serve(ctx, req, 0, st)
+}
+
+type streamer struct {
+	limits StreamLimits
+	emit   func(llm.Chunk) error
+	sofar  *sofar // what the caller has read, kept only for a request that may be continued
+}
+
+func (st *streamer) attempt(ctx context.Context, run *run, s step, req llm.Request) (llm.Completion, error) {
+	c, sent, err := st.once(ctx, run.r, s, req)
+	if err != nil && sent && st.sofar != nil && st.sofar.finished && !errors.Is(err, errClientGone) {
+		return c, nil // the answer had finished; only [DONE] or the usage was still to come
+	}
+	if err != nil && sent {
+		// The client has part of an answer: only a target that continues
+		// it may add to it, and no other target may start over.
+		if c, err, handled := st.continueAfter(ctx, run, s, err); handled {
+			if err != nil {
+				return c, timeouts.Permanent(fmt.Errorf("%w: %s: %w", ErrAfterFirstByte, s.target, err))
+			}
+			return c, nil
+		}
+		return c, timeouts.Permanent(fmt.Errorf("%w: %s: %w", ErrAfterFirstByte, s.target, err))
+	}
+	return c, err
+}
+
+// errClientGone marks an attempt ended because the client stopped reading.
+// It wraps context.Canceled, so the provider's breaker does not count it.
+var errClientGone = fmt.Errorf("router: client stopped reading: %w", context.Canceled)
+
+// once runs one streaming attempt under the watchdog and reports whether
+// any chunk reached the client. Only the request's own goroutine ever
+// writes to the client: a provider that honours its context streams on
+// it; any other streams through the bridge, where an attempt that gives up
+// on it can leave it behind, into a buffer this goroutine relays once the
+// call has returned — so the writer is never in its hands.
+func (st *streamer) once(ctx context.Context, r *Router, s step, req llm.Request) (c llm.Completion, sent bool, err error) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	w := newWatchdog(st.limits, cancel)
+	defer w.stop()
+	relay := func(ch llm.Chunk) error {
+		if len(ch.Raw) == 0 {
+			return nil // nothing for the client: not a first byte
+		}
+		if err := w.chunk(ctx); err != nil {
+			return err // the watchdog ended this attempt first
+		}
+		err := st.emit(ch)
+		w.rearm()
+		if err != nil {
+			cancel(errClientGone)
+			return errClientGone
+		}
+		if st.sofar != nil {
+			st.sofar.add(ch.Raw)
+		}
+		return nil
+	}
+	if s.direct {
+		c, err = llm.Stream(ctx, s.provider, req, relay)
+	} else {
+		var kept []llm.Chunk // the bridge's goroutine writes it; this one reads it only once that call has returned
+		c, err = bridge.Call(ctx, r.calls, func(context.Context) (llm.Completion, error) {
+			return llm.Stream(ctx, s.provider, req, func(ch llm.Chunk) error { kept = append(kept, ch); return nil })
+		})
+		for i := 0; err == nil && i < len(kept); i++ {
+			err = relay(kept[i])
+		}
+	}
+	if cause := context.Cause(ctx); cause != nil && errors.Is(err, context.Canceled) {
+		// The provider saw only "canceled"; the cause says why. A watchdog
+		// timeout is the provider's failure (its breaker counts it); a
+		// client that left is not (errClientGone wraps Canceled).
+		err = cause
+	}
+	return c, w.sent(), err
+}
+
+// watchdog ends a streaming attempt that goes silent: no first chunk within
+// FirstToken, or no next chunk within Idle of the last. Each chunk and the
+// timer race for one lock, and whichever takes it first decides: a chunk
+// that wins moves the deadline (the timer, if it fired meanwhile, finds the
+// deadline not reached and does nothing); a timer that wins cancels the
+// attempt, and the chunk is never sent. So a chunk is never sent and then
+// cut for being late.
+type watchdog struct {
+	limits StreamLimits
+	cancel context.CancelCauseFunc
+
+	mu       sync.Mutex
+	deadline time.Time // zero while a chunk is being sent: the client's pace is not the upstream's silence
+	anySent  bool
+	timer    *time.Timer
+}
+
+func newWatchdog(limits StreamLimits, cancel context.CancelCauseFunc) *watchdog {
+	w := &watchdog{limits: limits, cancel: cancel, deadline: time.Now().Add(limits.FirstToken)}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.timer = time.AfterFunc(limits.FirstToken, w.fire)
+	return w
+}
+
+func (w *watchdog) fire() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.deadline.IsZero() || time.Now().Before(w.deadline) {
+		return // a chunk got the lock first and moved the deadline
+	}
+	if w.anySent {
+		w.cancel(ErrStreamIdle)
+	} else {
+		w.cancel(ErrFirstTokenTimeout)
+	}
+}
+
+// chunk claims the right to send one chunk, unless the timer already cut
+// the attempt.
+func (w *watchdog) chunk(ctx context.Context) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if err := context.Cause(ctx); err != nil {
+		return err
+	}
+	w.anySent = true
+	w.deadline = time.Time{}
+	return nil
+}
+
+// rearm starts the idle limit after a chunk went out.
+func (w *watchdog) rearm() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.deadline = time.Now().Add(w.limits.Idle)
+	w.timer.Reset(w.limits.Idle)
+}
+
+func (w *watchdog) sent() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.anySent
+}
+
+func (w *watchdog) stop() { w.timer.Stop() }
