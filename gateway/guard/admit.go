@@ -3,12 +3,12 @@ package guard
 import (
 	"context"
 	"fmt"
+	"github.com/production-go/gateway-lab/gateway/tenant"
 	quotas "github.com/production-go/gateway-lab/solutions/12-quotas"
 	"net/http"
 	"time"
 
 	"github.com/production-go/gateway-lab/gateway/chatapi"
-	"github.com/production-go/gateway-lab/gateway/httpapi"
 	"github.com/production-go/gateway-lab/gateway/llm"
 	"github.com/production-go/gateway-lab/gateway/policy"
 	"github.com/production-go/gateway-lab/gateway/quota"
@@ -36,7 +36,7 @@ const LeaseTTL = 15 * time.Second
 // request runs under its tier's timeout; done settles its tokens (see
 // Meter) and gives its lease back, and the HTTP layer calls it once the
 // answer is written.
-func (g *Guard) Admit(ctx context.Context, id httpapi.Identity, a httpapi.Admission) (context.Context, httpapi.Done, *chatapi.Error) {
+func (g *Guard) Admit(ctx context.Context, id tenant.Identity, a tenant.Admission) (context.Context, tenant.Done, *chatapi.Error) {
 	tier, _ := g.cfg.Policy.Tier(id.Tier)
 	if !tier.Allows(a.Model) {
 		g.cfg.Observer.TierRefused(policy.LimitModel)
@@ -71,7 +71,7 @@ func (g *Guard) Admit(ctx context.Context, id httpapi.Identity, a httpapi.Admiss
 // lease takes one of the tenant's in-flight slots, shared by every
 // replica, and keeps it alive while the request runs. The func it returns
 // stops the renewal and gives the slot back.
-func (g *Guard) lease(ctx context.Context, id httpapi.Identity, tier policy.Tier) (func(), *chatapi.Error) {
+func (g *Guard) lease(ctx context.Context, id tenant.Identity, tier policy.Tier) (func(), *chatapi.Error) {
 	lease, d, err := g.leases.Hold(ctx, id.Key, tier.MaxInFlight)
 	if err != nil {
 		return nil, unavailable("in-flight")
@@ -126,7 +126,7 @@ func keepAlive(period time.Duration, renew func()) (stop func()) {
 // meter takes the request's first reservation — its prompt and the answer
 // it may have, from the tenant's quota — and returns the meter its upstream
 // calls are charged through; nil for a tier without a token quota.
-func (g *Guard) meter(ctx context.Context, id httpapi.Identity, tier policy.Tier, a httpapi.Admission) (*meter, *chatapi.Error) {
+func (g *Guard) meter(ctx context.Context, id tenant.Identity, tier policy.Tier, a tenant.Admission) (*meter, *chatapi.Error) {
 	if tier.TokensPerMinute == 0 {
 		return nil, nil
 	}

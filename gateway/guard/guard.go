@@ -21,6 +21,7 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
+	"github.com/production-go/gateway-lab/gateway/tenant"
 	"log/slog"
 	"net/http"
 	"strconv"
@@ -28,7 +29,6 @@ import (
 	"time"
 
 	"github.com/production-go/gateway-lab/gateway/chatapi"
-	"github.com/production-go/gateway-lab/gateway/httpapi"
 	"github.com/production-go/gateway-lab/gateway/identity"
 	"github.com/production-go/gateway-lab/gateway/policy"
 	"github.com/production-go/gateway-lab/gateway/quota"
@@ -197,7 +197,7 @@ func (g *Guard) onError(limit policy.Limit) func(error) {
 // Authorization header the request carries is read: two are refused
 // (identity.ReasonRepeatedHeader), since a proxy that reads the first and a
 // gateway that reads the last would each believe a different caller.
-func (g *Guard) Identify(r *http.Request) (httpapi.Identity, *chatapi.Error) {
+func (g *Guard) Identify(r *http.Request) (tenant.Identity, *chatapi.Error) {
 	claims, err := g.cfg.Verifier.VerifyValues(r.Header.Values("Authorization"))
 	if err != nil {
 		reason := identity.ReasonOf(err)
@@ -210,26 +210,26 @@ func (g *Guard) Identify(r *http.Request) (httpapi.Identity, *chatapi.Error) {
 		case errors.Is(err, identity.ErrExpired):
 			code = "expired_token"
 		}
-		return httpapi.Identity{}, &chatapi.Error{Status: http.StatusUnauthorized, Type: "invalid_request_error", Code: code,
+		return tenant.Identity{}, &chatapi.Error{Status: http.StatusUnauthorized, Type: "invalid_request_error", Code: code,
 			Message: err.Error(), Challenge: `Bearer realm="gateway", error="invalid_token"`}
 	}
 	tier, ok := g.cfg.Policy.Tier(claims.Tier)
 	if !ok {
 		g.cfg.Observer.TierRefused(policy.LimitTier)
-		return httpapi.Identity{}, &chatapi.Error{Status: http.StatusForbidden, Type: "invalid_request_error", Code: "unknown_tier",
+		return tenant.Identity{}, &chatapi.Error{Status: http.StatusForbidden, Type: "invalid_request_error", Code: "unknown_tier",
 			Message: "the token's tier is not one this gateway serves"}
 	}
 	// A body over the tier's prompt size is refused unread; a request
 	// beyond the tier's in-flight cap on this replica — which the shared
 	// lease would refuse anyway — before a Redis call, so a tenant's flood
 	// holds at most that many of the Redis pool's connections.
-	return httpapi.Identity{Key: keyOf(claims.Tenant), Tenant: claims.Tenant, Tier: claims.Tier,
+	return tenant.Identity{Key: keyOf(claims.Tenant), Tenant: claims.Tenant, Tier: claims.Tier,
 		MaxBodyBytes: int64(tier.MaxPromptBytes), MaxInFlight: tier.MaxInFlight}, nil
 }
 
 // CallerLimited counts a request the HTTP layer refused for a limit of its
 // tier that Identify put on the identity: httpapi.Options.CallerLimited.
-func (g *Guard) CallerLimited(_ httpapi.Identity, limit string) {
+func (g *Guard) CallerLimited(_ tenant.Identity, limit string) {
 	switch limit {
 	case "prompt_bytes":
 		g.cfg.Observer.TierRefused(policy.LimitPromptBytes)
@@ -288,7 +288,7 @@ func (l tierLimiter) Refund(ctx context.Context, key string) error {
 
 // of is the limiter and tier of the request's identity.
 func (l tierLimiter) of(ctx context.Context) (*distlimit.Limiter, policy.Tier, error) {
-	id, _ := httpapi.IdentityFrom(ctx)
+	id, _ := tenant.IdentityFrom(ctx)
 	lim := l.g.limits[id.Tier]
 	tier, ok := l.g.cfg.Policy.Tier(id.Tier)
 	if lim == nil || !ok {

@@ -3,6 +3,7 @@ package guard
 import (
 	"context"
 	"fmt"
+	"github.com/production-go/gateway-lab/gateway/tenant"
 	"net/http"
 	"net/http/httptest"
 	"sync"
@@ -11,7 +12,6 @@ import (
 
 	"github.com/alicebob/miniredis/v2"
 	"github.com/production-go/gateway-lab/gateway/chatapi"
-	"github.com/production-go/gateway-lab/gateway/httpapi"
 	"github.com/production-go/gateway-lab/gateway/identity"
 	"github.com/production-go/gateway-lab/gateway/llm"
 	"github.com/production-go/gateway-lab/gateway/policy"
@@ -107,7 +107,7 @@ func bearerAt(t *testing.T, tenant, tier string, ttl time.Duration, issued time.
 	return "Bearer " + tok
 }
 
-func identify(r *rig, header string) (httpapi.Identity, *chatapi.Error) {
+func identify(r *rig, header string) (tenant.Identity, *chatapi.Error) {
 	req := httptest.NewRequest(http.MethodPost, "/v1/chat/completions", nil)
 	if header != "" {
 		req.Header.Set("Authorization", header)
@@ -124,16 +124,16 @@ func TestIdentifyCarriesTheTiersLimitsOnTheRequest(t *testing.T) {
 	}{{"small", 1000, 1}, {"open", 1_000_000, 4}} {
 		id, e := identify(r, bearer(t, "acme", tc.tier, time.Hour))
 		require.Nil(t, e)
-		assert.Equal(t, httpapi.Identity{Key: "acme", Tenant: "acme", Tier: tc.tier, MaxBodyBytes: tc.body, MaxInFlight: tc.inFlight}, id,
+		assert.Equal(t, tenant.Identity{Key: "acme", Tenant: "acme", Tier: tc.tier, MaxBodyBytes: tc.body, MaxInFlight: tc.inFlight}, id,
 			"a body over the tier's prompt size, and a request over its in-flight cap, are refused before anything is read or asked of Redis")
 	}
 }
 
 func TestRefusalsTheHTTPLayerMakesForTheTierAreCounted(t *testing.T) {
 	r := newRig(t, false)
-	r.g.CallerLimited(httpapi.Identity{Key: "acme"}, "prompt_bytes")
-	r.g.CallerLimited(httpapi.Identity{Key: "acme"}, "in_flight")
-	r.g.CallerLimited(httpapi.Identity{Key: "acme"}, "something else")
+	r.g.CallerLimited(tenant.Identity{Key: "acme"}, "prompt_bytes")
+	r.g.CallerLimited(tenant.Identity{Key: "acme"}, "in_flight")
+	r.g.CallerLimited(tenant.Identity{Key: "acme"}, "something else")
 	assert.Equal(t, []string{"tier:" + string(policy.LimitPromptBytes), "tier:" + string(policy.LimitInFlight)}, r.obs.all())
 }
 
@@ -214,21 +214,21 @@ func TestIdentityKeysNeverCollideWhateverTheTenantName(t *testing.T) {
 	}
 }
 
-func ask(body int, maxTokens int) httpapi.Admission {
-	return httpapi.Admission{Model: router.AutoModel, BodyBytes: body, MaxTokens: maxTokens}
+func ask(body int, maxTokens int) tenant.Admission {
+	return tenant.Admission{Model: router.AutoModel, BodyBytes: body, MaxTokens: maxTokens}
 }
 
 func TestAdmitChecksTheCheapLimitsFirstAndTakesNothingOnRefusal(t *testing.T) {
 	r := newRig(t, false)
-	id := httpapi.Identity{Key: "acme", Tenant: "acme", Tier: "small"}
+	id := tenant.Identity{Key: "acme", Tenant: "acme", Tier: "small"}
 	for _, tc := range []struct {
 		name   string
-		a      httpapi.Admission
+		a      tenant.Admission
 		status int
 		code   string
 		limit  policy.Limit
 	}{
-		{"a model the tier may not use", httpapi.Admission{Model: "beta", BodyBytes: 10}, http.StatusForbidden, "model_not_allowed", policy.LimitModel},
+		{"a model the tier may not use", tenant.Admission{Model: "beta", BodyBytes: 10}, http.StatusForbidden, "model_not_allowed", policy.LimitModel},
 		{"a body over the tier's size", ask(1001, 1), http.StatusRequestEntityTooLarge, "prompt_too_large", policy.LimitPromptBytes},
 		{"more tokens than the whole quota", ask(400, 1901), http.StatusRequestEntityTooLarge, "tokens_over_quota", policy.LimitTokens},
 	} {
@@ -248,7 +248,7 @@ func TestAdmitChecksTheCheapLimitsFirstAndTakesNothingOnRefusal(t *testing.T) {
 
 func TestAdmitHoldsTheTenantToItsInFlightCapUntilDone(t *testing.T) {
 	r := newRig(t, false)
-	id := httpapi.Identity{Key: "acme", Tier: "small"}
+	id := tenant.Identity{Key: "acme", Tier: "small"}
 	ctx, done, e := r.g.Admit(t.Context(), id, ask(100, 10))
 	require.Nil(t, e)
 	deadline, ok := ctx.Deadline()
@@ -259,7 +259,7 @@ func TestAdmitHoldsTheTenantToItsInFlightCapUntilDone(t *testing.T) {
 	assert.Equal(t, http.StatusTooManyRequests, e.Status)
 	assert.Equal(t, "too_many_concurrent_requests", e.Code)
 	assert.Equal(t, time.Second, e.RetryAfter)
-	other := httpapi.Identity{Key: "other", Tier: "small"}
+	other := tenant.Identity{Key: "other", Tier: "small"}
 	_, odone, e := r.g.Admit(t.Context(), other, ask(100, 10))
 	require.Nil(t, e, "another tenant has its own cap")
 	odone(nil, nil)
@@ -272,7 +272,7 @@ func TestAdmitHoldsTheTenantToItsInFlightCapUntilDone(t *testing.T) {
 
 func TestATokenRefusalGivesTheLeaseBackAndSaysWhenToRetry(t *testing.T) {
 	r := newRig(t, false)
-	id := httpapi.Identity{Key: "acme", Tier: "small"}
+	id := tenant.Identity{Key: "acme", Tier: "small"}
 	ctx, done, e := r.g.Admit(t.Context(), id, ask(400, 1800)) // 100 + 1800 of 2000
 	require.Nil(t, e)
 	_, _, e2 := r.g.Admit(t.Context(), id, ask(400, 10))
@@ -292,7 +292,7 @@ func TestATokenRefusalGivesTheLeaseBackAndSaysWhenToRetry(t *testing.T) {
 
 func TestTheEstimateIsThePromptAtFourBytesATokenPlusTheAnswer(t *testing.T) {
 	r := newRig(t, false)
-	id := httpapi.Identity{Key: "acme", Tier: "small"}
+	id := tenant.Identity{Key: "acme", Tier: "small"}
 	_, _, e := r.g.Admit(t.Context(), id, ask(404, 1900))
 	require.NotNil(t, e, "101 + 1,900 is one token over the whole quota of 2,000")
 	assert.Equal(t, "tokens_over_quota", e.Code)
@@ -308,7 +308,7 @@ func TestTheEstimateIsThePromptAtFourBytesATokenPlusTheAnswer(t *testing.T) {
 
 func TestEachOfTheAnswersAskedForIsReserved(t *testing.T) {
 	r := newRig(t, false)
-	id := httpapi.Identity{Key: "acme", Tier: "small"}
+	id := tenant.Identity{Key: "acme", Tier: "small"}
 	a := ask(400, 600)
 	a.Choices = 4
 	_, _, e := r.g.Admit(t.Context(), id, a)
@@ -323,7 +323,7 @@ func TestEachOfTheAnswersAskedForIsReserved(t *testing.T) {
 
 func TestEachMediaPartIsReservedWhatItsBytesDoNotShow(t *testing.T) {
 	r := newRig(t, false)
-	id := httpapi.Identity{Key: "acme", Tier: "small"}
+	id := tenant.Identity{Key: "acme", Tier: "small"}
 	a := ask(400, 100)
 	a.MediaParts = 1
 	_, done, e := r.g.Admit(t.Context(), id, a)
@@ -334,7 +334,7 @@ func TestEachMediaPartIsReservedWhatItsBytesDoNotShow(t *testing.T) {
 
 func TestATierWithoutATokenQuotaIsNotCharged(t *testing.T) {
 	r := newRig(t, false)
-	id := httpapi.Identity{Key: "acme", Tier: "open"}
+	id := tenant.Identity{Key: "acme", Tier: "open"}
 	for range 3 {
 		ctx, done, e := r.g.Admit(t.Context(), id, ask(900_000, 100_000))
 		require.Nil(t, e, "tokens_per_minute 0 is no token quota")
@@ -356,7 +356,7 @@ func TestTheRateLimitIsTheTiersOwn(t *testing.T) {
 		allowed int
 	}{{"open", 1}, {"small", 5}} {
 		t.Run(tc.tier, func(t *testing.T) {
-			ctx := httpapi.WithIdentity(t.Context(), httpapi.Identity{Key: "k", Tier: tc.tier})
+			ctx := tenant.WithIdentity(t.Context(), tenant.Identity{Key: "k", Tier: tc.tier})
 			n := 0
 			for range 5 {
 				d, err := lim.Allow(ctx, "k-"+tc.tier)
@@ -375,7 +375,7 @@ func TestARedisOutageFailsClosedOrOpenAsConfigured(t *testing.T) {
 		t.Run(fmt.Sprintf("fail_open=%v", failOpen), func(t *testing.T) {
 			r := newRig(t, failOpen)
 			r.m.Close() // Redis is gone
-			_, done, e := r.g.Admit(t.Context(), httpapi.Identity{Key: "acme", Tier: "small"}, ask(100, 10))
+			_, done, e := r.g.Admit(t.Context(), tenant.Identity{Key: "acme", Tier: "small"}, ask(100, 10))
 			if failOpen {
 				require.Nil(t, e, "fail open admits")
 				done(nil, nil)

@@ -1,9 +1,9 @@
 package guard
 
 import (
+	"github.com/production-go/gateway-lab/gateway/tenant"
 	"testing"
 
-	"github.com/production-go/gateway-lab/gateway/httpapi"
 	"github.com/production-go/gateway-lab/gateway/router"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -12,7 +12,7 @@ import (
 // allowed counts how many of n requests key's bucket lets through.
 func allowed(t *testing.T, r *rig, tier, key string, n int) int {
 	t.Helper()
-	ctx := httpapi.WithIdentity(t.Context(), httpapi.Identity{Key: key, Tier: tier})
+	ctx := tenant.WithIdentity(t.Context(), tenant.Identity{Key: key, Tier: tier})
 	got := 0
 	for range n {
 		d, err := r.g.Limiter().Allow(ctx, key)
@@ -26,7 +26,7 @@ func allowed(t *testing.T, r *rig, tier, key string, n int) int {
 
 func refund(t *testing.T, r *rig, tier, key string) error {
 	t.Helper()
-	ctx := httpapi.WithIdentity(t.Context(), httpapi.Identity{Key: key, Tier: tier})
+	ctx := tenant.WithIdentity(t.Context(), tenant.Identity{Key: key, Tier: tier})
 	return r.g.Limiter().(tierLimiter).Refund(ctx, key)
 }
 

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"github.com/production-go/gateway-lab/gateway/tenant"
 	"log/slog"
 	"net/http"
 	"strconv"
@@ -53,7 +54,7 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
 			Message: fmt.Sprintf("the model %q does not exist here; GET /v1/models lists the models this gateway serves", chat.Model)})
 		return
 	}
-	r, done, ok := s.admit(w, r, id, Admission{Model: chat.Model, BodyBytes: buf.Len(), MaxTokens: chat.MaxTokens, Choices: chat.Choices, MediaParts: chat.MediaParts, Stream: chat.Stream})
+	r, done, ok := s.admit(w, r, id, tenant.Admission{Model: chat.Model, BodyBytes: buf.Len(), MaxTokens: chat.MaxTokens, Choices: chat.Choices, MediaParts: chat.MediaParts, Stream: chat.Stream})
 	if !ok {
 		return
 	}

@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"context"
+	"github.com/production-go/gateway-lab/gateway/tenant"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -69,11 +70,11 @@ func TestABodyOverTheCallersOwnLimitIsRefusedUnparsed(t *testing.T) {
 		var limited []string
 		admitted := 0
 		r := newRigWith(t, baseConfig(), func(o *Options) {
-			o.Identify = func(*http.Request) (Identity, *chatapi.Error) {
-				return Identity{Key: "acme", Tenant: "acme", Tier: "free", MaxBodyBytes: 100}, nil
+			o.Identify = func(*http.Request) (tenant.Identity, *chatapi.Error) {
+				return tenant.Identity{Key: "acme", Tenant: "acme", Tier: "free", MaxBodyBytes: 100}, nil
 			}
-			o.CallerLimited = func(id Identity, limit string) { limited = append(limited, id.Key+":"+limit) }
-			o.Admit = func(ctx context.Context, _ Identity, _ Admission) (context.Context, Done, *chatapi.Error) {
+			o.CallerLimited = func(id tenant.Identity, limit string) { limited = append(limited, id.Key+":"+limit) }
+			o.Admit = func(ctx context.Context, _ tenant.Identity, _ tenant.Admission) (context.Context, tenant.Done, *chatapi.Error) {
 				admitted++
 				return ctx, nil, nil
 			}
@@ -103,8 +104,8 @@ func TestABodyOverTheCallersOwnLimitIsRefusedUnparsed(t *testing.T) {
 func TestAClientStillSendingATooLargePromptReadsThe413(t *testing.T) {
 	r := newRigWith(t, baseConfig(), func(o *Options) {
 		o.MaxBodyBytes = 1 << 20
-		o.Identify = func(*http.Request) (Identity, *chatapi.Error) {
-			return Identity{Key: "acme", Tenant: "acme", Tier: "free", MaxBodyBytes: 100}, nil
+		o.Identify = func(*http.Request) (tenant.Identity, *chatapi.Error) {
+			return tenant.Identity{Key: "acme", Tenant: "acme", Tier: "free", MaxBodyBytes: 100}, nil
 		}
 	}, simProvider(t, sim.Config{Name: "alpha"}))
 	srv := httptest.NewServer(r.srv)
@@ -138,7 +139,7 @@ func TestTheAdmissionIsSettledAfterTheAnswerIsWritten(t *testing.T) {
 				rec := httptest.NewRecorder()
 				written, flushed := -1, false
 				r := newRigWith(t, baseConfig(), func(o *Options) {
-					o.Admit = func(ctx context.Context, _ Identity, _ Admission) (context.Context, Done, *chatapi.Error) {
+					o.Admit = func(ctx context.Context, _ tenant.Identity, _ tenant.Admission) (context.Context, tenant.Done, *chatapi.Error) {
 						return ctx, func(*llm.Usage, error) { written, flushed = rec.Body.Len(), rec.Flushed }, nil
 					}
 				}, simProvider(t, sim.Config{Name: "alpha"}))
@@ -156,12 +157,12 @@ func TestTheAdmissionIsSettledAfterTheAnswerIsWritten(t *testing.T) {
 // in-flight cap of max, and counts the refusals it causes in limited.
 func capped(max int, limited ...*[]string) func(*Options) {
 	return func(o *Options) {
-		o.Identify = func(r *http.Request) (Identity, *chatapi.Error) {
+		o.Identify = func(r *http.Request) (tenant.Identity, *chatapi.Error) {
 			t := r.Header.Get("X-Tenant-ID")
-			return Identity{Key: t, Tenant: t, MaxInFlight: max}, nil
+			return tenant.Identity{Key: t, Tenant: t, MaxInFlight: max}, nil
 		}
 		if len(limited) > 0 {
-			o.CallerLimited = func(id Identity, limit string) { *limited[0] = append(*limited[0], id.Key+":"+limit) }
+			o.CallerLimited = func(id tenant.Identity, limit string) { *limited[0] = append(*limited[0], id.Key+":"+limit) }
 		}
 	}
 }

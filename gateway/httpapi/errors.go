@@ -3,6 +3,7 @@ package httpapi
 import (
 	"context"
 	"errors"
+	"github.com/production-go/gateway-lab/gateway/tenant"
 	"log/slog"
 	"net/http"
 	"strconv"
@@ -170,7 +171,7 @@ func (s *Server) writeError(w http.ResponseWriter, e *chatapi.Error) {
 // response is flushed first, since net/http would otherwise hold a small
 // answer in its buffer until the handler returns — after done's Redis
 // round trips, which are not the caller's to wait for.
-func settled(w http.ResponseWriter, done Done, u *llm.Usage, err error) {
+func settled(w http.ResponseWriter, done tenant.Done, u *llm.Usage, err error) {
 	_ = http.NewResponseController(w).Flush()
 	done(u, err)
 }

@@ -3,6 +3,7 @@ package httpapi
 import (
 	"encoding/json"
 	"fmt"
+	"github.com/production-go/gateway-lab/gateway/tenant"
 	"net/http"
 	"strings"
 
@@ -93,7 +94,7 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request) {
 			Message: fmt.Sprintf("the provider %q does not exist here; GET /v1/models lists them", body.Provider)})
 		return
 	}
-	r, done, ok := s.admit(w, r, id, Admission{Model: body.Provider, BodyBytes: buf.Len()})
+	r, done, ok := s.admit(w, r, id, tenant.Admission{Model: body.Provider, BodyBytes: buf.Len()})
 	if !ok {
 		return
 	}

@@ -15,6 +15,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/production-go/gateway-lab/gateway/tenant"
 	"io"
 	"log/slog"
 	"net/http"
@@ -58,7 +59,7 @@ type Options struct {
 	TenantHeader string // default "X-Tenant-ID"
 	// Identify, if set, replaces the tenant header: it returns who is asking,
 	// or an error to send (secure_app verifies a token here).
-	Identify func(r *http.Request) (Identity, *chatapi.Error)
+	Identify func(r *http.Request) (tenant.Identity, *chatapi.Error)
 	// Admit, if set, runs after a request is parsed and routed and before
 	// the gateway sees it (secure_app checks the tier's policy, reserves
 	// tokens and takes a shared in-flight lease here). It returns the
@@ -67,13 +68,13 @@ type Options struct {
 	// and the router's error (nil on success; one wrapping
 	// router.ErrAfterFirstByte when a stream was cut after output) — or an
 	// error to send instead.
-	Admit func(ctx context.Context, id Identity, a Admission) (context.Context, Done, *chatapi.Error)
+	Admit func(ctx context.Context, id tenant.Identity, a tenant.Admission) (context.Context, tenant.Done, *chatapi.Error)
 	// CallerLimited, if set, hears of each request refused for one of its
 	// caller's own limits, which the identity carries and the server
-	// enforces before Admit runs: "prompt_bytes" (Identity.MaxBodyBytes)
-	// or "in_flight" (Identity.MaxInFlight). secure_app counts them as
+	// enforces before Admit runs: "prompt_bytes" (tenant.Identity.MaxBodyBytes)
+	// or "in_flight" (tenant.Identity.MaxInFlight). secure_app counts them as
 	// tier refusals.
-	CallerLimited func(id Identity, limit string)
+	CallerLimited func(id tenant.Identity, limit string)
 	// Tracer, if set, records a server span per request — joined to the
 	// caller's trace when it sends a W3C traceparent — under which the
 	// gateway's and the upstream call's spans hang. nil records nothing.
@@ -84,66 +85,13 @@ type Options struct {
 	OverheadHeader bool
 }
 
-// Identity is who is asking.
-type Identity struct {
-	// Key is the tenant's rate-limit and quota key; never empty.
-	Key string
-	// Tenant is the tenant as it was named, for logs; "" when anonymous.
-	Tenant string
-	// Tier is the tenant's tier, when the identity carries one (secure_app).
-	Tier string
-	// MaxBodyBytes, if positive and below Options.MaxBodyBytes, is the most
-	// body this caller may send (its tier's limit): a larger one is refused
-	// before it is read.
-	MaxBodyBytes int64
-	// MaxInFlight, if positive, is how many requests under this Key the
-	// server takes at once, each counted from the moment it is identified
-	// until its answer is written. One more is refused with 429 before
-	// anything else runs — the rate limit's round trip included — so a
-	// caller that floods the gateway holds at most this many of what its
-	// requests share (a Redis connection pool, say), however many it sends.
-	// Set it no lower than what the caller may have in flight anyway (its
-	// tier's cap): it only refuses what would have been refused later.
-	MaxInFlight int
-}
-
-type identityKey struct{}
-
-// WithIdentity returns ctx carrying id, as the server passes each request's
-// identity on to the router (and to a limiter that needs the tier, say).
-func WithIdentity(ctx context.Context, id Identity) context.Context {
-	return context.WithValue(ctx, identityKey{}, id)
-}
-
-// IdentityFrom returns the identity the server put in a request's context
-// (for a limiter that needs the tier, say).
-func IdentityFrom(ctx context.Context) (Identity, bool) {
-	id, ok := ctx.Value(identityKey{}).(Identity)
-	return id, ok
-}
-
-// Done is what Options.Admit returns: called once when the request ends.
-type Done func(usage *llm.Usage, err error)
-
-// Admission is what Options.Admit is shown of a request.
-type Admission struct {
-	Model     string // the public model name asked for; "auto" when none
-	BodyBytes int    // the request body's size
-	MaxTokens int    // the caller's limit on each answer's tokens; 0 if unset
-	Choices   int    // how many answers the caller asked for ("n"); 0 if unset (one)
-	// MediaParts is how many content parts are not text (images, audio,
-	// files), whose tokens the body's size does not show.
-	MediaParts int
-	Stream     bool
-}
-
 // Server serves the gateway over HTTP.
 type Server struct {
 	opts    Options
 	tracer  trace.Tracer // nil when Options.Tracer is
 	mux     *http.ServeMux
 	bodies  sync.Pool // *bytes.Buffer for request bodies
-	callers callers   // requests in the server per Identity.Key, for Identity.MaxInFlight
+	callers callers   // requests in the server per tenant.Identity.Key, for tenant.Identity.MaxInFlight
 }
 
 // New builds the routes.
@@ -277,9 +225,9 @@ func (s *Server) admitting(next http.HandlerFunc) http.Handler {
 // identify names the tenant, from Options.Identify or the tenant header.
 // A request without the header is anonymous, under a key no header value
 // can produce; a header that is too long or not printable is refused.
-func (s *Server) identify(w http.ResponseWriter, r *http.Request) (Identity, *http.Request, bool) {
+func (s *Server) identify(w http.ResponseWriter, r *http.Request) (tenant.Identity, *http.Request, bool) {
 	var (
-		id  Identity
+		id  tenant.Identity
 		err *chatapi.Error
 	)
 	if s.opts.Identify != nil {
@@ -289,18 +237,18 @@ func (s *Server) identify(w http.ResponseWriter, r *http.Request) (Identity, *ht
 	}
 	if err != nil {
 		s.refuseBody(w, err)
-		return Identity{}, r, false
+		return tenant.Identity{}, r, false
 	}
 	if rec, ok := w.(*recorder); ok {
 		rec.tenant = id.Tenant
 	}
-	return id, r.WithContext(WithIdentity(r.Context(), id)), true
+	return id, r.WithContext(tenant.WithIdentity(r.Context(), id)), true
 }
 
 // admit runs Options.Admit, if set. The caller must call done (never nil)
 // with the answer's usage when the request ends; done also counts the
 // tokens.
-func (s *Server) admit(w http.ResponseWriter, r *http.Request, id Identity, a Admission) (*http.Request, Done, bool) {
+func (s *Server) admit(w http.ResponseWriter, r *http.Request, id tenant.Identity, a tenant.Admission) (*http.Request, tenant.Done, bool) {
 	hook := func(*llm.Usage, error) {}
 	if s.opts.Admit != nil {
 		a.Model = cmp.Or(a.Model, router.AutoModel)
@@ -320,14 +268,14 @@ func (s *Server) admit(w http.ResponseWriter, r *http.Request, id Identity, a Ad
 	}, true
 }
 
-func (s *Server) headerTenant(r *http.Request) (Identity, *chatapi.Error) {
+func (s *Server) headerTenant(r *http.Request) (tenant.Identity, *chatapi.Error) {
 	values := r.Header.Values(s.opts.TenantHeader)
 	bad := func() *chatapi.Error {
 		return &chatapi.Error{Status: http.StatusBadRequest, Type: "invalid_request_error", Code: "invalid_tenant",
 			Message: s.opts.TenantHeader + " must be one header of at most " + strconv.Itoa(MaxTenantBytes) + " printable ASCII characters"}
 	}
 	if len(values) > 1 {
-		return Identity{}, bad() // which of two tenants to charge is not ours to guess
+		return tenant.Identity{}, bad() // which of two tenants to charge is not ours to guess
 	}
 	t := ""
 	if len(values) == 1 {
@@ -335,11 +283,11 @@ func (s *Server) headerTenant(r *http.Request) (Identity, *chatapi.Error) {
 	}
 	switch {
 	case t == "":
-		return Identity{Key: "anonymous"}, nil
+		return tenant.Identity{Key: "anonymous"}, nil
 	case len(t) > MaxTenantBytes || !printable(t):
-		return Identity{}, bad()
+		return tenant.Identity{}, bad()
 	}
-	return Identity{Key: "tenant:" + t, Tenant: t}, nil
+	return tenant.Identity{Key: "tenant:" + t, Tenant: t}, nil
 }
 
 // printable reports whether s is visible ASCII: no spaces, controls or
@@ -357,17 +305,17 @@ func printable(s string) bool {
 // its requests in flight, then read the body. On false the response is
 // written; on true the caller calls release when the request ends, which
 // gives back the buffer and the caller's place.
-func (s *Server) accept(w http.ResponseWriter, r *http.Request) (id Identity, _ *http.Request, _ *bytes.Buffer, release func(), ok bool) {
+func (s *Server) accept(w http.ResponseWriter, r *http.Request) (id tenant.Identity, _ *http.Request, _ *bytes.Buffer, release func(), ok bool) {
 	id, r, ok = s.identify(w, r)
 	if !ok {
-		return Identity{}, r, nil, nil, false
+		return tenant.Identity{}, r, nil, nil, false
 	}
 	leave, ok := s.callers.enter(id)
 	if !ok {
 		s.callerLimited(id, "in_flight")
 		s.refuseBody(w, &chatapi.Error{Status: http.StatusTooManyRequests, Type: "rate_limit_error", Code: "too_many_concurrent_requests",
 			Message: fmt.Sprintf("this caller may have %d requests in flight", id.MaxInFlight), RetryAfter: time.Second})
-		return Identity{}, r, nil, nil, false
+		return tenant.Identity{}, r, nil, nil, false
 	}
 	// The cheapest refusal first: a tenant over its rate is refused before
 	// a byte of its body is read or parsed (the handlers tell the router
@@ -377,23 +325,23 @@ func (s *Server) accept(w http.ResponseWriter, r *http.Request) (id Identity, _ 
 		w.Header().Set("Connection", "close")
 		_ = http.NewResponseController(w).SetReadDeadline(time.Now()) // see refuseBody
 		s.fail(w, r, err)
-		return Identity{}, r, nil, nil, false
+		return tenant.Identity{}, r, nil, nil, false
 	}
 	buf, ok := s.readBody(w, r, id)
 	if !ok {
 		leave()
-		return Identity{}, r, nil, nil, false
+		return tenant.Identity{}, r, nil, nil, false
 	}
 	return id, r, buf, func() { leave(); s.done(buf) }, true
 }
 
 // callers counts the requests in the server per caller, for
-// Identity.MaxInFlight.
+// tenant.Identity.MaxInFlight.
 type callers struct{ n inflight.Counter }
 
 // enter counts one more request of id, unless it already has
 // id.MaxInFlight; leave uncounts it.
-func (c *callers) enter(id Identity) (leave func(), ok bool) {
+func (c *callers) enter(id tenant.Identity) (leave func(), ok bool) {
 	if id.MaxInFlight <= 0 {
 		return func() {}, true
 	}
@@ -405,10 +353,10 @@ func (c *callers) enter(id Identity) (leave func(), ok bool) {
 
 // readBody reads a size- and time-limited body into a pooled buffer: at
 // most Options.MaxBodyBytes, or the caller's own smaller limit
-// (Identity.MaxBodyBytes). It writes the error response itself (413, 408,
+// (tenant.Identity.MaxBodyBytes). It writes the error response itself (413, 408,
 // 400) and reports whether it succeeded; the caller gives the buffer back
 // with s.done.
-func (s *Server) readBody(w http.ResponseWriter, r *http.Request, id Identity) (*bytes.Buffer, bool) {
+func (s *Server) readBody(w http.ResponseWriter, r *http.Request, id tenant.Identity) (*bytes.Buffer, bool) {
 	limit := s.opts.MaxBodyBytes
 	if id.MaxBodyBytes > 0 && id.MaxBodyBytes < limit {
 		limit = id.MaxBodyBytes
@@ -454,7 +402,7 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request, id Identity) (
 
 // tooLarge is the refusal of a body over limit: the server's own limit, or
 // the caller's (its tier's) when that is the smaller.
-func (s *Server) tooLarge(id Identity, limit int64) *chatapi.Error {
+func (s *Server) tooLarge(id tenant.Identity, limit int64) *chatapi.Error {
 	if id.MaxBodyBytes > 0 && id.MaxBodyBytes == limit && limit < s.opts.MaxBodyBytes {
 		s.callerLimited(id, "prompt_bytes")
 		return &chatapi.Error{Status: http.StatusRequestEntityTooLarge, Type: "invalid_request_error", Code: "prompt_too_large",
@@ -464,7 +412,7 @@ func (s *Server) tooLarge(id Identity, limit int64) *chatapi.Error {
 		Message: "the request body is larger than " + strconv.FormatInt(limit, 10) + " bytes"}
 }
 
-func (s *Server) callerLimited(id Identity, limit string) {
+func (s *Server) callerLimited(id tenant.Identity, limit string) {
 	if s.opts.CallerLimited != nil {
 		s.opts.CallerLimited(id, limit)
 	}
@@ -479,7 +427,7 @@ func (s *Server) callerLimited(id Identity, limit string) {
 // closing a connection with unread data resets it, and a client still
 // sending would get a broken pipe instead of the 413. Nothing of it is
 // kept or parsed.
-func (s *Server) refuseTooLarge(w http.ResponseWriter, r *http.Request, id Identity, limit, declared int64) {
+func (s *Server) refuseTooLarge(w http.ResponseWriter, r *http.Request, id tenant.Identity, limit, declared int64) {
 	e := s.tooLarge(id, limit)
 	if limit >= s.opts.MaxBodyBytes || declared > s.opts.MaxBodyBytes || r.Header.Get("Expect") != "" {
 		s.refuseBody(w, e)

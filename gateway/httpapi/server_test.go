@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"github.com/production-go/gateway-lab/gateway/tenant"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -552,17 +553,17 @@ func TestOverheadIsMeasuredAndCanBeShown(t *testing.T) {
 func TestAdmitHookSeesTheRequestAndSettlesWithItsUsage(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var (
-			seen    Admission
+			seen    tenant.Admission
 			settled []*llm.Usage
-			tenant  string
+			asked   string
 		)
 		cfg := baseConfig()
 		cfg.Routes = []router.Route{{Name: "denied", Targets: []router.Target{{Provider: "alpha"}}}}
 		r := newRigWith(t, cfg, func(o *Options) {
-			o.Admit = func(ctx context.Context, id Identity, a Admission) (context.Context, Done, *chatapi.Error) {
+			o.Admit = func(ctx context.Context, id tenant.Identity, a tenant.Admission) (context.Context, tenant.Done, *chatapi.Error) {
 				seen = a
-				from, _ := IdentityFrom(ctx)
-				tenant = from.Tenant
+				from, _ := tenant.IdentityFrom(ctx)
+				asked = from.Tenant
 				if a.Model == "denied" {
 					return ctx, nil, &chatapi.Error{Status: http.StatusTooManyRequests, Type: "rate_limit_error", Code: "tokens_per_minute", Message: "over", RetryAfter: 1500 * time.Millisecond}
 				}
@@ -576,8 +577,8 @@ func TestAdmitHookSeesTheRequestAndSettlesWithItsUsage(t *testing.T) {
 		body := `{"model":"auto","max_tokens":64,"n":2,"messages":[{"role":"user","content":[{"type":"text","text":"count me"},{"type":"image_url","image_url":{"url":"https://example.com/a.png"}}]}]}`
 		rec := r.do(http.MethodPost, "/v1/chat/completions", body, "X-Tenant-ID", "acme")
 		require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
-		assert.Equal(t, Admission{Model: "auto", BodyBytes: len(body), MaxTokens: 64, Choices: 2, MediaParts: 1}, seen)
-		assert.Equal(t, "acme", tenant, "the identity travels in the request's context")
+		assert.Equal(t, tenant.Admission{Model: "auto", BodyBytes: len(body), MaxTokens: 64, Choices: 2, MediaParts: 1}, seen)
+		assert.Equal(t, "acme", asked, "the identity travels in the request's context")
 		require.Len(t, settled, 1, "done is called once, when the request ends")
 		require.NotNil(t, settled[0], "with the answer's usage")
 		assert.Positive(t, settled[0].TotalTokens)
