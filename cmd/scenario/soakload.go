@@ -5,6 +5,7 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"github.com/production-go/gateway-lab/gateway/chatapi"
 	"net/http"
 	"strconv"
 	"strings"
@@ -224,11 +225,20 @@ func transportReason(err string) string {
 // admitted: limits, quotas, overload, a draining replica. Any other
 // refusal (an upstream's error, a deadline, a stream's error event) came
 // after admission, so its request counts as accepted.
-var admissionRefusals = map[string]bool{
-	"rate_limited": true, "too_many_concurrent_requests": true, "tokens_per_minute": true, "tokens_over_quota": true,
-	"limits_unavailable": true, "rate_limiter_unavailable": true, "overloaded": true, "draining": true,
-	"invalid_token": true, "missing_token": true, "expired_token": true, "model_not_allowed": true, "unknown_tier": true,
-	"prompt_too_large": true, "request_too_large": true, "invalid_request": true, "invalid_body": true,
+var admissionRefusals = codes(
+	chatapi.RateLimited, chatapi.TenantBusy, chatapi.TokensPerMinute, chatapi.TokensOverQuota,
+	chatapi.LimitsUnavailable, chatapi.LimiterUnavailable, chatapi.Overloaded, chatapi.Draining,
+	chatapi.InvalidToken, chatapi.MissingToken, chatapi.ExpiredToken, chatapi.ModelNotAllowed, chatapi.UnknownTier,
+	chatapi.PromptTooLarge, chatapi.RequestTooLarge, chatapi.InvalidRequest, chatapi.InvalidBody,
+)
+
+// codes is the set of the failures' codes.
+func codes(fs ...chatapi.Failure) map[string]bool {
+	set := map[string]bool{}
+	for _, f := range fs {
+		set[f.Code] = true
+	}
+	return set
 }
 
 // accepted reports whether the gateway admitted the request.

@@ -17,9 +17,9 @@ import (
 //	{"error": {"message": "...", "type": "invalid_request_error", "param": "model", "code": "model_not_found"}}
 type Error struct {
 	Status  int
-	Type    string // invalid_request_error, rate_limit_error, server_error, …
-	Code    string // model_not_found, context_length_exceeded, …; "" is sent as null
-	Param   string // the field at fault; "" is sent as null
+	Type    ErrorType // invalid_request_error, rate_limit_error, server_error (catalogue.go), or an upstream's
+	Code    string    // model_not_found, context_length_exceeded, …; "" is sent as null
+	Param   string    // the field at fault; "" is sent as null
 	Message string
 	// RetryAfter, if positive, is sent as a Retry-After header (429, 503).
 	RetryAfter time.Duration
@@ -29,8 +29,8 @@ type Error struct {
 
 func (e *Error) Error() string { return e.Message }
 
-func invalid(param, code, msg string) *Error {
-	return &Error{Status: http.StatusBadRequest, Type: "invalid_request_error", Code: code, Param: param, Message: msg}
+func invalid(param string, f Failure, msg string) *Error {
+	return f.New(msg).At(param)
 }
 
 // JSON is the error's body.
@@ -41,7 +41,7 @@ func (e *Error) JSON() []byte {
 		Param   *string `json:"param"`
 		Code    *string `json:"code"`
 	}
-	d := detail{Message: e.Message, Type: e.Type}
+	d := detail{Message: e.Message, Type: string(e.Type)}
 	if e.Param != "" {
 		d.Param = &e.Param
 	}

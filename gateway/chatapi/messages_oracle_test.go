@@ -22,7 +22,7 @@ func readMessagesByGet(v gjson.Result) (lastRole string, messages, media int, er
 			c.ForEach(func(_, part gjson.Result) bool {
 				if duplicate(part, "type") != "" || hasCaseVariant(part, "type") {
 					field := fmt.Sprintf("messages[%d].content[%d].type", messages-1, j)
-					err = invalid(field, "duplicate_field", field+" appears more than once")
+					err = invalid(field, DuplicateField, field+" appears more than once")
 					return false
 				}
 				if part.Get("type").Str != "text" {
@@ -35,7 +35,7 @@ func readMessagesByGet(v gjson.Result) (lastRole string, messages, media int, er
 		return err == nil
 	})
 	if err == nil && messages == 0 {
-		err = invalid("messages", "invalid_value", "messages must contain at least one message")
+		err = invalid("messages", InvalidValue, "messages must contain at least one message")
 	}
 	return lastRole, messages, media, err
 }
@@ -43,30 +43,30 @@ func readMessagesByGet(v gjson.Result) (lastRole string, messages, media int, er
 func checkMessageByGet(i int, m gjson.Result) error {
 	field := func(name string) string { return fmt.Sprintf("messages[%d]%s", i, name) }
 	if !m.IsObject() {
-		return invalid(field(""), "invalid_type", field("")+" must be an object")
+		return invalid(field(""), InvalidType, field("")+" must be an object")
 	}
 	if dup := duplicate(m, "role", "content"); dup != "" {
-		return invalid(field("."+dup), "duplicate_field", fmt.Sprintf("%s appears more than once", field("."+dup)))
+		return invalid(field("."+dup), DuplicateField, fmt.Sprintf("%s appears more than once", field("."+dup)))
 	}
 	for _, name := range []string{"role", "content"} {
 		if hasCaseVariant(m, name) {
-			return invalid(field("."+name), "duplicate_field", fmt.Sprintf("%s appears more than once, in another case", field("."+name)))
+			return invalid(field("."+name), DuplicateField, fmt.Sprintf("%s appears more than once, in another case", field("."+name)))
 		}
 	}
 	role := m.Get("role")
 	switch {
 	case !role.Exists():
-		return invalid(field(".role"), "missing_required_parameter", field(".role")+" is required")
+		return invalid(field(".role"), MissingParameter, field(".role")+" is required")
 	case role.Type != gjson.String:
-		return invalid(field(".role"), "invalid_type", field(".role")+" must be a string")
+		return invalid(field(".role"), InvalidType, field(".role")+" must be a string")
 	case !roles[role.Str]:
-		return invalid(field(".role"), "invalid_value",
+		return invalid(field(".role"), InvalidValue,
 			fmt.Sprintf("%s %q is not one of system, developer, user, assistant, tool, function", field(".role"), role.Str))
 	}
 	switch c := m.Get("content"); {
 	case !c.Exists(), c.Type == gjson.Null, c.Type == gjson.String, c.IsArray():
 	default:
-		return invalid(field(".content"), "invalid_type", field(".content")+" must be a string, an array of content parts, or null")
+		return invalid(field(".content"), InvalidType, field(".content")+" must be a string, an array of content parts, or null")
 	}
 	return nil
 }

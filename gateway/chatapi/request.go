@@ -89,7 +89,7 @@ var readFields = map[string]bool{
 func caseVariant(key string) error {
 	for field := range readFields {
 		if strings.EqualFold(key, field) {
-			return invalid(key, "invalid_field", fmt.Sprintf("%q is %q in another case; send the field once, as %q", key, field, field))
+			return invalid(key, InvalidField, fmt.Sprintf("%q is %q in another case; send the field once, as %q", key, field, field))
 		}
 	}
 	return nil
@@ -104,7 +104,7 @@ func Parse(body []byte) (*Request, error) {
 	}
 	root := gjson.ParseBytes(body)
 	if !root.IsObject() {
-		return nil, invalid("", "invalid_type", "the request body must be a JSON object")
+		return nil, invalid("", InvalidType, "the request body must be a JSON object")
 	}
 	r := &Request{raw: body, model: absent, stream: absent, streamOptions: absent, maxCompletion: absent, optionsValue: absent, includeUsage: absent}
 	seen := make(map[string]bool, len(readFields))
@@ -115,7 +115,7 @@ func Parse(body []byte) (*Request, error) {
 			return err == nil
 		}
 		if seen[key.Str] {
-			err = invalid(key.Str, "duplicate_field", fmt.Sprintf("%q appears more than once", key.Str))
+			err = invalid(key.Str, DuplicateField, fmt.Sprintf("%q appears more than once", key.Str))
 			return false
 		}
 		seen[key.Str] = true
@@ -126,7 +126,7 @@ func Parse(body []byte) (*Request, error) {
 		return nil, err
 	}
 	if !seen["messages"] {
-		return nil, invalid("messages", "missing_required_parameter", "messages is required")
+		return nil, invalid("messages", MissingParameter, "messages is required")
 	}
 	return r, nil
 }
@@ -136,7 +136,7 @@ func (r *Request) read(key, v gjson.Result) error {
 	switch name := key.Str; name {
 	case "model":
 		if v.Type != gjson.String {
-			return invalid(name, "invalid_type", "model must be a string")
+			return invalid(name, InvalidType, "model must be a string")
 		}
 		r.Model, r.model = v.Str, valueSpan(v)
 	case "messages":
@@ -153,10 +153,10 @@ func (r *Request) read(key, v gjson.Result) error {
 			return nil
 		}
 		if !v.IsObject() {
-			return invalid(name, "invalid_type", "stream_options must be an object")
+			return invalid(name, InvalidType, "stream_options must be an object")
 		}
 		if keys := scanKeys(v, "include_usage"); keys.dup != "" || keys.variant != "" {
-			return invalid("stream_options.include_usage", "duplicate_field", "stream_options.include_usage appears more than once")
+			return invalid("stream_options.include_usage", DuplicateField, "stream_options.include_usage appears more than once")
 		}
 		u := v.Get("include_usage")
 		if u.Exists() {
@@ -189,7 +189,7 @@ func (r *Request) read(key, v gjson.Result) error {
 // inside the parts is the upstream's business.
 func (r *Request) readMessages(v gjson.Result) error {
 	if !v.IsArray() {
-		return invalid("messages", "invalid_type", "messages must be an array of message objects")
+		return invalid("messages", InvalidType, "messages must be an array of message objects")
 	}
 	var err error
 	i := 0
@@ -203,7 +203,7 @@ func (r *Request) readMessages(v gjson.Result) error {
 				keys := scanKeys(part, "type")
 				if keys.dup != "" || keys.variant != "" {
 					field := fmt.Sprintf("messages[%d].content[%d].type", i-1, j)
-					err = invalid(field, "duplicate_field", field+" appears more than once") // read as text here, as an image upstream
+					err = invalid(field, DuplicateField, field+" appears more than once") // read as text here, as an image upstream
 					return false
 				}
 				if keys.val[0].Str != "text" {
@@ -219,7 +219,7 @@ func (r *Request) readMessages(v gjson.Result) error {
 		return err
 	}
 	if i == 0 {
-		return invalid("messages", "invalid_value", "messages must contain at least one message")
+		return invalid("messages", InvalidValue, "messages must contain at least one message")
 	}
 	r.Messages = i
 	return nil
@@ -228,29 +228,29 @@ func (r *Request) readMessages(v gjson.Result) error {
 func readMessage(i int, m gjson.Result) (role string, content gjson.Result, _ error) {
 	field := func(name string) string { return fmt.Sprintf("messages[%d]%s", i, name) }
 	if !m.IsObject() {
-		return "", content, invalid(field(""), "invalid_type", field("")+" must be an object")
+		return "", content, invalid(field(""), InvalidType, field("")+" must be an object")
 	}
 	keys := scanKeys(m, "role", "content")
 	if keys.dup != "" {
-		return "", content, invalid(field("."+keys.dup), "duplicate_field", fmt.Sprintf("%s appears more than once", field("."+keys.dup)))
+		return "", content, invalid(field("."+keys.dup), DuplicateField, fmt.Sprintf("%s appears more than once", field("."+keys.dup)))
 	}
 	if keys.variant != "" { // "Role": "system" beside "role": "user", read by a Go upstream as system
-		return "", content, invalid(field("."+keys.variant), "duplicate_field", fmt.Sprintf("%s appears more than once, in another case", field("."+keys.variant)))
+		return "", content, invalid(field("."+keys.variant), DuplicateField, fmt.Sprintf("%s appears more than once, in another case", field("."+keys.variant)))
 	}
 	r, c := keys.val[0], keys.val[1]
 	switch {
 	case !r.Exists():
-		return "", c, invalid(field(".role"), "missing_required_parameter", field(".role")+" is required")
+		return "", c, invalid(field(".role"), MissingParameter, field(".role")+" is required")
 	case r.Type != gjson.String:
-		return "", c, invalid(field(".role"), "invalid_type", field(".role")+" must be a string")
+		return "", c, invalid(field(".role"), InvalidType, field(".role")+" must be a string")
 	case !roles[r.Str]:
-		return r.Str, c, invalid(field(".role"), "invalid_value",
+		return r.Str, c, invalid(field(".role"), InvalidValue,
 			fmt.Sprintf("%s %q is not one of system, developer, user, assistant, tool, function", field(".role"), r.Str))
 	}
 	switch {
 	case !c.Exists(), c.Type == gjson.Null, c.Type == gjson.String, c.IsArray():
 	default:
-		return r.Str, c, invalid(field(".content"), "invalid_type", field(".content")+" must be a string, an array of content parts, or null")
+		return r.Str, c, invalid(field(".content"), InvalidType, field(".content")+" must be a string, an array of content parts, or null")
 	}
 	return r.Str, c, nil
 }
@@ -309,7 +309,7 @@ func optionalBool(name string, v gjson.Result) (bool, error) {
 	if !v.Exists() {
 		return false, nil
 	}
-	return false, invalid(name, "invalid_type", name+" must be true or false")
+	return false, invalid(name, InvalidType, name+" must be true or false")
 }
 
 // optionalCount reads a positive integer or null.
@@ -318,7 +318,7 @@ func optionalCount(name string, v gjson.Result) (int, error) {
 		return 0, nil
 	}
 	if v.Type != gjson.Number || strings.ContainsAny(v.Raw, ".eE") || v.Num < 1 || v.Num > 1<<31 {
-		return 0, invalid(name, "invalid_value", name+" must be a whole number of at least 1")
+		return 0, invalid(name, InvalidValue, name+" must be a whole number of at least 1")
 	}
 	return int(v.Num), nil
 }
@@ -326,7 +326,7 @@ func optionalCount(name string, v gjson.Result) (int, error) {
 // valid reports a body that is not JSON, saying where it breaks.
 func valid(body []byte) error {
 	if len(bytes.TrimSpace(body)) == 0 {
-		return invalid("", "invalid_json", "the request body is empty; send a JSON object")
+		return invalid("", InvalidJSON, "the request body is empty; send a JSON object")
 	}
 	if ValidJSON(body) {
 		return nil
@@ -335,9 +335,9 @@ func valid(body []byte) error {
 	err := json.Unmarshal(body, &v)
 	var syntax *json.SyntaxError
 	if errors.As(err, &syntax) {
-		return invalid("", "invalid_json", fmt.Sprintf("the body is not valid JSON: %s (at byte %d)", strings.TrimPrefix(syntax.Error(), "json: "), syntax.Offset))
+		return invalid("", InvalidJSON, fmt.Sprintf("the body is not valid JSON: %s (at byte %d)", strings.TrimPrefix(syntax.Error(), "json: "), syntax.Offset))
 	}
-	return invalid("", "invalid_json", "the body is not valid JSON")
+	return invalid("", InvalidJSON, "the body is not valid JSON")
 }
 
 // maxNesting is encoding/json's limit on nested arrays and objects.

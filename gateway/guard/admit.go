@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"github.com/production-go/gateway-lab/gateway/tenant"
 	quotas "github.com/production-go/gateway-lab/solutions/12-quotas"
-	"net/http"
 	"time"
 
 	"github.com/production-go/gateway-lab/gateway/chatapi"
@@ -40,13 +39,11 @@ func (g *Guard) Admit(ctx context.Context, id tenant.Identity, a tenant.Admissio
 	tier, _ := g.cfg.Policy.Tier(id.Tier)
 	if !tier.Allows(a.Model) {
 		g.cfg.Observer.TierRefused(policy.LimitModel)
-		return ctx, nil, &chatapi.Error{Status: http.StatusForbidden, Type: "invalid_request_error", Code: "model_not_allowed", Param: "model",
-			Message: fmt.Sprintf("the %s tier may not use the model %q", tier.Name, a.Model)}
+		return ctx, nil, chatapi.ModelNotAllowed.New(fmt.Sprintf("the %s tier may not use the model %q", tier.Name, a.Model)).At("model")
 	}
 	if a.BodyBytes > tier.MaxPromptBytes {
 		g.cfg.Observer.TierRefused(policy.LimitPromptBytes)
-		return ctx, nil, &chatapi.Error{Status: http.StatusRequestEntityTooLarge, Type: "invalid_request_error", Code: "prompt_too_large",
-			Message: fmt.Sprintf("the request is %d bytes; the %s tier allows %d", a.BodyBytes, tier.Name, tier.MaxPromptBytes)}
+		return ctx, nil, chatapi.PromptTooLarge.New(fmt.Sprintf("the request is %d bytes; the %s tier allows %d", a.BodyBytes, tier.Name, tier.MaxPromptBytes))
 	}
 	release, e := g.lease(ctx, id, tier)
 	if e != nil {
@@ -78,8 +75,7 @@ func (g *Guard) lease(ctx context.Context, id tenant.Identity, tier policy.Tier)
 	}
 	if !d.Allowed {
 		g.cfg.Observer.TierRefused(policy.LimitInFlight)
-		return nil, &chatapi.Error{Status: http.StatusTooManyRequests, Type: "rate_limit_error", Code: "too_many_concurrent_requests",
-			Message: fmt.Sprintf("the %s tier allows %d requests in flight per tenant", tier.Name, tier.MaxInFlight), RetryAfter: time.Second}
+		return nil, chatapi.TenantBusy.New(fmt.Sprintf("the %s tier allows %d requests in flight per tenant", tier.Name, tier.MaxInFlight)).After(time.Second)
 	}
 	if lease == nil {
 		return func() {}, nil // admitted with Redis down and failing open: no lease to keep
@@ -140,8 +136,7 @@ func (g *Guard) meter(ctx context.Context, id tenant.Identity, tier policy.Tier,
 	m.estimate = quotas.Estimate(a.BodyBytes, m.answer, a.Choices) + a.MediaParts*MediaPartTokens
 	if m.estimate > tier.TokensPerMinute {
 		g.cfg.Observer.TierRefused(policy.LimitTokens)
-		return nil, &chatapi.Error{Status: http.StatusRequestEntityTooLarge, Type: "invalid_request_error", Code: "tokens_over_quota",
-			Message: fmt.Sprintf("this request may use %d tokens; the %s tier's whole quota is %d a minute", m.estimate, tier.Name, tier.TokensPerMinute)}
+		return nil, chatapi.TokensOverQuota.New(fmt.Sprintf("this request may use %d tokens; the %s tier's whole quota is %d a minute", m.estimate, tier.Name, tier.TokensPerMinute))
 	}
 	first, e := m.reserve(ctx)
 	if e != nil {
@@ -159,16 +154,13 @@ func (m *meter) reserve(ctx context.Context) (*quota.Reservation, *chatapi.Error
 	}
 	if !d.Allowed {
 		m.g.cfg.Observer.TierRefused(policy.LimitTokens)
-		return nil, &chatapi.Error{Status: http.StatusTooManyRequests, Type: "rate_limit_error", Code: "tokens_per_minute",
-			Message:    fmt.Sprintf("the %s tier allows %d tokens a minute; this call needs %d more", m.tier.Name, m.tier.TokensPerMinute, m.estimate),
-			RetryAfter: d.RetryAfter}
+		return nil, chatapi.TokensPerMinute.New(fmt.Sprintf("the %s tier allows %d tokens a minute; this call needs %d more", m.tier.Name, m.tier.TokensPerMinute, m.estimate)).After(d.RetryAfter)
 	}
 	return res, nil
 }
 
 func unavailable(what string) *chatapi.Error {
-	return &chatapi.Error{Status: http.StatusServiceUnavailable, Type: "server_error", Code: "limits_unavailable",
-		Message: "the shared " + what + " limit is unavailable and this gateway fails closed; retry shortly", RetryAfter: time.Second}
+	return chatapi.LimitsUnavailable.New("the shared " + what + " limit is unavailable and this gateway fails closed; retry shortly").After(time.Second)
 }
 
 // detached runs bookkeeping after a request — which must happen even when

@@ -203,21 +203,21 @@ func (g *Guard) Identify(r *http.Request) (tenant.Identity, *chatapi.Error) {
 		reason := identity.ReasonOf(err)
 		g.cfg.Observer.AuthRefused(reason)
 		g.cfg.Log.LogAttrs(r.Context(), slog.LevelInfo, "unauthorized", slog.String("reason", string(reason)))
-		code := "invalid_token"
+		f := chatapi.InvalidToken
 		switch {
 		case errors.Is(err, identity.ErrMissing):
-			code = "missing_token"
+			f = chatapi.MissingToken
 		case errors.Is(err, identity.ErrExpired):
-			code = "expired_token"
+			f = chatapi.ExpiredToken
 		}
-		return tenant.Identity{}, &chatapi.Error{Status: http.StatusUnauthorized, Type: "invalid_request_error", Code: code,
-			Message: err.Error(), Challenge: `Bearer realm="gateway", error="invalid_token"`}
+		refusal := f.New(err.Error())
+		refusal.Challenge = `Bearer realm="gateway", error="invalid_token"`
+		return tenant.Identity{}, refusal
 	}
 	tier, ok := g.cfg.Policy.Tier(claims.Tier)
 	if !ok {
 		g.cfg.Observer.TierRefused(policy.LimitTier)
-		return tenant.Identity{}, &chatapi.Error{Status: http.StatusForbidden, Type: "invalid_request_error", Code: "unknown_tier",
-			Message: "the token's tier is not one this gateway serves"}
+		return tenant.Identity{}, chatapi.UnknownTier.New("the token's tier is not one this gateway serves")
 	}
 	// A body over the tier's prompt size is refused unread; a request
 	// beyond the tier's in-flight cap on this replica — which the shared

@@ -45,13 +45,11 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
 	case strings.EqualFold(v, "off"):
 		req.NoContinue = true
 	default:
-		s.writeError(w, &chatapi.Error{Status: http.StatusBadRequest, Type: "invalid_request_error", Code: "invalid_header", Param: ContinuationHeader,
-			Message: fmt.Sprintf("%s must be on or off", ContinuationHeader)})
+		s.writeError(w, chatapi.InvalidHeader.New(fmt.Sprintf("%s must be on or off", ContinuationHeader)).At(ContinuationHeader))
 		return
 	}
 	if !s.opts.Router.Resolve(chat.Model, &req) {
-		s.writeError(w, &chatapi.Error{Status: http.StatusNotFound, Type: "invalid_request_error", Code: "model_not_found", Param: "model",
-			Message: fmt.Sprintf("the model %q does not exist here; GET /v1/models lists the models this gateway serves", chat.Model)})
+		s.writeError(w, chatapi.ModelNotFound.New(fmt.Sprintf("the model %q does not exist here; GET /v1/models lists the models this gateway serves", chat.Model)).At("model"))
 		return
 	}
 	r, done, ok := s.admit(w, r, id, tenant.Admission{Model: chat.Model, BodyBytes: buf.Len(), MaxTokens: chat.MaxTokens, Choices: chat.Choices, MediaParts: chat.MediaParts, Stream: chat.Stream})

@@ -19,8 +19,7 @@ import (
 // errDraining is the answer to a request that comes while the server shuts
 // down: retry elsewhere, in a second.
 func errDraining() *chatapi.Error {
-	return &chatapi.Error{Status: http.StatusServiceUnavailable, Type: "server_error", Code: "draining",
-		Message: "the gateway is shutting down; retry on another instance", RetryAfter: time.Second}
+	return chatapi.Draining.New("the gateway is shutting down; retry on another instance").After(time.Second)
 }
 
 // fail writes the error response a router error deserves, and logs it
@@ -84,9 +83,6 @@ func describe(err, cause error) *chatapi.Error {
 		up    *chatapi.UpstreamError
 		ready *chatapi.Error
 	)
-	e := func(status int, typ, code, msg string) *chatapi.Error {
-		return &chatapi.Error{Status: status, Type: typ, Code: code, Message: msg}
-	}
 	switch {
 	case errors.As(err, &ready):
 		// A hook's own answer (the guard refusing a retry the tenant has
@@ -94,35 +90,35 @@ func describe(err, cause error) *chatapi.Error {
 		out := *ready
 		return &out
 	case errors.Is(err, router.ErrUnknownProvider):
-		return e(http.StatusNotFound, "invalid_request_error", "model_not_found", "the model names a provider this gateway does not have")
+		return chatapi.ModelNotFound.New("the model names a provider this gateway does not have")
 	case errors.Is(err, router.ErrInvalidRequest):
-		return e(http.StatusBadRequest, "invalid_request_error", "invalid_request", "the request has no prompt or no tenant")
+		return chatapi.InvalidRequest.New("the request has no prompt or no tenant")
 	case errors.Is(err, router.ErrTenantBusy):
-		return e(http.StatusTooManyRequests, "rate_limit_error", "too_many_concurrent_requests", "this tenant has too many requests in flight; see Retry-After")
+		return chatapi.TenantBusy.New("this tenant has too many requests in flight; see Retry-After")
 	case errors.Is(err, router.ErrRateLimited):
-		return e(http.StatusTooManyRequests, "rate_limit_error", "rate_limited", "rate limit exceeded for this tenant; see Retry-After")
+		return chatapi.RateLimited.New("rate limit exceeded for this tenant; see Retry-After")
 	case errors.Is(err, router.ErrOverloaded):
-		return e(http.StatusServiceUnavailable, "server_error", "overloaded", "the gateway is at capacity; retry shortly")
+		return chatapi.Overloaded.New("the gateway is at capacity; retry shortly")
 	case errors.Is(err, router.ErrLimiterFailed):
-		return e(http.StatusServiceUnavailable, "server_error", "rate_limiter_unavailable", "the rate limiter is unavailable and this gateway fails closed; retry shortly")
+		return chatapi.LimiterUnavailable.New("the rate limiter is unavailable and this gateway fails closed; retry shortly")
 	case errors.Is(err, router.ErrNoHealthyProvider):
-		return e(http.StatusServiceUnavailable, "server_error", "no_healthy_provider", "every provider for this model is failing; see Retry-After")
+		return chatapi.NoHealthyProvider.New("every provider for this model is failing; see Retry-After")
 	case errors.As(err, &up) && upstreamAuth(up.Status):
 		// The gateway's own credentials were refused: the upstream's words
 		// may quote the key, and the caller can do nothing about it.
-		return e(http.StatusBadGateway, "server_error", "upstream_auth_failed", "the gateway could not authenticate to the upstream provider")
+		return chatapi.UpstreamAuthFailed.New("the gateway could not authenticate to the upstream provider")
 	case errors.As(err, &up) && up.Status == http.StatusTooManyRequests:
-		return e(http.StatusTooManyRequests, "rate_limit_error", "upstream_rate_limited", "the upstream provider is rate limiting this gateway; retry later")
+		return chatapi.UpstreamLimiting.New("the upstream provider is rate limiting this gateway; retry later")
 	case errors.As(err, &up) && up.Status >= 400 && up.Status < 500:
 		return upstreamRefusal(up)
 	case shutdown(err, cause):
 		return errDraining()
 	case errors.Is(err, context.Canceled):
-		return e(telemetry.StatusClientClosed, "server_error", "client_closed", "the client closed the request")
+		return chatapi.ClientClosedRequest.New("the client closed the request")
 	case errors.Is(err, context.DeadlineExceeded):
-		return e(http.StatusGatewayTimeout, "server_error", "deadline_exceeded", "no provider answered within the deadline")
+		return chatapi.DeadlineExceeded.New("no provider answered within the deadline")
 	}
-	return e(http.StatusBadGateway, "server_error", "upstream_error", "the upstream provider failed")
+	return chatapi.UpstreamFailed.New("the upstream provider failed")
 }
 
 // upstreamAuth reports whether an upstream status refuses the gateway's own
@@ -133,9 +129,9 @@ func upstreamAuth(status int) bool {
 
 // upstreamRefusal passes an upstream's 4xx on as the upstream said it.
 func upstreamRefusal(up *chatapi.UpstreamError) *chatapi.Error {
-	out := &chatapi.Error{Status: up.Status, Type: up.Type, Code: up.Code, Param: up.Param, Message: up.Message}
+	out := &chatapi.Error{Status: up.Status, Type: chatapi.ErrorType(up.Type), Code: up.Code, Param: up.Param, Message: up.Message}
 	if out.Type == "" {
-		out.Type = "invalid_request_error"
+		out.Type = chatapi.InvalidRequestError
 	}
 	if out.Message == "" {
 		out.Message = "the upstream provider refused the request (HTTP " + strconv.Itoa(up.Status) + ")"

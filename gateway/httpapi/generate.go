@@ -35,7 +35,7 @@ type generateResponse struct {
 // "auto" as a provider means any, as it does for a chat model.
 func parseGenerate(body []byte) (generateRequest, *chatapi.Error) {
 	bad := func(param, msg string) (generateRequest, *chatapi.Error) {
-		return generateRequest{}, &chatapi.Error{Status: http.StatusBadRequest, Type: "invalid_request_error", Code: "invalid_request", Param: param, Message: msg}
+		return generateRequest{}, chatapi.InvalidRequest.New(msg).At(param)
 	}
 	if !chatapi.ValidJSON(body) || !gjson.ParseBytes(body).IsObject() {
 		return bad("", `the body must be a JSON object: {"prompt": "...", "provider": "optional provider name"}`)
@@ -65,8 +65,7 @@ func parseGenerate(body []byte) (generateRequest, *chatapi.Error) {
 		return generateRequest{}, e
 	}
 	if strings.TrimSpace(req.Prompt) == "" {
-		return generateRequest{}, &chatapi.Error{Status: http.StatusBadRequest, Type: "invalid_request_error", Code: "missing_prompt",
-			Param: "prompt", Message: "prompt is required"}
+		return generateRequest{}, chatapi.MissingPrompt.New("prompt is required").At("prompt")
 	}
 	if req.Provider == router.AutoModel {
 		req.Provider = ""
@@ -90,8 +89,7 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request) {
 	}
 	req := router.Request{Tenant: id.Key, RateChecked: true, Provider: body.Provider, Chat: chatapi.NewRequest(body.Prompt, false)}
 	if body.Provider != "" && !s.opts.Router.HasProvider(body.Provider) {
-		s.writeError(w, &chatapi.Error{Status: http.StatusNotFound, Type: "invalid_request_error", Code: "model_not_found", Param: "provider",
-			Message: fmt.Sprintf("the provider %q does not exist here; GET /v1/models lists them", body.Provider)})
+		s.writeError(w, chatapi.ModelNotFound.New(fmt.Sprintf("the provider %q does not exist here; GET /v1/models lists them", body.Provider)).At("provider"))
 		return
 	}
 	r, done, ok := s.admit(w, r, id, tenant.Admission{Model: body.Provider, BodyBytes: buf.Len()})

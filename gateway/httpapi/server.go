@@ -130,13 +130,11 @@ func New(opts Options) *Server {
 	for path, allow := range map[string]string{"/v1/chat/completions": "POST", "/v1/generate": "POST", "/v1/models": "GET, HEAD"} {
 		s.mux.Handle(path, s.observe("other", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			w.Header().Set("Allow", allow)
-			s.refuseBody(w, &chatapi.Error{Status: http.StatusMethodNotAllowed, Type: "invalid_request_error", Code: "method_not_allowed",
-				Message: r.Method + " is not allowed on " + path + "; use " + allow})
+			s.refuseBody(w, chatapi.MethodNotAllowed.New(r.Method+" is not allowed on "+path+"; use "+allow))
 		})))
 	}
 	s.mux.Handle("/", s.observe("other", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		s.refuseBody(w, &chatapi.Error{Status: http.StatusNotFound, Type: "invalid_request_error", Code: "not_found",
-			Message: "no such endpoint; this gateway serves POST /v1/chat/completions, POST /v1/generate and GET /v1/models"})
+		s.refuseBody(w, chatapi.NotFound.New("no such endpoint; this gateway serves POST /v1/chat/completions, POST /v1/generate and GET /v1/models"))
 	})))
 	s.mux.Handle("GET /healthz", opts.Drainer.Liveness())
 	s.mux.Handle("GET /readyz", opts.Drainer.Readiness())
@@ -271,8 +269,7 @@ func (s *Server) admit(w http.ResponseWriter, r *http.Request, id tenant.Identit
 func (s *Server) headerTenant(r *http.Request) (tenant.Identity, *chatapi.Error) {
 	values := r.Header.Values(s.opts.TenantHeader)
 	bad := func() *chatapi.Error {
-		return &chatapi.Error{Status: http.StatusBadRequest, Type: "invalid_request_error", Code: "invalid_tenant",
-			Message: s.opts.TenantHeader + " must be one header of at most " + strconv.Itoa(MaxTenantBytes) + " printable ASCII characters"}
+		return chatapi.InvalidTenant.New(s.opts.TenantHeader + " must be one header of at most " + strconv.Itoa(MaxTenantBytes) + " printable ASCII characters")
 	}
 	if len(values) > 1 {
 		return tenant.Identity{}, bad() // which of two tenants to charge is not ours to guess
@@ -313,8 +310,7 @@ func (s *Server) accept(w http.ResponseWriter, r *http.Request) (id tenant.Ident
 	leave, ok := s.callers.enter(id)
 	if !ok {
 		s.callerLimited(id, "in_flight")
-		s.refuseBody(w, &chatapi.Error{Status: http.StatusTooManyRequests, Type: "rate_limit_error", Code: "too_many_concurrent_requests",
-			Message: fmt.Sprintf("this caller may have %d requests in flight", id.MaxInFlight), RetryAfter: time.Second})
+		s.refuseBody(w, chatapi.TenantBusy.New(fmt.Sprintf("this caller may have %d requests in flight", id.MaxInFlight)).After(time.Second))
 		return tenant.Identity{}, r, nil, nil, false
 	}
 	// The cheapest refusal first: a tenant over its rate is refused before
@@ -368,8 +364,7 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request, id tenant.Iden
 		return nil, false
 	}
 	if enc := r.Header.Get("Content-Encoding"); enc != "" && !strings.EqualFold(enc, "identity") {
-		s.refuseBody(w, &chatapi.Error{Status: http.StatusUnsupportedMediaType, Type: "invalid_request_error", Code: "unsupported_content_encoding",
-			Message: "request bodies are read as sent; Content-Encoding " + strconv.Quote(enc) + " is not supported"})
+		s.refuseBody(w, chatapi.UnsupportedEncoding.New("request bodies are read as sent; Content-Encoding "+strconv.Quote(enc)+" is not supported"))
 		return nil, false
 	}
 	rc := http.NewResponseController(w)
@@ -391,11 +386,9 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request, id tenant.Iden
 	case errors.As(err, &tooBig):
 		s.refuseTooLarge(w, r, id, tooBig.Limit, -1)
 	case errors.Is(err, os.ErrDeadlineExceeded):
-		s.refuseBody(w, &chatapi.Error{Status: http.StatusRequestTimeout, Type: "invalid_request_error", Code: "request_timeout",
-			Message: "the request body did not arrive within " + s.opts.BodyTimeout.String()})
+		s.refuseBody(w, chatapi.BodyTimeout.New("the request body did not arrive within "+s.opts.BodyTimeout.String()))
 	default:
-		s.refuseBody(w, &chatapi.Error{Status: http.StatusBadRequest, Type: "invalid_request_error", Code: "invalid_body",
-			Message: "the request body could not be read"})
+		s.refuseBody(w, chatapi.InvalidBody.New("the request body could not be read"))
 	}
 	return nil, false
 }
@@ -405,11 +398,9 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request, id tenant.Iden
 func (s *Server) tooLarge(id tenant.Identity, limit int64) *chatapi.Error {
 	if id.MaxBodyBytes > 0 && id.MaxBodyBytes == limit && limit < s.opts.MaxBodyBytes {
 		s.callerLimited(id, "prompt_bytes")
-		return &chatapi.Error{Status: http.StatusRequestEntityTooLarge, Type: "invalid_request_error", Code: "prompt_too_large",
-			Message: fmt.Sprintf("the request is over %d bytes, the most the %s tier allows", limit, cmp.Or(id.Tier, "caller's"))}
+		return chatapi.PromptTooLarge.New(fmt.Sprintf("the request is over %d bytes, the most the %s tier allows", limit, cmp.Or(id.Tier, "caller's")))
 	}
-	return &chatapi.Error{Status: http.StatusRequestEntityTooLarge, Type: "invalid_request_error", Code: "request_too_large",
-		Message: "the request body is larger than " + strconv.FormatInt(limit, 10) + " bytes"}
+	return chatapi.RequestTooLarge.New("the request body is larger than " + strconv.FormatInt(limit, 10) + " bytes")
 }
 
 func (s *Server) callerLimited(id tenant.Identity, limit string) {

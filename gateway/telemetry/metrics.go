@@ -14,6 +14,7 @@
 package telemetry
 
 import (
+	"github.com/production-go/gateway-lab/gateway/chatapi"
 	"time"
 
 	"github.com/production-go/gateway-lab/gateway/router"
@@ -113,7 +114,7 @@ func (m httpMetrics) collectors() []prometheus.Collector {
 
 // StatusClientClosed is the status logged and counted, never sent, for a
 // request whose client went away (nginx's 499).
-const StatusClientClosed = 499
+const StatusClientClosed = chatapi.StatusClientClosed
 
 // Request records one HTTP request: its route, the status it ended with
 // and how long it took.

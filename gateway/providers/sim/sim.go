@@ -15,7 +15,6 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"net/http"
 	"strconv"
 	"strings"
 	"sync"
@@ -247,23 +246,22 @@ var ErrReset = fmt.Errorf("sim: connection reset by peer: %w", syscall.ECONNRESE
 // failure is the error a drawn failure kind stands for, shaped like a real
 // upstream's: status, OpenAI error type and code.
 func (p *Provider) failure(kind Kind) error {
-	up := func(status int, typ, code, msg string, retryAfter time.Duration) error {
-		body := fmt.Sprintf(`{"error":{"message":%q,"type":%q,"code":%q}}`, msg, typ, code)
-		return chatapi.NewUpstreamError(p.cfg.Name, status, []byte(body), retryAfter)
+	up := func(f chatapi.Failure, msg string, retryAfter time.Duration) error {
+		return chatapi.NewUpstreamError(p.cfg.Name, f.Status, f.New(msg).JSON(), retryAfter)
 	}
 	switch kind {
 	case kindNone:
 		return nil
 	case kindOutage:
-		return up(http.StatusServiceUnavailable, "server_error", "service_unavailable", "the simulated upstream is in an outage window", 0)
+		return up(chatapi.UpstreamUnavailable, "the simulated upstream is in an outage window", 0)
 	case KindReset:
 		return fmt.Errorf("%s: %w", p.cfg.Name, ErrReset)
 	case KindRateLimited:
-		return up(http.StatusTooManyRequests, "rate_limit_error", "rate_limit_exceeded", "simulated rate limit", p.cfg.RetryAfter)
+		return up(chatapi.UpstreamRateLimit, "simulated rate limit", p.cfg.RetryAfter)
 	case KindBadRequest:
-		return up(http.StatusBadRequest, "invalid_request_error", "context_length_exceeded", "simulated: the prompt is longer than the model's context", 0)
+		return up(chatapi.ContextTooLong, "simulated: the prompt is longer than the model's context", 0)
 	}
-	return up(http.StatusInternalServerError, "server_error", "internal_error", "simulated server error", 0)
+	return up(chatapi.UpstreamInternal, "simulated server error", 0)
 }
 
 // draw picks this call's latency and failure (if any) from the seeded source.

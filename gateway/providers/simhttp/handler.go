@@ -56,8 +56,7 @@ func (h *handler) authorized(w http.ResponseWriter, r *http.Request) bool {
 	if h.opts.APIKey == "" || r.Header.Get("Authorization") == "Bearer "+h.opts.APIKey {
 		return true
 	}
-	chatapi.WriteError(w, &chatapi.Error{Status: http.StatusUnauthorized, Type: "invalid_request_error", Code: "invalid_api_key",
-		Message: "missing or wrong API key"})
+	chatapi.WriteError(w, chatapi.InvalidAPIKey.New("missing or wrong API key"))
 	return false
 }
 
@@ -76,8 +75,7 @@ func (h *handler) chat(w http.ResponseWriter, r *http.Request) {
 	}
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
 	if err != nil {
-		chatapi.WriteError(w, &chatapi.Error{Status: http.StatusRequestEntityTooLarge, Type: "invalid_request_error",
-			Code: "request_too_large", Message: "request body too large or unreadable"})
+		chatapi.WriteError(w, chatapi.RequestTooLarge.New("request body too large or unreadable"))
 		return
 	}
 	chat, err := chatapi.Parse(body)
@@ -116,7 +114,7 @@ func fail(w http.ResponseWriter, err error) {
 	var up *chatapi.UpstreamError
 	switch {
 	case errors.As(err, &up):
-		chatapi.WriteError(w, &chatapi.Error{Status: up.Status, Type: up.Type, Code: up.Code, Message: up.Message, RetryAfter: up.RetryAfter()})
+		chatapi.WriteError(w, &chatapi.Error{Status: up.Status, Type: chatapi.ErrorType(up.Type), Code: up.Code, Message: up.Message, RetryAfter: up.RetryAfter()})
 	case errors.Is(err, sim.ErrReset):
 		// No answer, the connection closed: what a reset looks like to the
 		// caller. net/http closes the connection on this panic.
@@ -124,6 +122,6 @@ func fail(w http.ResponseWriter, err error) {
 	default:
 		// The caller's context ended (a timeout draw, or it gave up): it is
 		// gone, so nothing it could read is left to say.
-		chatapi.WriteError(w, &chatapi.Error{Status: 499, Type: "server_error", Code: "client_closed", Message: "the caller went away"})
+		chatapi.WriteError(w, chatapi.ClientClosedRequest.New("the caller went away"))
 	}
 }
