@@ -169,8 +169,8 @@ func streamAnswer(body []byte) (outcome, string, int) {
 // sseData yields the data of each event of an event stream.
 func sseData(body []byte) func(yield func([]byte) bool) {
 	return func(yield func([]byte) bool) {
-		for line := range bytes.Lines(body) {
-			if d, ok := bytes.CutPrefix(bytes.TrimRight(line, "\r\n"), []byte("data: ")); ok && !yield(d) {
+		for d := range chatapi.Events(bytes.NewReader(body)) {
+			if !yield(d) {
 				return
 			}
 		}

@@ -3,8 +3,10 @@ package chatapi
 import (
 	"bufio"
 	"bytes"
+	"errors"
 	"fmt"
 	"io"
+	"iter"
 	"net/http"
 	"time"
 )
@@ -80,6 +82,29 @@ func AppendEvent(dst, data []byte) []byte {
 
 // MaxEventBytes bounds one event read by ReadEvents.
 const MaxEventBytes = 4 << 20
+
+// Events is ReadEvents as an iterator: each event's data in turn (valid
+// until the next one: clone what you keep), then, if reading failed, a
+// last (nil, err). Breaking out of the loop stops reading. The one event
+// reader for the gateway, its tools and their tests.
+func Events(r io.Reader) iter.Seq2[[]byte, error] {
+	return func(yield func([]byte, error) bool) {
+		stopped := false
+		err := ReadEvents(r, func(d []byte) error {
+			if !yield(d, nil) {
+				stopped = true
+				return errStopped
+			}
+			return nil
+		})
+		if err != nil && !stopped {
+			yield(nil, err)
+		}
+	}
+}
+
+// errStopped ends ReadEvents when an Events loop breaks.
+var errStopped = errors.New("chatapi: events: the loop stopped")
 
 // ReadEvents reads server-sent events from r and calls fn with each
 // event's data (its data lines joined by newlines). Comments, event names

@@ -7,7 +7,9 @@ import (
 	"net/http/httptest"
 	"os"
 	"strconv"
+	"strings"
 	"testing"
+	"testing/iotest"
 	"time"
 
 	"github.com/stretchr/testify/assert"
@@ -92,4 +94,27 @@ func TestRetryAfterSecondsRoundsUpToAtLeastOne(t *testing.T) {
 			assert.Equal(t, want, RetryAfterSeconds(d), "%v", d)
 		})
 	}
+}
+
+func TestEventsIteratesWhatReadEventsReadsAndStopsWhenTold(t *testing.T) {
+	in := "data: 1\n\n: a comment\ndata: 2\ndata: 3\n\ndata: [DONE]\n\n"
+	var got []string
+	for d, err := range Events(strings.NewReader(in)) {
+		require.NoError(t, err)
+		got = append(got, string(d))
+	}
+	assert.Equal(t, []string{"1", "2\n3", "[DONE]"}, got)
+
+	got = nil
+	for d := range Events(strings.NewReader(in)) {
+		got = append(got, string(d))
+		break
+	}
+	assert.Equal(t, []string{"1"}, got, "a loop that breaks stops reading")
+
+	var last error
+	for _, err := range Events(iotest.ErrReader(errors.New("reset"))) {
+		last = err
+	}
+	assert.ErrorContains(t, last, "reset", "a read error comes last")
 }

@@ -1,10 +1,10 @@
 package httpapi
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
+	"github.com/production-go/gateway-lab/gateway/chatapi"
 	"io"
 	"log/slog"
 	"net/http"
@@ -118,12 +118,9 @@ func writeSSE(w http.ResponseWriter, stream []byte) {
 func dataEvents(t *testing.T, body []byte) []string {
 	t.Helper()
 	var out []string
-	sc := bufio.NewScanner(bytes.NewReader(body))
-	sc.Buffer(nil, 1<<20)
-	for sc.Scan() {
-		if d, ok := strings.CutPrefix(sc.Text(), "data: "); ok {
-			out = append(out, d)
-		}
+	for d, err := range chatapi.Events(bytes.NewReader(body)) {
+		require.NoError(t, err)
+		out = append(out, string(d))
 	}
 	return out
 }

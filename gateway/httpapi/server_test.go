@@ -1,7 +1,6 @@
 package httpapi
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -177,11 +176,8 @@ func TestFallbackIsVisibleInTheModelField(t *testing.T) {
 // sseEvents splits an SSE body into its data payloads.
 func sseEvents(body string) []string {
 	var out []string
-	sc := bufio.NewScanner(strings.NewReader(body))
-	for sc.Scan() {
-		if d, ok := strings.CutPrefix(sc.Text(), "data: "); ok {
-			out = append(out, d)
-		}
+	for d := range chatapi.Events(strings.NewReader(body)) {
+		out = append(out, string(d))
 	}
 	return out
 }

@@ -1,9 +1,9 @@
 package main
 
 import (
-	"bufio"
 	"encoding/json"
 	"fmt"
+	"github.com/production-go/gateway-lab/gateway/chatapi"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -106,12 +106,9 @@ func streamText(t *testing.T, url string, header http.Header) (text string, done
 	defer resp.Body.Close()
 	require.Equal(t, http.StatusOK, resp.StatusCode)
 	var b strings.Builder
-	sc := bufio.NewScanner(resp.Body)
-	for sc.Scan() {
-		data, ok := strings.CutPrefix(sc.Text(), "data: ")
-		if !ok {
-			continue
-		}
+	for event, err := range chatapi.Events(resp.Body) {
+		require.NoError(t, err)
+		data := string(event)
 		if data == "[DONE]" {
 			done = true
 			continue

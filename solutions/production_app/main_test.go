@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"github.com/production-go/gateway-lab/gateway/chatapi"
 	"io"
 	"net"
 	"net/http"
@@ -210,15 +211,18 @@ func TestStreamCutByTheDrainSaysShutdown(t *testing.T) {
 	require.NoError(t, err)
 	defer resp.Body.Close()
 	require.Equal(t, http.StatusOK, resp.StatusCode)
-	sc := bufio.NewScanner(resp.Body)
-	require.True(t, sc.Scan(), "the first chunk arrives")
-	a.stop()
 	var rest []string
-	for sc.Scan() {
-		if d, ok := strings.CutPrefix(sc.Text(), "data: "); ok {
-			rest = append(rest, d)
+	first := true
+	for d, err := range chatapi.Events(resp.Body) {
+		require.NoError(t, err)
+		if first {
+			a.stop() // the first chunk arrived: shut down with the stream open
+			first = false
+			continue
 		}
+		rest = append(rest, string(d))
 	}
+	require.False(t, first, "the first chunk arrives")
 	require.NotEmpty(t, rest)
 	assert.Contains(t, rest[len(rest)-1], `"code":"draining"`, "the cut stream ends with an error event that says why")
 	assert.NotContains(t, rest, "[DONE]")

@@ -1,8 +1,8 @@
 package simhttp
 
 import (
-	"bufio"
 	"context"
+	"github.com/production-go/gateway-lab/gateway/chatapi"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -67,11 +67,9 @@ func TestStreamsServerSentEventsChunkDelayApart(t *testing.T) {
 		require.Equal(t, http.StatusOK, w.Code)
 		assert.Equal(t, "text/event-stream", w.Header().Get("Content-Type"))
 		var events []string
-		sc := bufio.NewScanner(w.Body)
-		for sc.Scan() {
-			if d, ok := strings.CutPrefix(sc.Text(), "data: "); ok {
-				events = append(events, d)
-			}
+		for d, err := range chatapi.Events(w.Body) {
+			require.NoError(t, err)
+			events = append(events, string(d))
 		}
 		require.GreaterOrEqual(t, len(events), 4, "a role chunk, words, a finish chunk, usage and [DONE]")
 		assert.Equal(t, "[DONE]", events[len(events)-1], "a stream ends with [DONE]")
