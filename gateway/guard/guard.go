@@ -229,13 +229,8 @@ func (g *Guard) Identify(r *http.Request) (tenant.Identity, *chatapi.Error) {
 
 // CallerLimited counts a request the HTTP layer refused for a limit of its
 // tier that Identify put on the identity: httpapi.Options.CallerLimited.
-func (g *Guard) CallerLimited(_ tenant.Identity, limit string) {
-	switch limit {
-	case "prompt_bytes":
-		g.cfg.Observer.TierRefused(policy.LimitPromptBytes)
-	case "in_flight":
-		g.cfg.Observer.TierRefused(policy.LimitInFlight)
-	}
+func (g *Guard) CallerLimited(_ tenant.Identity, limit policy.Limit) {
+	g.cfg.Observer.TierRefused(limit)
 }
 
 // keyOf is a tenant's name as a Redis key part: the limits put the key in

@@ -131,9 +131,8 @@ func TestIdentifyCarriesTheTiersLimitsOnTheRequest(t *testing.T) {
 
 func TestRefusalsTheHTTPLayerMakesForTheTierAreCounted(t *testing.T) {
 	r := newRig(t, false)
-	r.g.CallerLimited(tenant.Identity{Key: "acme"}, "prompt_bytes")
-	r.g.CallerLimited(tenant.Identity{Key: "acme"}, "in_flight")
-	r.g.CallerLimited(tenant.Identity{Key: "acme"}, "something else")
+	r.g.CallerLimited(tenant.Identity{Key: "acme"}, policy.LimitPromptBytes)
+	r.g.CallerLimited(tenant.Identity{Key: "acme"}, policy.LimitInFlight)
 	assert.Equal(t, []string{"tier:" + string(policy.LimitPromptBytes), "tier:" + string(policy.LimitInFlight)}, r.obs.all())
 }
 

@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"context"
+	"github.com/production-go/gateway-lab/gateway/policy"
 	"github.com/production-go/gateway-lab/gateway/tenant"
 	"io"
 	"net/http"
@@ -73,7 +74,7 @@ func TestABodyOverTheCallersOwnLimitIsRefusedUnparsed(t *testing.T) {
 			o.Identify = func(*http.Request) (tenant.Identity, *chatapi.Error) {
 				return tenant.Identity{Key: "acme", Tenant: "acme", Tier: "free", MaxBodyBytes: 100}, nil
 			}
-			o.CallerLimited = func(id tenant.Identity, limit string) { limited = append(limited, id.Key+":"+limit) }
+			o.CallerLimited = func(id tenant.Identity, limit policy.Limit) { limited = append(limited, id.Key+":"+string(limit)) }
 			o.Admit = func(ctx context.Context, _ tenant.Identity, _ tenant.Admission) (context.Context, tenant.Done, *chatapi.Error) {
 				admitted++
 				return ctx, nil, nil
@@ -162,7 +163,9 @@ func capped(max int, limited ...*[]string) func(*Options) {
 			return tenant.Identity{Key: t, Tenant: t, MaxInFlight: max}, nil
 		}
 		if len(limited) > 0 {
-			o.CallerLimited = func(id tenant.Identity, limit string) { *limited[0] = append(*limited[0], id.Key+":"+limit) }
+			o.CallerLimited = func(id tenant.Identity, limit policy.Limit) {
+				*limited[0] = append(*limited[0], id.Key+":"+string(limit))
+			}
 		}
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/production-go/gateway-lab/gateway/policy"
 	"github.com/production-go/gateway-lab/gateway/tenant"
 	"io"
 	"log/slog"
@@ -71,10 +72,10 @@ type Options struct {
 	Admit func(ctx context.Context, id tenant.Identity, a tenant.Admission) (context.Context, tenant.Done, *chatapi.Error)
 	// CallerLimited, if set, hears of each request refused for one of its
 	// caller's own limits, which the identity carries and the server
-	// enforces before Admit runs: "prompt_bytes" (tenant.Identity.MaxBodyBytes)
-	// or "in_flight" (tenant.Identity.MaxInFlight). secure_app counts them as
-	// tier refusals.
-	CallerLimited func(id tenant.Identity, limit string)
+	// enforces before Admit runs: policy.LimitPromptBytes
+	// (tenant.Identity.MaxBodyBytes) or policy.LimitInFlight
+	// (tenant.Identity.MaxInFlight). secure_app counts them as tier refusals.
+	CallerLimited func(id tenant.Identity, limit policy.Limit)
 	// Tracer, if set, records a server span per request — joined to the
 	// caller's trace when it sends a W3C traceparent — under which the
 	// gateway's and the upstream call's spans hang. nil records nothing.
@@ -309,7 +310,7 @@ func (s *Server) accept(w http.ResponseWriter, r *http.Request) (id tenant.Ident
 	}
 	leave, ok := s.callers.enter(id)
 	if !ok {
-		s.callerLimited(id, "in_flight")
+		s.callerLimited(id, policy.LimitInFlight)
 		s.refuseBody(w, chatapi.TenantBusy.New(fmt.Sprintf("this caller may have %d requests in flight", id.MaxInFlight)).After(time.Second))
 		return tenant.Identity{}, r, nil, nil, false
 	}
@@ -397,13 +398,13 @@ func (s *Server) readBody(w http.ResponseWriter, r *http.Request, id tenant.Iden
 // the caller's (its tier's) when that is the smaller.
 func (s *Server) tooLarge(id tenant.Identity, limit int64) *chatapi.Error {
 	if id.MaxBodyBytes > 0 && id.MaxBodyBytes == limit && limit < s.opts.MaxBodyBytes {
-		s.callerLimited(id, "prompt_bytes")
+		s.callerLimited(id, policy.LimitPromptBytes)
 		return chatapi.PromptTooLarge.New(fmt.Sprintf("the request is over %d bytes, the most the %s tier allows", limit, cmp.Or(id.Tier, "caller's")))
 	}
 	return chatapi.RequestTooLarge.New("the request body is larger than " + strconv.FormatInt(limit, 10) + " bytes")
 }
 
-func (s *Server) callerLimited(id tenant.Identity, limit string) {
+func (s *Server) callerLimited(id tenant.Identity, limit policy.Limit) {
 	if s.opts.CallerLimited != nil {
 		s.opts.CallerLimited(id, limit)
 	}
