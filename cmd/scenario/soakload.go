@@ -5,12 +5,12 @@ import (
 	"cmp"
 	"context"
 	"fmt"
-	"github.com/production-go/gateway-lab/gateway/chatapi"
 	"net/http"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/production-go/gateway-lab/gateway/chatapi"
 	"github.com/tidwall/gjson"
 	vegeta "github.com/tsenart/vegeta/v12/lib"
 )

@@ -3,14 +3,14 @@ package guard
 import (
 	"context"
 	"fmt"
-	"github.com/production-go/gateway-lab/gateway/tenant"
-	quotas "github.com/production-go/gateway-lab/solutions/12-quotas"
 	"time"
 
 	"github.com/production-go/gateway-lab/gateway/chatapi"
 	"github.com/production-go/gateway-lab/gateway/llm"
 	"github.com/production-go/gateway-lab/gateway/policy"
 	"github.com/production-go/gateway-lab/gateway/quota"
+	"github.com/production-go/gateway-lab/gateway/tenant"
+	quotas "github.com/production-go/gateway-lab/solutions/12-quotas"
 )
 
 // DefaultMaxTokens is the answer a request that names no max_tokens is

@@ -21,7 +21,6 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
-	"github.com/production-go/gateway-lab/gateway/tenant"
 	"log/slog"
 	"net/http"
 	"strconv"
@@ -33,8 +32,9 @@ import (
 	"github.com/production-go/gateway-lab/gateway/policy"
 	"github.com/production-go/gateway-lab/gateway/quota"
 	"github.com/production-go/gateway-lab/gateway/redispipe"
+	"github.com/production-go/gateway-lab/gateway/tenant"
 	admission "github.com/production-go/gateway-lab/solutions/02-admission"
-	"github.com/production-go/gateway-lab/solutions/07-distlimit"
+	distlimit "github.com/production-go/gateway-lab/solutions/07-distlimit"
 	"github.com/redis/go-redis/v9"
 )
 

@@ -3,7 +3,6 @@ package guard
 import (
 	"context"
 	"fmt"
-	"github.com/production-go/gateway-lab/gateway/tenant"
 	"net/http"
 	"net/http/httptest"
 	"sync"
@@ -16,6 +15,7 @@ import (
 	"github.com/production-go/gateway-lab/gateway/llm"
 	"github.com/production-go/gateway-lab/gateway/policy"
 	"github.com/production-go/gateway-lab/gateway/router"
+	"github.com/production-go/gateway-lab/gateway/tenant"
 	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"

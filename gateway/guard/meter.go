@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	quotas "github.com/production-go/gateway-lab/solutions/12-quotas"
 	"net"
 	"sync"
 
@@ -12,6 +11,7 @@ import (
 	"github.com/production-go/gateway-lab/gateway/llm"
 	"github.com/production-go/gateway-lab/gateway/policy"
 	"github.com/production-go/gateway-lab/gateway/quota"
+	quotas "github.com/production-go/gateway-lab/solutions/12-quotas"
 )
 
 // Token accounting, the rules (docs/SECURITY_AND_RUNTIME.md, "Token

@@ -1,10 +1,10 @@
 package guard
 
 import (
-	"github.com/production-go/gateway-lab/gateway/tenant"
 	"testing"
 
 	"github.com/production-go/gateway-lab/gateway/router"
+	"github.com/production-go/gateway-lab/gateway/tenant"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )

@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"fmt"
-	"github.com/production-go/gateway-lab/gateway/tenant"
 	"log/slog"
 	"net/http"
 	"strconv"
@@ -15,6 +14,7 @@ import (
 	"github.com/production-go/gateway-lab/gateway/llm"
 	"github.com/production-go/gateway-lab/gateway/router"
 	"github.com/production-go/gateway-lab/gateway/telemetry"
+	"github.com/production-go/gateway-lab/gateway/tenant"
 )
 
 // ContinuationHeader, set to "off", asks that a stream which breaks after

@@ -2,8 +2,6 @@ package httpapi
 
 import (
 	"context"
-	"github.com/production-go/gateway-lab/gateway/policy"
-	"github.com/production-go/gateway-lab/gateway/tenant"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -15,7 +13,9 @@ import (
 
 	"github.com/production-go/gateway-lab/gateway/chatapi"
 	"github.com/production-go/gateway-lab/gateway/llm"
+	"github.com/production-go/gateway-lab/gateway/policy"
 	"github.com/production-go/gateway-lab/gateway/providers/sim"
+	"github.com/production-go/gateway-lab/gateway/tenant"
 	"github.com/production-go/gateway-lab/internal/testkit/promtest"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"

@@ -3,7 +3,6 @@ package httpapi
 import (
 	"context"
 	"errors"
-	"github.com/production-go/gateway-lab/gateway/tenant"
 	"log/slog"
 	"net/http"
 	"strconv"
@@ -13,6 +12,7 @@ import (
 	"github.com/production-go/gateway-lab/gateway/llm"
 	"github.com/production-go/gateway-lab/gateway/router"
 	"github.com/production-go/gateway-lab/gateway/telemetry"
+	"github.com/production-go/gateway-lab/gateway/tenant"
 	drain "github.com/production-go/gateway-lab/solutions/05-drain"
 )
 

@@ -3,12 +3,12 @@ package httpapi
 import (
 	"encoding/json"
 	"fmt"
-	"github.com/production-go/gateway-lab/gateway/tenant"
 	"net/http"
 	"strings"
 
 	"github.com/production-go/gateway-lab/gateway/chatapi"
 	"github.com/production-go/gateway-lab/gateway/router"
+	"github.com/production-go/gateway-lab/gateway/tenant"
 	"github.com/tidwall/gjson"
 )
 

@@ -11,7 +11,7 @@ import (
 
 	"github.com/production-go/gateway-lab/gateway/chatapi"
 	"github.com/production-go/gateway-lab/gateway/llm"
-	"github.com/production-go/gateway-lab/solutions/11-streaming"
+	streaming "github.com/production-go/gateway-lab/solutions/11-streaming"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 )

@@ -3,7 +3,7 @@ package router
 import (
 	"time"
 
-	"github.com/production-go/gateway-lab/solutions/04-breaker"
+	breaker "github.com/production-go/gateway-lab/solutions/04-breaker"
 )
 
 // Observer receives the router's measurements. Methods must be quick and

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/production-go/gateway-lab/gateway/llm"
-	"github.com/production-go/gateway-lab/solutions/04-breaker"
+	breaker "github.com/production-go/gateway-lab/solutions/04-breaker"
 )
 
 // Health is kept per target — a (provider, upstream model) pair — because

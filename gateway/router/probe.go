@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/production-go/gateway-lab/gateway/llm"
-	"github.com/production-go/gateway-lab/solutions/04-breaker"
+	breaker "github.com/production-go/gateway-lab/solutions/04-breaker"
 )
 
 // A breaker that opens waits out RecoveryTimeout before it lets one

@@ -8,8 +8,8 @@ import (
 
 	"github.com/production-go/gateway-lab/gateway/llm"
 	admission "github.com/production-go/gateway-lab/solutions/02-admission"
-	"github.com/production-go/gateway-lab/solutions/03-timeouts"
-	"github.com/production-go/gateway-lab/solutions/06-bridge"
+	timeouts "github.com/production-go/gateway-lab/solutions/03-timeouts"
+	bridge "github.com/production-go/gateway-lab/solutions/06-bridge"
 )
 
 // Generate runs one request through the whole path (see the package doc)

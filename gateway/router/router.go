@@ -39,7 +39,7 @@ import (
 	"github.com/production-go/gateway-lab/gateway/chatapi"
 	"github.com/production-go/gateway-lab/gateway/llm"
 	admission "github.com/production-go/gateway-lab/solutions/02-admission"
-	"github.com/production-go/gateway-lab/solutions/06-bridge"
+	bridge "github.com/production-go/gateway-lab/solutions/06-bridge"
 	"go.opentelemetry.io/otel/trace"
 )
 

@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/production-go/gateway-lab/gateway/llm"
-	"github.com/production-go/gateway-lab/solutions/03-timeouts"
-	"github.com/production-go/gateway-lab/solutions/06-bridge"
+	timeouts "github.com/production-go/gateway-lab/solutions/03-timeouts"
+	bridge "github.com/production-go/gateway-lab/solutions/06-bridge"
 )
 
 // StreamLimits bound a stream where a whole-request timeout cannot: an

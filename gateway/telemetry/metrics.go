@@ -14,9 +14,9 @@
 package telemetry
 
 import (
-	"github.com/production-go/gateway-lab/gateway/chatapi"
 	"time"
 
+	"github.com/production-go/gateway-lab/gateway/chatapi"
 	"github.com/production-go/gateway-lab/gateway/router"
 	"github.com/prometheus/client_golang/prometheus"
 )

@@ -16,7 +16,7 @@ import (
 	"github.com/production-go/gateway-lab/gateway/router"
 	"github.com/production-go/gateway-lab/gateway/telemetry"
 	"github.com/production-go/gateway-lab/internal/testkit/promtest"
-	"github.com/production-go/gateway-lab/solutions/04-breaker"
+	breaker "github.com/production-go/gateway-lab/solutions/04-breaker"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/assert"

@@ -6,7 +6,7 @@ import (
 
 	"github.com/production-go/gateway-lab/gateway/llm"
 	"github.com/production-go/gateway-lab/gateway/router"
-	"github.com/production-go/gateway-lab/solutions/04-breaker"
+	breaker "github.com/production-go/gateway-lab/solutions/04-breaker"
 	"github.com/prometheus/client_golang/prometheus"
 )
 

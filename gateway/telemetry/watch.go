@@ -2,7 +2,7 @@ package telemetry
 
 import (
 	"github.com/production-go/gateway-lab/gateway/router"
-	"github.com/production-go/gateway-lab/solutions/04-breaker"
+	breaker "github.com/production-go/gateway-lab/solutions/04-breaker"
 	"github.com/prometheus/client_golang/prometheus"
 )
 

@@ -12,10 +12,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/production-go/gateway-lab/internal/testkit/redismark"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-
-	"github.com/production-go/gateway-lab/internal/testkit/redismark"
 )
 
 const sampleChecklist = "# Checklist\n\nProse with `TestNotAnItem` is ignored.\n\n" +

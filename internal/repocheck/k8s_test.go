@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/production-go/gateway-lab/gateway/identity"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	appsv1 "k8s.io/api/apps/v1"
@@ -22,8 +23,6 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"sigs.k8s.io/yaml"
-
-	"github.com/production-go/gateway-lab/gateway/identity"
 )
 
 // The manifests in deploy/k8s are decoded with the real Kubernetes API

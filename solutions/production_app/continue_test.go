@@ -3,7 +3,6 @@ package main
 import (
 	"encoding/json"
 	"fmt"
-	"github.com/production-go/gateway-lab/gateway/chatapi"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -14,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/production-go/gateway-lab/gateway/chatapi"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )

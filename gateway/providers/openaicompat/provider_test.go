@@ -16,7 +16,7 @@ import (
 	"github.com/production-go/gateway-lab/gateway/chatapi"
 	"github.com/production-go/gateway-lab/gateway/egress"
 	"github.com/production-go/gateway-lab/gateway/llm"
-	"github.com/production-go/gateway-lab/solutions/03-timeouts"
+	timeouts "github.com/production-go/gateway-lab/solutions/03-timeouts"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"

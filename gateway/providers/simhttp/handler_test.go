@@ -2,7 +2,6 @@ package simhttp
 
 import (
 	"context"
-	"github.com/production-go/gateway-lab/gateway/chatapi"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -11,6 +10,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/production-go/gateway-lab/gateway/chatapi"
 	"github.com/production-go/gateway-lab/gateway/providers/sim"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
