@@ -20,6 +20,10 @@
 // decisions of go-redis/redis_rate at 32 goroutines, rueidis on one
 // connection about 2×: go-redis's blocking face waits for one batch's
 // answers before it writes the next, so the client and Redis take turns.
+// Its deferred face in full duplex honours each caller's deadline and
+// could do this package's work alone, at about 0.9× rueidis's decisions
+// in the same rounds, behind an API v9.23 marks experimental
+// (docs/performance.md, "One client, or two").
 //
 // Each caller keeps its context: rueidis ends a queued call's wait when its
 // context ends, as the lone path's client does (ContextTimeoutEnabled). A
