@@ -5,6 +5,7 @@ import (
 	"go/ast"
 	"go/parser"
 	"go/token"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -107,7 +108,7 @@ func WriteAnswers(root string, c *Catalog) ([]Needle, error) {
 	var given []string
 	for _, k := range kits {
 		for _, files := range []map[string][]byte{k.Helpers, k.Ref} {
-			for _, name := range slices.Sorted(mapKeys(files)) {
+			for _, name := range slices.Sorted(maps.Keys(files)) {
 				given = append(given, codeTokens(files[name])...)
 				given = append(given, "\x00")
 			}
@@ -116,7 +117,7 @@ func WriteAnswers(root string, c *Catalog) ([]Needle, error) {
 	var needles []Needle
 	for _, k := range kits {
 		l := k.Lab
-		for _, name := range slices.Sorted(mapKeys(k.RefTests)) {
+		for _, name := range slices.Sorted(maps.Keys(k.RefTests)) {
 			pieces, err := goPieces(filepath.ToSlash(filepath.Join(l.SolutionDir(), name)), k.RefTests[name], true)
 			if err != nil {
 				return nil, err
@@ -148,16 +149,6 @@ func WriteAnswers(root string, c *Catalog) ([]Needle, error) {
 	return needles, nil
 }
 
-func mapKeys[V any](m map[string]V) func(func(string) bool) {
-	return func(yield func(string) bool) {
-		for k := range m {
-			if !yield(k) {
-				return
-			}
-		}
-	}
-}
-
 // givenTokens is what a lab hands the learner in labs/NN-topic: its stubs,
 // scripts and tests, as one token stream (files apart). A reference
 // piece found there is not an answer.
@@ -186,8 +177,6 @@ func givenTokens(root string, l Lab) ([]string, error) {
 		}
 		toks = append(toks, "\x00")
 	}
-	// A piece may also be given in a test file of the reference that the
-	// lab ships (both hold the same tests).
 	return toks, nil
 }
 
