@@ -96,15 +96,55 @@ var ErrMalformedChunk = errors.New("chatapi: malformed stream chunk")
 // unusual ways read as their text; anything that is not a JSON object is
 // ErrMalformedChunk.
 func ReadPiece(b []byte) (Piece, error) {
-	if !ValidJSON(b) {
+	p, _, ok, _ := readChunk("", b)
+	if !ok {
 		return Piece{}, ErrMalformedChunk
+	}
+	return p, nil
+}
+
+// ReadChunk reads one stream event in one pass, for a provider that relays
+// it: the piece it adds to the answer and the model that sent it. ok is
+// false when b is not a JSON object; err is an *UpstreamError (Status 0)
+// when b is the error object some upstreams send in-band.
+func ReadChunk(provider string, b []byte) (p Piece, model string, ok bool, err error) {
+	return readChunk(provider, b)
+}
+
+func readChunk(provider string, b []byte) (p Piece, model string, ok bool, err error) {
+	if !ValidJSON(b) {
+		return Piece{}, "", false, nil
 	}
 	root := gjson.ParseBytes(b)
 	if !root.IsObject() {
-		return Piece{}, ErrMalformedChunk
+		return Piece{}, "", false, nil
 	}
-	var p Piece
-	root.Get("choices").ForEach(func(i, c gjson.Result) bool {
+	var errObj, mod, choices, usage gjson.Result
+	root.ForEach(func(k, v gjson.Result) bool {
+		var slot *gjson.Result
+		switch k.Str {
+		case "error":
+			slot = &errObj
+		case "model":
+			slot = &mod
+		case "choices":
+			slot = &choices
+		case "usage":
+			slot = &usage
+		default:
+			return true
+		}
+		if !slot.Exists() { // the first of a repeated key wins, as with Get
+			*slot = v
+		}
+		return true
+	})
+	if errObj.IsObject() {
+		ue := &UpstreamError{Provider: provider}
+		ue.readObject(errObj)
+		return Piece{}, "", true, ue
+	}
+	choices.ForEach(func(i, c gjson.Result) bool {
 		if i.Int() > 0 || c.Get("index").Int() != 0 {
 			p.Other = true // a second answer: continuation would need one prefill each
 		}
@@ -125,11 +165,10 @@ func ReadPiece(b []byte) (Piece, error) {
 		}
 		return true
 	})
-	if u := root.Get("usage"); u.IsObject() {
-		p.Usage = &Usage{PromptTokens: int(u.Get("prompt_tokens").Int()), CompletionTokens: int(u.Get("completion_tokens").Int()),
-			TotalTokens: int(u.Get("total_tokens").Int())}
+	if usage.IsObject() {
+		p.Usage = readUsage(usage)
 	}
-	return p, nil
+	return p, mod.Str, true, nil
 }
 
 // said reports whether a delta member says something: not null, "", [] or {}.

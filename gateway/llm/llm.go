@@ -49,6 +49,19 @@ type Completion struct {
 type Chunk struct {
 	// Raw is one chat.completion.chunk event's data, as the upstream sent it.
 	Raw []byte
+	// Piece is what the provider read of Raw, when it read it already (an
+	// upstream's stream is read once, where it arrives); nil for a
+	// provider that passes Raw on unread. PieceOf reads either.
+	Piece *chatapi.Piece
+}
+
+// PieceOf is what c adds to an answer: the provider's reading of it, or a
+// reading of Raw when the provider made none.
+func PieceOf(c Chunk) (chatapi.Piece, error) {
+	if c.Piece != nil {
+		return *c.Piece, nil
+	}
+	return chatapi.ReadPiece(c.Raw)
 }
 
 // Usage is an upstream's token accounting, in the wire format's own shape.

@@ -1,17 +1,15 @@
 package router
 
 import (
-	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"strings"
 	"time"
 
 	"github.com/production-go/gateway-lab/gateway/chatapi"
 	"github.com/production-go/gateway-lab/gateway/llm"
-	streaming "github.com/production-go/gateway-lab/solutions/11-streaming"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 )
@@ -20,8 +18,10 @@ import (
 // garbage — is continued, when its route allows, on the route's next
 // target that declared it continues an assistant prefill: that target is
 // sent the caller's request plus the answer so far as a last, assistant
-// message, and the caller reads its chunks on as one answer (lab 11's
-// Relay does the splice and drops a repeat of the prefill). Never:
+// message, and the caller reads its chunks on as one answer, with a
+// repeat of the prefill dropped — lab 11's lesson, in the router's own
+// stream engine (stream.go), where every upstream call of a stream runs
+// through one watchdog and each chunk is read once. Never:
 //
 //   - on a target the route did not declare (one that rejects the prefill
 //     would turn a clean failure into its 400);
@@ -59,23 +59,6 @@ const (
 // each series at 0.
 var ContinueOutcomes = []ContinueOutcome{ContinueCompleted, ContinueFailed, ContinueNoTarget, ContinueNotText, ContinueOptedOut}
 
-// sofar is what reached the caller of a stream that may be continued.
-type sofar struct {
-	text     strings.Builder
-	other    bool // anything but text, or a chunk that could not be read
-	finished bool // a finish_reason reached the caller: the answer is whole
-}
-
-func (s *sofar) add(raw []byte) {
-	p, err := chatapi.ReadPiece(raw)
-	if err != nil || p.Other {
-		s.other = true
-		return
-	}
-	s.text.WriteString(p.Text)
-	s.finished = s.finished || p.Finish != ""
-}
-
 // mayContinue reports whether a broken stream of req could be continued
 // at all, so the streamer keeps the text it relays only when it might.
 func mayContinue(req Request) bool {
@@ -86,9 +69,10 @@ func mayContinue(req Request) bool {
 // broke off with err after part of it reached the caller. handled is
 // false when the request may not be continued (the caller's stream then
 // ends as it would have); otherwise the error, if any, is what the
-// caller's stream ends with.
+// caller's stream ends with. Each continuation starts from all the caller
+// has read, so one that breaks in turn is continued by the next.
 func (st *streamer) continueAfter(ctx context.Context, run *run, s step, broke error) (c llm.Completion, err error, handled bool) {
-	if st.sofar == nil || errors.Is(broke, errClientGone) || ctx.Err() != nil {
+	if !st.keep || errors.Is(broke, errClientGone) || ctx.Err() != nil {
 		return llm.Completion{}, nil, false
 	}
 	obs := run.r.obs
@@ -96,7 +80,7 @@ func (st *streamer) continueAfter(ctx context.Context, run *run, s step, broke e
 	case run.req.NoContinue:
 		obs.Continued(s.target, ContinueOptedOut)
 		return llm.Completion{}, nil, false
-	case st.sofar.other:
+	case st.told.other:
 		obs.Continued(s.target, ContinueNotText)
 		return llm.Completion{}, nil, false
 	}
@@ -105,116 +89,164 @@ func (st *streamer) continueAfter(ctx context.Context, run *run, s step, broke e
 		obs.Continued(s.target, ContinueNoTarget)
 		return llm.Completion{}, nil, false
 	}
-	sp := &splice{st: st, ctx: ctx, from: s}
-	all := sp.targets(run, targets, broke)
-	res, err := streaming.Relay(ctx, streaming.Config{FirstToken: st.limits.FirstToken, Idle: st.limits.Idle}, all, sp.emit)
-	continued, last := len(res.Served) > 1, sp.last
-	switch {
-	case sp.gone:
-		return llm.Completion{}, errClientGone, true // the caller left: not the continuation's failure
-	case err == nil:
-		obs.Continued(s.target, ContinueCompleted)
-		u := usageOf(sp.opened, res.Usage)
-		if run.req.Chat.IncludeUsage {
-			if err := st.emit(llm.Chunk{Raw: chatapi.NewFrame(last.model).UsageChunk(u)}); err != nil {
-				return llm.Completion{}, errClientGone, true
-			}
+	var used []llm.Usage // what each continuation that ran said it used
+	last := broke
+	for i := 0; i < len(targets) && ctx.Err() == nil && !st.told.other; i++ {
+		t := &targets[i]
+		c, u, err := st.continueOn(ctx, run, s, t)
+		used = append(used, u...)
+		switch {
+		case errors.Is(err, errClientGone):
+			return llm.Completion{}, errClientGone, true // the caller left: not the continuation's failure
+		case err == nil:
+			return st.finish(run, s, t, broke, c, used)
 		}
-		run.broke, run.continuedOn = broke, &last.step
-		return llm.Completion{Model: last.model, Usage: &u}, nil, true
-	case ctx.Err() != nil && !continued:
-		obs.Continued(s.target, ContinueFailed)
-		return llm.Completion{}, broke, true // the caller left, or the deadline passed, during the attempts
+		last = err
 	}
 	obs.Continued(s.target, ContinueFailed)
-	if !continued {
-		err = broke // what the caller's stream was cut by, not what a continuation refused
+	if !st.told.spliced {
+		last = broke // what the caller's stream was cut by, not what a continuation refused
 	}
-	return llm.Completion{}, err, true
+	return llm.Completion{}, last, true
 }
 
-// splice is one continuation of a broken stream, as lab 11's Relay runs
-// it: the targets it is given and the caller's side of what it emits.
-type splice struct {
-	st   *streamer
-	ctx  context.Context
-	from step // the target that broke
-
-	last    *continuation   // the stream whose chunk is being relayed
-	opened  []*continuation // every continuation started, for their usage
-	spliced bool            // a continuation's chunk reached the caller
-	gone    bool            // the caller left
-}
-
-// targets are what the relay is given. The relay is told the caller
-// already holds the text so far: a first "target" replays it (to the
-// relay, not to the caller) and then fails as the broken stream did, so
-// every later target is asked to continue.
-func (sp *splice) targets(run *run, steps []step, broke error) []streaming.Target {
-	all := make([]streaming.Target, 0, len(steps)+1)
-	all = append(all, streaming.Target{Name: sp.from.target.String(), Open: func(context.Context, string) (streaming.Stream, error) {
-		return &replayed{text: sp.st.sofar.text.String(), err: broke}, nil
-	}})
-	for _, t := range steps {
-		all = append(all, streaming.Target{Name: t.target.String(), CanContinue: true,
-			Open: func(ctx context.Context, prefill string) (streaming.Stream, error) {
-				cs, err := sp.st.open(ctx, run, t, prefill)
-				if err == nil {
-					sp.last = cs
-					sp.opened = append(sp.opened, cs)
-				}
-				return cs, err
-			}})
-	}
-	return all
-}
-
-// emit passes a continuation's chunk to the caller: never the replay, nor
-// a second role chunk; with its text rewritten where the relay changed it;
-// a span event at the first one.
-func (sp *splice) emit(ch streaming.Chunk) error {
-	if bytes.Equal(ch.Raw, replayMarker) {
-		return nil // the caller has it already
-	}
-	if ch.Text == "" && !ch.Other && ch.FinishReason == "" {
-		return nil // a second role chunk: the caller had one from the broken stream
-	}
-	raw := ch.Raw
-	if raw == nil { // the relay changed this chunk's text (a repeat of the prefill dropped, or held text added)
-		var err error
-		if raw, err = chatapi.WithDeltaText(sp.last.raw, ch.Text); err != nil {
-			return err
+// finish ends a stream a continuation on t finished: the caller is told
+// the usage once, if it asked, and the attempt on s is recorded as broken.
+func (st *streamer) finish(run *run, s step, t *step, broke error, c llm.Completion, used []llm.Usage) (llm.Completion, error, bool) {
+	run.r.obs.Continued(s.target, ContinueCompleted)
+	u := sumUsage(used)
+	model := cmp.Or(c.Model, t.target.Model)
+	if run.req.Chat.IncludeUsage {
+		if err := st.emit(llm.Chunk{Raw: chatapi.NewFrame(model).UsageChunk(u)}); err != nil {
+			return llm.Completion{}, errClientGone, true
 		}
 	}
-	if !sp.spliced {
-		sp.spliced = true
-		trace.SpanFromContext(sp.ctx).AddEvent("gateway.stream.continued", trace.WithAttributes(
-			attribute.String("gateway.continued.from", sp.from.target.String()),
-			attribute.String("gateway.continued.to", sp.last.step.target.String()),
-			attribute.Int("gateway.continued.at_chars", sp.st.sofar.text.Len())))
-	}
-	if err := sp.st.emit(llm.Chunk{Raw: raw}); err != nil {
-		sp.gone = true
-		return errClientGone
-	}
-	return nil
+	run.broke, run.continuedOn = broke, t
+	return llm.Completion{Model: model, Usage: &u}, nil, true
 }
 
-// usageOf is what the continued answer used: the sum of what each
+// continueOn asks t for the rest of the answer the caller holds: its
+// breaker and the retry budget must allow it, and its outcome goes to
+// both, the Observer and a span. It returns the usage the call reported,
+// if it ran.
+func (st *streamer) continueOn(ctx context.Context, run *run, from step, t *step) (llm.Completion, []llm.Usage, error) {
+	r := run.r
+	done, err := t.health.Allow()
+	if err != nil {
+		return llm.Completion{}, nil, err
+	}
+	if r.cfg.RetryBudget != nil && !r.cfg.RetryBudget.Withdraw(t.target.Provider) {
+		done(context.Canceled) // not asked: nothing to say of its health
+		r.obs.RetryRefused(t.target.Provider)
+		return llm.Completion{}, nil, fmt.Errorf("%w for %s", ErrRetryBudgetExhausted, t.target.Provider)
+	}
+	prefill := st.told.text.String()
+	chat := run.req.Chat // nothing reached the caller but a role: a fresh answer
+	if prefill != "" {
+		if chat, err = chat.WithPrefill(prefill, llm.PrefillStyle(t.provider)); err != nil {
+			done(context.Canceled)
+			return llm.Completion{}, nil, err
+		}
+	}
+	run.continuations++
+	n := run.continuations
+	actx, span := r.attemptSpan(ctx, t.target, n)
+	start := time.Now()
+	l := &leg{from: &from, to: t, prefill: prefill, deciding: prefill != ""}
+	c, err := st.once(actx, r, *t, llm.Request{Chat: chat, Model: t.target.Model}, l)
+	switch {
+	case err != nil && l.finished && !errors.Is(err, errClientGone):
+		err = nil // the answer was whole; only [DONE] or the usage was still to come
+	case err == nil && !l.finished:
+		err = fmt.Errorf("%w: %s", ErrUnfinished, t.target)
+	}
+	endAttemptSpan(span, err)
+	r.obs.Attempt(t.target, n, time.Since(start), err)
+	verdict := breakerVerdict(err)
+	if r.cfg.IsolateTenantFailures {
+		if err == nil {
+			t.streak.reset()
+		} else {
+			verdict = t.streak.verdict(run.req.Tenant, err, verdict)
+		}
+	}
+	done(verdict)
+	u := l.usage
+	if c.Usage != nil {
+		u = *c.Usage // what the upstream reported for its call, read or not
+	}
+	return c, []llm.Usage{u}, err
+}
+
+// splice is pass for a continuation: a chunk reaches the caller only if
+// it adds to the answer — never a role (the caller has one), a chunk that
+// says nothing, a usage of the continuation's own call (the caller is told
+// the whole, once), or a repeat of the prefill; text held back while the
+// continuation might be repeating it is sent with the first chunk that
+// shows it is not.
+func (st *streamer) splice(ctx context.Context, l *leg, raw []byte, p chatapi.Piece) (llm.Chunk, error) {
+	if l.deciding {
+		text := p.Text
+		text, l.heard, l.deciding = dropEcho(l.prefill, l.heard, p)
+		if text != p.Text {
+			var err error
+			if raw, err = withText(raw, text, p, l.to.target.Model); err != nil {
+				return llm.Chunk{}, fmt.Errorf("%w: %s", err, l.to.target)
+			}
+			p.Text = text
+		}
+	}
+	if p.Text == "" && !p.Other && p.Finish == "" {
+		return llm.Chunk{}, nil
+	}
+	if !st.told.spliced {
+		st.told.spliced = true
+		trace.SpanFromContext(ctx).AddEvent("gateway.stream.continued", trace.WithAttributes(
+			attribute.String("gateway.continued.from", l.from.target.String()),
+			attribute.String("gateway.continued.to", l.to.target.String()),
+			attribute.Int("gateway.continued.at_chars", len(l.prefill))))
+	}
+	return llm.Chunk{Raw: raw, Piece: &p}, nil
+}
+
+// withText is raw with its text replaced: in place where it has a string
+// delta.content, or rebuilt as a text chunk with raw's finish where it has
+// none (held text that comes out with a bare finish).
+func withText(raw []byte, text string, p chatapi.Piece, model string) ([]byte, error) {
+	if p.Text != "" || p.Other {
+		return chatapi.WithDeltaText(raw, text) // never drop what else it carries
+	}
+	return chatapi.NewFrame(model).Chunk(chatapi.Delta{Content: &text}, p.Finish), nil
+}
+
+// dropEcho reads the next piece p of a continuation that may be repeating
+// its prefill; heard is what it said so far, all of it a start of the
+// prefill, held back. It returns the text to pass on, what is still held,
+// and whether it is still undecided. A repeat is dropped only once it has
+// covered the whole prefill: a continuation that merely begins like the
+// prefill ("The" after "The cat sat.") gets what was held back, and its
+// own text, passed on.
+func dropEcho(prefill, heard string, p chatapi.Piece) (text, held string, undecided bool) {
+	seen := heard + p.Text
+	switch {
+	case len(seen) < len(prefill) && strings.HasPrefix(prefill, seen) && p.Finish == "" && !p.Other:
+		return "", seen, true
+	case strings.HasPrefix(seen, prefill):
+		return seen[len(prefill):], "", false
+	}
+	return seen, "", false
+}
+
+// sumUsage is what the continued answer used: the sum of what each
 // continuation's upstream reported for its call (an upstream reports it
-// even when the usage chunk is not the caller's to read), or, if none did,
-// what the relay read in chunks. The broken stream reported nothing: its
+// even when the usage chunk is not the caller's to read), or, where one
+// did not, what its chunks said. The broken stream reported nothing: its
 // reservation pays for it (see guard.Meter).
-func usageOf(opened []*continuation, read streaming.Usage) llm.Usage {
+func sumUsage(used []llm.Usage) llm.Usage {
 	var u llm.Usage
-	for _, c := range opened {
-		if r := c.res.Usage; r != nil {
-			u.PromptTokens += r.PromptTokens
-			u.CompletionTokens += r.CompletionTokens
-		}
-	}
-	if u.PromptTokens+u.CompletionTokens == 0 {
-		u.PromptTokens, u.CompletionTokens = read.PromptTokens, read.CompletionTokens
+	for _, r := range used {
+		u.PromptTokens += r.PromptTokens
+		u.CompletionTokens += r.CompletionTokens
 	}
 	u.TotalTokens = u.PromptTokens + u.CompletionTokens
 	return u
@@ -240,153 +272,3 @@ func (st *streamer) continuations(run *run, s step) []step {
 	}
 	return out
 }
-
-// open starts a continuation on t: its breaker and the retry budget must
-// allow it; its outcome goes to both, the Observer and a span, when the
-// relay closes it.
-func (st *streamer) open(ctx context.Context, run *run, t step, prefill string) (*continuation, error) {
-	r := run.r
-	done, err := t.health.Allow()
-	if err != nil {
-		return nil, err
-	}
-	if r.cfg.RetryBudget != nil && !r.cfg.RetryBudget.Withdraw(t.target.Provider) {
-		done(context.Canceled) // not asked: nothing to say of its health
-		r.obs.RetryRefused(t.target.Provider)
-		return nil, fmt.Errorf("%w for %s", ErrRetryBudgetExhausted, t.target.Provider)
-	}
-	chat := run.req.Chat // nothing reached the caller but a role: a fresh answer
-	if prefill != "" {
-		if chat, err = chat.WithPrefill(prefill, llm.PrefillStyle(t.provider)); err != nil {
-			done(context.Canceled)
-			return nil, err
-		}
-	}
-	run.continuations++
-	n := run.continuations
-	ctx, span := r.attemptSpan(ctx, t.target, n)
-	ctx, cancel := context.WithCancel(ctx)
-	c := &continuation{step: t, model: t.target.Model, chunks: make(chan []byte), ended: make(chan struct{}), cancel: cancel, start: time.Now()}
-	c.report = func(err error) {
-		endAttemptSpan(span, err)
-		r.obs.Attempt(t.target, n, time.Since(c.start), err)
-		verdict := breakerVerdict(err)
-		if r.cfg.IsolateTenantFailures {
-			if err == nil {
-				t.streak.reset()
-			} else {
-				verdict = t.streak.verdict(run.req.Tenant, err, verdict)
-			}
-		}
-		done(verdict)
-	}
-	go func() {
-		defer close(c.ended)
-		res, err := llm.Stream(ctx, t.provider, llm.Request{Chat: chat, Model: t.target.Model}, func(ch llm.Chunk) error {
-			select {
-			case c.chunks <- ch.Raw:
-				return nil
-			case <-ctx.Done():
-				return ctx.Err()
-			}
-		})
-		c.res, c.err = res, err
-	}()
-	return c, nil
-}
-
-// continuation is one continuing target's stream, as lab 11's Relay reads
-// it: the provider pushes chunks from a goroutine of its own, which Close
-// ends and waits for.
-type continuation struct {
-	step   step
-	model  string
-	chunks chan []byte
-	ended  chan struct{} // closed when the provider's call has returned
-	cancel context.CancelFunc
-	start  time.Time
-	report func(error)
-
-	raw       []byte         // the chunk last returned by Next
-	res       llm.Completion // the call's, once ended is closed
-	err       error
-	nextErr   error // what Next last failed with: the relay's limits
-	sawFinish bool  // a chunk with a finish reason came: the answer was whole
-	closed    bool
-}
-
-func (c *continuation) Next(ctx context.Context) (streaming.Chunk, error) {
-	select {
-	case raw := <-c.chunks:
-		p, err := chatapi.ReadPiece(raw)
-		if err != nil {
-			c.nextErr = fmt.Errorf("%w: %s", streaming.ErrMalformed, c.step.target)
-			return streaming.Chunk{}, c.nextErr
-		}
-		c.raw = raw
-		c.sawFinish = c.sawFinish || p.Finish != ""
-		ch := streaming.Chunk{Text: p.Text, Other: p.Other, FinishReason: p.Finish, Raw: raw}
-		if p.Usage != nil {
-			ch.Usage = &streaming.Usage{PromptTokens: p.Usage.PromptTokens, CompletionTokens: p.Usage.CompletionTokens}
-		}
-		return ch, nil
-	case <-c.ended:
-		if c.err != nil {
-			return streaming.Chunk{}, c.err
-		}
-		return streaming.Chunk{}, io.EOF
-	case <-ctx.Done():
-		c.nextErr = context.Cause(ctx)
-		return streaming.Chunk{}, c.nextErr
-	}
-}
-
-// Close ends the provider's call, waits for its goroutine and reports how
-// the attempt went.
-func (c *continuation) Close() error {
-	if c.closed {
-		return nil
-	}
-	c.closed = true
-	c.cancel()
-	<-c.ended
-	err := c.err
-	switch {
-	case errors.Is(c.nextErr, streaming.ErrFirstToken):
-		err = fmt.Errorf("%w: %s", ErrFirstTokenTimeout, c.step.target)
-	case errors.Is(c.nextErr, streaming.ErrIdle):
-		err = fmt.Errorf("%w: %s", ErrStreamIdle, c.step.target)
-	case c.nextErr != nil && !errors.Is(c.nextErr, context.Canceled):
-		err = c.nextErr
-	case c.sawFinish && errors.Is(err, context.Canceled):
-		err = nil // the relay had the whole answer and hung up on the rest ([DONE], say)
-	}
-	if c.res.Model != "" {
-		c.model = c.res.Model
-	}
-	c.report(err)
-	return nil
-}
-
-// replayMarker is the Raw of the chunk replayed stands for: the text the
-// caller already has, which the relay must count and the caller must not
-// be sent again.
-var replayMarker = []byte("\x00replayed")
-
-// replayed is the broken stream as the relay sees it: the text the caller
-// already read, as one chunk, then the failure that broke it.
-type replayed struct {
-	text string
-	err  error
-	done bool
-}
-
-func (r *replayed) Next(context.Context) (streaming.Chunk, error) {
-	if r.done {
-		return streaming.Chunk{}, r.err
-	}
-	r.done = true
-	return streaming.Chunk{Text: r.text, Raw: replayMarker}, nil
-}
-
-func (r *replayed) Close() error { return nil }

@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
+	"github.com/production-go/gateway-lab/gateway/chatapi"
 	"github.com/production-go/gateway-lab/gateway/llm"
 	timeouts "github.com/production-go/gateway-lab/solutions/03-timeouts"
 	bridge "github.com/production-go/gateway-lab/solutions/06-bridge"
@@ -34,6 +36,9 @@ var (
 	// router never starts another answer then, and the caller must end the
 	// stream with an error, not a clean end.
 	ErrAfterFirstByte = errors.New("router: stream failed after the first byte")
+	// ErrUnfinished: a continuation's call ended without error before its
+	// answer sent a finish_reason — the rest of the answer did not come.
+	ErrUnfinished = errors.New("router: the stream ended before the answer finished")
 )
 
 // Stream is Generate for streamed answers: the same admission and retries,
@@ -52,27 +57,49 @@ func (r *Router) Stream(ctx context.Context, req Request, limits StreamLimits, e
 	if limits.FirstToken <= 0 || limits.Idle <= 0 {
 		return Response{}, fmt.Errorf("%w: stream limits must be positive", ErrInvalidConfig)
 	}
-	st := &streamer{limits: limits, emit: emit}
-	if mayContinue(req) {
-		st.sofar = &sofar{}
-	}
+	st := &streamer{limits: limits, emit: emit, keep: mayContinue(req)}
 	// No per-attempt timeout: a healthy stream may run long. The watchdog
 	// bounds the silence instead, and TotalTimeout bounds the whole.
 	return r.serve(ctx, req, 0, st)
 }
 
+// streamer is one streamed request's side of the router: every upstream
+// call it makes — its attempts, and the continuations of a broken one —
+// runs through once, and each chunk is read once, in pass.
 type streamer struct {
 	limits StreamLimits
 	emit   func(llm.Chunk) error
-	sofar  *sofar // what the caller has read, kept only for a request that may be continued
+	keep   bool // the request may be continued: keep the text the caller read
+	told   told
+}
+
+// told is what reached the caller, over every upstream call.
+type told struct {
+	text     strings.Builder // kept only when the request may be continued
+	other    bool            // anything but text, or a chunk that could not be read
+	finished bool            // a finish_reason reached the caller: the answer is whole
+	spliced  bool            // a continuation's chunk reached the caller
+}
+
+// leg is one upstream call's part of a stream: an attempt's, or a
+// continuation's.
+type leg struct {
+	from, to *step // a continuation's broken target and its own; nil for an attempt
+	prefill  string
+	deciding bool   // whether the continuation repeats its prefill is not known yet
+	heard    string // what it said while it might be repeating: held back
+	sent     bool   // a chunk of this call reached the caller
+	finished bool   // this call sent a finish_reason
+	usage    llm.Usage
 }
 
 func (st *streamer) attempt(ctx context.Context, run *run, s step, req llm.Request) (llm.Completion, error) {
-	c, sent, err := st.once(ctx, run.r, s, req)
-	if err != nil && sent && st.sofar != nil && st.sofar.finished && !errors.Is(err, errClientGone) {
+	l := &leg{}
+	c, err := st.once(ctx, run.r, s, req, l)
+	if err != nil && st.told.finished && !errors.Is(err, errClientGone) {
 		return c, nil // the answer had finished; only [DONE] or the usage was still to come
 	}
-	if err != nil && sent {
+	if err != nil && l.sent {
 		// The client has part of an answer: only a target that continues
 		// it may add to it, and no other target may start over.
 		if c, err, handled := st.continueAfter(ctx, run, s, err); handled {
@@ -90,13 +117,12 @@ func (st *streamer) attempt(ctx context.Context, run *run, s step, req llm.Reque
 // It wraps context.Canceled, so the provider's breaker does not count it.
 var errClientGone = fmt.Errorf("router: client stopped reading: %w", context.Canceled)
 
-// once runs one streaming attempt under the watchdog and reports whether
-// any chunk reached the client. Only the request's own goroutine ever
-// writes to the client: a provider that honours its context streams on
-// it; any other streams through the bridge, where an attempt that gives up
-// on it can leave it behind, into a buffer this goroutine relays once the
-// call has returned — so the writer is never in its hands.
-func (st *streamer) once(ctx context.Context, r *Router, s step, req llm.Request) (c llm.Completion, sent bool, err error) {
+// once makes one streaming call under the watchdog. Only the request's own
+// goroutine ever writes to the client: a provider that honours its context
+// streams on it; any other streams through the bridge, where an attempt
+// that gives up on it can leave it behind, into a buffer this goroutine
+// relays once the call has returned — so the writer is never in its hands.
+func (st *streamer) once(ctx context.Context, r *Router, s step, req llm.Request, l *leg) (c llm.Completion, err error) {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	w := newWatchdog(st.limits, cancel)
@@ -105,17 +131,23 @@ func (st *streamer) once(ctx context.Context, r *Router, s step, req llm.Request
 		if len(ch.Raw) == 0 {
 			return nil // nothing for the client: not a first byte
 		}
-		if err := w.chunk(ctx); err != nil {
-			return err // the watchdog ended this attempt first
+		out, err := st.pass(ctx, l, ch)
+		if err != nil {
+			return err
 		}
-		err := st.emit(ch)
+		if err := w.chunk(ctx); err != nil {
+			return err // the watchdog ended this call first
+		}
+		if out.Raw != nil {
+			err = st.emit(out)
+		}
 		w.rearm()
 		if err != nil {
 			cancel(errClientGone)
 			return errClientGone
 		}
-		if st.sofar != nil {
-			st.sofar.add(ch.Raw)
+		if out.Raw != nil {
+			st.tell(l, *out.Piece)
 		}
 		return nil
 	}
@@ -136,7 +168,41 @@ func (st *streamer) once(ctx context.Context, r *Router, s step, req llm.Request
 		// client that left is not (errClientGone wraps Canceled).
 		err = cause
 	}
-	return c, w.sent(), err
+	return c, err
+}
+
+// tell records what a chunk that reached the caller said.
+func (st *streamer) tell(l *leg, p chatapi.Piece) {
+	l.sent = true
+	l.finished = l.finished || p.Finish != ""
+	t := &st.told
+	if st.keep {
+		t.text.WriteString(p.Text)
+	}
+	t.other = t.other || p.Other
+	t.finished = t.finished || p.Finish != ""
+}
+
+// pass reads a chunk, once, and says what of it the caller gets: the
+// chunk, a chunk rewritten, or nothing (Raw nil). An attempt passes every
+// chunk on as it came; a chunk it cannot read marks the answer as one
+// that cannot be continued. A continuation passes on only what adds to
+// the answer (see splice).
+func (st *streamer) pass(ctx context.Context, l *leg, ch llm.Chunk) (llm.Chunk, error) {
+	p, err := llm.PieceOf(ch)
+	switch {
+	case l.to != nil && err != nil:
+		return llm.Chunk{}, fmt.Errorf("%w: %s", chatapi.ErrMalformedChunk, l.to.target)
+	case err != nil:
+		p = chatapi.Piece{Other: true}
+	}
+	if p.Usage != nil {
+		l.usage = *p.Usage
+	}
+	if l.to == nil {
+		return llm.Chunk{Raw: ch.Raw, Piece: &p}, nil
+	}
+	return st.splice(ctx, l, ch.Raw, p)
 }
 
 // watchdog ends a streaming attempt that goes silent: no first chunk within
@@ -152,7 +218,7 @@ type watchdog struct {
 
 	mu       sync.Mutex
 	deadline time.Time // zero while a chunk is being sent: the client's pace is not the upstream's silence
-	anySent  bool
+	spoke    bool      // a chunk came: the idle limit applies, not the first-token one
 	timer    *time.Timer
 }
 
@@ -170,7 +236,7 @@ func (w *watchdog) fire() {
 	if w.deadline.IsZero() || time.Now().Before(w.deadline) {
 		return // a chunk got the lock first and moved the deadline
 	}
-	if w.anySent {
+	if w.spoke {
 		w.cancel(ErrStreamIdle)
 	} else {
 		w.cancel(ErrFirstTokenTimeout)
@@ -178,14 +244,15 @@ func (w *watchdog) fire() {
 }
 
 // chunk claims the right to send one chunk, unless the timer already cut
-// the attempt.
+// the call; a chunk the caller is not sent claims it too (the upstream
+// spoke), and rearm follows at once.
 func (w *watchdog) chunk(ctx context.Context) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if err := context.Cause(ctx); err != nil {
 		return err
 	}
-	w.anySent = true
+	w.spoke = true
 	w.deadline = time.Time{}
 	return nil
 }
@@ -196,12 +263,6 @@ func (w *watchdog) rearm() {
 	defer w.mu.Unlock()
 	w.deadline = time.Now().Add(w.limits.Idle)
 	w.timer.Reset(w.limits.Idle)
-}
-
-func (w *watchdog) sent() bool {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.anySent
 }
 
 func (w *watchdog) stop() { w.timer.Stop() }

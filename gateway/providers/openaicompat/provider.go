@@ -388,22 +388,22 @@ func (r *streamReader) event(data []byte) error {
 	if bytes.Equal(data, chatapi.DoneData) {
 		return errDone
 	}
-	a, ok, err := chatapi.ReadAnswer(r.name, data)
+	p, model, ok, err := chatapi.ReadChunk(r.name, data)
 	switch {
 	case err != nil:
 		return r.p.inBody(err)
 	case !ok:
 		return fmt.Errorf("%w: %s: an event that is not a JSON object", ErrMalformed, r.name)
 	}
-	r.model = cmp.Or(a.Model, r.model)
-	if a.Usage != nil {
-		r.usage = a.Usage // sent with the last chunk when include_usage is asked for
+	r.model = cmp.Or(model, r.model)
+	if p.Usage != nil {
+		r.usage = p.Usage // sent with the last chunk when include_usage is asked for
 	}
-	r.finished = r.finished || a.FinishReason != ""
-	if r.dropUsage && a.Usage != nil && gjson.GetBytes(data, "choices.#").Int() == 0 {
+	r.finished = r.finished || p.Finish != ""
+	if r.dropUsage && p.Usage != nil && gjson.GetBytes(data, "choices.#").Int() == 0 {
 		return nil
 	}
-	return r.emit(llm.Chunk{Raw: bytes.Clone(data)})
+	return r.emit(llm.Chunk{Raw: bytes.Clone(data), Piece: &p})
 }
 
 // post sends the caller's request with the target's model and turns every
