@@ -34,9 +34,7 @@ func (s *Service) Serve(ctx context.Context, ln net.Listener, stdout io.Writer, 
 	// otherwise wait for the rest of that body forever. The chat handlers
 	// set their own body deadline and clear it once the body is in, so a
 	// long stream is not cut by it.
-	srv := &http.Server{Handler: s.API, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 10*time.Second + s.Config.BodyTimeout,
-		IdleTimeout: 2 * time.Minute,
-		ErrorLog:    slog.NewLogLogger(s.Log.Handler(), slog.LevelWarn)}
+	srv := s.publicServer()
 	admin, err := s.serveAdmin()
 	if err != nil {
 		return drain.Report{}, err
@@ -116,6 +114,21 @@ const (
 	// token); net/http answers 431 past this plus its 4 KiB of slack.
 	adminMaxHeaderBytes = 8 << 10
 )
+
+// PublicMaxHeaderBytes caps a request's header block on the public
+// listener, read before anyone is known: a bearer token (a JWT of a few
+// KiB), an SDK's dozen headers and a trace context fit many times over;
+// net/http answers 431 past it (plus its own 4 KiB of slack), so a
+// stranger cannot make the gateway hold a megabyte of headers per
+// connection. The body has its own limit (-max-body-bytes).
+const PublicMaxHeaderBytes = 16 << 10
+
+// publicServer is the API's listener: every timeout and the header cap.
+func (s *Service) publicServer() *http.Server {
+	return &http.Server{Handler: s.API, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 10*time.Second + s.Config.BodyTimeout,
+		IdleTimeout: 2 * time.Minute, MaxHeaderBytes: PublicMaxHeaderBytes,
+		ErrorLog: slog.NewLogLogger(s.Log.Handler(), slog.LevelWarn)}
+}
 
 // serveAdmin starts the admin listener (metrics and probes), if one is
 // configured, and returns the func that stops it.

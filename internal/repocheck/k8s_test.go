@@ -98,6 +98,12 @@ func TestK8sManifestsMatchTheApp(t *testing.T) {
 		assert.True(t, known[name], "argument %q: secure_app has no flag -%s", a, name)
 		args[name] = value
 	}
+	// Profiles only where nothing but the pod can reach them: the admin
+	// port listens on the pod IP, which node-local traffic reaches
+	// whatever the NetworkPolicy says.
+	if host, _, _ := strings.Cut(args["admin-addr"], ":"); host != "127.0.0.1" && host != "localhost" {
+		assert.Equal(t, "false", args["admin-pprof"], "-admin-addr=%s is not loopback: set -admin-pprof=false", args["admin-addr"])
+	}
 	dur := func(flag string) time.Duration {
 		v, ok := args[flag]
 		require.True(t, ok, "the Deployment sets -%s explicitly: the grace period is computed from it", flag)
