@@ -78,6 +78,7 @@ type told struct {
 	text     strings.Builder // kept only when the request may be continued
 	other    bool            // anything but text, or a chunk that could not be read
 	finished bool            // a finish_reason reached the caller: the answer is whole
+	sent     bool            // a chunk reached the caller: the fallback window is closed
 	spliced  bool            // a continuation's chunk reached the caller
 }
 
@@ -88,6 +89,7 @@ type leg struct {
 	prefill  string
 	deciding bool   // whether the continuation repeats its prefill is not known yet
 	heard    string // what it said while it might be repeating: held back
+	held     []byte // an attempt's chunk that said nothing yet (the role), sent with the first that does
 	sent     bool   // a chunk of this call reached the caller
 	finished bool   // this call sent a finish_reason
 	usage    llm.Usage
@@ -138,7 +140,10 @@ func (st *streamer) once(ctx context.Context, r *Router, s step, req llm.Request
 		if err := w.chunk(ctx); err != nil {
 			return err // the watchdog ended this call first
 		}
-		if out.Raw != nil {
+		if out.Raw != nil && l.held != nil {
+			err, l.held = st.emit(llm.Chunk{Raw: l.held}), nil
+		}
+		if out.Raw != nil && err == nil {
 			err = st.emit(out)
 		}
 		w.rearm()
@@ -162,6 +167,11 @@ func (st *streamer) once(ctx context.Context, r *Router, s step, req llm.Request
 			err = relay(kept[i])
 		}
 	}
+	if err == nil && l.held != nil { // an answer of a role alone is still an answer
+		if err = st.emit(llm.Chunk{Raw: l.held}); err != nil {
+			err = errClientGone
+		}
+	}
 	if cause := context.Cause(ctx); cause != nil && errors.Is(err, context.Canceled) {
 		// The provider saw only "canceled"; the cause says why. A watchdog
 		// timeout is the provider's failure (its breaker counts it); a
@@ -176,6 +186,7 @@ func (st *streamer) tell(l *leg, p chatapi.Piece) {
 	l.sent = true
 	l.finished = l.finished || p.Finish != ""
 	t := &st.told
+	t.sent = true
 	if st.keep {
 		t.text.WriteString(p.Text)
 	}
@@ -199,10 +210,17 @@ func (st *streamer) pass(ctx context.Context, l *leg, ch llm.Chunk) (llm.Chunk, 
 	if p.Usage != nil {
 		l.usage = *p.Usage
 	}
-	if l.to == nil {
-		return llm.Chunk{Raw: ch.Raw, Piece: &p}, nil
+	if l.to != nil {
+		return st.splice(ctx, l, ch.Raw, p)
 	}
-	return st.splice(ctx, l, ch.Raw, p)
+	if !st.told.sent && p.Text == "" && !p.Other && p.Finish == "" && p.Usage == nil {
+		// A chunk that says nothing (the role) does not close the fallback
+		// window: it is held until one that does, and lost with an
+		// attempt that fails first.
+		l.held = ch.Raw
+		return llm.Chunk{}, nil
+	}
+	return llm.Chunk{Raw: ch.Raw, Piece: &p}, nil
 }
 
 // watchdog ends a streaming attempt that goes silent: no first chunk within

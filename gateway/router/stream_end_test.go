@@ -1,0 +1,211 @@
+package router_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/production-go/gateway-lab/gateway/chatapi"
+	"github.com/production-go/gateway-lab/gateway/llm"
+	"github.com/production-go/gateway-lab/gateway/router"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"github.com/tidwall/gjson"
+)
+
+// ending is how an ender's stream ends after what it sent.
+type ending int
+
+const (
+	resets   ending = iota // the connection drops
+	silent                 // it says nothing more until the call is cut
+	finishes               // [DONE]: the call returns
+)
+
+// ender streams a role chunk, then (unless roleOnly) "Hello world." and a
+// finish, then ends as told.
+type ender struct {
+	name     string
+	roleOnly bool
+	end      ending
+	mu       sync.Mutex
+	calls    int
+}
+
+func (e *ender) Name() string         { return e.name }
+func (e *ender) HonoursContext() bool { return true }
+func (e *ender) Generate(context.Context, llm.Request) (llm.Completion, error) {
+	return llm.Completion{}, errors.New("unused")
+}
+
+func (e *ender) Stream(ctx context.Context, req llm.Request, emit func(llm.Chunk) error) (llm.Completion, error) {
+	e.mu.Lock()
+	e.calls++
+	e.mu.Unlock()
+	f := chatapi.NewFrame(e.name)
+	chunks := [][]byte{f.Chunk(chatapi.Delta{Role: "assistant"}, "")}
+	if !e.roleOnly {
+		hello, world := "Hello", " world."
+		chunks = append(chunks, f.Chunk(chatapi.Delta{Content: &hello}, ""), f.Chunk(chatapi.Delta{Content: &world}, ""),
+			f.Chunk(chatapi.Delta{}, "stop"))
+	}
+	for _, c := range chunks {
+		time.Sleep(time.Millisecond)
+		if err := emit(llm.Chunk{Raw: c}); err != nil {
+			return llm.Completion{}, err
+		}
+	}
+	switch e.end {
+	case resets:
+		return llm.Completion{}, errors.New(e.name + ": read: connection reset by peer")
+	case silent:
+		<-ctx.Done()
+		return llm.Completion{}, ctx.Err()
+	}
+	return llm.Completion{Model: e.name}, nil
+}
+
+func (e *ender) called() int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.calls
+}
+
+// outcomesOf records Observer.Attempt outcomes by provider.
+type outcomesOf struct {
+	router.NopObserver
+	mu  sync.Mutex
+	got map[string][]error
+}
+
+func (a *outcomesOf) Attempt(t router.Target, _ int, _ time.Duration, err error) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.got == nil {
+		a.got = map[string][]error{}
+	}
+	a.got[t.Provider] = append(a.got[t.Provider], err)
+}
+
+func (a *outcomesOf) of(provider string) []error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return append([]error(nil), a.got[provider]...)
+}
+
+// received is what a caller of Stream read.
+type received struct {
+	text      string
+	roles     int
+	roleFirst bool // the first chunk carried the role
+}
+
+func streamOf(t *testing.T, g *router.Router, chat *chatapi.Request) (received, error) {
+	t.Helper()
+	req := router.Request{Tenant: "acme", Chat: chat}
+	require.True(t, g.Resolve("chat", &req))
+	var got received
+	n := 0
+	_, err := g.Stream(t.Context(), req, limits, func(c llm.Chunk) error {
+		p, err := chatapi.ReadPiece(c.Raw)
+		require.NoError(t, err)
+		got.text += p.Text
+		if gjson.GetBytes(c.Raw, "choices.0.delta.role").Str != "" {
+			got.roles++
+			got.roleFirst = got.roleFirst || n == 0
+		}
+		n++
+		return nil
+	})
+	return got, err
+}
+
+// twoTargets is a router with one route, "chat", over primary then
+// fallback, neither declared to continue a prefill.
+func twoTargets(t *testing.T, obs router.Observer, primary, fallback *ender) *router.Router {
+	t.Helper()
+	cfg := config()
+	cfg.Observer = obs
+	cfg.Routes = []router.Route{{Name: "chat", Targets: []router.Target{{Provider: primary.name}, {Provider: fallback.name}}}}
+	return newGateway(t, cfg, primary, fallback)
+}
+
+// A stream that sent its finish_reason has finished, whoever closes it
+// and however: on a route that cannot continue it (no target declared to,
+// the caller's own prefill, n > 1) as on one that can, a drop or a silence
+// after the finish ends the caller's stream clean, and the upstream that
+// gave the whole answer is not counted as failing.
+func TestAFinishedAnswerEndsCleanOnARouteThatCannotContinueIt(t *testing.T) {
+	requests := map[string]func() *chatapi.Request{
+		"no target continues": func() *chatapi.Request { return chatapi.NewRequest("tell me", true) },
+		"the caller's own prefill": func() *chatapi.Request {
+			r, err := chatapi.Parse([]byte(`{"model":"chat","stream":true,"messages":[{"role":"user","content":"tell me"},{"role":"assistant","content":"Well,"}]}`))
+			require.NoError(t, err)
+			return r
+		},
+		"two answers asked for": func() *chatapi.Request {
+			r, err := chatapi.Parse([]byte(`{"model":"chat","stream":true,"n":2,"messages":[{"role":"user","content":"tell me"}]}`))
+			require.NoError(t, err)
+			return r
+		},
+	}
+	for name, chat := range requests {
+		for end, how := range map[ending]string{resets: "a reset", silent: "a silence"} {
+			t.Run(name+", then "+how, func(t *testing.T) {
+				synctest.Test(t, func(t *testing.T) {
+					obs := &outcomesOf{}
+					primary, fallback := &ender{name: "primary", end: end}, &ender{name: "fallback", end: finishes}
+					g := twoTargets(t, obs, primary, fallback)
+					got, err := streamOf(t, g, chat())
+					require.NoError(t, err, "the answer had finished: the stream ends with [DONE], not an error event")
+					assert.Equal(t, "Hello world.", got.text)
+					assert.Zero(t, fallback.called(), "nothing to fall back for")
+					if a := obs.of("primary"); assert.Len(t, a, 1) {
+						assert.NoError(t, a[0], "the upstream gave the whole answer: not a failure for its breaker")
+					}
+				})
+			})
+		}
+	}
+}
+
+// A chunk that says nothing — the role alone — does not close the
+// fallback window: a primary that sends only its role and then drops or
+// goes silent is replaced by the fallback, and the caller reads one
+// answer with one role.
+func TestARoleAloneDoesNotCloseTheFallbackWindow(t *testing.T) {
+	for end, how := range map[ending]string{resets: "drops", silent: "goes silent"} {
+		t.Run("the primary "+how, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				obs := &outcomesOf{}
+				primary, fallback := &ender{name: "primary", roleOnly: true, end: end}, &ender{name: "fallback", end: finishes}
+				g := twoTargets(t, obs, primary, fallback)
+				got, err := streamOf(t, g, chatapi.NewRequest("tell me", true))
+				require.NoError(t, err, "the fallback answered whole")
+				assert.Equal(t, "Hello world.", got.text, "the fallback's answer")
+				assert.Equal(t, 1, got.roles, "one answer, one role")
+				assert.Equal(t, 1, fallback.called())
+				if a := obs.of("primary"); assert.Len(t, a, 1) {
+					assert.Error(t, a[0], "the primary failed")
+				}
+			})
+		})
+	}
+}
+
+// An answer that is only a role and a finish is an answer: the role held
+// back reaches the caller with the finish.
+func TestARoleHeldBackIsSentWithTheFirstChunkThatSaysSomething(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		primary, fallback := &ender{name: "primary", end: finishes}, &ender{name: "fallback", end: finishes}
+		g := twoTargets(t, &outcomesOf{}, primary, fallback)
+		got, err := streamOf(t, g, chatapi.NewRequest("tell me", true))
+		require.NoError(t, err)
+		assert.Equal(t, "Hello world.", got.text)
+		assert.Equal(t, 1, got.roles, "the role still reaches the caller")
+		assert.True(t, got.roleFirst, "first, before the text")
+	})
+}
