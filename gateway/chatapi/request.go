@@ -44,6 +44,7 @@ type Request struct {
 	model, stream span // the "model" and "stream" values in raw
 	streamOptions span // the whole "stream_options" member, key to value
 	maxCompletion span // the "max_completion_tokens" value in raw
+	maxTokens     span // the "max_tokens" value in raw
 	optionsValue  span // the "stream_options" value in raw
 	includeUsage  span // the "stream_options.include_usage" value in raw
 	messages      span // the "messages" value in raw
@@ -106,7 +107,7 @@ func Parse(body []byte) (*Request, error) {
 	if !root.IsObject() {
 		return nil, invalid("", InvalidType, "the request body must be a JSON object")
 	}
-	r := &Request{raw: body, model: absent, stream: absent, streamOptions: absent, maxCompletion: absent, optionsValue: absent, includeUsage: absent}
+	r := &Request{raw: body, model: absent, stream: absent, streamOptions: absent, maxCompletion: absent, maxTokens: absent, optionsValue: absent, includeUsage: absent}
 	seen := make(map[string]bool, len(readFields))
 	var err error
 	root.ForEach(func(key, value gjson.Result) bool {
@@ -171,6 +172,8 @@ func (r *Request) read(key, v gjson.Result) error {
 	case "max_tokens", "max_completion_tokens":
 		if name == "max_completion_tokens" {
 			r.maxCompletion = valueSpan(v)
+		} else {
+			r.maxTokens = valueSpan(v)
 		}
 		n, err := optionalCount(name, v)
 		r.MaxTokens = max(r.MaxTokens, n)
@@ -480,6 +483,27 @@ func (r *Request) WithMaxTokens(n int) *Request {
 	out, err := Parse(splice(r.raw, []edit{e}))
 	if err != nil {
 		panic("chatapi: WithMaxTokens made an invalid request: " + err.Error()) // cannot happen: one valid value set in a valid object
+	}
+	return out
+}
+
+// WithAnswerLimit returns the request with each answer limit the caller
+// set ("max_tokens", "max_completion_tokens") lowered to n, for a call
+// that writes only the rest of an answer the caller has part of; r itself
+// when the caller set none or n is not below it. It does not change r.
+func (r *Request) WithAnswerLimit(n int) *Request {
+	if r.MaxTokens == 0 || n >= r.MaxTokens || n <= 0 {
+		return r
+	}
+	var edits []edit
+	for _, s := range []span{r.maxTokens, r.maxCompletion} {
+		if s.present() && bytes.IndexFunc(r.raw[s.at:s.end], func(c rune) bool { return c < '0' || c > '9' }) < 0 {
+			edits = append(edits, edit{s, []byte(strconv.Itoa(n))})
+		}
+	}
+	out, err := Parse(splice(r.raw, edits))
+	if err != nil {
+		panic("chatapi: WithAnswerLimit made an invalid request: " + err.Error()) // cannot happen: numbers set to a number
 	}
 	return out
 }

@@ -53,11 +53,14 @@ const (
 	ContinueNotText ContinueOutcome = "not_text"
 	// ContinueOptedOut: the request asked not to be continued.
 	ContinueOptedOut ContinueOutcome = "opted_out"
+	// ContinueAtLimit: the caller had its max_tokens of answer already;
+	// the answer ends there, with finish_reason "length", as it would have.
+	ContinueAtLimit ContinueOutcome = "at_limit"
 )
 
 // ContinueOutcomes lists every ContinueOutcome, for metrics that start
 // each series at 0.
-var ContinueOutcomes = []ContinueOutcome{ContinueCompleted, ContinueFailed, ContinueNoTarget, ContinueNotText, ContinueOptedOut}
+var ContinueOutcomes = []ContinueOutcome{ContinueCompleted, ContinueFailed, ContinueNoTarget, ContinueNotText, ContinueOptedOut, ContinueAtLimit}
 
 // mayContinue reports whether a broken stream of req could be continued
 // at all, so the streamer keeps the text it relays only when it might.
@@ -88,6 +91,9 @@ func (st *streamer) continueAfter(ctx context.Context, run *run, s step, broke e
 	if len(targets) == 0 {
 		obs.Continued(s.target, ContinueNoTarget)
 		return llm.Completion{}, nil, false
+	}
+	if max := run.req.Chat.MaxTokens; max > 0 && st.told.tokens() >= max {
+		return st.atLimit(run, s, broke)
 	}
 	var used []llm.Usage // what each continuation that ran said it used
 	last := broke
@@ -125,6 +131,17 @@ func (st *streamer) finish(run *run, s step, t *step, broke error, c llm.Complet
 	return llm.Completion{Model: model, Usage: &u}, nil, true
 }
 
+// atLimit ends an answer that broke once the caller had all the answer it
+// asked for: with the finish the upstream would have sent.
+func (st *streamer) atLimit(run *run, s step, broke error) (llm.Completion, error, bool) {
+	run.r.obs.Continued(s.target, ContinueAtLimit)
+	if err := st.emit(llm.Chunk{Raw: chatapi.NewFrame(s.target.Model).Chunk(chatapi.Delta{}, "length")}); err != nil {
+		return llm.Completion{}, errClientGone, true
+	}
+	run.broke, run.continuedOn = broke, &s
+	return llm.Completion{Model: s.target.Model}, nil, true
+}
+
 // continueOn asks t for the rest of the answer the caller holds: its
 // breaker and the retry budget must allow it, and its outcome goes to
 // both, the Observer and a span. It returns the usage the call reported,
@@ -147,6 +164,9 @@ func (st *streamer) continueOn(ctx context.Context, run *run, from step, t *step
 			done(context.Canceled)
 			return llm.Completion{}, nil, err
 		}
+		// The rest of the answer, not a second one: what is left of the
+		// caller's max_tokens.
+		chat = chat.WithAnswerLimit(chat.MaxTokens - st.told.tokens())
 	}
 	run.continuations++
 	n := run.continuations

@@ -52,6 +52,9 @@ type writer struct {
 	// refuse: it answers a prefill with a 400, as an upstream that does
 	// not accept one does.
 	refuse bool
+	// overrun: it ignores max_tokens, so its fault can come after the
+	// limit's last token and before the finish.
+	overrun bool
 
 	mu       sync.Mutex
 	prefills []string // what each call was sent as a prefill ("" for none)
@@ -92,6 +95,10 @@ func (w *writer) Stream(ctx context.Context, req llm.Request, emit func(llm.Chun
 			words = append([]string{prefill}, words...)
 		}
 	}
+	finish := "stop"
+	if n := req.Chat.MaxTokens; n > 0 && n < len(words) && !w.overrun { // a word a token: it writes no more than it was asked for
+		words, finish = words[:n], "length"
+	}
 	role := "assistant"
 	if err := emit(llm.Chunk{Raw: chatapi.NewFrame(w.name).Chunk(chatapi.Delta{Role: role}, "")}); err != nil {
 		return llm.Completion{}, err
@@ -121,7 +128,7 @@ func (w *writer) Stream(ctx context.Context, req llm.Request, emit func(llm.Chun
 			return llm.Completion{}, err
 		}
 	}
-	if err := emit(llm.Chunk{Raw: chatapi.NewFrame(w.name).Chunk(chatapi.Delta{}, "stop")}); err != nil {
+	if err := emit(llm.Chunk{Raw: chatapi.NewFrame(w.name).Chunk(chatapi.Delta{}, finish)}); err != nil {
 		return llm.Completion{}, err
 	}
 	u := chatapi.Usage{PromptTokens: 10, CompletionTokens: len(words), TotalTokens: 10 + len(words)}

@@ -79,6 +79,7 @@ type told struct {
 	other    bool            // anything but text, or a chunk that could not be read
 	finished bool            // a finish_reason reached the caller: the answer is whole
 	sent     bool            // a chunk reached the caller: the fallback window is closed
+	pieces   int             // chunks with text that reached the caller
 	spliced  bool            // a continuation's chunk reached the caller
 }
 
@@ -187,11 +188,20 @@ func (st *streamer) tell(l *leg, p chatapi.Piece) {
 	l.finished = l.finished || p.Finish != ""
 	t := &st.told
 	t.sent = true
-	if st.keep {
+	if st.keep && p.Text != "" {
 		t.text.WriteString(p.Text)
+		t.pieces++
 	}
 	t.other = t.other || p.Other
 	t.finished = t.finished || p.Finish != ""
+}
+
+// tokens is how many tokens of answer the caller has been sent, counted
+// high, so that what a continuation is allowed never takes the caller past
+// its max_tokens: upstreams stream about a token a chunk, and English text
+// runs about four bytes a token; the larger of the two.
+func (t *told) tokens() int {
+	return max(t.pieces, (t.text.Len()+3)/4)
 }
 
 // pass reads a chunk, once, and says what of it the caller gets: the

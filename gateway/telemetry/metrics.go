@@ -174,7 +174,7 @@ func newRouterMetrics() routerMetrics {
 			latencyBuckets, "provider"),
 		continuations: counter("gateway_stream_continuations_total",
 			"Streams that broke after their first byte, by the provider and model that broke them and what became of them: "+
-				"completed (continued on another target), failed, no_target, not_text, opted_out.",
+				"completed (continued on another target), failed, no_target, not_text, opted_out, at_limit.",
 			append(target, "outcome")...),
 		probes: counter("gateway_health_probes_total",
 			"Background health probes of targets whose breaker is open, by provider, model and outcome (ok closes the breaker, failed).",

@@ -1,0 +1,108 @@
+package guard
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/production-go/gateway-lab/gateway/chatapi"
+	"github.com/production-go/gateway-lab/gateway/llm"
+	"github.com/production-go/gateway-lab/gateway/router"
+	"github.com/production-go/gateway-lab/gateway/tenant"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// teller streams words, a chunk each; cut, it drops before its finish and
+// reports no usage, as an upstream whose connection reset does. Whole, it
+// sends the finish, the usage chunk when the caller asked for it, and then
+// waits a moment for its [DONE] — as a real stream does, so a reader who
+// hangs up after the usage ends the call before it returns.
+type teller struct {
+	name  string
+	words []string
+	cut   bool
+	usage llm.Usage
+}
+
+func (p *teller) Name() string         { return p.name }
+func (p *teller) HonoursContext() bool { return true }
+func (p *teller) Generate(context.Context, llm.Request) (llm.Completion, error) {
+	return llm.Completion{}, errors.New("unused")
+}
+
+func (p *teller) Stream(ctx context.Context, req llm.Request, emit func(llm.Chunk) error) (llm.Completion, error) {
+	f := chatapi.NewFrame(p.name)
+	chunks := [][]byte{f.Chunk(chatapi.Delta{Role: "assistant"}, "")}
+	for _, w := range p.words {
+		chunks = append(chunks, f.Chunk(chatapi.Delta{Content: &w}, ""))
+	}
+	if !p.cut {
+		chunks = append(chunks, f.Chunk(chatapi.Delta{}, "stop"))
+		if req.Chat.IncludeUsage {
+			chunks = append(chunks, f.UsageChunk(p.usage))
+		}
+	}
+	for _, c := range chunks {
+		if err := emit(llm.Chunk{Raw: c}); err != nil {
+			return llm.Completion{}, err
+		}
+	}
+	if p.cut {
+		return llm.Completion{}, errors.New(p.name + ": read: connection reset by peer")
+	}
+	select {
+	case <-time.After(time.Millisecond): // [DONE]
+	case <-ctx.Done():
+		return llm.Completion{}, ctx.Err()
+	}
+	return llm.Completion{Model: p.name, Usage: &p.usage}, nil
+}
+
+// A continued stream is charged the cut call's reservation (its upstream
+// reported nothing) and the continuation's usage — whether or not the
+// caller asked to be told the usage, which decides only whether the usage
+// chunk is the caller's to read.
+func TestAContinuedStreamIsChargedTheCutCallsReservationAndTheContinuationsUsage(t *testing.T) {
+	for _, includeUsage := range []bool{false, true} {
+		name := map[bool]string{false: "without include_usage", true: "with include_usage"}[includeUsage]
+		t.Run(name, func(t *testing.T) {
+			func() { // real time: miniredis serves on a real socket, which a synctest bubble cannot wait on
+				r := newRig(t, false)
+				ctx, done, e := r.g.Admit(t.Context(), tenant.Identity{Key: "acme", Tier: "small"}, ask(400, 50))
+				require.Nil(t, e)
+				primary := &teller{name: "primary", words: []string{"Once", " upon"}, cut: true}
+				cont := &teller{name: "cont", words: []string{" a", " time."}, usage: llm.Usage{PromptTokens: 30, CompletionTokens: 2, TotalTokens: 32}}
+				g, err := router.New(router.Config{
+					RatePerSecond: 100, Burst: 100, MaxConcurrent: 4, MaxQueueWait: time.Second,
+					MaxAttempts: 2, BaseBackoff: time.Millisecond, MaxBackoff: time.Millisecond,
+					AttemptTimeout: time.Second, TotalTimeout: 10 * time.Second, FailureThreshold: 5, RecoveryTimeout: time.Second,
+					Routes: []router.Route{{Name: "chat", Targets: []router.Target{{Provider: "primary"}, {Provider: "cont"}},
+						Continue: []router.Target{{Provider: "cont"}}}},
+				}, r.g.Meter(primary), r.g.Meter(cont))
+				require.NoError(t, err)
+				defer g.Close(context.Background())
+				body := `{"model":"chat","stream":true,"messages":[{"role":"user","content":"a story"}]}`
+				if includeUsage {
+					body = `{"model":"chat","stream":true,"stream_options":{"include_usage":true},"messages":[{"role":"user","content":"a story"}]}`
+				}
+				chat, err := chatapi.Parse([]byte(body))
+				require.NoError(t, err)
+				req := router.Request{Tenant: "acme", Chat: chat}
+				require.True(t, g.Resolve("chat", &req))
+				var text string
+				_, err = g.Stream(ctx, req, router.StreamLimits{FirstToken: time.Second, Idle: time.Second}, func(c llm.Chunk) error {
+					p, err := chatapi.ReadPiece(c.Raw)
+					require.NoError(t, err)
+					text += p.Text
+					return nil
+				})
+				require.NoError(t, err)
+				assert.Equal(t, "Once upon a time.", text)
+				done(nil, nil)
+				assert.Equal(t, 2000-150-32, r.left(t, "acme", 2000), "150 reserved for the cut call, 32 used by the continuation")
+			}()
+		})
+	}
+}
