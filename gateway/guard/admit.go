@@ -134,6 +134,7 @@ func (g *Guard) meter(ctx context.Context, id tenant.Identity, tier policy.Tier,
 	// to m.answer each — plus what media parts cost that their bytes do not
 	// show.
 	m.estimate = quotas.Estimate(a.BodyBytes, m.answer, a.Choices) + a.MediaParts*MediaPartTokens
+	m.answers = m.answer * max(a.Choices, 1)
 	if m.estimate > tier.TokensPerMinute {
 		g.cfg.Observer.TierRefused(policy.LimitTokens)
 		return nil, chatapi.TokensOverQuota.New(fmt.Sprintf("this request may use %d tokens; the %s tier's whole quota is %d a minute", m.estimate, tier.Name, tier.TokensPerMinute))

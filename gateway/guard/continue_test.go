@@ -92,16 +92,26 @@ func TestAContinuedStreamIsChargedTheCutCallsReservationAndTheContinuationsUsage
 				req := router.Request{Tenant: "acme", Chat: chat}
 				require.True(t, g.Resolve("chat", &req))
 				var text string
+				var told []chatapi.Usage
 				_, err = g.Stream(ctx, req, router.StreamLimits{FirstToken: time.Second, Idle: time.Second}, func(c llm.Chunk) error {
 					p, err := chatapi.ReadPiece(c.Raw)
 					require.NoError(t, err)
 					text += p.Text
+					if p.Usage != nil {
+						told = append(told, *p.Usage)
+					}
 					return nil
 				})
 				require.NoError(t, err)
 				assert.Equal(t, "Once upon a time.", text)
 				done(nil, nil)
 				assert.Equal(t, 2000-150-32, r.left(t, "acme", 2000), "150 reserved for the cut call, 32 used by the continuation")
+				if includeUsage {
+					assert.Equal(t, []chatapi.Usage{{PromptTokens: 100 + 30, CompletionTokens: 50 + 2, TotalTokens: 182}}, told,
+						"the caller is told what the tenant is charged: the cut call's reservation (its prompt's 100, its answer's 50) and the continuation's usage")
+				} else {
+					assert.Empty(t, told, "no usage for a caller who did not ask")
+				}
 			}()
 		})
 	}

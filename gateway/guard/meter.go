@@ -49,6 +49,7 @@ type meter struct {
 	tier     policy.Tier
 	answer   int // the answer's tokens a call may use: the caller's max_tokens, or DefaultMaxTokens
 	estimate int // one call's worst case: the prompt at four bytes a token, and the answer
+	answers  int // the answers' share of the estimate; the rest is the prompt's
 
 	mu       sync.Mutex
 	from, to *chatapi.Request   // the caller's request, and the same held to the answer (see cap)
@@ -92,18 +93,30 @@ func (m *meter) take(ctx context.Context) (*quota.Reservation, error) {
 	return res, nil
 }
 
-// ended records what one call is charged; after the request has finished
-// (an abandoned call returning late) it is settled at once.
-func (m *meter) ended(res *quota.Reservation, u *llm.Usage, err error, sentOutput bool) {
+// ended records what one call is charged, and returns it; after the
+// request has finished (an abandoned call returning late) it is settled at
+// once.
+func (m *meter) ended(res *quota.Reservation, u *llm.Usage, err error, sentOutput bool) int {
 	c := charge{res: res, tokens: tokensFor(res.Estimate(), u, err, sentOutput)}
 	m.mu.Lock()
 	if !m.finished {
 		m.pending = append(m.pending, c)
 		m.mu.Unlock()
-		return
+		return c.tokens
 	}
 	m.mu.Unlock()
 	c.settle()
+	return c.tokens
+}
+
+// asUsage is what a call with no usage of its own was charged, told as a
+// usage: the prompt's share of the reservation, and the rest as the answer.
+// A stream that broke after its first byte and was continued tells its
+// caller the sum of its calls' usages, so the caller is told what the
+// tenant is charged (docs/SECURITY_AND_RUNTIME.md, "Token accounting").
+func (m *meter) asUsage(charged int) *llm.Usage {
+	prompt := min(max(m.estimate-m.answers, 0), charged)
+	return &llm.Usage{PromptTokens: prompt, CompletionTokens: charged - prompt, TotalTokens: charged}
 }
 
 // finish settles every call that ended, and refunds the first reservation
@@ -222,6 +235,9 @@ func (p metered) Stream(ctx context.Context, req llm.Request, emit func(llm.Chun
 		sent = true
 		return emit(ch)
 	})
-	m.ended(res, c.Usage, err, sent)
+	charged := m.ended(res, c.Usage, err, sent)
+	if err != nil && sent && c.Usage == nil {
+		c.Usage = m.asUsage(charged) // what a continuation tells the caller this call cost
+	}
 	return c, err
 }

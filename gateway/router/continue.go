@@ -74,7 +74,7 @@ func mayContinue(req Request) bool {
 // ends as it would have); otherwise the error, if any, is what the
 // caller's stream ends with. Each continuation starts from all the caller
 // has read, so one that breaks in turn is continued by the next.
-func (st *streamer) continueAfter(ctx context.Context, run *run, s step, broke error) (c llm.Completion, err error, handled bool) {
+func (st *streamer) continueAfter(ctx context.Context, run *run, s step, broke error, cost llm.Usage) (c llm.Completion, err error, handled bool) {
 	if !st.keep || errors.Is(broke, errClientGone) || ctx.Err() != nil {
 		return llm.Completion{}, nil, false
 	}
@@ -92,10 +92,10 @@ func (st *streamer) continueAfter(ctx context.Context, run *run, s step, broke e
 		obs.Continued(s.target, ContinueNoTarget)
 		return llm.Completion{}, nil, false
 	}
+	used := []llm.Usage{cost} // what each call that ran used: the broken one, then each continuation
 	if max := run.req.Chat.MaxTokens; max > 0 && st.told.tokens() >= max {
-		return st.atLimit(run, s, broke)
+		return st.atLimit(run, s, broke, used)
 	}
-	var used []llm.Usage // what each continuation that ran said it used
 	last := broke
 	for i := 0; i < len(targets) && ctx.Err() == nil && !st.told.other; i++ {
 		t := &targets[i]
@@ -120,8 +120,25 @@ func (st *streamer) continueAfter(ctx context.Context, run *run, s step, broke e
 // the usage once, if it asked, and the attempt on s is recorded as broken.
 func (st *streamer) finish(run *run, s step, t *step, broke error, c llm.Completion, used []llm.Usage) (llm.Completion, error, bool) {
 	run.r.obs.Continued(s.target, ContinueCompleted)
+	return st.whole(run, broke, t, cmp.Or(c.Model, t.target.Model), used)
+}
+
+// atLimit ends an answer that broke once the caller had all the answer it
+// asked for: with the finish the upstream would have sent.
+func (st *streamer) atLimit(run *run, s step, broke error, used []llm.Usage) (llm.Completion, error, bool) {
+	run.r.obs.Continued(s.target, ContinueAtLimit)
+	if err := st.emit(llm.Chunk{Raw: chatapi.NewFrame(s.target.Model).Chunk(chatapi.Delta{}, "length")}); err != nil {
+		return llm.Completion{}, errClientGone, true
+	}
+	return st.whole(run, broke, &s, s.target.Model, used)
+}
+
+// whole ends a broken stream as a whole answer from the caller's side:
+// the caller is told, if it asked, the usage of every call that wrote it,
+// summed — what the tenant is charged (see streamer.cost) — and the
+// attempt is recorded as broken, the answer as finished on t.
+func (st *streamer) whole(run *run, broke error, t *step, model string, used []llm.Usage) (llm.Completion, error, bool) {
 	u := sumUsage(used)
-	model := cmp.Or(c.Model, t.target.Model)
 	if run.req.Chat.IncludeUsage {
 		if err := st.emit(llm.Chunk{Raw: chatapi.NewFrame(model).UsageChunk(u)}); err != nil {
 			return llm.Completion{}, errClientGone, true
@@ -129,17 +146,6 @@ func (st *streamer) finish(run *run, s step, t *step, broke error, c llm.Complet
 	}
 	run.broke, run.continuedOn = broke, t
 	return llm.Completion{Model: model, Usage: &u}, nil, true
-}
-
-// atLimit ends an answer that broke once the caller had all the answer it
-// asked for: with the finish the upstream would have sent.
-func (st *streamer) atLimit(run *run, s step, broke error) (llm.Completion, error, bool) {
-	run.r.obs.Continued(s.target, ContinueAtLimit)
-	if err := st.emit(llm.Chunk{Raw: chatapi.NewFrame(s.target.Model).Chunk(chatapi.Delta{}, "length")}); err != nil {
-		return llm.Completion{}, errClientGone, true
-	}
-	run.broke, run.continuedOn = broke, &s
-	return llm.Completion{Model: s.target.Model}, nil, true
 }
 
 // continueOn asks t for the rest of the answer the caller holds: its
@@ -257,11 +263,10 @@ func dropEcho(prefill, heard string, p chatapi.Piece) (text, held string, undeci
 	return seen, "", false
 }
 
-// sumUsage is what the continued answer used: the sum of what each
-// continuation's upstream reported for its call (an upstream reports it
-// even when the usage chunk is not the caller's to read), or, where one
-// did not, what its chunks said. The broken stream reported nothing: its
-// reservation pays for it (see guard.Meter).
+// sumUsage is what the continued answer used: the sum over its calls of
+// what each upstream reported for its call (an upstream reports it even
+// when the usage chunk is not the caller's to read), or, where one did not,
+// what its chunks said; for the call that broke, see streamer.cost.
 func sumUsage(used []llm.Usage) llm.Usage {
 	var u llm.Usage
 	for _, r := range used {

@@ -370,8 +370,8 @@ func TestACallerWhoAskedForUsageIsToldItOnceAfterAContinuation(t *testing.T) {
 			return nil
 		})
 		require.NoError(t, err)
-		assert.Equal(t, []chatapi.Usage{{PromptTokens: 10, CompletionTokens: 20, TotalTokens: 30}}, usages,
-			"one usage chunk, at the end: what the streams that reported usage used (the cut one reported none)")
+		assert.Equal(t, []chatapi.Usage{{PromptTokens: 10, CompletionTokens: 60, TotalTokens: 70}}, usages,
+			"one usage chunk, at the end: the continuation's usage, and the 40 tokens the cut one sent (it reported no usage) — never fewer completion tokens than the caller read")
 		assert.Equal(t, "primary", models[0])
 		assert.Equal(t, "fallback", models[len(models)-1], "each chunk names the model that wrote it")
 	})

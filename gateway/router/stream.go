@@ -105,7 +105,7 @@ func (st *streamer) attempt(ctx context.Context, run *run, s step, req llm.Reque
 	if err != nil && l.sent {
 		// The client has part of an answer: only a target that continues
 		// it may add to it, and no other target may start over.
-		if c, err, handled := st.continueAfter(ctx, run, s, err); handled {
+		if c, err, handled := st.continueAfter(ctx, run, s, err, st.cost(c)); handled {
 			if err != nil {
 				return c, timeouts.Permanent(fmt.Errorf("%w: %s: %w", ErrAfterFirstByte, s.target, err))
 			}
@@ -194,6 +194,18 @@ func (st *streamer) tell(l *leg, p chatapi.Piece) {
 	}
 	t.other = t.other || p.Other
 	t.finished = t.finished || p.Finish != ""
+}
+
+// cost is what a call that broke after its first byte used, as far as
+// anyone knows: the usage its provider reported (a metered provider
+// reports what the call was charged), or else the answer the caller had
+// from it.
+func (st *streamer) cost(c llm.Completion) llm.Usage {
+	if c.Usage != nil {
+		return *c.Usage
+	}
+	n := st.told.tokens()
+	return llm.Usage{CompletionTokens: n, TotalTokens: n}
 }
 
 // tokens is how many tokens of answer the caller has been sent, counted
