@@ -69,6 +69,9 @@ func NewLeases(rdb redis.Scripter, cfg LeasesConfig) (*Leases, error) {
 // Key returns the name of tenant's lease set, hash-tagged {Prefix:tenant}.
 func (l *Leases) Key(tenant string) string { return tenantKey(l.prefix, tenant, "leases") }
 
+// cancelledKey names the set of tenant's acquires given up on (see Hold).
+func (l *Leases) cancelledKey(tenant string) string { return tenantKey(l.prefix, tenant, "cancelled") }
+
 // Acquire takes one of tenant's max in-flight slots if one is free; it is
 // Hold for a caller that needs only to give the slot back.
 //
@@ -93,8 +96,11 @@ func (l *Leases) Acquire(ctx context.Context, tenant string, max int) (release f
 // ErrUnavailable) unless FailOpen is set; then it allows the request, with
 // a nil Lease. Either way, a call that failed may still have reached Redis
 // and run there after the caller gave up on it (a stalled Redis runs what
-// was queued); so a failed Hold releases its lease's id in the background
-// (see Close) — harmless if there is nothing to release.
+// was queued); so a failed Hold cancels its lease's id in the background
+// (see Close): it releases the lease if the acquire ran, and, since the
+// acquire may run after the cancel (they travel on different connections,
+// in an order Redis chooses), leaves a mark for the lease's lifetime under
+// which a late acquire of that id takes nothing.
 func (l *Leases) Hold(ctx context.Context, tenant string, max int) (*Lease, Decision, error) {
 	if err := checkTenant(tenant); err != nil {
 		return nil, Decision{}, err
@@ -102,11 +108,11 @@ func (l *Leases) Hold(ctx context.Context, tenant string, max int) (*Lease, Deci
 	if max < 1 {
 		return nil, Decision{}, fmt.Errorf("%w: in-flight cap %d must be at least 1", ErrInvalidLimit, max)
 	}
-	lease := &Lease{l: l, key: l.Key(tenant), id: rand.Text()}
-	reply, err := runScript(ctx, l.rdb, l.timeout, leasesScript, []string{lease.key}, 3,
+	lease := &Lease{l: l, keys: []string{l.Key(tenant), l.cancelledKey(tenant)}, id: rand.Text()}
+	reply, err := runScript(ctx, l.rdb, l.timeout, leasesScript, lease.keys, 3,
 		"acquire", lease.id, max, l.ttl.Milliseconds())
 	if err != nil {
-		l.undo(ctx, err, leasesScript, []string{lease.key}, "release", lease.id) // the acquire may yet run
+		l.undo(ctx, err, leasesScript, lease.keys, "cancel", lease.id, l.ttl.Milliseconds()) // the acquire may yet run
 
 		err, failOpen := l.fail.report(err)
 		if failOpen {
@@ -125,19 +131,30 @@ func (l *Leases) Hold(ctx context.Context, tenant string, max int) (*Lease, Deci
 // Lease holds nothing and its methods do nothing.
 type Lease struct {
 	l        *Leases
-	key, id  string
+	keys     []string // the lease set, and the cancelled ids
+	id       string
 	released atomic.Bool
 }
 
 // Release gives the slot back. A second Release, from any goroutine, does
-// nothing; one that fails (an error wrapping ErrUnavailable) may be
-// retried, and the lease expires after TTL anyway.
+// nothing. One that fails (an error wrapping ErrUnavailable) is retried in
+// the background until Redis answers, within the bounds of a failed Hold's
+// cancel (see Close), so a stall does not keep the slot for the lease's
+// TTL; the caller may retry it too.
 func (lease *Lease) Release(ctx context.Context) error {
 	if lease == nil || lease.released.Load() {
 		return nil
 	}
 	l := lease.l
-	if _, err := runScript(ctx, l.rdb, l.timeout, leasesScript, []string{lease.key}, 3, "release", lease.id); err != nil {
+	release := l.scriptCall(leasesScript, lease.keys, "release", lease.id)
+	if err := release(ctx); err != nil {
+		l.retryCall(ctx, func(bool) bool { return lease.released.Load() }, func(ctx context.Context) error {
+			if err := release(ctx); err != nil {
+				return err
+			}
+			lease.released.Store(true)
+			return nil
+		})
 		err, _ := l.fail.report(err)
 		return err
 	}
@@ -153,7 +170,7 @@ func (lease *Lease) Renew(ctx context.Context) (bool, error) {
 		return false, nil
 	}
 	l := lease.l
-	reply, err := runScript(ctx, l.rdb, l.timeout, leasesScript, []string{lease.key}, 3, "renew", lease.id, l.ttl.Milliseconds())
+	reply, err := runScript(ctx, l.rdb, l.timeout, leasesScript, lease.keys, 3, "renew", lease.id, l.ttl.Milliseconds())
 	if err != nil {
 		err, _ := l.fail.report(err)
 		return false, err

@@ -260,3 +260,66 @@ func TestALeaseRenewedLivesOnAndOneNotRenewedExpires(t *testing.T) {
 	assert.NoError(t, err)
 	assert.NoError(t, none.Release(t.Context()), "a nil Lease holds nothing")
 }
+
+// cancel and acquire run the script's two ops for one id, as a Hold that
+// gave up and the acquire it gave up on would, in whichever order Redis
+// runs them.
+func cancelID(t *testing.T, l *Leases, tenant, id string) int64 {
+	t.Helper()
+	reply, err := runScript(t.Context(), l.rdb, time.Second, leasesScript, []string{l.Key(tenant), l.cancelledKey(tenant)}, 3,
+		"cancel", id, l.ttl.Milliseconds())
+	require.NoError(t, err)
+	return reply[0]
+}
+
+func acquireID(t *testing.T, l *Leases, tenant, id string, max int) bool {
+	t.Helper()
+	reply, err := runScript(t.Context(), l.rdb, time.Second, leasesScript, []string{l.Key(tenant), l.cancelledKey(tenant)}, 3,
+		"acquire", id, max, l.ttl.Milliseconds())
+	require.NoError(t, err)
+	return reply[0] == 1
+}
+
+// A Hold that gave up cancels its id; the acquire it gave up on may run
+// later (another connection, Redis' order). It takes nothing then — for a
+// lease's lifetime, after which the mark is gone with its key.
+func TestAnAcquireThatRunsAfterItsCancelTakesNothing(t *testing.T) {
+	f := newFixture(t)
+	l := newLeases(t, f.rdb, LeasesConfig{TTL: time.Minute})
+	assert.Zero(t, cancelID(t, l, "acme", "gave-up"), "nothing to release yet")
+	assert.False(t, acquireID(t, l, "acme", "gave-up", 1), "the acquire that runs after its cancel takes nothing")
+	assert.False(t, f.m.Exists(l.Key("acme")), "and leaves no lease")
+	assert.True(t, acquireID(t, l, "acme", "another", 1), "the slot is free for anyone else")
+	ttl := f.m.TTL(l.cancelledKey("acme"))
+	assert.Equal(t, time.Minute, ttl, "the mark lives a lease's TTL, and its key expires with it")
+
+	f.advance(time.Minute)
+	assert.False(t, f.m.Exists(l.cancelledKey("acme")), "forgotten after a lease's lifetime")
+}
+
+// A cancel that runs after its acquire releases the lease, like Release.
+func TestACancelAfterItsAcquireReleasesTheLease(t *testing.T) {
+	f := newFixture(t)
+	l := newLeases(t, f.rdb, LeasesConfig{TTL: time.Minute})
+	require.True(t, acquireID(t, l, "acme", "gave-up", 1))
+	assert.EqualValues(t, 1, cancelID(t, l, "acme", "gave-up"), "the lease it took is released")
+	assert.True(t, acquireID(t, l, "acme", "next", 1), "its slot is free")
+	assert.False(t, acquireID(t, l, "acme", "gave-up", 2), "and a copy of the acquire resent later takes nothing either")
+}
+
+// A mark still live is kept when another is added; one past its time is
+// dropped, so the set holds only what may still matter.
+func TestCancelMarksAreForgottenOneByOne(t *testing.T) {
+	f := newFixture(t)
+	l := newLeases(t, f.rdb, LeasesConfig{TTL: time.Minute})
+	cancelID(t, l, "acme", "first")
+	f.advance(30 * time.Second)
+	cancelID(t, l, "acme", "second")
+	assert.False(t, acquireID(t, l, "acme", "first", 5), "30 s on, the first mark still holds")
+	f.advance(30 * time.Second)
+	cancelID(t, l, "acme", "third")
+	members, err := f.rdb.ZRange(t.Context(), l.cancelledKey("acme"), 0, -1).Result()
+	require.NoError(t, err)
+	assert.Equal(t, []string{"second", "third"}, members, "the first, a minute old, is dropped")
+	assert.True(t, acquireID(t, l, "acme", "first", 5), "and its id may be taken again")
+}

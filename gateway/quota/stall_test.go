@@ -2,6 +2,7 @@ package quota
 
 import (
 	"context"
+	"sync"
 	"testing"
 	"time"
 
@@ -41,4 +42,44 @@ func TestIntegrationAStalledRedisLeavesNoOrphans(t *testing.T) {
 	_, d, err := tokens.Reserve(ctx, "acme", 1000, 1000)
 	require.NoError(t, err)
 	assert.True(t, d.Allowed, "and the stalled Reserve's 600 tokens were settled back: the whole quota is there")
+}
+
+// TestIntegrationATenantHasAllItsSlotsSoonAfterAStall: the attack that
+// found orphans — a tier of 3 slots, one request in flight, Redis stalled
+// for 0.9 s while that request ends and three more arrive and give up.
+// Every acquire queued in the stall runs when it ends, on connections the
+// client has closed, in an order Redis chooses; the releases sent for
+// them, and the in-flight request's own, may run before or after. Within
+// 3 s of Redis answering again the tenant has its 3 slots.
+func TestIntegrationATenantHasAllItsSlotsSoonAfterAStall(t *testing.T) {
+	srv := redistest.Own(t)
+	rdb := srv.Client()
+	leases := newLeases(t, rdb, LeasesConfig{Timeout: 50 * time.Millisecond, TTL: time.Hour})
+	ctx := context.Background()
+	inFlight, d, err := leases.Hold(ctx, "acme", 3)
+	require.NoError(t, err)
+	require.True(t, d.Allowed)
+
+	srv.Stall(900 * time.Millisecond)
+	var wg sync.WaitGroup
+	wg.Go(func() { _ = inFlight.Release(ctx) }) // the request in flight ends during the stall
+	for range 3 {
+		wg.Go(func() {
+			_, _, err := leases.Hold(ctx, "acme", 3)
+			assert.ErrorIs(t, err, ErrUnavailable, "the stall outlasts the call's timeout")
+		})
+	}
+	wg.Wait()
+	require.Eventually(t, func() bool { return rdb.Ping(ctx).Err() == nil }, 10*time.Second, 10*time.Millisecond, "the stall ends")
+	resumed := time.Now()
+	assert.Eventually(t, func() bool {
+		n, err := rdb.ZCard(ctx, leases.Key("acme")).Result()
+		return err == nil && n == 0
+	}, 3*time.Second, 20*time.Millisecond, "no lease is left behind by the stall")
+	t.Logf("all slots back %v after Redis answered", time.Since(resumed).Round(time.Millisecond))
+	for i := range 3 {
+		_, d, err := leases.Hold(ctx, "acme", 3)
+		require.NoError(t, err)
+		assert.True(t, d.Allowed, "slot %d of 3", i+1)
+	}
 }
