@@ -126,7 +126,7 @@ func (g *Guard) meter(ctx context.Context, id tenant.Identity, tier policy.Tier,
 	if tier.TokensPerMinute == 0 {
 		return nil, nil
 	}
-	m := &meter{g: g, key: id.Key, tier: tier, answer: a.MaxTokens}
+	m := &meter{g: g, caller: ctx, key: id.Key, tier: tier, answer: a.MaxTokens}
 	if m.answer == 0 {
 		m.answer = DefaultMaxTokens
 	}

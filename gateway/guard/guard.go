@@ -16,6 +16,7 @@
 package guard
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	_ "embed"
@@ -49,6 +50,9 @@ type Observer interface {
 	// LimitFailed: a shared limit's Redis failed (and the request was
 	// admitted or refused as Config.FailOpen says).
 	LimitFailed(limit policy.Limit)
+	// ReadOn: a metered call whose caller left was read on for its bill
+	// (see readon.go), and ended so.
+	ReadOn(outcome ReadOnOutcome)
 }
 
 // Config configures a Guard.
@@ -68,6 +72,13 @@ type Config struct {
 	// LeaseTTL is how long an in-flight lease lives without renewal; 0 is
 	// LeaseTTL.
 	LeaseTTL time.Duration
+	// ReadOnTime, ReadOnBytes and MaxReadOn bound the reading on of metered
+	// calls whose caller left (readon.go): per call, in time and in bytes,
+	// and how many at once; 0 is DefaultReadOnTime, DefaultReadOnBytes,
+	// DefaultMaxReadOn.
+	ReadOnTime  time.Duration
+	ReadOnBytes int
+	MaxReadOn   int
 	// TokenDebtMinutes is how many minutes of its token quota a tenant may
 	// owe for usage above its reservations (quota.TokensConfig.DebtMinutes).
 	TokenDebtMinutes int
@@ -86,6 +97,7 @@ type Guard struct {
 	tokens *quota.Tokens
 	leases *quota.Leases
 	pipe   *redispipe.Scripter // nil with NoPipeline
+	readOn readOn              // every metered call, and those read on after their caller left
 }
 
 // New builds the shared limits for every tier of cfg.Policy.
@@ -99,7 +111,11 @@ func New(cfg Config) (*Guard, error) {
 	if cfg.Observer == nil {
 		cfg.Observer = nopObserver{}
 	}
+	if cfg.ReadOnTime < 0 || cfg.ReadOnBytes < 0 || cfg.MaxReadOn < 0 {
+		return nil, errors.New("guard: the read-on bounds must not be negative")
+	}
 	g := &Guard{cfg: cfg, limits: map[string]*distlimit.Limiter{}}
+	g.readOn.time, g.readOn.bytes, g.readOn.max = cmp.Or(cfg.ReadOnTime, DefaultReadOnTime), cmp.Or(cfg.ReadOnBytes, DefaultReadOnBytes), cmp.Or(cfg.MaxReadOn, DefaultMaxReadOn)
 	if err := g.shared(); err != nil {
 		return nil, err
 	}
@@ -111,6 +127,7 @@ type nopObserver struct{}
 func (nopObserver) AuthRefused(identity.Reason) {}
 func (nopObserver) TierRefused(policy.Limit)    {}
 func (nopObserver) LimitFailed(policy.Limit)    {}
+func (nopObserver) ReadOn(ReadOnOutcome)        {}
 
 // shared builds the limits every replica shares on Redis: the request rate
 // per tier (lab 07's limiter), the token quota and the in-flight leases.
@@ -174,6 +191,7 @@ func (g *Guard) leaseTTL() time.Duration {
 // Close waits for the shared limits' background undos (see quota) and the
 // pipelined calls still in flight. Call it before closing the Redis client.
 func (g *Guard) Close() {
+	g.readOn.close() // first: a call read on settles when it ends
 	g.tokens.Close()
 	g.leases.Close()
 	if g.pipe != nil {

@@ -59,6 +59,7 @@ func (s *seen) add(e string)                  { s.mu.Lock(); defer s.mu.Unlock()
 func (s *seen) AuthRefused(r identity.Reason) { s.add("auth:" + string(r)) }
 func (s *seen) TierRefused(l policy.Limit)    { s.add("tier:" + string(l)) }
 func (s *seen) LimitFailed(l policy.Limit)    { s.add("redis:" + string(l)) }
+func (s *seen) ReadOn(o ReadOnOutcome)        { s.add("read_on:" + string(o)) }
 func (s *seen) all() []string {
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -45,6 +45,7 @@ type meterKey struct{}
 // meter is one request's token account.
 type meter struct {
 	g        *Guard
+	caller   context.Context // the request's, as Admit got it: its end is the caller leaving (see callerLeft)
 	key      string
 	tier     policy.Tier
 	answer   int // the answer's tokens a call may use: the caller's max_tokens, or DefaultMaxTokens
@@ -213,9 +214,9 @@ func (p metered) Generate(ctx context.Context, req llm.Request) (llm.Completion,
 	if err != nil {
 		return llm.Completion{}, err
 	}
-	c, err := llm.Generate(ctx, p.Inner, req) // a panic in the call comes back as llm.ErrPanic
-	m.ended(res, c.Usage, err, false)
-	return c, err
+	return m.g.call(ctx, m, res, nil, func(ctx context.Context, _ func(llm.Chunk) error) (llm.Completion, error) {
+		return llm.Generate(ctx, p.Inner, req) // a panic in the call comes back as llm.ErrPanic
+	})
 }
 
 // Stream is Generate for a streamed answer; a stream that failed after it
@@ -230,14 +231,7 @@ func (p metered) Stream(ctx context.Context, req llm.Request, emit func(llm.Chun
 	if err != nil {
 		return llm.Completion{}, err
 	}
-	sent := false
-	c, err := llm.Stream(ctx, p.Inner, req, func(ch llm.Chunk) error {
-		sent = true
-		return emit(ch)
+	return m.g.call(ctx, m, res, emit, func(ctx context.Context, relay func(llm.Chunk) error) (llm.Completion, error) {
+		return llm.Stream(ctx, p.Inner, req, relay)
 	})
-	charged := m.ended(res, c.Usage, err, sent)
-	if err != nil && sent && c.Usage == nil {
-		c.Usage = m.asUsage(charged) // what a continuation tells the caller this call cost
-	}
-	return c, err
 }

@@ -3,6 +3,7 @@ package llm
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"net/http"
 	"syscall"
@@ -35,6 +36,11 @@ var (
 	// out of tokens for a retry, say). It ends the request — no retry, no
 	// other target — and no breaker counts it: the upstream was not asked.
 	ErrNotSent = errors.New("llm: the call was refused before it was sent")
+	// ErrCallerGone is the cause a call's context ends with when the
+	// caller it answers stopped reading (a stream's client hung up). It
+	// wraps context.Canceled: no failure of the provider's. A middleware
+	// that bills calls may read such a call on for its usage (see guard).
+	ErrCallerGone = fmt.Errorf("llm: the caller has gone: %w", context.Canceled)
 )
 
 // Reason says why a provider call failed, in the words metrics and logs

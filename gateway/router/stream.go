@@ -118,7 +118,7 @@ func (st *streamer) attempt(ctx context.Context, run *run, s step, req llm.Reque
 
 // errClientGone marks an attempt ended because the client stopped reading.
 // It wraps context.Canceled, so the provider's breaker does not count it.
-var errClientGone = fmt.Errorf("router: client stopped reading: %w", context.Canceled)
+var errClientGone = fmt.Errorf("router: client stopped reading: %w", llm.ErrCallerGone)
 
 // once makes one streaming call under the watchdog. Only the request's own
 // goroutine ever writes to the client: a provider that honours its context

@@ -1,6 +1,7 @@
 package telemetry
 
 import (
+	"github.com/production-go/gateway-lab/gateway/guard"
 	"github.com/production-go/gateway-lab/gateway/identity"
 	"github.com/production-go/gateway-lab/gateway/policy"
 	"github.com/prometheus/client_golang/prometheus"
@@ -12,6 +13,7 @@ type Guard struct {
 	authRefusals  *prometheus.CounterVec
 	limitRefusals *prometheus.CounterVec
 	redisErrors   *prometheus.CounterVec
+	readOn        *prometheus.CounterVec
 	mode          string // failed_open or failed_closed: what a Redis failure does here
 }
 
@@ -26,7 +28,12 @@ func NewGuard(failOpen bool) *Guard {
 			"Requests refused by their tier's policy, by limit: model, prompt_bytes, in_flight, tokens, tier.", "limit"),
 		redisErrors: counter("gateway_redis_limit_errors_total",
 			"Redis failures of the shared limits, by limit and by what was done: failed_open or failed_closed.", "limit", "mode"),
+		readOn: counter("gateway_calls_read_on_total",
+			"Metered upstream calls whose caller left, read on for their usage, by how they ended: billed (the usage came), unbilled (charged the reservation), refused (too many at once: cut).", "outcome"),
 		mode: "failed_closed",
+	}
+	for _, o := range guard.ReadOnOutcomes {
+		g.readOn.WithLabelValues(string(o))
 	}
 	if failOpen {
 		g.mode = "failed_open"
@@ -44,7 +51,7 @@ func NewGuard(failOpen bool) *Guard {
 
 // Register adds the guard's metrics to reg.
 func (g *Guard) Register(reg prometheus.Registerer) {
-	reg.MustRegister(g.authRefusals, g.limitRefusals, g.redisErrors)
+	reg.MustRegister(g.authRefusals, g.limitRefusals, g.redisErrors, g.readOn)
 }
 
 // AuthRefused counts a request refused with 401, by its precise reason.
@@ -60,4 +67,10 @@ func (g *Guard) TierRefused(limit policy.Limit) {
 // LimitFailed counts a shared limit whose Redis failed.
 func (g *Guard) LimitFailed(limit policy.Limit) {
 	g.redisErrors.WithLabelValues(string(limit), g.mode).Inc()
+}
+
+// ReadOn counts a metered call read on after its caller left, by how it
+// ended.
+func (g *Guard) ReadOn(outcome guard.ReadOnOutcome) {
+	g.readOn.WithLabelValues(string(outcome)).Inc()
 }

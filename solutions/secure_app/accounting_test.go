@@ -1,15 +1,18 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"os"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/production-go/gateway-lab/gateway/chatapi"
 	"github.com/production-go/gateway-lab/internal/testkit"
 	"github.com/production-go/gateway-lab/internal/testkit/redistest"
 	"github.com/stretchr/testify/assert"
@@ -36,20 +39,80 @@ func callWithin(t *testing.T, url, tok, body string, within time.Duration) error
 	return err
 }
 
-// TestIntegrationACallerWhoHangsUpStillPaysForThePromptItSent: the
-// upstream had the prompt and bills for it, so the request stays charged
-// its reservation. (It was refunded in full: a tenant could send a
-// costly prompt, hang up before the answer, and keep its whole quota.)
-func TestIntegrationACallerWhoHangsUpStillPaysForThePromptItSent(t *testing.T) {
-	in := start(t, prefix(t), "-tiers", tiersFile(t, 8, 2000), "-provider", "name=slow,latency=2s")
+// TestIntegrationACallerWhoHangsUpPaysTheUpstreamsBill: a tenant that
+// reads two deltas of a stream and closes the socket is charged what the
+// upstream billed, not the reservation its bytes priced (about 90 tokens
+// here, for a bill of 1,796). It was charged the reservation: a fraction of
+// the bill, on every stream it chose to abandon.
+func TestIntegrationACallerWhoHangsUpPaysTheUpstreamsBill(t *testing.T) {
+	up := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		f := chatapi.NewFrame("m")
+		send := func(data []byte) {
+			_, _ = fmt.Fprintf(w, "data: %s\n\n", data)
+			w.(http.Flusher).Flush()
+		}
+		send(f.Chunk(chatapi.Delta{Role: "assistant"}, ""))
+		for i := range 6 {
+			select {
+			case <-time.After(20 * time.Millisecond):
+			case <-r.Context().Done():
+				return // the gateway hung up: the caller's leaving reached the upstream
+			}
+			word := fmt.Sprintf("w%d ", i)
+			send(f.Chunk(chatapi.Delta{Content: &word}, ""))
+		}
+		send(f.Chunk(chatapi.Delta{}, "stop"))
+		send(f.UsageChunk(chatapi.Usage{PromptTokens: 1790, CompletionTokens: 6, TotalTokens: 1796})) // more than the bytes show (a system prompt of the upstream's own, a tokenizer of its own)
+		send(chatapi.DoneData)
+	}))
+	defer up.Close()
+	t.Setenv("UP_KEY", "sk-test")
+	in := start(t, prefix(t), "-tiers", tiersFile(t, 8, 2000), "-upstream", "name=up,url="+up.URL+"/v1,model=m,key-env=UP_KEY,local=true")
 	tok := token(t, "leaver", "tight", time.Hour)
-	err := callWithin(t, in.url, tok, chatWith("slow", 1500), 300*time.Millisecond)
-	require.Error(t, err, "the caller gave up before the answer")
-	require.Eventually(t, func() bool { return strings.Contains(metricsOf(t, in.admin), "gateway_requests_in_flight 0") },
-		10*time.Second, 10*time.Millisecond, "the request ends once its caller has left")
+
+	ctx, hangUp := context.WithCancel(t.Context())
+	defer hangUp()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, in.url+"/v1/chat/completions",
+		strings.NewReader(`{"model":"up","stream":true,"max_tokens":50,"messages":[{"role":"user","content":"要約してください：量子もつれ、ベル不等式、局所実在論"}]}`))
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer "+tok)
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	events := 0
+	for sc := bufio.NewScanner(resp.Body); events < 3 && sc.Scan(); {
+		if strings.HasPrefix(sc.Text(), "data: ") {
+			events++ // the role and two deltas
+		}
+	}
+	hangUp()
+	_ = resp.Body.Close()
+
+	require.Eventually(t, func() bool {
+		return strings.Contains(metricsOf(t, in.admin), `gateway_calls_read_on_total{outcome="billed"} 1`)
+	}, 10*time.Second, 10*time.Millisecond, "the call is read on until the upstream reports its usage")
 	code, _, body := call(t, in.url, tok, chatWith("auto", 600))
-	assert.Equal(t, http.StatusTooManyRequests, code, "about 1,500 of 2,000 tokens are still charged, so 600 more do not fit: %s", body)
+	assert.Equal(t, http.StatusTooManyRequests, code, "1,796 of 2,000 tokens are charged — the bill, not the reservation of about 90 — so 600 more do not fit: %s", body)
 	assert.Equal(t, "tokens_per_minute", errorCode(t, body))
+}
+
+// TestIntegrationACallerWhoHangsUpPaysNoMoreThanTheBill: the other side
+// of the same rule — a caller who hangs up on a whole answer the upstream
+// then bills modestly is charged that, once the call has been read on,
+// not the reservation of a long answer it never got.
+func TestIntegrationACallerWhoHangsUpPaysNoMoreThanTheBill(t *testing.T) {
+	in := start(t, prefix(t), "-tiers", tiersFile(t, 8, 2000), "-provider", "name=slow,latency=500ms")
+	tok := token(t, "leaver", "tight", time.Hour)
+	err := callWithin(t, in.url, tok, chatWith("slow", 1500), 100*time.Millisecond)
+	require.Error(t, err, "the caller gave up before the answer")
+	code, _, body := call(t, in.url, tok, chatWith("auto", 600))
+	assert.Equal(t, http.StatusTooManyRequests, code, "while the call is read on, its 1,500 are reserved: %s", body)
+	require.Eventually(t, func() bool {
+		return strings.Contains(metricsOf(t, in.admin), `gateway_calls_read_on_total{outcome="billed"} 1`)
+	}, 10*time.Second, 10*time.Millisecond, "the call is read on to its end")
+	code, _, body = call(t, in.url, tok, chatWith("auto", 600))
+	assert.Equal(t, http.StatusOK, code, "the simulated upstream billed a short answer: the rest of the reservation is back: %s", body)
 }
 
 // TestIntegrationEveryAttemptPaysForItself: three attempts that each
