@@ -7,12 +7,12 @@ package quotas
 const DefaultAnswerTokens = 1024
 
 // Estimate is what to reserve for a request before its call: its prompt,
-// at about four bytes a token (an overestimate for most text, an
-// underestimate for some scripts: Settle corrects either way), plus
-// choices answers of up to maxTokens each (DefaultAnswerTokens when 0).
-// choices 0 means one.
+// at four bytes a token (promptBytes/4, rounded down; a negative size is
+// 0 — an overestimate for most text, an underestimate for some scripts:
+// Settle corrects either way), plus choices answers of up to maxTokens
+// each (DefaultAnswerTokens when 0). choices 0 means one.
 //
-// TODO(lab 12): promptBytes/4 (a negative size is 0) + choices × maxTokens.
+// TODO(lab 12): write it.
 func Estimate(promptBytes, maxTokens, choices int) int {
 	return 0
 }
@@ -50,7 +50,7 @@ const (
 // upstream has billed it: a tenant that hangs up after the first chunk
 // pays nothing.
 //
-// TODO(lab 12): one switch on o.
+// TODO(lab 12): write it.
 func Charge(o Outcome, reserved, used int) int {
 	return -1
 }

@@ -100,24 +100,25 @@ var quotaScript = redis.NewScript(quotaLua)
 
 // Quota is a token bucket per tenant of perMinute tokens, refilled
 // continuously at perMinute/60 a second, in Redis. Safe for concurrent use.
-//
-// TODO(lab 12): keep the client and the settings.
-type Quota struct{}
+type Quota struct{} // TODO(lab 12): what it needs
 
 // New validates cfg and returns a Quota that runs its script through rdb.
+// A nil rdb, a prefix with a brace, a negative window or one below a
+// millisecond, or DebtMinutes outside [0, MaxDebtMinutes] is an error
+// wrapping ErrInvalidConfig; zero values take the defaults (DefaultPrefix,
+// DefaultSettleWindow, one minute of debt).
 //
-// TODO(lab 12): a nil rdb, a prefix with a brace, a negative window or one
-// below a millisecond, DebtMinutes outside [0, MaxDebtMinutes] → an error
-// wrapping ErrInvalidConfig. Defaults: DefaultPrefix, DefaultSettleWindow,
-// one minute of debt.
+// TODO(lab 12): write it.
 func New(rdb redis.Scripter, cfg Config) (*Quota, error) {
 	return &Quota{}, nil
 }
 
-// Keys returns tenant's keys — its bucket, its open reservations and their
-// estimates — each carrying the hash tag {Prefix:tenant}.
+// Keys returns every key the quota may write for tenant, each carrying the
+// hash tag {Prefix:tenant}: on Redis Cluster one script may touch only
+// keys of one slot, and an operator reads Keys to find (or delete) what a
+// tenant holds.
 //
-// TODO(lab 12): "{" + prefix + ":" + tenant + "}:" + "tokens", "reservations", "estimates".
+// TODO(lab 12): name the keys your script keeps.
 func (q *Quota) Keys(tenant string) []string {
 	return nil
 }
@@ -128,14 +129,14 @@ func (q *Quota) Keys(tenant string) []string {
 // same id takes nothing more. An estimate of 0 passes unless the tenant is
 // in debt.
 //
-// TODO(lab 12):
-//   - check the arguments first (no Redis call): ErrInvalidArgument, and
-//     ErrEstimateTooLarge for an estimate above perMinute;
-//   - one quotaScript.Run (EVALSHA, EVAL on NOSCRIPT) with Keys(tenant) and
-//     "reserve", perMinute, id, estimate, the window in ms, the debt minutes;
-//   - read the reply defensively: []any of three non-negative int64, else
-//     ErrUnexpectedReply — never a panic;
-//   - wrap Redis' errors (a caller's cancelled context stays errors.Is-able).
+// Bad arguments are refused before any Redis call (ErrInvalidArgument, or
+// ErrEstimateTooLarge for an estimate above perMinute). A Reserve is one
+// round trip: quotaScript.Run sends EVALSHA, and EVAL only when Redis has
+// lost the script. A reply the script never returns is
+// ErrUnexpectedReply, never a panic; Redis' errors come back wrapped, so
+// a caller's cancelled context stays errors.Is-able.
+//
+// TODO(lab 12): check, run the script, read its reply.
 func (q *Quota) Reserve(ctx context.Context, tenant, id string, perMinute, estimate int) (Decision, error) {
 	_ = quotaScript // TODO(lab 12): run it
 	return Decision{}, ErrNotImplemented
@@ -147,7 +148,10 @@ func (q *Quota) Reserve(ctx context.Context, tenant, id string, perMinute, estim
 // reservation settled already, never made (then a late Reserve of id takes
 // nothing), or older than the settle window (it stays charged).
 //
-// TODO(lab 12): as Reserve, with "settle" and used (at most MaxPerMinute).
+// Arguments, round trips, replies and errors as for Reserve; used is at
+// most MaxPerMinute.
+//
+// TODO(lab 12): check, run the script, read its reply.
 func (q *Quota) Settle(ctx context.Context, tenant, id string, perMinute, used int) (bool, error) {
 	return false, ErrNotImplemented
 }

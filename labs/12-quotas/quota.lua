@@ -1,37 +1,13 @@
--- A tenant's token quota: a bucket refilled on Redis' own clock, and the
--- reservations not yet settled. Reserve and settle each run as one atomic
--- step.
+-- A tenant's token quota in Redis: what Quota.Reserve and Quota.Settle
+-- (quota.go) run, each as one atomic step on Redis' own clock, so that
+-- parallel requests on any number of replicas see each other.
 --
--- Keep exact integers: one token is 60000 units, and the bucket refills
--- perMinute units per millisecond. Lua numbers are doubles, exact below 2^53.
+-- The design is yours: which keys the quota keeps and in which types, what
+-- the script is passed and what it returns. quota.go is its only caller,
+-- and the tests judge what Reserve and Settle do, what Keys names, and that
+-- every key expires once its tenant is idle. Lua numbers are doubles:
+-- keep every quantity a whole number below 2^53 and nothing drifts.
+-- HINTS.md offers a layout once you have tried your own.
 --
--- KEYS[1]  the bucket, a hash {tokens (units), ts (ms)}; absent = full
--- KEYS[2]  open reservations, a sorted set of ids scored by reserve time
---          (ms), and of "settled:" .. id markers scored by settle time
--- KEYS[3]  each open reservation's estimate, a hash id -> tokens
--- ARGV[1]  'reserve' or 'settle'
--- ARGV[2]  perMinute, the bucket's capacity in tokens
--- ARGV[3]  reservation id
--- ARGV[4]  reserve: the estimate; settle: the tokens used
--- ARGV[5]  settle window (ms): a reservation older than this stays charged
--- ARGV[6]  debt (minutes of quota): how far below zero usage may take it
---
--- reserve returns {allowed (0|1), whole tokens remaining, retry after (ms)}
--- settle  returns {applied (0|1), whole tokens remaining, 0}
---
--- TODO(lab 12):
---   1. now = redis.call('TIME') in ms; load tokens and ts (absent: full, ts = now);
---      clamp tokens to [-cap * debt, cap]; refill (now - ts) * perMinute units,
---      only if now > ts (a clock that steps back refills nothing), up to cap;
---   2. store(): a full bucket is DEL'd; otherwise HSET both fields and PEXPIRE
---      it for the time until it is full again (rounded up);
---   3. tidy(): drop reservations and markers older than the window (and their
---      estimates); keep KEYS[2] and KEYS[3] a window past their newest entry;
---   4. reserve: id already open, or a "settled:" .. id marker → {1, remaining, 0},
---      take nothing; too few tokens → store(), {0, remaining, ms until it fits
---      (rounded up)}; else take it, store(), ZADD now id, HSET id estimate, tidy();
---   5. settle: read the reservation's time and estimate, remove both, ZADD a
---      "settled:" .. id marker, tidy(); nothing open (or older than the window)
---      → {0, remaining, 0}; else tokens += (estimate - used) units, clamped to
---      [-cap * debt, cap], store(), {1, remaining, 0}.
+-- TODO(lab 12): write the script.
 return {0, 0, 0}
