@@ -111,36 +111,23 @@ type Result struct {
 // by repeating the prefill has the repeat dropped. With no such target the
 // error wraps ErrBroken and the failure.
 //
+// The first-token limit runs from Open to a stream's first chunk, the idle
+// limit between chunks; a limit that runs out is reported as ErrFirstToken
+// or ErrIdle (not as a bare context.DeadlineExceeded). A chunk that says
+// nothing yet — no text, nothing else, no finish reason: the role — does
+// not count as the first to reach the caller: it is held back until one
+// that does, and goes with it.
+//
 // A chunk with a finish reason ends the answer: what follows it is read
 // only for the usage, and an end of any kind after it (EOF, silence, an
 // error) is the answer finishing, not breaking. Usage-only chunks are not
 // passed to emit: Result.Usage has their sum.
 //
-// An error from emit means the caller has gone: the relay stops at once
+// A config with a limit that is not positive, or no targets, is refused
+// before anything is opened. An error from emit means the caller has gone,
+// and the caller's context ending means the same: the relay stops at once
 // and returns it. Every stream opened is closed before Relay returns.
 func Relay(ctx context.Context, cfg Config, targets []Target, emit func(Chunk) error) (Result, error) {
-	// TODO(lab 11): refuse a limit that is not positive (ErrInvalidConfig)
-	// and an empty targets (ErrNoTargets) before opening anything.
-	//
-	// TODO(lab 11): for each target in order, one attempt:
-	//   - Open it with the answer so far as the prefill ("" before the
-	//     first chunk), under a context the first-token limit cancels
-	//     (context.WithCancelCause and time.AfterFunc), so the limit runs
-	//     from Open to the first chunk;
-	//   - read chunks with Next, each after the first under its own idle
-	//     limit (context.WithTimeoutCause), and report a limit that ran out
-	//     as ErrFirstToken or ErrIdle, not as context.DeadlineExceeded;
-	//   - hold back a chunk that says nothing (no text, nothing else, no
-	//     finish reason: the role) until one that does, add up usage and
-	//     pass none of it on, drop what a continuation repeats of its
-	//     prefill, and close the stream whatever happens.
-	//
-	// TODO(lab 11): before a chunk has reached emit, a failed attempt moves
-	// on to the next target. After it, only a target that CanContinue may
-	// take over — never when the answer holds more than text, or the
-	// request opted out — and with none left the error wraps ErrBroken.
-	// A finish reason means the answer is whole: an end of any kind after
-	// it is no failure. An error from emit, or the caller's context ending,
-	// stops everything at once.
+	// TODO(lab 11): write it. The comment above is the contract.
 	return Result{}, ErrNotImplemented
 }

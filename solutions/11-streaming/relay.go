@@ -111,12 +111,21 @@ type Result struct {
 // by repeating the prefill has the repeat dropped. With no such target the
 // error wraps ErrBroken and the failure.
 //
+// The first-token limit runs from Open to a stream's first chunk, the idle
+// limit between chunks; a limit that runs out is reported as ErrFirstToken
+// or ErrIdle (not as a bare context.DeadlineExceeded). A chunk that says
+// nothing yet — no text, nothing else, no finish reason: the role — does
+// not count as the first to reach the caller: it is held back until one
+// that does, and goes with it.
+//
 // A chunk with a finish reason ends the answer: what follows it is read
 // only for the usage, and an end of any kind after it (EOF, silence, an
 // error) is the answer finishing, not breaking. Usage-only chunks are not
 // passed to emit: Result.Usage has their sum.
 //
-// An error from emit means the caller has gone: the relay stops at once
+// A config with a limit that is not positive, or no targets, is refused
+// before anything is opened. An error from emit means the caller has gone,
+// and the caller's context ending means the same: the relay stops at once
 // and returns it. Every stream opened is closed before Relay returns.
 func Relay(ctx context.Context, cfg Config, targets []Target, emit func(Chunk) error) (Result, error) {
 	switch {
