@@ -8,11 +8,7 @@ import (
 // created full on first use and refilled lazily when asked: no timer, no
 // goroutine. A bucket that is full again is the same as a new one, so
 // TokenBucket forgets it: its state is bounded by recent activity.
-//
-// TODO(lab 02): add the fields you need: the rate, the burst, a
-// mutex-guarded map from key to that key's tokens and last refill time, and
-// when the map was last swept.
-type TokenBucket struct{}
+type TokenBucket struct{} // TODO(lab 02): the fields you need
 
 // NewTokenBucket returns a Limiter that refills each key at ratePerSecond
 // tokens per second, holding at most burst.

@@ -80,11 +80,7 @@ type Config struct {
 }
 
 // Breaker is a circuit breaker. It is safe for concurrent use.
-//
-// TODO(lab 04): add the fields you need: the config, a mutex, the stored
-// state, the consecutive-failure count, when it opened, whether a probe is
-// out and since when, and a generation counter.
-type Breaker struct{}
+type Breaker struct{} // TODO(lab 04): the fields you need
 
 // New validates cfg and returns a closed Breaker.
 //

@@ -72,10 +72,7 @@ func WithWorkTimeout(d time.Duration) Option {
 
 // Bridge bounds how many blocking calls run at once.
 //
-// TODO(lab 06): add the fields you need: the permits (a buffered channel
-// works), onLate and workTimeout (the options set them), an ID counter, the
-// running count, and what Close needs (closed flag, a channel that wakes
-// waiting callers, a way to wait for the workers).
+// TODO(lab 06): the fields you need besides the two the options set.
 type Bridge struct {
 	onLate      func(Outcome)
 	workTimeout time.Duration

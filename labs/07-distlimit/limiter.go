@@ -83,9 +83,7 @@ var bucketLua string
 var bucketScript = redis.NewScript(bucketLua)
 
 // Limiter is a Redis-backed token bucket per key.
-//
-// TODO(lab 07): keep the client and the config.
-type Limiter struct{}
+type Limiter struct{} // TODO(lab 07): the fields you need
 
 // New validates cfg and returns a Limiter that runs its script through rdb.
 //

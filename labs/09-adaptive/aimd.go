@@ -19,10 +19,7 @@ type AIMDConfig struct {
 
 // AIMD is additive increase, multiplicative decrease: TCP's congestion
 // avoidance applied to a concurrency limit.
-//
-// TODO(lab 09): add the fields you need: the config, the limit, the
-// successes since the last change and the most permits in use among them.
-type AIMD struct{}
+type AIMD struct{} // TODO(lab 09): the fields you need
 
 // NewAIMD validates cfg and returns an AIMD.
 //

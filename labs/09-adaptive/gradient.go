@@ -34,12 +34,8 @@ type GradientConfig struct {
 // (the minimum over LongWindow) to its latency now (the mean of the last
 // Window samples). At or under Tolerance times the minimum, nothing queues
 // and the limit grows by Queue; above it, the limit shrinks in proportion.
-//
-// TODO(lab 09): add the fields you need: the config, the limit as a float64
-// (smoothing moves it by fractions), the long window's minimum (two buckets
-// of LongWindow each, so a minimum is forgotten after one to two long
-// windows), and the short window's sum, count and most permits in use.
-type Gradient struct{}
+// A minimum is remembered for at least LongWindow and forgotten within two.
+type Gradient struct{} // TODO(lab 09): the fields you need
 
 // NewGradient validates cfg and returns a Gradient.
 //

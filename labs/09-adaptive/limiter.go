@@ -6,11 +6,7 @@ import (
 
 // Limiter is a semaphore whose size an Algorithm moves. Waiters are served
 // first come, first served.
-//
-// TODO(lab 09): add the fields you need: a mutex, the Algorithm, the limit,
-// the permits in flight, a FIFO list of waiters (lab 02's Semaphore is a
-// good start), and a count of the backoffs a drop caused.
-type Limiter struct{}
+type Limiter struct{} // TODO(lab 09): the fields you need
 
 // Token is one admitted request's permit. Call Done exactly once when the
 // request ends (a second call does nothing).

@@ -30,11 +30,7 @@ type BudgetConfig struct {
 
 // Budget is a retry budget per key (a provider, a route). The zero value is
 // not usable; a nil *Budget allows everything.
-//
-// TODO(lab 10): add the fields you need: the window, the floor, the
-// fraction, and per key the deposits and withdrawals still in the window,
-// behind a mutex.
-type Budget struct{}
+type Budget struct{} // TODO(lab 10): the fields you need
 
 // NewBudget returns an empty budget: every key starts with only its floor.
 //

@@ -440,3 +440,74 @@ func ExampleRelay() {
 	// chunk "", finish "stop"
 	// Hello, world. stop [up] <nil>
 }
+
+var errReset = errors.New("connection reset")
+
+// Each continuation starts from all the caller has, and may repeat all of
+// it: the second one's repeat is dropped like the first's.
+func TestASecondContinuationHasItsRepeatDroppedToo(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		a := plays("a", say(0, "Hel"), fail(0, errReset))
+		b := continues("b", say(0, "Hello"), fail(0, errReset))
+		c := continues("c", say(0, "Hello"), say(0, " world"), finish(0, "stop"))
+		cl := newCaller()
+		_, err := Relay(t.Context(), limits, targets(a, b, c), cl.emit)
+		require.NoError(t, err)
+		assert.Equal(t, "Hello world", cl.text(), "b repeated \"Hel\", c repeated \"Hello\": each repeat dropped")
+	})
+}
+
+// A chunk may carry the usage together with text and the finish: only the
+// usage is kept back.
+func TestAChunkWithUsageKeepsItsTextAndFinish(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		a := plays("a", step{chunk: Chunk{Text: "Hi", FinishReason: "stop", Usage: &Usage{3, 1}}})
+		cl := newCaller()
+		res, err := Relay(t.Context(), limits, targets(a), cl.emit)
+		require.NoError(t, err)
+		assert.Equal(t, "Hi", cl.text())
+		assert.Equal(t, "stop", res.FinishReason, "the answer finished with that chunk")
+		assert.Equal(t, Usage{3, 1}, res.Usage)
+	})
+}
+
+// A stream replaced before its first chunk ran on an upstream that bills
+// for it: its usage is in the sum.
+func TestUsageOfAStreamReplacedBeforeItsFirstChunkIsCounted(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		a := plays("a", usage(0, 5, 0), fail(0, errReset))
+		b := plays("b", say(0, "Hi"), finish(0, "stop"), usage(0, 3, 1))
+		res, err := Relay(t.Context(), limits, targets(a, b), newCaller().emit)
+		require.NoError(t, err)
+		assert.Equal(t, Usage{8, 1}, res.Usage, "a's 5 prompt tokens and b's 3 + 1")
+	})
+}
+
+// A chunk that carries a tool call is more than text even when it carries
+// text too: the answer is never continued as prose.
+func TestAToolCallChunkWithTextIsNeverContinued(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		a := plays("a", step{chunk: Chunk{Text: "Checking.", Other: true}}, fail(0, errReset))
+		b := continues("b", say(0, " Sure!"), finish(0, "stop"))
+		_, err := Relay(t.Context(), limits, targets(a, b), newCaller().emit)
+		require.ErrorIs(t, err, ErrBroken)
+		assert.Empty(t, b.opened(), "b is never asked to continue a tool call")
+	})
+}
+
+// A caller who leaves while a stream is still opening is gone: the next
+// target is not opened for nobody.
+func TestACallerWhoLeavesWhileAStreamOpensIsNotPassedOn(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(t.Context(), 500*time.Millisecond)
+		defer cancel()
+		hung := Target{Name: "a", Open: func(ctx context.Context, _ string) (Stream, error) {
+			<-ctx.Done()
+			return nil, ctx.Err()
+		}}
+		b := plays("b", say(0, "Hi"), finish(0, "stop"))
+		_, err := Relay(ctx, limits, []Target{hung, b.target()}, newCaller().emit)
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+		assert.Empty(t, b.opened(), "b is not opened after the caller's deadline")
+	})
+}
