@@ -75,8 +75,9 @@ type Config struct {
 	Prefix string
 	// SettleWindow is how long a reservation waits for its Settle; 0 means
 	// DefaultSettleWindow, and it must be at least a millisecond. A Settle
-	// after it applies nothing: the reservation stays charged its
-	// estimate. Make it longer than the longest request.
+	// SettleWindow or more after its Reserve applies nothing: the
+	// reservation stays charged its estimate. Make it longer than the
+	// longest request.
 	SettleWindow time.Duration
 	// DebtMinutes is how many minutes of quota a tenant may owe — usage
 	// beyond its reservations — before the rest is forgiven; 0 means 1.
@@ -146,7 +147,7 @@ func (q *Quota) Reserve(ctx context.Context, tenant, id string, perMinute, estim
 // bucket moves by what Reserve took minus used — never above full, never
 // below the debt allowed. It reports whether it applied: false for a
 // reservation settled already, never made (then a late Reserve of id takes
-// nothing), or older than the settle window (it stays charged).
+// nothing), or reserved SettleWindow or more ago (it stays charged).
 //
 // Arguments, round trips, replies and errors as for Reserve; used is at
 // most MaxPerMinute.

@@ -497,3 +497,39 @@ func TestACallerWhoLeftGetsItsContextsError(t *testing.T) {
 	assert.ErrorIs(t, err, context.DeadlineExceeded)
 	assert.Equal(t, 100, f.left(t, "acme", 100), "nothing was taken")
 }
+
+// A Reserve resent after a lost reply finds its id whatever the bucket
+// holds now: the request it stands for has paid, and is not refused. A
+// late Reserve, after the Settle of its id, takes nothing either.
+func TestAResentOrLateReserveIsAllowedWhenTheBucketIsLow(t *testing.T) {
+	f := newFixture(t, Config{})
+	require.True(t, f.reserve(t, "acme", "a", 100, 60).Allowed)
+	assert.Equal(t, Decision{Allowed: true, Remaining: 40}, f.reserve(t, "acme", "a", 100, 60),
+		"40 left, fewer than the 60 asked: the resent reserve is allowed all the same, and takes nothing more")
+	assert.False(t, f.settle(t, "acme", "b", 100, 0), "b was never reserved")
+	f.reserve(t, "acme", "b", 100, 60)
+	assert.Equal(t, 40, f.left(t, "acme", 100), "the late reserve of b took nothing")
+}
+
+// A quota lowered since the last call bounds the balance at once, below
+// as above: a tenant moved to a smaller tier owes at most DebtMinutes of
+// the new quota, not of the old.
+func TestALoweredQuotaClampsDebtToTheNewFloor(t *testing.T) {
+	f := newFixture(t, Config{})
+	f.reserve(t, "acme", "r1", 1000, 1000)
+	f.settle(t, "acme", "r1", 1000, 5000) // 4,000 over: the debt stops at one minute, -1,000
+	assert.Equal(t, Decision{Allowed: false, RetryAfter: 2 * time.Minute}, f.reserve(t, "acme", "r2", 100, 100),
+		"at 100 a minute the debt is at most -100: two minutes to 100, not eleven")
+}
+
+// A reservation is remembered for its whole window, however old the
+// tenant's other reservations are.
+func TestAReservationIsKeptItsWholeWindowWhateverCameBefore(t *testing.T) {
+	f := newFixture(t, Config{SettleWindow: 10 * time.Second})
+	f.reserve(t, "acme", "a", 600, 10)
+	f.advance(9 * time.Second)
+	f.reserve(t, "acme", "b", 600, 10)
+	f.advance(3 * time.Second)
+	assert.False(t, f.settle(t, "acme", "a", 600, 0), "a is 12 s old: past its window")
+	assert.True(t, f.settle(t, "acme", "b", 600, 0), "b is 3 s old: within its window, whatever became of a's")
+}

@@ -72,8 +72,9 @@ type Config struct {
 	Prefix string
 	// SettleWindow is how long a reservation waits for its Settle; 0 means
 	// DefaultSettleWindow, and it must be at least a millisecond. A Settle
-	// after it applies nothing: the reservation stays charged its
-	// estimate. Make it longer than the longest request.
+	// SettleWindow or more after its Reserve applies nothing: the
+	// reservation stays charged its estimate. Make it longer than the
+	// longest request.
 	SettleWindow time.Duration
 	// DebtMinutes is how many minutes of quota a tenant may owe — usage
 	// beyond its reservations — before the rest is forgiven; 0 means 1.
@@ -158,7 +159,7 @@ func (q *Quota) Reserve(ctx context.Context, tenant, id string, perMinute, estim
 // bucket moves by what Reserve took minus used — never above full, never
 // below the debt allowed. It reports whether it applied: false for a
 // reservation settled already, never made (then a late Reserve of id takes
-// nothing), or older than the settle window (it stays charged).
+// nothing), or reserved SettleWindow or more ago (it stays charged).
 func (q *Quota) Settle(ctx context.Context, tenant, id string, perMinute, used int) (bool, error) {
 	if err := check(tenant, id, perMinute, used); err != nil {
 		return false, err
