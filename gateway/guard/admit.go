@@ -60,7 +60,7 @@ func (g *Guard) Admit(ctx context.Context, id tenant.Identity, a tenant.Admissio
 	ctx, cancel := context.WithTimeout(ctx, tier.MaxRequestTimeout)
 	return ctx, func(*llm.Usage, error) {
 		m.finish()
-		release()
+		m.afterReadOn(release)
 		cancel()
 	}, nil
 }

@@ -57,6 +57,9 @@ type meter struct {
 	first    *quota.Reservation // Admit's, for the first call; nil once a call took it
 	pending  []charge           // calls that ended, settled when the request does
 	finished bool
+
+	readingOn int    // calls being read on after the caller left (readon.go)
+	afterRead func() // what waits for them: the lease's release
 }
 
 // charge is what one call's reservation is settled at.
@@ -110,14 +113,59 @@ func (m *meter) ended(res *quota.Reservation, u *llm.Usage, err error, sentOutpu
 	return c.tokens
 }
 
-// asUsage is what a call with no usage of its own was charged, told as a
-// usage: the prompt's share of the reservation, and the rest as the answer.
-// A stream that broke after its first byte and was continued tells its
-// caller the sum of its calls' usages, so the caller is told what the
-// tenant is charged (docs/SECURITY_AND_RUNTIME.md, "Token accounting").
-func (m *meter) asUsage(charged int) *llm.Usage {
+// asUsage is what a call was charged, told as a usage (llm.Completion's
+// Charged): its upstream's report when that is what it was charged, or else
+// the prompt's share of the charge and the rest as the answer. A stream
+// continued after a cut tells its caller the sum of its calls' charges, so
+// the caller is told what the tenant pays (docs/SECURITY_AND_RUNTIME.md,
+// "Token accounting").
+func (m *meter) asUsage(charged int, reported *llm.Usage) *llm.Usage {
+	if reported != nil && counted(reported) == charged {
+		u := *reported
+		u.TotalTokens = charged
+		return &u
+	}
 	prompt := min(max(m.estimate-m.answers, 0), charged)
 	return &llm.Usage{PromptTokens: prompt, CompletionTokens: charged - prompt, TotalTokens: charged}
+}
+
+// readOnStarted counts a call of this request read on after its caller
+// left; readOnEnded counts it done.
+func (m *meter) readOnStarted() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.readingOn++
+}
+
+func (m *meter) readOnEnded() {
+	m.mu.Lock()
+	m.readingOn--
+	var then func()
+	if m.readingOn == 0 {
+		then, m.afterRead = m.afterRead, nil
+	}
+	m.mu.Unlock()
+	if then != nil {
+		then()
+	}
+}
+
+// afterReadOn runs then once no call of the request is being read on:
+// now, or when the last one ends. The request's in-flight lease is given
+// back then, so that a tenant's calls read on count against its in-flight
+// cap as the requests they were: hanging up does not free a slot while
+// the upstream still works for it.
+func (m *meter) afterReadOn(then func()) {
+	if m != nil {
+		m.mu.Lock()
+		if m.readingOn > 0 {
+			m.afterRead = then
+			m.mu.Unlock()
+			return
+		}
+		m.mu.Unlock()
+	}
+	then()
 }
 
 // finish settles every call that ended, and refunds the first reservation

@@ -138,6 +138,7 @@ type upcall struct {
 
 	mu       sync.Mutex // held while a chunk goes to the caller: no chunk after detach returns
 	sent     bool       // a chunk reached the caller
+	finished bool       // a chunk with a finish reason came: the answer was whole
 	detached bool       // the caller left: chunks go nowhere
 	ended    bool       // the call returned
 	read     int        // bytes read since detached
@@ -148,6 +149,9 @@ type upcall struct {
 func (c *upcall) relay(ch llm.Chunk) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if p, err := llm.PieceOf(ch); err == nil && p.Finish != "" {
+		c.finished = true
+	}
 	if c.detached {
 		c.read += len(ch.Raw)
 		if c.read > c.r.bytes {
@@ -163,28 +167,30 @@ func (c *upcall) relay(ch llm.Chunk) error {
 	return err
 }
 
-// detach lets the call go on without its caller, unless it has ended.
-func (c *upcall) detach() bool {
+// detach lets the call go on without its caller, unless it has ended; m
+// counts it until it does (see meter.afterReadOn).
+func (c *upcall) detach(m *meter) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.ended {
 		return false
 	}
+	m.readOnStarted()
 	c.detached = true
 	c.bound = time.AfterFunc(c.r.time, func() { c.cancel(errReadOnBound) })
 	return true
 }
 
-// end marks the call returned and reports whether it had been detached
-// and whether any of it reached the caller.
-func (c *upcall) end() (detached, sent bool) {
+// end marks the call returned and reports whether it had been detached,
+// whether any of it reached the caller, and whether its answer finished.
+func (c *upcall) end() (detached, sent, finished bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.ended = true
 	if c.bound != nil {
 		c.bound.Stop()
 	}
-	return c.detached, c.sent
+	return c.detached, c.sent, c.finished
 }
 
 // callerLeft reports whether ctx ended because the caller left: the
@@ -208,18 +214,21 @@ func (g *Guard) call(ctx context.Context, m *meter, res *quota.Reservation, emit
 	run := func() {
 		defer close(done)
 		comp, err = do(callCtx, c.relay)
-		detached, sent := c.end()
+		detached, sent, finished := c.end()
 		cancel(nil)
-		charged := m.ended(res, comp.Usage, err, sent)
+		ended := err
+		if finished {
+			ended = nil // the answer was whole: charged as answered, whoever closed it after
+		}
+		comp.Charged = m.asUsage(m.ended(res, comp.Usage, ended, sent), comp.Usage)
 		if detached {
 			g.readOn.leave(c)
+			m.readOnEnded()
 			outcome := ReadOnUnbilled
 			if counted(comp.Usage) > 0 {
 				outcome = ReadOnBilled
 			}
 			g.cfg.Observer.ReadOn(outcome)
-		} else if err != nil && sent && comp.Usage == nil {
-			comp.Usage = m.asUsage(charged) // what a continuation tells the caller this call cost
 		}
 	}
 	if !g.readOn.start(run) {
@@ -238,7 +247,7 @@ func (g *Guard) call(ctx context.Context, m *meter, res *quota.Reservation, emit
 	case !g.readOn.take(c):
 		g.cfg.Observer.ReadOn(ReadOnRefused)
 		cancel(cause)
-	case c.detach():
+	case c.detach(m):
 		return llm.Completion{}, cause // read on, charged when it ends
 	default:
 		g.readOn.leave(c) // it had returned already: charged as it ended

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -26,6 +27,7 @@ type biller struct {
 	usage  llm.Usage
 	stall  bool // after the deltas, say nothing until cut
 	flood  int  // bytes of extra chunks before the usage
+	drops  bool // after its finish and usage, the connection resets: no [DONE]
 
 	mu     sync.Mutex
 	ended  bool
@@ -78,6 +80,9 @@ func (b *biller) Stream(ctx context.Context, req llm.Request, emit func(llm.Chun
 	if err := emit(llm.Chunk{Raw: f.Chunk(chatapi.Delta{}, "stop")}); err != nil {
 		return llm.Completion{}, err
 	}
+	if b.drops {
+		return llm.Completion{Usage: &b.usage}, errors.New("read: connection reset by peer")
+	}
 	return llm.Completion{Usage: &b.usage}, nil
 }
 
@@ -120,9 +125,15 @@ func (h *hangUp) chunks() int {
 // would.
 func streamAndHangUp(t *testing.T, r *rig, b *biller, reads int) (*hangUp, error) {
 	t.Helper()
+	return streamAndHangUpAs(t, r, "acme", b, reads)
+}
+
+// streamAndHangUpAs is streamAndHangUp for tenant key.
+func streamAndHangUpAs(t *testing.T, r *rig, key string, b *biller, reads int) (*hangUp, error) {
+	t.Helper()
 	caller, leave := context.WithCancel(t.Context())
 	defer leave()
-	ctx, done, e := r.g.Admit(caller, tenant.Identity{Key: "acme", Tier: "small"}, ask(400, 50))
+	ctx, done, e := r.g.Admit(caller, tenant.Identity{Key: key, Tier: "small"}, ask(400, 50))
 	require.Nil(t, e)
 	h := &hangUp{reads: reads, leave: leave}
 	_, err := r.g.Meter(b).(llm.StreamingProvider).Stream(ctx, llm.Request{Chat: chatapi.NewRequest("hi", true)}, h.emit)
@@ -237,7 +248,7 @@ func TestNoMoreCallsAreReadOnAtOnceThanTheBound(t *testing.T) {
 	_, err := streamAndHangUp(t, r, first, 1)
 	require.ErrorIs(t, err, context.Canceled)
 	second := &biller{deltas: 3, stall: true}
-	_, err = streamAndHangUp(t, r, second, 1)
+	_, err = streamAndHangUpAs(t, r, "globex", second, 1) // another tenant: acme's one slot is held by its call read on
 	require.ErrorIs(t, err, context.Canceled)
 	ended, _ := second.result()
 	assert.True(t, ended, "the second was cut at once")
@@ -272,4 +283,134 @@ func TestACallThatEndsBeforeItsCallerLeavesIsNotReadOn(t *testing.T) {
 	assert.Equal(t, 4, h.chunks(), "three deltas and the finish")
 	assert.Equal(t, 2000-90, r.left(t, "acme", 2000))
 	assert.Empty(t, r.obs.all())
+}
+
+// twoPhase streams before chunks of 1,000 bytes, waits a moment, then
+// after more and its usage.
+type twoPhase struct{ before, after int }
+
+func (*twoPhase) Name() string         { return "up" }
+func (*twoPhase) HonoursContext() bool { return true }
+func (*twoPhase) Generate(context.Context, llm.Request) (llm.Completion, error) {
+	return llm.Completion{}, errors.New("unused")
+}
+
+func (p *twoPhase) Stream(ctx context.Context, _ llm.Request, emit func(llm.Chunk) error) (llm.Completion, error) {
+	f := chatapi.NewFrame("up-1")
+	pad := strings.Repeat("x", 1000)
+	for i := range p.before + p.after {
+		if i == p.before {
+			select {
+			case <-time.After(30 * time.Millisecond):
+			case <-ctx.Done():
+				return llm.Completion{}, ctx.Err()
+			}
+		}
+		if err := emit(llm.Chunk{Raw: f.Chunk(chatapi.Delta{Content: &pad}, "")}); err != nil {
+			return llm.Completion{}, err
+		}
+	}
+	return llm.Completion{Usage: &llm.Usage{TotalTokens: 700}}, nil
+}
+
+// ReadOnBytes bounds what is read after the caller left, not the call: a
+// caller who read a long answer and then hung up still pays the bill.
+func TestReadOnBytesCountOnlyWhatIsReadAfterTheCallerLeft(t *testing.T) {
+	r := newRigWith(t, false, func(c *Config) { c.ReadOnBytes = 20000 })
+	caller, leave := context.WithCancel(t.Context())
+	defer leave()
+	ctx, done, e := r.g.Admit(caller, tenant.Identity{Key: "acme", Tier: "small"}, ask(400, 50))
+	require.Nil(t, e)
+	h := &hangUp{reads: 15, leave: leave} // 15 KB reached the caller; about 11 KB come after it left
+	_, err := r.g.Meter(&twoPhase{before: 16, after: 10}).(llm.StreamingProvider).Stream(ctx, llm.Request{Chat: chatapi.NewRequest("hi", true)}, h.emit)
+	done(nil, err)
+	require.ErrorIs(t, err, context.Canceled)
+	require.Eventually(t, func() bool { return len(r.obs.all()) > 0 }, 5*time.Second, time.Millisecond)
+	assert.Equal(t, []string{"read_on:billed"}, r.obs.all(), "fewer than ReadOnBytes were read after the caller left")
+	assert.Equal(t, 2000-700, r.left(t, "acme", 2000))
+}
+
+// A call read on to its end gives its place back: the bound is on calls
+// at once, not in all.
+func TestACallReadOnToItsEndFreesItsPlace(t *testing.T) {
+	r := newRigWith(t, false, func(c *Config) { c.MaxReadOn = 1 })
+	for i := range 2 {
+		b := &biller{deltas: 4, usage: llm.Usage{TotalTokens: 300}}
+		_, err := streamAndHangUp(t, r, b, 1)
+		require.ErrorIs(t, err, context.Canceled)
+		require.Eventually(t, func() bool { return len(r.obs.all()) == i+1 }, 5*time.Second, time.Millisecond)
+	}
+	assert.Equal(t, []string{"read_on:billed", "read_on:billed"}, r.obs.all())
+}
+
+// Nothing reaches the caller's emit once Stream has returned: the caller's
+// writer is the request's, and the request is gone.
+func TestNoChunkReachesTheCallerAfterItLeft(t *testing.T) {
+	r := newRig(t, false)
+	b := &biller{deltas: 6, usage: llm.Usage{TotalTokens: 700}}
+	caller, leave := context.WithCancel(t.Context())
+	ctx, done, e := r.g.Admit(caller, tenant.Identity{Key: "acme", Tier: "small"}, ask(400, 50))
+	require.Nil(t, e)
+	var returned atomic.Bool
+	var late atomic.Int32
+	_, err := r.g.Meter(b).(llm.StreamingProvider).Stream(ctx, llm.Request{Chat: chatapi.NewRequest("hi", true)}, func(llm.Chunk) error {
+		if returned.Load() {
+			late.Add(1)
+		}
+		leave() // the connection closes, and this emit does not say so
+		return nil
+	})
+	returned.Store(true)
+	done(nil, err)
+	require.ErrorIs(t, err, context.Canceled)
+	require.Eventually(t, func() bool { return r.obs.has("read_on:billed") }, 5*time.Second, time.Millisecond)
+	assert.Zero(t, late.Load(), "no chunk after the request returned")
+}
+
+// A call read on holds its tenant's in-flight slot until it ends: hanging
+// up does not free a slot while the upstream still works for the tenant,
+// so one tenant cannot hold more calls than its tier allows by leaving them.
+func TestACallReadOnHoldsItsTenantsSlot(t *testing.T) {
+	r := newRigWith(t, false, func(c *Config) { c.ReadOnTime = time.Hour })
+	b := &biller{deltas: 3, stall: true}
+	_, err := streamAndHangUp(t, r, b, 1)
+	require.ErrorIs(t, err, context.Canceled)
+	_, _, e := r.g.Admit(t.Context(), tenant.Identity{Key: "acme", Tier: "small"}, ask(400, 50))
+	require.NotNil(t, e, "the small tier has one slot, and the call read on holds it")
+	assert.Equal(t, "too_many_concurrent_requests", e.Code)
+	r.g.readOn.close() // the read-on ends (cut)
+	_, done, e := r.g.Admit(t.Context(), tenant.Identity{Key: "acme", Tier: "small"}, ask(400, 50))
+	require.Nil(t, e, "its slot is back once the call ends")
+	done(nil, nil)
+}
+
+// An answer that finished is answered, whoever closed the connection after
+// it: charged the usage its upstream sent, not held to its reservation as
+// a broken call would be; and the charge is what the call reports as
+// Charged, for a caller told the usage of a continued stream.
+func TestAFinishedAnswerThatThenDropsIsChargedAsAnswered(t *testing.T) {
+	r := newRig(t, false)
+	ctx, done, e := r.g.Admit(t.Context(), tenant.Identity{Key: "acme", Tier: "small"}, ask(400, 50))
+	require.Nil(t, e)
+	b := &biller{deltas: 3, usage: llm.Usage{PromptTokens: 80, CompletionTokens: 3, TotalTokens: 83}, drops: true}
+	c, err := r.g.Meter(b).(llm.StreamingProvider).Stream(ctx, llm.Request{Chat: chatapi.NewRequest("hi", true)}, func(llm.Chunk) error { return nil })
+	require.Error(t, err, "the provider saw the reset")
+	done(nil, nil)
+	assert.Equal(t, 2000-83, r.left(t, "acme", 2000), "the usage, not the 150 reserved")
+	assert.Equal(t, &llm.Usage{PromptTokens: 80, CompletionTokens: 3, TotalTokens: 83}, c.Charged)
+}
+
+// Every call reports what it was charged, however it ended: one that broke
+// with no usage, its reservation, told as the prompt's share and the rest.
+func TestEveryCallReportsWhatItWasCharged(t *testing.T) {
+	r := newRig(t, false)
+	ctx, done, e := r.g.Admit(t.Context(), tenant.Identity{Key: "acme", Tier: "small"}, ask(400, 50))
+	require.Nil(t, e)
+	c, _ := r.g.Meter(&biller{deltas: 3, stall: true}).(llm.StreamingProvider).Stream(func() context.Context {
+		ctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+		t.Cleanup(cancel)
+		return ctx
+	}(), llm.Request{Chat: chatapi.NewRequest("hi", true)}, func(llm.Chunk) error { return nil })
+	done(nil, nil)
+	assert.Equal(t, &llm.Usage{PromptTokens: 100, CompletionTokens: 50, TotalTokens: 150}, c.Charged, "timed out after output: its reservation")
 }

@@ -43,6 +43,12 @@ type Completion struct {
 	// Usage is the token accounting the upstream reported; nil if it did
 	// not. For a stream, it is what the stream's last chunks said.
 	Usage *Usage
+	// Charged is what a middleware that bills calls charged the tenant for
+	// this one, told as a usage (guard.Meter sets it, whatever the call's
+	// error); nil where nothing bills. A router that tells a caller the
+	// usage of an answer several calls wrote sums it, so the caller is told
+	// what the tenant pays.
+	Charged *Usage
 }
 
 // Chunk is one piece of a streamed answer.

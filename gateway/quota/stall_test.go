@@ -2,11 +2,14 @@ package quota
 
 import (
 	"context"
+	"errors"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/production-go/gateway-lab/internal/testkit/redistest"
+	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -82,4 +85,37 @@ func TestIntegrationATenantHasAllItsSlotsSoonAfterAStall(t *testing.T) {
 		require.NoError(t, err)
 		assert.True(t, d.Allowed, "slot %d of 3", i+1)
 	}
+}
+
+// failOnceRelease is a Redis whose first release never leaves the client:
+// a connection reset before the command was written.
+type failOnceRelease struct {
+	redis.Scripter
+	failed atomic.Bool
+}
+
+func (f *failOnceRelease) EvalSha(ctx context.Context, sha string, keys []string, args ...any) *redis.Cmd {
+	if len(args) > 0 && args[0] == "release" && f.failed.CompareAndSwap(false, true) {
+		cmd := redis.NewCmd(ctx)
+		cmd.SetErr(errors.New("write tcp: connection reset by peer"))
+		return cmd
+	}
+	return f.Scripter.EvalSha(ctx, sha, keys, args...)
+}
+
+// A release that never reached Redis is sent again in the background: the
+// slot is not held for the lease's TTL because one write failed.
+func TestIntegrationAFailedReleaseIsRetriedInTheBackground(t *testing.T) {
+	srv := redistest.Own(t)
+	rdb := srv.Client()
+	leases := newLeases(t, &failOnceRelease{Scripter: rdb}, LeasesConfig{TTL: time.Hour})
+	ctx := context.Background()
+	lease, d, err := leases.Hold(ctx, "acme", 1)
+	require.NoError(t, err)
+	require.True(t, d.Allowed)
+	require.Error(t, lease.Release(ctx), "the first release fails")
+	assert.Eventually(t, func() bool {
+		n, err := rdb.ZCard(ctx, leases.Key("acme")).Result()
+		return err == nil && n == 0
+	}, 3*time.Second, 20*time.Millisecond, "the failed release is retried until Redis has it")
 }

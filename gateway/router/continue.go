@@ -197,11 +197,7 @@ func (st *streamer) continueOn(ctx context.Context, run *run, from step, t *step
 		}
 	}
 	done(verdict)
-	u := l.usage
-	if c.Usage != nil {
-		u = *c.Usage // what the upstream reported for its call, read or not
-	}
-	return c, []llm.Usage{u}, err
+	return c, []llm.Usage{spent(c, l)}, err
 }
 
 // splice is pass for a continuation: a chunk reaches the caller only if

@@ -94,6 +94,8 @@ type leg struct {
 	sent     bool   // a chunk of this call reached the caller
 	finished bool   // this call sent a finish_reason
 	usage    llm.Usage
+	pieces   int // chunks with text of this call that reached the caller
+	bytes    int // and their text's bytes
 }
 
 func (st *streamer) attempt(ctx context.Context, run *run, s step, req llm.Request) (llm.Completion, error) {
@@ -105,7 +107,7 @@ func (st *streamer) attempt(ctx context.Context, run *run, s step, req llm.Reque
 	if err != nil && l.sent {
 		// The client has part of an answer: only a target that continues
 		// it may add to it, and no other target may start over.
-		if c, err, handled := st.continueAfter(ctx, run, s, err, st.cost(c)); handled {
+		if c, err, handled := st.continueAfter(ctx, run, s, err, spent(c, l)); handled {
 			if err != nil {
 				return c, timeouts.Permanent(fmt.Errorf("%w: %s: %w", ErrAfterFirstByte, s.target, err))
 			}
@@ -186,6 +188,10 @@ func (st *streamer) once(ctx context.Context, r *Router, s step, req llm.Request
 func (st *streamer) tell(l *leg, p chatapi.Piece) {
 	l.sent = true
 	l.finished = l.finished || p.Finish != ""
+	if p.Text != "" {
+		l.pieces++
+		l.bytes += len(p.Text)
+	}
 	t := &st.told
 	t.sent = true
 	if st.keep && p.Text != "" {
@@ -196,25 +202,35 @@ func (st *streamer) tell(l *leg, p chatapi.Piece) {
 	t.finished = t.finished || p.Finish != ""
 }
 
-// cost is what a call that broke after its first byte used, as far as
-// anyone knows: the usage its provider reported (a metered provider
-// reports what the call was charged), or else the answer the caller had
+// spent is what one call of a continued stream cost, as the caller is to
+// be told it: what a billing middleware charged for it, where one did
+// (llm.Completion.Charged); else the usage its upstream reported, or that
+// its chunks said, with never fewer completion tokens than the caller had
 // from it.
-func (st *streamer) cost(c llm.Completion) llm.Usage {
-	if c.Usage != nil {
-		return *c.Usage
+func spent(c llm.Completion, l *leg) llm.Usage {
+	if c.Charged != nil {
+		return *c.Charged
 	}
-	n := st.told.tokens()
-	return llm.Usage{CompletionTokens: n, TotalTokens: n}
+	u := l.usage
+	if c.Usage != nil {
+		u = *c.Usage
+	}
+	u.CompletionTokens = max(u.CompletionTokens, tokens(l.pieces, l.bytes))
+	u.TotalTokens = u.PromptTokens + u.CompletionTokens
+	return u
 }
 
-// tokens is how many tokens of answer the caller has been sent, counted
-// high, so that what a continuation is allowed never takes the caller past
-// its max_tokens: upstreams stream about a token a chunk, and English text
-// runs about four bytes a token; the larger of the two.
-func (t *told) tokens() int {
-	return max(t.pieces, (t.text.Len()+3)/4)
+// tokens is how many tokens of answer pieces chunks of text bytes hold,
+// counted high, so that what a continuation is allowed never takes the
+// caller past its limit and the usage it is told is never short of what
+// it read: upstreams stream about a token a chunk, and English text runs
+// about four bytes a token; the larger of the two.
+func tokens(pieces, bytes int) int {
+	return max(pieces, (bytes+3)/4)
 }
+
+// tokens is how many tokens of answer the caller has been sent.
+func (t *told) tokens() int { return tokens(t.pieces, t.text.Len()) }
 
 // pass reads a chunk, once, and says what of it the caller gets: the
 // chunk, a chunk rewritten, or nothing (Raw nil). An attempt passes every

@@ -209,3 +209,17 @@ func TestARoleHeldBackIsSentWithTheFirstChunkThatSaysSomething(t *testing.T) {
 		assert.True(t, got.roleFirst, "first, before the text")
 	})
 }
+
+// An answer that is a role alone and ends clean is still an answer: the
+// role held back reaches the caller when the call ends, and nothing falls
+// back.
+func TestAnAnswerOfARoleAloneStillReachesTheCaller(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		primary, fallback := &ender{name: "primary", roleOnly: true, end: finishes}, &ender{name: "fallback", end: finishes}
+		g := twoTargets(t, &outcomesOf{}, primary, fallback)
+		got, err := streamOf(t, g, chatapi.NewRequest("tell me", true))
+		require.NoError(t, err)
+		assert.Equal(t, 1, got.roles, "the held role is sent when the call ends")
+		assert.Zero(t, fallback.called())
+	})
+}
