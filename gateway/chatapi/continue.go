@@ -1,6 +1,7 @@
 package chatapi
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 
@@ -86,7 +87,11 @@ type Piece struct {
 	Text   string // the first choice's delta.content
 	Other  bool   // anything besides text: tool calls, a refusal, reasoning, a second choice
 	Finish string // the finish_reason, once one is set
-	Usage  *Usage
+	// Ended has a bit set for each choice (by index, the first 64) whose
+	// finish_reason this chunk carries: an answer of n choices is whole
+	// once n have ended.
+	Ended uint64
+	Usage *Usage
 }
 
 // ErrMalformedChunk: a stream event that is not a chunk object.
@@ -145,7 +150,8 @@ func readChunk(provider string, b []byte) (p Piece, model string, ok bool, err e
 		return Piece{}, "", true, ue
 	}
 	choices.ForEach(func(i, c gjson.Result) bool {
-		if i.Int() > 0 || c.Get("index").Int() != 0 {
+		index := c.Get("index").Int()
+		if i.Int() > 0 || index != 0 {
 			p.Other = true // a second answer: continuation would need one prefill each
 		}
 		c.Get("delta").ForEach(func(k, v gjson.Result) bool {
@@ -160,8 +166,11 @@ func readChunk(provider string, b []byte) (p Piece, model string, ok bool, err e
 			}
 			return true
 		})
-		if f := c.Get("finish_reason").Str; f != "" && p.Finish == "" {
-			p.Finish = f
+		if f := c.Get("finish_reason").Str; f != "" {
+			p.Finish = cmp.Or(p.Finish, f)
+			if index >= 0 && index < 64 {
+				p.Ended |= 1 << index
+			}
 		}
 		return true
 	})
@@ -199,5 +208,23 @@ func WithDeltaText(b []byte, text string) ([]byte, error) {
 	out := make([]byte, 0, len(b)-len(v.Raw)+len(quoted))
 	out = append(out, b[:v.Index]...)
 	out = append(out, quoted...)
+	return append(out, b[v.Index+len(v.Raw):]...), nil
+}
+
+// WithoutUsage returns the chunk b with its "usage" set to null, every
+// other byte as it was — for a relay that tells the caller one usage for
+// an answer several upstream calls wrote, and must not pass a call's own
+// on. b itself when it carries no usage object.
+func WithoutUsage(b []byte) ([]byte, error) {
+	v := gjson.GetBytes(b, "usage")
+	if !v.IsObject() {
+		return b, nil
+	}
+	if v.Index <= 0 || v.Index+len(v.Raw) > len(b) || string(b[v.Index:v.Index+len(v.Raw)]) != v.Raw {
+		return nil, ErrMalformedChunk
+	}
+	out := make([]byte, 0, len(b)-len(v.Raw)+4)
+	out = append(out, b[:v.Index]...)
+	out = append(out, "null"...)
 	return append(out, b[v.Index+len(v.Raw):]...), nil
 }

@@ -51,7 +51,9 @@ func TestReadPieceTellsTextFromEverythingElse(t *testing.T) {
 		{`{"choices":[{"index":0,"delta":{"refusal":"no"}}]}`, Piece{Other: true}},
 		{`{"choices":[{"index":0,"delta":{"reasoning_content":"hmm"}}]}`, Piece{Other: true}},
 		{`{"choices":[{"index":1,"delta":{"content":"b"}}]}`, Piece{Text: "b", Other: true}},
-		{`{"choices":[{"index":0,"delta":{},"finish_reason":"length"}]}`, Piece{Finish: "length"}},
+		{`{"choices":[{"index":0,"delta":{},"finish_reason":"length"}]}`, Piece{Finish: "length", Ended: 1}},
+		{`{"choices":[{"index":1,"delta":{},"finish_reason":"stop"}]}`, Piece{Finish: "stop", Ended: 2, Other: true}},
+		{`{"choices":[{"index":0,"delta":{},"finish_reason":"stop"},{"index":2,"delta":{},"finish_reason":"length"}]}`, Piece{Finish: "stop", Ended: 5, Other: true}},
 		{`{"choices":[],"usage":{"prompt_tokens":3,"completion_tokens":4,"total_tokens":7}}`, Piece{Usage: &Usage{3, 4, 7}}},
 	} {
 		got, err := ReadPiece([]byte(c.chunk))

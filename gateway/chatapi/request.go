@@ -40,15 +40,17 @@ import (
 
 // Request is a chat-completion request as its caller sent it.
 type Request struct {
-	raw           []byte
-	model, stream span // the "model" and "stream" values in raw
-	streamOptions span // the whole "stream_options" member, key to value
-	maxCompletion span // the "max_completion_tokens" value in raw
-	maxTokens     span // the "max_tokens" value in raw
-	optionsValue  span // the "stream_options" value in raw
-	includeUsage  span // the "stream_options.include_usage" value in raw
-	messages      span // the "messages" value in raw
-	lastRole      string
+	raw            []byte
+	model, stream  span // the "model" and "stream" values in raw
+	streamOptions  span // the whole "stream_options" member, key to value
+	maxCompletion  span // the "max_completion_tokens" value in raw
+	maxTokens      span // the "max_tokens" value in raw
+	maxTokensN     int  // its count, 0 if unset or null
+	maxCompletionN int  // "max_completion_tokens"'s
+	optionsValue   span // the "stream_options" value in raw
+	includeUsage   span // the "stream_options.include_usage" value in raw
+	messages       span // the "messages" value in raw
+	lastRole       string
 
 	// Model is the public model name the caller asked for ("" if none).
 	Model string
@@ -170,12 +172,12 @@ func (r *Request) read(key, v gjson.Result) error {
 		r.IncludeUsage = b
 		return err
 	case "max_tokens", "max_completion_tokens":
-		if name == "max_completion_tokens" {
-			r.maxCompletion = valueSpan(v)
-		} else {
-			r.maxTokens = valueSpan(v)
-		}
 		n, err := optionalCount(name, v)
+		if name == "max_completion_tokens" {
+			r.maxCompletion, r.maxCompletionN = valueSpan(v), n
+		} else {
+			r.maxTokens, r.maxTokensN = valueSpan(v), n
+		}
 		r.MaxTokens = max(r.MaxTokens, n)
 		return err
 	case "n":
@@ -487,23 +489,40 @@ func (r *Request) WithMaxTokens(n int) *Request {
 	return out
 }
 
-// WithAnswerLimit returns the request with each answer limit the caller
-// set ("max_tokens", "max_completion_tokens") lowered to n, for a call
-// that writes only the rest of an answer the caller has part of; r itself
-// when the caller set none or n is not below it. It does not change r.
-func (r *Request) WithAnswerLimit(n int) *Request {
-	if r.MaxTokens == 0 || n >= r.MaxTokens || n <= 0 {
+// AnswerLimit is the smallest answer limit the caller set
+// ("max_tokens", "max_completion_tokens"), or 0 if it set none: the most
+// answer it can be sure to get, whichever of the two its upstream honours.
+func (r *Request) AnswerLimit() int {
+	switch {
+	case r.maxTokensN == 0:
+		return r.maxCompletionN
+	case r.maxCompletionN == 0:
+		return r.maxTokensN
+	}
+	return min(r.maxTokensN, r.maxCompletionN)
+}
+
+// WithAnswerSent returns the request with each answer limit the caller
+// set lowered by the n tokens of answer it has already received (to no
+// less than 1), for a call that writes only the rest of that answer; r
+// itself when the caller set none or n is not positive. It does not
+// change r.
+func (r *Request) WithAnswerSent(n int) *Request {
+	if n <= 0 || r.AnswerLimit() == 0 {
 		return r
 	}
 	var edits []edit
-	for _, s := range []span{r.maxTokens, r.maxCompletion} {
-		if s.present() && bytes.IndexFunc(r.raw[s.at:s.end], func(c rune) bool { return c < '0' || c > '9' }) < 0 {
-			edits = append(edits, edit{s, []byte(strconv.Itoa(n))})
+	for _, f := range []struct {
+		at    span
+		count int
+	}{{r.maxTokens, r.maxTokensN}, {r.maxCompletion, r.maxCompletionN}} {
+		if f.count > 0 && f.at.present() {
+			edits = append(edits, edit{f.at, []byte(strconv.Itoa(max(f.count-n, 1)))})
 		}
 	}
 	out, err := Parse(splice(r.raw, edits))
 	if err != nil {
-		panic("chatapi: WithAnswerLimit made an invalid request: " + err.Error()) // cannot happen: numbers set to a number
+		panic("chatapi: WithAnswerSent made an invalid request: " + err.Error()) // cannot happen: counts set to counts
 	}
 	return out
 }

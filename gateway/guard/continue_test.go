@@ -20,10 +20,11 @@ import (
 // waits a moment for its [DONE] — as a real stream does, so a reader who
 // hangs up after the usage ends the call before it returns.
 type teller struct {
-	name  string
-	words []string
-	cut   bool
-	usage llm.Usage
+	name   string
+	words  []string
+	cut    bool
+	atOnce bool // it fails before its first chunk, after the request went out
+	usage  llm.Usage
 }
 
 func (p *teller) Name() string         { return p.name }
@@ -33,6 +34,9 @@ func (p *teller) Generate(context.Context, llm.Request) (llm.Completion, error) 
 }
 
 func (p *teller) Stream(ctx context.Context, req llm.Request, emit func(llm.Chunk) error) (llm.Completion, error) {
+	if p.atOnce {
+		return llm.Completion{}, errors.New(p.name + ": read: connection reset by peer")
+	}
 	f := chatapi.NewFrame(p.name)
 	chunks := [][]byte{f.Chunk(chatapi.Delta{Role: "assistant"}, "")}
 	for _, w := range p.words {
@@ -115,4 +119,42 @@ func TestAContinuedStreamIsChargedTheCutCallsReservationAndTheContinuationsUsage
 			}()
 		})
 	}
+}
+
+// A continuation that fails before its first chunk had the prompt and is
+// charged its reservation; the caller is told that too, with the rest:
+// what it reads is what the tenant pays.
+func TestAContinuationThatFailedIsChargedAndToldToo(t *testing.T) {
+	r := newRig(t, false)
+	ctx, done, e := r.g.Admit(t.Context(), tenant.Identity{Key: "acme", Tier: "small"}, ask(400, 50))
+	require.Nil(t, e)
+	primary := &teller{name: "primary", words: []string{"Once", " upon"}, cut: true}
+	mid := &teller{name: "mid", atOnce: true}
+	cont := &teller{name: "cont", words: []string{" a", " time."}, usage: llm.Usage{PromptTokens: 30, CompletionTokens: 2, TotalTokens: 32}}
+	g, err := router.New(router.Config{
+		RatePerSecond: 100, Burst: 100, MaxConcurrent: 4, MaxQueueWait: time.Second,
+		MaxAttempts: 2, BaseBackoff: time.Millisecond, MaxBackoff: time.Millisecond,
+		AttemptTimeout: time.Second, TotalTimeout: 10 * time.Second, FailureThreshold: 5, RecoveryTimeout: time.Second,
+		Routes: []router.Route{{Name: "chat", Targets: []router.Target{{Provider: "primary"}, {Provider: "mid"}, {Provider: "cont"}},
+			Continue: []router.Target{{Provider: "mid"}, {Provider: "cont"}}}},
+	}, r.g.Meter(primary), r.g.Meter(mid), r.g.Meter(cont))
+	require.NoError(t, err)
+	defer g.Close(context.Background())
+	chat, err := chatapi.Parse([]byte(`{"model":"chat","stream":true,"stream_options":{"include_usage":true},"messages":[{"role":"user","content":"a story"}]}`))
+	require.NoError(t, err)
+	req := router.Request{Tenant: "acme", Chat: chat}
+	require.True(t, g.Resolve("chat", &req))
+	var told []chatapi.Usage
+	_, err = g.Stream(ctx, req, router.StreamLimits{FirstToken: time.Second, Idle: time.Second}, func(c llm.Chunk) error {
+		p, err := chatapi.ReadPiece(c.Raw)
+		require.NoError(t, err)
+		if p.Usage != nil {
+			told = append(told, *p.Usage)
+		}
+		return nil
+	})
+	require.NoError(t, err)
+	done(nil, nil)
+	assert.Equal(t, 2000-150-150-32, r.left(t, "acme", 2000), "the cut call's reservation, the failed continuation's, the last one's usage")
+	assert.Equal(t, []chatapi.Usage{{PromptTokens: 100 + 100 + 30, CompletionTokens: 50 + 50 + 2, TotalTokens: 332}}, told, "told what was charged")
 }

@@ -93,7 +93,7 @@ func (st *streamer) continueAfter(ctx context.Context, run *run, s step, broke e
 		return llm.Completion{}, nil, false
 	}
 	used := []llm.Usage{cost} // what each call that ran used: the broken one, then each continuation
-	if max := run.req.Chat.MaxTokens; max > 0 && st.told.tokens() >= max {
+	if limit := run.req.Chat.AnswerLimit(); limit > 0 && st.told.tokens() >= limit {
 		return st.atLimit(run, s, broke, used)
 	}
 	last := broke
@@ -172,7 +172,7 @@ func (st *streamer) continueOn(ctx context.Context, run *run, from step, t *step
 		}
 		// The rest of the answer, not a second one: what is left of the
 		// caller's max_tokens.
-		chat = chat.WithAnswerLimit(chat.MaxTokens - st.told.tokens())
+		chat = chat.WithAnswerSent(st.told.tokens())
 	}
 	run.continuations++
 	n := run.continuations
@@ -203,7 +203,8 @@ func (st *streamer) continueOn(ctx context.Context, run *run, from step, t *step
 // splice is pass for a continuation: a chunk reaches the caller only if
 // it adds to the answer — never a role (the caller has one), a chunk that
 // says nothing, a usage of the continuation's own call (the caller is told
-// the whole, once), or a repeat of the prefill; text held back while the
+// the whole, once: a chunk that carries one with text has it nulled), or a
+// repeat of the prefill; text held back while the
 // continuation might be repeating it is sent with the first chunk that
 // shows it is not.
 func (st *streamer) splice(ctx context.Context, l *leg, raw []byte, p chatapi.Piece) (llm.Chunk, error) {
@@ -220,6 +221,13 @@ func (st *streamer) splice(ctx context.Context, l *leg, raw []byte, p chatapi.Pi
 	}
 	if p.Text == "" && !p.Other && p.Finish == "" {
 		return llm.Chunk{}, nil
+	}
+	if p.Usage != nil { // the caller is told the whole answer's usage, once, at the end
+		var err error
+		if raw, err = chatapi.WithoutUsage(raw); err != nil {
+			return llm.Chunk{}, fmt.Errorf("%w: %s", err, l.to.target)
+		}
+		p.Usage = nil
 	}
 	if !st.told.spliced {
 		st.told.spliced = true

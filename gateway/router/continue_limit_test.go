@@ -89,3 +89,41 @@ func TestOneTokenShortOfTheLimitIsContinuedForOne(t *testing.T) {
 		assert.EqualValues(t, 1, gjson.Get(fallback.bodies[0], "max_tokens").Int())
 	})
 }
+
+// Each limit the caller set is lowered by what it has, on its own: the
+// smaller is never raised to what is left of the larger.
+func TestEachLimitIsLoweredByWhatTheCallerHas(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		primary := &writer{name: "primary", fault: cut, after: 3, overrun: true}
+		fallback := &writer{name: "fallback"}
+		g := continuing(t, router.NopObserver{}, []string{"fallback"}, primary, fallback)
+		_, _, err := relay(t, g, router.Request{Chat: limited(t, `"max_tokens":100,"max_completion_tokens":20`)})
+		require.NoError(t, err)
+		require.Len(t, fallback.bodies, 1)
+		assert.EqualValues(t, 97, gjson.Get(fallback.bodies[0], "max_tokens").Int())
+		assert.EqualValues(t, 17, gjson.Get(fallback.bodies[0], "max_completion_tokens").Int(), "20 less the 3 sent, not 97")
+	})
+}
+
+// A continuation's own usage never reaches the caller, not even on a chunk
+// that carries text or the finish with it: the caller is told the whole
+// answer's usage once, if it asked.
+func TestAContinuationsUsageOnItsFinishChunkIsNotPassedOn(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		primary := &raws{name: "primary", events: []string{
+			`{"id":"a","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"role":"assistant","content":"Hello"}}]}`}, end: resets}
+		cont := &raws{name: "cont", events: []string{
+			`{"id":"b","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":" world"},"finish_reason":"stop"}],"usage":{"prompt_tokens":9,"completion_tokens":2,"total_tokens":11}}`}, end: finishes}
+		cfg := config()
+		cfg.Routes = []router.Route{{Name: "chat", Targets: []router.Target{{Provider: "primary"}, {Provider: "cont"}}, Continue: []router.Target{{Provider: "cont"}}}}
+		g := newGateway(t, cfg, primary, cont)
+		got, err := rawStream(t, g)
+		require.NoError(t, err)
+		var text string
+		for _, raw := range got {
+			assert.False(t, gjson.Get(raw, "usage").IsObject(), "no usage for a caller who did not ask: %s", raw)
+			text += gjson.Get(raw, "choices.0.delta.content").Str
+		}
+		assert.Equal(t, "Hello world", text)
+	})
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/bits"
 	"strings"
 	"sync"
 	"time"
@@ -57,7 +58,10 @@ func (r *Router) Stream(ctx context.Context, req Request, limits StreamLimits, e
 	if limits.FirstToken <= 0 || limits.Idle <= 0 {
 		return Response{}, fmt.Errorf("%w: stream limits must be positive", ErrInvalidConfig)
 	}
-	st := &streamer{limits: limits, emit: emit, keep: mayContinue(req)}
+	st := &streamer{limits: limits, emit: emit, keep: mayContinue(req), choices: 1}
+	if req.Chat != nil {
+		st.choices = min(max(req.Chat.Choices, 1), 64) // Piece.Ended knows the first 64
+	}
 	// No per-attempt timeout: a healthy stream may run long. The watchdog
 	// bounds the silence instead, and TotalTimeout bounds the whole.
 	return r.serve(ctx, req, 0, st)
@@ -67,17 +71,19 @@ func (r *Router) Stream(ctx context.Context, req Request, limits StreamLimits, e
 // call it makes — its attempts, and the continuations of a broken one —
 // runs through once, and each chunk is read once, in pass.
 type streamer struct {
-	limits StreamLimits
-	emit   func(llm.Chunk) error
-	keep   bool // the request may be continued: keep the text the caller read
-	told   told
+	limits  StreamLimits
+	emit    func(llm.Chunk) error
+	keep    bool // the request may be continued: keep the text the caller read
+	choices int  // the answers the caller asked for (n), each of which must finish
+	told    told
 }
 
 // told is what reached the caller, over every upstream call.
 type told struct {
 	text     strings.Builder // kept only when the request may be continued
 	other    bool            // anything but text, or a chunk that could not be read
-	finished bool            // a finish_reason reached the caller: the answer is whole
+	finished bool            // every choice's finish_reason reached the caller: the answer is whole
+	ended    uint64          // the choices whose finish_reason reached the caller, by index
 	sent     bool            // a chunk reached the caller: the fallback window is closed
 	pieces   int             // chunks with text that reached the caller
 	spliced  bool            // a continuation's chunk reached the caller
@@ -88,11 +94,11 @@ type told struct {
 type leg struct {
 	from, to *step // a continuation's broken target and its own; nil for an attempt
 	prefill  string
-	deciding bool   // whether the continuation repeats its prefill is not known yet
-	heard    string // what it said while it might be repeating: held back
-	held     []byte // an attempt's chunk that said nothing yet (the role), sent with the first that does
-	sent     bool   // a chunk of this call reached the caller
-	finished bool   // this call sent a finish_reason
+	deciding bool     // whether the continuation repeats its prefill is not known yet
+	heard    string   // what it said while it might be repeating: held back
+	held     [][]byte // an attempt's chunks that said nothing yet (the role, an annotation, a usage), sent with the first that does
+	sent     bool     // a chunk of this call reached the caller
+	finished bool     // this call sent a finish_reason
 	usage    llm.Usage
 	pieces   int // chunks with text of this call that reached the caller
 	bytes    int // and their text's bytes
@@ -143,8 +149,8 @@ func (st *streamer) once(ctx context.Context, r *Router, s step, req llm.Request
 		if err := w.chunk(ctx); err != nil {
 			return err // the watchdog ended this call first
 		}
-		if out.Raw != nil && l.held != nil {
-			err, l.held = st.emit(llm.Chunk{Raw: l.held}), nil
+		if out.Raw != nil {
+			err = st.flush(l)
 		}
 		if out.Raw != nil && err == nil {
 			err = st.emit(out)
@@ -170,8 +176,8 @@ func (st *streamer) once(ctx context.Context, r *Router, s step, req llm.Request
 			err = relay(kept[i])
 		}
 	}
-	if err == nil && l.held != nil { // an answer of a role alone is still an answer
-		if err = st.emit(llm.Chunk{Raw: l.held}); err != nil {
+	if err == nil && len(l.held) > 0 { // an answer of a role alone is still an answer
+		if err = st.flush(l); err != nil {
 			err = errClientGone
 		}
 	}
@@ -182,6 +188,17 @@ func (st *streamer) once(ctx context.Context, r *Router, s step, req llm.Request
 		err = cause
 	}
 	return c, err
+}
+
+// flush sends the chunks l held back, in order.
+func (st *streamer) flush(l *leg) error {
+	for _, raw := range l.held {
+		if err := st.emit(llm.Chunk{Raw: raw}); err != nil {
+			return err
+		}
+	}
+	l.held = nil
+	return nil
 }
 
 // tell records what a chunk that reached the caller said.
@@ -199,7 +216,8 @@ func (st *streamer) tell(l *leg, p chatapi.Piece) {
 		t.pieces++
 	}
 	t.other = t.other || p.Other
-	t.finished = t.finished || p.Finish != ""
+	t.ended |= p.Ended
+	t.finished = bits.OnesCount64(t.ended) >= st.choices
 }
 
 // spent is what one call of a continued stream cost, as the caller is to
@@ -251,11 +269,12 @@ func (st *streamer) pass(ctx context.Context, l *leg, ch llm.Chunk) (llm.Chunk, 
 	if l.to != nil {
 		return st.splice(ctx, l, ch.Raw, p)
 	}
-	if !st.told.sent && p.Text == "" && !p.Other && p.Finish == "" && p.Usage == nil {
-		// A chunk that says nothing (the role) does not close the fallback
-		// window: it is held until one that does, and lost with an
-		// attempt that fails first.
-		l.held = ch.Raw
+	if !st.told.sent && p.Text == "" && !p.Other && p.Finish == "" {
+		// A chunk that says nothing (the role, an annotation, a usage so
+		// far) does not close the fallback window: it is held, with any
+		// before it, until one that does, and lost with an attempt that
+		// fails first.
+		l.held = append(l.held, ch.Raw)
 		return llm.Chunk{}, nil
 	}
 	return llm.Chunk{Raw: ch.Raw, Piece: &p}, nil

@@ -3,7 +3,10 @@ package router_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -31,6 +34,7 @@ type ender struct {
 	name     string
 	roleOnly bool
 	end      ending
+	choices  int // the choices its finish chunk ends (0: one)
 	mu       sync.Mutex
 	calls    int
 }
@@ -51,6 +55,13 @@ func (e *ender) Stream(ctx context.Context, req llm.Request, emit func(llm.Chunk
 		hello, world := "Hello", " world."
 		chunks = append(chunks, f.Chunk(chatapi.Delta{Content: &hello}, ""), f.Chunk(chatapi.Delta{Content: &world}, ""),
 			f.Chunk(chatapi.Delta{}, "stop"))
+		if e.choices > 1 {
+			ends := make([]string, e.choices)
+			for i := range ends {
+				ends[i] = fmt.Sprintf(`{"index":%d,"delta":{},"finish_reason":"stop"}`, i)
+			}
+			chunks[len(chunks)-1] = []byte(`{"id":"x","object":"chat.completion.chunk","model":"` + e.name + `","choices":[` + strings.Join(ends, ",") + `]}`)
+		}
 	}
 	for _, c := range chunks {
 		time.Sleep(time.Millisecond)
@@ -139,7 +150,7 @@ func twoTargets(t *testing.T, obs router.Observer, primary, fallback *ender) *ro
 // after the finish ends the caller's stream clean, and the upstream that
 // gave the whole answer is not counted as failing.
 func TestAFinishedAnswerEndsCleanOnARouteThatCannotContinueIt(t *testing.T) {
-	requests := map[string]func() *chatapi.Request{
+	requests := map[string]func() *chatapi.Request{ // each answer's every choice finishes
 		"no target continues": func() *chatapi.Request { return chatapi.NewRequest("tell me", true) },
 		"the caller's own prefill": func() *chatapi.Request {
 			r, err := chatapi.Parse([]byte(`{"model":"chat","stream":true,"messages":[{"role":"user","content":"tell me"},{"role":"assistant","content":"Well,"}]}`))
@@ -157,9 +168,10 @@ func TestAFinishedAnswerEndsCleanOnARouteThatCannotContinueIt(t *testing.T) {
 			t.Run(name+", then "+how, func(t *testing.T) {
 				synctest.Test(t, func(t *testing.T) {
 					obs := &outcomesOf{}
-					primary, fallback := &ender{name: "primary", end: end}, &ender{name: "fallback", end: finishes}
+					req := chat()
+					primary, fallback := &ender{name: "primary", end: end, choices: req.Choices}, &ender{name: "fallback", end: finishes}
 					g := twoTargets(t, obs, primary, fallback)
-					got, err := streamOf(t, g, chat())
+					got, err := streamOf(t, g, req)
 					require.NoError(t, err, "the answer had finished: the stream ends with [DONE], not an error event")
 					assert.Equal(t, "Hello world.", got.text)
 					assert.Zero(t, fallback.called(), "nothing to fall back for")
@@ -222,4 +234,110 @@ func TestAnAnswerOfARoleAloneStillReachesTheCaller(t *testing.T) {
 		assert.Equal(t, 1, got.roles, "the held role is sent when the call ends")
 		assert.Zero(t, fallback.called())
 	})
+}
+
+// An answer of n choices is whole once every choice has finished: one
+// choice's finish_reason does not make a cut second choice look complete.
+func TestAnAnswerOfTwoChoicesIsWholeOnlyOnceBothFinished(t *testing.T) {
+	for end, how := range map[ending]string{resets: "a reset", silent: "a silence"} {
+		t.Run("choice 0 finished, then "+how, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				primary, fallback := &ender{name: "primary", end: end}, &ender{name: "fallback", end: finishes}
+				g := twoTargets(t, &outcomesOf{}, primary, fallback)
+				chat, err := chatapi.Parse([]byte(`{"model":"chat","stream":true,"n":2,"messages":[{"role":"user","content":"tell me"}]}`))
+				require.NoError(t, err)
+				_, err = streamOf(t, g, chat)
+				require.ErrorIs(t, err, router.ErrAfterFirstByte, "choice 1 never finished: the stream ends with an error, not [DONE]")
+			})
+		})
+	}
+}
+
+// raws is a provider that streams fixed events and then ends as told.
+type raws struct {
+	name   string
+	events []string
+	end    ending
+	calls  atomic.Int32
+}
+
+func (p *raws) Name() string         { return p.name }
+func (p *raws) HonoursContext() bool { return true }
+func (p *raws) Generate(context.Context, llm.Request) (llm.Completion, error) {
+	return llm.Completion{}, errors.New("unused")
+}
+
+func (p *raws) Stream(ctx context.Context, _ llm.Request, emit func(llm.Chunk) error) (llm.Completion, error) {
+	p.calls.Add(1)
+	for _, e := range p.events {
+		time.Sleep(time.Millisecond)
+		if err := emit(llm.Chunk{Raw: []byte(e)}); err != nil {
+			return llm.Completion{}, err
+		}
+	}
+	switch p.end {
+	case resets:
+		return llm.Completion{}, errors.New(p.name + ": read: connection reset by peer")
+	case silent:
+		<-ctx.Done()
+		return llm.Completion{}, ctx.Err()
+	}
+	return llm.Completion{Model: p.name}, nil
+}
+
+// Chunks that say nothing — an annotation with no choices, the role, a
+// running usage (vLLM's continuous_usage_stats) — are held until one that
+// does, all of them, in order; none of them closes the fallback window.
+func TestEveryChunkThatSaysNothingIsHeldAndNoneIsLost(t *testing.T) {
+	const (
+		annotation = `{"id":"a","object":"chat.completion.chunk","choices":[],"prompt_filter_results":[{"prompt_index":0}]}`
+		roleUsage  = `{"id":"a","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"role":"assistant"}}],"usage":{"prompt_tokens":5,"completion_tokens":0,"total_tokens":5}}`
+		hello      = `{"id":"a","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":"Hello"}}]}`
+		stop       = `{"id":"a","object":"chat.completion.chunk","choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}`
+	)
+	t.Run("held, and sent in order", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			primary := &raws{name: "primary", events: []string{annotation, roleUsage, hello, stop}, end: finishes}
+			g := rawTargets(t, primary, &raws{name: "fallback"})
+			got, err := rawStream(t, g)
+			require.NoError(t, err)
+			assert.Equal(t, []string{annotation, roleUsage, hello, stop}, got, "every event, none overwritten by the next")
+		})
+	})
+	t.Run("and lost with an attempt that fails first", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			primary := &raws{name: "primary", events: []string{annotation, roleUsage}, end: resets}
+			fallback := &raws{name: "fallback", events: []string{hello, stop}, end: finishes}
+			g := rawTargets(t, primary, fallback)
+			got, err := rawStream(t, g)
+			require.NoError(t, err, "a role with a usage did not close the window: the fallback answered")
+			assert.Equal(t, []string{hello, stop}, got)
+			assert.EqualValues(t, 1, fallback.calls.Load())
+		})
+	})
+}
+
+func rawTargets(t *testing.T, ps ...*raws) *router.Router {
+	t.Helper()
+	cfg := config()
+	rt := router.Route{Name: "chat"}
+	var providers []llm.Provider
+	for _, p := range ps {
+		rt.Targets = append(rt.Targets, router.Target{Provider: p.name})
+		providers = append(providers, p)
+	}
+	cfg.Routes = []router.Route{rt}
+	return newGateway(t, cfg, providers...)
+}
+
+func rawStream(t *testing.T, g *router.Router) ([]string, error) {
+	t.Helper()
+	req := router.Request{Tenant: "acme", Chat: chatapi.NewRequest("tell me", true)}
+	require.True(t, g.Resolve("chat", &req))
+	var got []string
+	_, err := g.Stream(t.Context(), req, limits, func(c llm.Chunk) error {
+		got = append(got, string(c.Raw))
+		return nil
+	})
+	return got, err
 }
