@@ -471,6 +471,9 @@ func TestAChunkWithUsageKeepsItsTextAndFinish(t *testing.T) {
 		assert.Equal(t, "Hi", cl.text())
 		assert.Equal(t, "stop", res.FinishReason, "the answer finished with that chunk")
 		assert.Equal(t, Usage{3, 1}, res.Usage)
+		for _, ch := range cl.chunks {
+			assert.Nil(t, ch.Usage, "the usage reaches the caller once, from Result, not on the chunk")
+		}
 	})
 }
 
