@@ -204,12 +204,11 @@ func (st *streamer) continueOn(ctx context.Context, run *run, from step, t *step
 // it adds to the answer — never a role (the caller has one), a chunk that
 // says nothing, a usage of the continuation's own call (the caller is told
 // the whole, once: a chunk that carries one with text has it nulled), or a
-// repeat of the prefill; text held back while the
-// continuation might be repeating it is sent with the first chunk that
-// shows it is not.
+// repeat of the prefill; text held back while the continuation might be
+// repeating it is sent with the first chunk that shows it is not.
 func (st *streamer) splice(ctx context.Context, l *leg, raw []byte, p chatapi.Piece) (llm.Chunk, error) {
 	if l.deciding {
-		text := p.Text
+		var text string
 		text, l.heard, l.deciding = dropEcho(l.prefill, l.heard, p)
 		if text != p.Text {
 			var err error
