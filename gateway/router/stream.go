@@ -37,6 +37,10 @@ var (
 	// router never starts another answer then, and the caller must end the
 	// stream with an error, not a clean end.
 	ErrAfterFirstByte = errors.New("router: stream failed after the first byte")
+	// ErrNothingSaid: an attempt sent more chunks that say nothing (roles,
+	// annotations, running usages) before its first that does than the
+	// router holds back; the upstream's failure, like a malformed chunk.
+	ErrNothingSaid = errors.New("router: the upstream sent too many chunks that said nothing")
 	// ErrUnfinished: a continuation's call ended without error before its
 	// answer sent a finish_reason — the rest of the answer did not come.
 	ErrUnfinished = errors.New("router: the stream ended before the answer finished")
@@ -92,16 +96,17 @@ type told struct {
 // leg is one upstream call's part of a stream: an attempt's, or a
 // continuation's.
 type leg struct {
-	from, to *step // a continuation's broken target and its own; nil for an attempt
-	prefill  string
-	deciding bool     // whether the continuation repeats its prefill is not known yet
-	heard    string   // what it said while it might be repeating: held back
-	held     [][]byte // an attempt's chunks that said nothing yet (the role, an annotation, a usage), sent with the first that does
-	sent     bool     // a chunk of this call reached the caller
-	finished bool     // this call sent a finish_reason
-	usage    llm.Usage
-	pieces   int // chunks with text of this call that reached the caller
-	bytes    int // and their text's bytes
+	from, to  *step // a continuation's broken target and its own; nil for an attempt
+	prefill   string
+	deciding  bool     // whether the continuation repeats its prefill is not known yet
+	heard     string   // what it said while it might be repeating: held back
+	held      [][]byte // an attempt's chunks that said nothing yet (the role, an annotation, a usage), sent with the first that does
+	heldBytes int
+	sent      bool // a chunk of this call reached the caller
+	finished  bool // this call sent a finish_reason
+	usage     llm.Usage
+	pieces    int // chunks with text of this call that reached the caller
+	bytes     int // and their text's bytes
 }
 
 func (st *streamer) attempt(ctx context.Context, run *run, s step, req llm.Request) (llm.Completion, error) {
@@ -124,6 +129,14 @@ func (st *streamer) attempt(ctx context.Context, run *run, s step, req llm.Reque
 	return c, err
 }
 
+// The most an attempt's chunks that say nothing are held before its first
+// that does: a role and a few annotations take a handful; past these the
+// upstream is not starting an answer.
+const (
+	maxHeld      = 64
+	maxHeldBytes = 64 << 10
+)
+
 // errClientGone marks an attempt ended because the client stopped reading.
 // It wraps context.Canceled, so the provider's breaker does not count it.
 var errClientGone = fmt.Errorf("router: client stopped reading: %w", llm.ErrCallerGone)
@@ -145,6 +158,12 @@ func (st *streamer) once(ctx context.Context, r *Router, s step, req llm.Request
 		out, err := st.pass(ctx, l, ch)
 		if err != nil {
 			return err
+		}
+		if out.Raw == nil && l.to == nil && !l.sent {
+			// Held, saying nothing yet: not the first token, so the
+			// first-token limit runs on (an upstream that drips roles and
+			// annotations has not started its answer).
+			return nil
 		}
 		if err := w.chunk(ctx); err != nil {
 			return err // the watchdog ended this call first
@@ -274,6 +293,9 @@ func (st *streamer) pass(ctx context.Context, l *leg, ch llm.Chunk) (llm.Chunk, 
 		// far) does not close the fallback window: it is held, with any
 		// before it, until one that does, and lost with an attempt that
 		// fails first.
+		if l.heldBytes += len(ch.Raw); len(l.held) >= maxHeld || l.heldBytes > maxHeldBytes {
+			return llm.Chunk{}, fmt.Errorf("%w: more than %d chunks or %d bytes", ErrNothingSaid, maxHeld, maxHeldBytes)
+		}
 		l.held = append(l.held, ch.Raw)
 		return llm.Chunk{}, nil
 	}

@@ -341,3 +341,73 @@ func rawStream(t *testing.T, g *router.Router) ([]string, error) {
 	})
 	return got, err
 }
+
+// dripper sends a chunk that says nothing every gap, for ever, as an
+// upstream that keeps a connection warm without starting its answer.
+type dripper struct {
+	name string
+	gap  time.Duration // 0: as fast as it can
+}
+
+func (d *dripper) Name() string         { return d.name }
+func (d *dripper) HonoursContext() bool { return true }
+func (d *dripper) Generate(context.Context, llm.Request) (llm.Completion, error) {
+	return llm.Completion{}, errors.New("unused")
+}
+
+func (d *dripper) Stream(ctx context.Context, _ llm.Request, emit func(llm.Chunk) error) (llm.Completion, error) {
+	for {
+		select {
+		case <-time.After(d.gap):
+		case <-ctx.Done():
+			return llm.Completion{}, ctx.Err()
+		}
+		if err := emit(llm.Chunk{Raw: []byte(`{"id":"d","object":"chat.completion.chunk","choices":[]}`)}); err != nil {
+			return llm.Completion{}, err
+		}
+	}
+}
+
+// The first-token limit counts to the first chunk that says something:
+// chunks that say nothing, however often they come, do not stop it, and
+// the fallback answers once it runs out.
+func TestChunksThatSayNothingDoNotStopTheFirstTokenLimit(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		fallback := &raws{name: "fallback", events: []string{
+			`{"id":"f","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":"Hi"}}]}`,
+			`{"id":"f","object":"chat.completion.chunk","choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}`}, end: finishes}
+		cfg := config()
+		cfg.Routes = []router.Route{{Name: "chat", Targets: []router.Target{{Provider: "drip"}, {Provider: "fallback"}}}}
+		obs := &outcomesOf{}
+		cfg.Observer = obs
+		g := newGateway(t, cfg, &dripper{name: "drip", gap: limits.FirstToken * 7 / 10}, fallback)
+		start := time.Now()
+		got, err := rawStream(t, g)
+		require.NoError(t, err)
+		assert.Len(t, got, 2, "the fallback's answer, and nothing the dripper held")
+		if a := obs.of("drip"); assert.Len(t, a, 1) {
+			assert.ErrorIs(t, a[0], router.ErrFirstTokenTimeout, "cut at the first-token limit, not kept alive by what said nothing")
+		}
+		assert.Less(t, time.Since(start), 2*limits.FirstToken, "the fallback asked once the limit ran out")
+	})
+}
+
+// An attempt whose chunks say nothing, fast, is cut once the router has
+// held as many as it holds: memory, not only time, bounds the wait.
+func TestAnAttemptThatOnlyEverSaysNothingIsCutOff(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		fallback := &raws{name: "fallback", events: []string{
+			`{"id":"f","object":"chat.completion.chunk","choices":[{"index":0,"delta":{"content":"Hi"},"finish_reason":"stop"}]}`}, end: finishes}
+		cfg := config()
+		cfg.Routes = []router.Route{{Name: "chat", Targets: []router.Target{{Provider: "drip"}, {Provider: "fallback"}}}}
+		obs := &outcomesOf{}
+		cfg.Observer = obs
+		g := newGateway(t, cfg, &dripper{name: "drip"}, fallback)
+		got, err := rawStream(t, g)
+		require.NoError(t, err)
+		assert.Len(t, got, 1)
+		if a := obs.of("drip"); assert.Len(t, a, 1) {
+			assert.ErrorIs(t, a[0], router.ErrNothingSaid)
+		}
+	})
+}
