@@ -44,43 +44,11 @@ func ReadAnswerHead(provider string, b []byte) (a Answer, ok bool, err error) {
 }
 
 func readAnswer(provider string, b []byte, choicesToo bool) (a Answer, ok bool, err error) {
-	if !ValidJSON(b) {
-		return Answer{}, false, nil
+	top, ok, err := readTop(provider, b, choicesToo)
+	if !ok || err != nil {
+		return Answer{}, ok, err
 	}
-	root := gjson.ParseBytes(b)
-	if !root.IsObject() {
-		return Answer{}, false, nil
-	}
-	// One pass over the top level (a Get per field would scan it from the
-	// start each time); the first of a repeated key wins, as with Get.
-	var errObj, model, choices, usage gjson.Result
-	root.ForEach(func(k, v gjson.Result) bool {
-		var slot *gjson.Result
-		switch k.Str {
-		case "error":
-			slot = &errObj
-		case "model":
-			slot = &model
-		case "choices":
-			if !choicesToo {
-				return true
-			}
-			slot = &choices
-		case "usage":
-			slot = &usage
-		default:
-			return true
-		}
-		if !slot.Exists() {
-			*slot = v
-		}
-		return true
-	})
-	if errObj.IsObject() {
-		ue := &UpstreamError{Provider: provider}
-		ue.readObject(errObj)
-		return Answer{}, true, ue
-	}
+	model, choices, usage := top.model, top.choices, top.usage
 	a.Model = model.Str
 	choices.ForEach(func(_, c gjson.Result) bool {
 		if a.Text == "" {
@@ -99,6 +67,52 @@ func readAnswer(provider string, b []byte, choicesToo bool) (a Answer, ok bool, 
 		a.Usage = readUsage(usage)
 	}
 	return a, true, nil
+}
+
+// top is what the gateway reads of an answer's or a chunk's top level.
+type top struct{ model, choices, usage gjson.Result }
+
+// readTop reads b's top level in one pass (a Get per field would scan it
+// from the start each time); the first of a repeated key wins, as with
+// Get. ok is false when b is not a JSON object; err is an *UpstreamError
+// when b is an error object. Without choicesToo the choices are skipped.
+func readTop(provider string, b []byte, choicesToo bool) (t top, ok bool, err error) {
+	if !ValidJSON(b) {
+		return top{}, false, nil
+	}
+	root := gjson.ParseBytes(b)
+	if !root.IsObject() {
+		return top{}, false, nil
+	}
+	var errObj gjson.Result
+	root.ForEach(func(k, v gjson.Result) bool {
+		var slot *gjson.Result
+		switch k.Str {
+		case "error":
+			slot = &errObj
+		case "model":
+			slot = &t.model
+		case "choices":
+			if !choicesToo {
+				return true
+			}
+			slot = &t.choices
+		case "usage":
+			slot = &t.usage
+		default:
+			return true
+		}
+		if !slot.Exists() {
+			*slot = v
+		}
+		return true
+	})
+	if errObj.IsObject() {
+		ue := &UpstreamError{Provider: provider}
+		ue.readObject(errObj)
+		return top{}, true, ue
+	}
+	return t, true, nil
 }
 
 // readUsage reads a usage object in one pass; the first of a repeated key

@@ -117,38 +117,11 @@ func ReadChunk(provider string, b []byte) (p Piece, model string, ok bool, err e
 }
 
 func readChunk(provider string, b []byte) (p Piece, model string, ok bool, err error) {
-	if !ValidJSON(b) {
-		return Piece{}, "", false, nil
+	t, ok, err := readTop(provider, b, true)
+	if !ok || err != nil {
+		return Piece{}, "", ok, err
 	}
-	root := gjson.ParseBytes(b)
-	if !root.IsObject() {
-		return Piece{}, "", false, nil
-	}
-	var errObj, mod, choices, usage gjson.Result
-	root.ForEach(func(k, v gjson.Result) bool {
-		var slot *gjson.Result
-		switch k.Str {
-		case "error":
-			slot = &errObj
-		case "model":
-			slot = &mod
-		case "choices":
-			slot = &choices
-		case "usage":
-			slot = &usage
-		default:
-			return true
-		}
-		if !slot.Exists() { // the first of a repeated key wins, as with Get
-			*slot = v
-		}
-		return true
-	})
-	if errObj.IsObject() {
-		ue := &UpstreamError{Provider: provider}
-		ue.readObject(errObj)
-		return Piece{}, "", true, ue
-	}
+	choices, usage := t.choices, t.usage
 	choices.ForEach(func(i, c gjson.Result) bool {
 		index := c.Get("index").Int()
 		if i.Int() > 0 || index != 0 {
@@ -177,7 +150,7 @@ func readChunk(provider string, b []byte) (p Piece, model string, ok bool, err e
 	if usage.IsObject() {
 		p.Usage = readUsage(usage)
 	}
-	return p, mod.Str, true, nil
+	return p, t.model.Str, true, nil
 }
 
 // said reports whether a delta member says something: not null, "", [] or {}.
