@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
+	"strconv"
 
 	"github.com/tidwall/gjson"
 )
@@ -200,4 +201,31 @@ func WithoutUsage(b []byte) ([]byte, error) {
 	out = append(out, b[:v.Index]...)
 	out = append(out, "null"...)
 	return append(out, b[v.Index+len(v.Raw):]...), nil
+}
+
+// WithUsageAdded returns b — a whole answer or a stream chunk — with extra
+// added to each count of its usage object (prompt_tokens,
+// completion_tokens, total_tokens), every other byte as it was, details
+// inside the usage included: for a gateway that tells its caller the
+// whole cost of an answer some calls before this one also cost. b itself
+// when it carries no usage object, or extra is zero.
+func WithUsageAdded(b []byte, extra Usage) ([]byte, error) {
+	if extra == (Usage{}) || !gjson.GetBytes(b, "usage").IsObject() {
+		return b, nil
+	}
+	var edits []edit
+	for _, f := range []struct {
+		path string
+		add  int
+	}{{"usage.prompt_tokens", extra.PromptTokens}, {"usage.completion_tokens", extra.CompletionTokens}, {"usage.total_tokens", extra.TotalTokens}} {
+		v := gjson.GetBytes(b, f.path)
+		switch {
+		case !v.Exists():
+			continue
+		case v.Type != gjson.Number || v.Index <= 0 || v.Index+len(v.Raw) > len(b) || string(b[v.Index:v.Index+len(v.Raw)]) != v.Raw:
+			return nil, fmt.Errorf("%w: %s is not a count the gateway can find", ErrMalformedChunk, f.path)
+		}
+		edits = append(edits, edit{span{v.Index, v.Index + len(v.Raw)}, []byte(strconv.FormatInt(v.Int()+int64(f.add), 10))})
+	}
+	return splice(b, edits), nil
 }

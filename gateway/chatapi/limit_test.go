@@ -58,3 +58,18 @@ func TestWithoutUsageNullsTheUsageAndKeepsEveryOtherByte(t *testing.T) {
 		assert.Equal(t, same, string(out), "no usage object: as it was")
 	}
 }
+
+func TestWithUsageAddedAddsToEachCountAndKeepsTheDetails(t *testing.T) {
+	in := []byte(`{"id":"x","choices":[],"usage":{"prompt_tokens":3,"completion_tokens":4,"total_tokens":7,"prompt_tokens_details":{"cached_tokens":2}}}`)
+	out, err := WithUsageAdded(in, Usage{PromptTokens: 100, CompletionTokens: 50, TotalTokens: 150})
+	require.NoError(t, err)
+	assert.Equal(t, `{"id":"x","choices":[],"usage":{"prompt_tokens":103,"completion_tokens":54,"total_tokens":157,"prompt_tokens_details":{"cached_tokens":2}}}`, string(out))
+	for _, same := range []string{`{"choices":[],"usage":null}`, `{"choices":[]}`} {
+		out, err := WithUsageAdded([]byte(same), Usage{PromptTokens: 1})
+		require.NoError(t, err)
+		assert.Equal(t, same, string(out), "no usage object: as it was")
+	}
+	out, err = WithUsageAdded(in, Usage{})
+	require.NoError(t, err)
+	assert.Equal(t, string(in), string(out), "nothing to add")
+}

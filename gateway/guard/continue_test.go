@@ -158,3 +158,79 @@ func TestAContinuationThatFailedIsChargedAndToldToo(t *testing.T) {
 	assert.Equal(t, 2000-150-150-32, r.left(t, "acme", 2000), "the cut call's reservation, the failed continuation's, the last one's usage")
 	assert.Equal(t, []chatapi.Usage{{PromptTokens: 100 + 100 + 30, CompletionTokens: 50 + 50 + 2, TotalTokens: 332}}, told, "told what was charged")
 }
+
+// whole answers whole: its usage, or its error after the request went out.
+type whole struct {
+	name  string
+	err   error
+	usage llm.Usage
+}
+
+func (p *whole) Name() string         { return p.name }
+func (p *whole) HonoursContext() bool { return true }
+func (p *whole) Generate(context.Context, llm.Request) (llm.Completion, error) {
+	if p.err != nil {
+		return llm.Completion{}, p.err
+	}
+	return llm.Completion{Raw: chatapi.NewFrame(p.name).Completion("ok", nil, "stop", &p.usage), Usage: &p.usage}, nil
+}
+
+// fallback is a router over primary then fallback, each metered by r's
+// guard, neither continuing the other.
+func fallback(t *testing.T, r *rig, primary, second llm.Provider) *router.Router {
+	t.Helper()
+	g, err := router.New(router.Config{
+		RatePerSecond: 100, Burst: 100, MaxConcurrent: 4, MaxQueueWait: time.Second,
+		MaxAttempts: 2, BaseBackoff: time.Millisecond, MaxBackoff: time.Millisecond,
+		AttemptTimeout: time.Second, TotalTimeout: 10 * time.Second, FailureThreshold: 5, RecoveryTimeout: time.Second,
+		Routes: []router.Route{{Name: "chat", Targets: []router.Target{{Provider: primary.Name()}, {Provider: second.Name()}}}},
+	}, r.g.Meter(primary), r.g.Meter(second))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = g.Close(context.Background()) })
+	return g
+}
+
+// A request that fell back after an attempt the upstream had is charged
+// for both; the caller is told both, in the answer's usage, streamed or
+// whole.
+func TestAFallbackTellsTheCallerWhatTheFailedAttemptCostToo(t *testing.T) {
+	t.Run("streamed", func(t *testing.T) {
+		r := newRig(t, false)
+		ctx, done, e := r.g.Admit(t.Context(), tenant.Identity{Key: "acme", Tier: "small"}, ask(400, 50))
+		require.Nil(t, e)
+		g := fallback(t, r, &teller{name: "primary", atOnce: true},
+			&teller{name: "second", words: []string{"Hi"}, usage: llm.Usage{PromptTokens: 30, CompletionTokens: 2, TotalTokens: 32}})
+		chat, err := chatapi.Parse([]byte(`{"model":"chat","stream":true,"stream_options":{"include_usage":true},"messages":[{"role":"user","content":"hi"}]}`))
+		require.NoError(t, err)
+		req := router.Request{Tenant: "acme", Chat: chat}
+		require.True(t, g.Resolve("chat", &req))
+		var told []chatapi.Usage
+		_, err = g.Stream(ctx, req, router.StreamLimits{FirstToken: time.Second, Idle: time.Second}, func(c llm.Chunk) error {
+			if p, _ := chatapi.ReadPiece(c.Raw); p.Usage != nil {
+				told = append(told, *p.Usage)
+			}
+			return nil
+		})
+		require.NoError(t, err)
+		done(nil, nil)
+		assert.Equal(t, 2000-150-32, r.left(t, "acme", 2000))
+		assert.Equal(t, []chatapi.Usage{{PromptTokens: 130, CompletionTokens: 52, TotalTokens: 182}}, told)
+	})
+	t.Run("whole", func(t *testing.T) {
+		r := newRig(t, false)
+		ctx, done, e := r.g.Admit(t.Context(), tenant.Identity{Key: "acme", Tier: "small"}, ask(400, 50))
+		require.Nil(t, e)
+		g := fallback(t, r, &whole{name: "primary", err: errors.New("read: connection reset by peer")},
+			&whole{name: "second", usage: llm.Usage{PromptTokens: 30, CompletionTokens: 2, TotalTokens: 32}})
+		req := router.Request{Tenant: "acme", Chat: chatapi.NewRequest("hi", false)}
+		require.True(t, g.Resolve("chat", &req))
+		resp, err := g.Generate(ctx, req)
+		require.NoError(t, err)
+		done(nil, nil)
+		assert.Equal(t, 2000-150-32, r.left(t, "acme", 2000))
+		a, _, err := chatapi.ReadAnswer("second", resp.Raw)
+		require.NoError(t, err)
+		assert.Equal(t, &chatapi.Usage{PromptTokens: 130, CompletionTokens: 52, TotalTokens: 182}, a.Usage, "the body the caller reads")
+		assert.Equal(t, &chatapi.Usage{PromptTokens: 130, CompletionTokens: 52, TotalTokens: 182}, resp.Usage)
+	})
+}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/production-go/gateway-lab/gateway/chatapi"
 	"github.com/production-go/gateway-lab/gateway/llm"
 	admission "github.com/production-go/gateway-lab/solutions/02-admission"
 	timeouts "github.com/production-go/gateway-lab/solutions/03-timeouts"
@@ -34,6 +35,9 @@ func (r *Router) serve(ctx context.Context, req Request, attemptTimeout time.Dur
 		run.deadline = d
 	}
 	attempts, err := run.retry(ctx, r.policy(run.plan.pinned, attemptTimeout))
+	if err == nil && st == nil {
+		run.tellPrior()
+	}
 	resp := Response{Provider: run.used.target.Provider, Model: run.answer.Model, Raw: run.answer.Raw, Usage: run.answer.Usage,
 		Attempts: attempts, QueueWait: run.ticket.QueueWait, Latency: time.Since(run.at), Upstream: run.upstream, Backoff: run.backoff}
 	if err == nil && resp.Model == "" {
@@ -109,9 +113,35 @@ type run struct {
 	// continueAfter): the attempt succeeded for the caller, and failed for
 	// its target's health.
 	broke         error
-	continuedOn   *step     // the target that finished a broken stream
-	continuations int       // attempts that continued a broken stream
-	deadline      time.Time // the total deadline: TotalTimeout from the first attempt, or the caller's if sooner
+	continuedOn   *step // the target that finished a broken stream
+	continuations int   // attempts that continued a broken stream
+	// prior is what the attempts that failed before the answer were
+	// charged (llm.Completion.Charged): the caller is told it with the
+	// answer's own usage, so it reads what the tenant pays.
+	prior    llm.Usage
+	deadline time.Time // the total deadline: TotalTimeout from the first attempt, or the caller's if sooner
+}
+
+// tellPrior adds what failed attempts were charged to a whole answer's
+// usage, in its bytes and in the Response: the caller of a request that
+// was retried or fell back reads the whole cost. An answer whose bytes
+// cannot be edited keeps them (and its Usage) as they came.
+func (run *run) tellPrior() {
+	if run.prior == (llm.Usage{}) || run.answer.Usage == nil {
+		return
+	}
+	raw, err := chatapi.WithUsageAdded(run.answer.Raw, run.prior)
+	if err != nil {
+		return
+	}
+	u := addUsage(*run.answer.Usage, run.prior)
+	run.answer.Raw, run.answer.Usage = raw, &u
+}
+
+// addUsage is a + b, field by field.
+func addUsage(a, b llm.Usage) llm.Usage {
+	return llm.Usage{PromptTokens: a.PromptTokens + b.PromptTokens, CompletionTokens: a.CompletionTokens + b.CompletionTokens,
+		TotalTokens: a.TotalTokens + b.TotalTokens}
 }
 
 func (run *run) release() {
@@ -164,6 +194,9 @@ func (run *run) attempt(ctx context.Context, n int) error {
 		outcome = run.broke // the caller got its answer; this target did not give it
 	}
 	endAttemptSpan(span, outcome)
+	if err != nil && c.Charged != nil {
+		run.prior = addUsage(run.prior, *c.Charged)
+	}
 	run.lastEnd = time.Now()
 	took := run.lastEnd.Sub(start)
 	run.upstream += took

@@ -105,12 +105,13 @@ type leg struct {
 	sent      bool // a chunk of this call reached the caller
 	finished  bool // this call sent a finish_reason
 	usage     llm.Usage
-	pieces    int // chunks with text of this call that reached the caller
-	bytes     int // and their text's bytes
+	prior     llm.Usage // what attempts before this one were charged: added to the usage it tells
+	pieces    int       // chunks with text of this call that reached the caller
+	bytes     int       // and their text's bytes
 }
 
 func (st *streamer) attempt(ctx context.Context, run *run, s step, req llm.Request) (llm.Completion, error) {
-	l := &leg{}
+	l := &leg{prior: run.prior}
 	c, err := st.once(ctx, run.r, s, req, l)
 	if err != nil && st.told.finished && !errors.Is(err, errClientGone) {
 		return c, nil // the answer had finished; only [DONE] or the usage was still to come
@@ -118,7 +119,7 @@ func (st *streamer) attempt(ctx context.Context, run *run, s step, req llm.Reque
 	if err != nil && l.sent {
 		// The client has part of an answer: only a target that continues
 		// it may add to it, and no other target may start over.
-		if c, err, handled := st.continueAfter(ctx, run, s, err, spent(c, l)); handled {
+		if c, err, handled := st.continueAfter(ctx, run, s, err, addUsage(run.prior, spent(c, l))); handled {
 			if err != nil {
 				return c, timeouts.Permanent(fmt.Errorf("%w: %s: %w", ErrAfterFirstByte, s.target, err))
 			}
@@ -288,6 +289,14 @@ func (st *streamer) pass(ctx context.Context, l *leg, ch llm.Chunk) (llm.Chunk, 
 	if l.to != nil {
 		return st.splice(ctx, l, ch.Raw, p)
 	}
+	raw := ch.Raw
+	if p.Usage != nil && l.prior != (llm.Usage{}) { // the caller is told the request's whole cost
+		if told, err := chatapi.WithUsageAdded(raw, l.prior); err == nil {
+			raw = told
+			u := addUsage(*p.Usage, l.prior)
+			p.Usage = &u
+		}
+	}
 	if !st.told.sent && p.Text == "" && !p.Other && p.Finish == "" {
 		// A chunk that says nothing (the role, an annotation, a usage so
 		// far) does not close the fallback window: it is held, with any
@@ -296,10 +305,10 @@ func (st *streamer) pass(ctx context.Context, l *leg, ch llm.Chunk) (llm.Chunk, 
 		if l.heldBytes += len(ch.Raw); len(l.held) >= maxHeld || l.heldBytes > maxHeldBytes {
 			return llm.Chunk{}, fmt.Errorf("%w: more than %d chunks or %d bytes", ErrNothingSaid, maxHeld, maxHeldBytes)
 		}
-		l.held = append(l.held, ch.Raw)
+		l.held = append(l.held, raw)
 		return llm.Chunk{}, nil
 	}
-	return llm.Chunk{Raw: ch.Raw, Piece: &p}, nil
+	return llm.Chunk{Raw: raw, Piece: &p}, nil
 }
 
 // watchdog ends a streaming attempt that goes silent: no first chunk within
