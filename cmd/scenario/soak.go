@@ -12,6 +12,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/production-go/gateway-lab/gateway/guard"
 )
 
 // The soak (make scenario NAME=soak [DURATION=10m]): three secure_app
@@ -58,7 +60,10 @@ func planSoak(d time.Duration) soakPlan {
 			{From: at(.30), To: at(.50), Label: "outage"}, {From: at(.50), To: at(.60), Label: "redis-stall"},
 			{From: at(.60), To: at(.70), Label: "redis-restart"}, {From: at(.70), To: at(.85), Label: "replica-restart"},
 			{From: at(.85), To: s, Label: "burst"}},
-		settle: min(max(d/20, 20*time.Second), time.Minute),
+		// At least a call read on after its caller left may live
+		// (secure_app bills it; guard.DefaultReadOnTime), with its lease
+		// kept alive: goroutines counted before that are not leaks.
+		settle: min(max(d/20, guard.DefaultReadOnTime+5*time.Second), time.Minute),
 	}
 }
 

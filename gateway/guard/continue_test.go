@@ -231,6 +231,6 @@ func TestAFallbackTellsTheCallerWhatTheFailedAttemptCostToo(t *testing.T) {
 		a, _, err := chatapi.ReadAnswer("second", resp.Raw)
 		require.NoError(t, err)
 		assert.Equal(t, &chatapi.Usage{PromptTokens: 130, CompletionTokens: 52, TotalTokens: 182}, a.Usage, "the body the caller reads")
-		assert.Equal(t, &chatapi.Usage{PromptTokens: 130, CompletionTokens: 52, TotalTokens: 182}, resp.Usage)
+		assert.Equal(t, &chatapi.Usage{PromptTokens: 30, CompletionTokens: 2, TotalTokens: 32}, resp.Usage, "what the answering upstream reported: the metrics count reports")
 	})
 }

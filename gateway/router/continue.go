@@ -145,7 +145,9 @@ func (st *streamer) whole(run *run, broke error, t *step, model string, used []l
 		}
 	}
 	run.broke, run.continuedOn = broke, t
-	return llm.Completion{Model: model, Usage: &u}, nil, true
+	r := st.reported
+	r.TotalTokens = r.PromptTokens + r.CompletionTokens
+	return llm.Completion{Model: model, Usage: &r}, nil, true // what the upstreams reported, for the metrics
 }
 
 // continueOn asks t for the rest of the answer the caller holds: its
@@ -197,6 +199,7 @@ func (st *streamer) continueOn(ctx context.Context, run *run, from step, t *step
 		}
 	}
 	done(verdict)
+	st.reported = addUsage(st.reported, reported(c, l))
 	return c, []llm.Usage{spent(c, l)}, err
 }
 

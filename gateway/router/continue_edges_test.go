@@ -147,7 +147,7 @@ func TestAContinuedAnswerReportsTheUsageAndTheTargetThatFinishedIt(t *testing.T)
 		c, resp, err := stream(t, g)
 		require.NoError(t, err)
 		assert.Equal(t, "a b c", c.text)
-		assert.Equal(t, 21, resp.Usage.TotalTokens, "the continuation's 19 tokens, and the 2 the cut primary sent the caller (it reported no usage)")
+		assert.Equal(t, 19, resp.Usage.TotalTokens, "what the upstreams reported: the continuation's 19; the cut primary reported none (the caller is told 21: TestACallerWhoAskedForUsageIsToldItOnceAfterAContinuation)")
 		assert.Equal(t, "fallback", resp.Provider, "Model names the fallback's model; Provider should match")
 	})
 }

@@ -123,19 +123,17 @@ type run struct {
 }
 
 // tellPrior adds what failed attempts were charged to a whole answer's
-// usage, in its bytes and in the Response: the caller of a request that
-// was retried or fell back reads the whole cost. An answer whose bytes
-// cannot be edited keeps them (and its Usage) as they came.
+// usage in its bytes: the caller of a request that was retried or fell
+// back reads the whole cost. Response.Usage stays what the answering
+// upstream reported (gateway_tokens_total counts reports); an answer
+// whose bytes cannot be edited keeps them as they came.
 func (run *run) tellPrior() {
-	if run.prior == (llm.Usage{}) || run.answer.Usage == nil {
+	if run.prior == (llm.Usage{}) {
 		return
 	}
-	raw, err := chatapi.WithUsageAdded(run.answer.Raw, run.prior)
-	if err != nil {
-		return
+	if raw, err := chatapi.WithUsageAdded(run.answer.Raw, run.prior); err == nil {
+		run.answer.Raw = raw
 	}
-	u := addUsage(*run.answer.Usage, run.prior)
-	run.answer.Raw, run.answer.Usage = raw, &u
 }
 
 // addUsage is a + b, field by field.

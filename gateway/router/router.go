@@ -124,7 +124,11 @@ type Request struct {
 type Response struct {
 	Provider string // the provider that answered
 	Model    string // the upstream model that answered
-	Raw      []byte // the answer as the upstream sent it (Generate; a Stream's went to emit)
+	Raw      []byte // the answer as the upstream sent it (Generate; a Stream's went to emit), its usage telling the whole request's cost
+	// Usage is what the upstreams that wrote the answer reported, summed
+	// over a continued stream's calls: what gateway_tokens_total counts.
+	// What the caller is told in the answer can be more: it adds what
+	// failed or cut calls were charged (see chatapi.WithUsageAdded).
 	Usage    *llm.Usage
 	Attempts int
 	// QueueWait is the time spent waiting for a slot.

@@ -75,11 +75,12 @@ func (r *Router) Stream(ctx context.Context, req Request, limits StreamLimits, e
 // call it makes — its attempts, and the continuations of a broken one —
 // runs through once, and each chunk is read once, in pass.
 type streamer struct {
-	limits  StreamLimits
-	emit    func(llm.Chunk) error
-	keep    bool // the request may be continued: keep the text the caller read
-	choices int  // the answers the caller asked for (n), each of which must finish
-	told    told
+	limits   StreamLimits
+	emit     func(llm.Chunk) error
+	keep     bool // the request may be continued: keep the text the caller read
+	choices  int  // the answers the caller asked for (n), each of which must finish
+	told     told
+	reported llm.Usage // what the upstreams of a continued stream reported, summed
 }
 
 // told is what reached the caller, over every upstream call.
@@ -119,6 +120,7 @@ func (st *streamer) attempt(ctx context.Context, run *run, s step, req llm.Reque
 	if err != nil && l.sent {
 		// The client has part of an answer: only a target that continues
 		// it may add to it, and no other target may start over.
+		st.reported = reported(c, l)
 		if c, err, handled := st.continueAfter(ctx, run, s, err, addUsage(run.prior, spent(c, l))); handled {
 			if err != nil {
 				return c, timeouts.Permanent(fmt.Errorf("%w: %s: %w", ErrAfterFirstByte, s.target, err))
@@ -255,6 +257,17 @@ func spent(c llm.Completion, l *leg) llm.Usage {
 	}
 	u.CompletionTokens = max(u.CompletionTokens, tokens(l.pieces, l.bytes))
 	u.TotalTokens = u.PromptTokens + u.CompletionTokens
+	return u
+}
+
+// reported is what a call's upstream said it used: its report, or what its
+// chunks said; the metrics count reports (gateway_tokens_total), where the
+// caller is told what was spent.
+func reported(c llm.Completion, l *leg) llm.Usage {
+	u := l.usage
+	if c.Usage != nil {
+		u = *c.Usage
+	}
 	return u
 }
 
