@@ -18,6 +18,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/textproto"
 	"os"
 	"strconv"
 	"strings"
@@ -93,6 +94,9 @@ type Server struct {
 	mux     *http.ServeMux
 	bodies  sync.Pool // *bytes.Buffer for request bodies
 	callers callers   // requests in the server per tenant.Identity.Key, for tenant.Identity.MaxInFlight
+	// tenantKey is Options.TenantHeader in canonical form, so reading it
+	// does not canonicalize (allocate) the name on every request.
+	tenantKey string
 }
 
 // New builds the routes.
@@ -115,7 +119,7 @@ func New(opts Options) *Server {
 	if opts.Metrics == nil {
 		opts.Metrics = telemetry.New(prometheus.NewRegistry())
 	}
-	s := &Server{opts: opts, mux: http.NewServeMux()}
+	s := &Server{opts: opts, mux: http.NewServeMux(), tenantKey: textproto.CanonicalMIMEHeaderKey(opts.TenantHeader)}
 	if opts.Tracer != nil {
 		s.tracer = opts.Tracer.Tracer("github.com/production-go/gateway-lab/gateway/httpapi")
 	}
@@ -181,11 +185,14 @@ func (r *recorder) Unwrap() http.ResponseWriter { return r.ResponseWriter }
 func (s *Server) observe(route string, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
-		id := r.Header.Get("X-Request-ID")
+		id := ""
+		if v := r.Header["X-Request-Id"]; len(v) > 0 { // canonical: Get would build the key per request
+			id = v[0]
+		}
 		if id == "" || len(id) > 128 || !printable(id) {
 			id = chatapi.NewID()
 		}
-		w.Header().Set("X-Request-ID", id)
+		w.Header()["X-Request-Id"] = []string{id} // the canonical key: Set would build it per request
 		rec := &recorder{ResponseWriter: w}
 		r, span := s.serverSpan(r, route, id)
 		next.ServeHTTP(rec, r)
@@ -268,7 +275,7 @@ func (s *Server) admit(w http.ResponseWriter, r *http.Request, id tenant.Identit
 }
 
 func (s *Server) headerTenant(r *http.Request) (tenant.Identity, *chatapi.Error) {
-	values := r.Header.Values(s.opts.TenantHeader)
+	values := r.Header[s.tenantKey]
 	bad := func() *chatapi.Error {
 		return chatapi.InvalidTenant.New(s.opts.TenantHeader + " must be one header of at most " + strconv.Itoa(MaxTenantBytes) + " printable ASCII characters")
 	}

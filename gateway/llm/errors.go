@@ -94,8 +94,11 @@ const (
 )
 
 // OutcomeOf is err's Outcome.
-func OutcomeOf(err error) Outcome {
-	switch ReasonOf(err) {
+func OutcomeOf(err error) Outcome { return ReasonOf(err).Outcome() }
+
+// Outcome is the reason's short form.
+func (r Reason) Outcome() Outcome {
+	switch r {
 	case ReasonNone:
 		return OutcomeOK
 	case ReasonTimeout:

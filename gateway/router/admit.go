@@ -111,13 +111,6 @@ func (r *Router) refund(ctx context.Context, tenant string) {
 	}
 }
 
-// allowAll is the admitter's limiter: the router asks the rate itself.
-type allowAll struct{}
-
-func (allowAll) Allow(context.Context, string) (admission.Decision, error) {
-	return admission.Decision{Allowed: true}, nil
-}
-
 // rejected maps an admitter's error to the router's own, and counts it.
 func (r *Router) rejected(tenant string, err error) error {
 	switch {

@@ -354,8 +354,7 @@ func New(cfg Config, providers ...llm.Provider) (*Router, error) {
 // buildAdmission makes the rate limiter (unless Config.Limiter is one) and
 // the admitter for the slots. Lab 02's Admitter asks its limiter before a
 // slot; the router asks the rate itself, first, so that the HTTP layer can
-// ask it before reading a body (Allow), and gives the admitter a limiter
-// that always allows.
+// ask it before reading a body (Allow), and gives the admitter none.
 func (r *Router) buildAdmission() error {
 	r.limiter = r.cfg.Limiter
 	if r.limiter == nil {
@@ -365,7 +364,7 @@ func (r *Router) buildAdmission() error {
 		}
 		r.buckets, r.limiter = buckets, buckets
 	}
-	admit, err := admission.New(admission.Config{Limiter: allowAll{}, MaxConcurrent: r.cfg.MaxConcurrent, MaxQueueWait: r.cfg.MaxQueueWait})
+	admit, err := admission.New(admission.Config{MaxConcurrent: r.cfg.MaxConcurrent, MaxQueueWait: r.cfg.MaxQueueWait})
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}

@@ -30,12 +30,12 @@ func (m *Metrics) Rejected(_ string, reason router.RejectReason) {
 
 // Attempt implements router.Observer.
 func (m *Metrics) Attempt(t router.Target, attempt int, took time.Duration, err error) {
-	m.attempts.WithLabelValues(t.Provider, t.Model, string(llm.OutcomeOf(err))).Inc()
+	reason := llm.ReasonOf(err) // once: the outcome is its short form
+	m.attempts.WithLabelValues(t.Provider, t.Model, string(reason.Outcome())).Inc()
 	m.attemptDuration.WithLabelValues(t.Provider, t.Model).Observe(took.Seconds())
 	if attempt > 1 {
 		m.retries.WithLabelValues(t.Provider, t.Model).Inc()
 	}
-	reason := llm.ReasonOf(err)
 	if reason != llm.ReasonNone {
 		m.failures.WithLabelValues(t.Provider, t.Model, string(reason)).Inc()
 	}

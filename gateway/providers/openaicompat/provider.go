@@ -113,10 +113,10 @@ type Timing struct {
 type Provider struct {
 	cfg      Config
 	endpoint string
-	client   *http.Client
-	tracer   trace.Tracer // nil: no spans
-	tls      bool         // an https upstream: its calls' timing includes the TLS handshake
-	auth     []string     // the Authorization header's value; nil without a key
+	rt       *http.Transport // see do
+	tracer   trace.Tracer    // nil: no spans
+	tls      bool            // an https upstream: its calls' timing includes the TLS handshake
+	auth     []string        // the Authorization header's value; nil without a key
 }
 
 // Header names as net/http keeps them, and the values that never change.
@@ -160,16 +160,7 @@ func New(cfg Config) (*Provider, error) {
 		IdleConnTimeout:       90 * time.Second,
 		ForceAttemptHTTP2:     true,
 	}
-	client := &http.Client{
-		Transport: transport,
-		// An API endpoint has no business redirecting a POST; following
-		// one would send the caller's prompt (and our key) where the
-		// operator never pointed it.
-		CheckRedirect: func(req *http.Request, _ []*http.Request) error {
-			return fmt.Errorf("openaicompat: refusing redirect to %s: upstream redirects are not followed", req.URL.Redacted())
-		},
-	}
-	p := &Provider{cfg: cfg, endpoint: strings.TrimRight(cfg.BaseURL, "/") + "/chat/completions", client: client, tls: u.Scheme == "https"}
+	p := &Provider{cfg: cfg, endpoint: strings.TrimRight(cfg.BaseURL, "/") + "/chat/completions", rt: transport, tls: u.Scheme == "https"}
 	if cfg.APIKey != "" {
 		p.auth = []string{"Bearer " + cfg.APIKey}
 	}
@@ -189,7 +180,7 @@ func defaults(d *time.Duration, v time.Duration) {
 func (p *Provider) Name() string { return p.cfg.Name }
 
 // Close releases idle connections.
-func (p *Provider) Close() { p.client.CloseIdleConnections() }
+func (p *Provider) Close() { p.rt.CloseIdleConnections() }
 
 // HonoursContext says every call returns promptly once its context ends,
 // so the gateway need not run it on a goroutine of its own.
@@ -227,7 +218,7 @@ func (p *Provider) Probe(ctx context.Context, model string) error {
 	if p.cfg.APIKey != "" {
 		hreq.Header.Set("Authorization", "Bearer "+p.cfg.APIKey)
 	}
-	resp, err := p.client.Do(hreq)
+	resp, err := p.do(hreq)
 	if err != nil {
 		return fmt.Errorf("openaicompat: %s: probe: %w", p.cfg.Name, err)
 	}
@@ -437,7 +428,7 @@ func (p *Provider) post(ctx context.Context, req llm.Request, stream bool) (*htt
 		hreq.Header[authorization] = p.auth
 	}
 	span.inject(hreq.Header)
-	resp, err := p.client.Do(hreq)
+	resp, err := p.do(hreq)
 	if err != nil {
 		span.fail(string(llm.ReasonConnection))
 		return nil, fmt.Errorf("openaicompat: %s: %w", p.cfg.Name, err) // connection-level: retryable
@@ -455,6 +446,37 @@ func (p *Provider) post(ctx context.Context, req llm.Request, stream bool) (*htt
 	e := chatapi.NewUpstreamError(p.cfg.Name, resp.StatusCode, body, retryAfter)
 	p.scrub(e)
 	return nil, e
+}
+
+// do sends one request on the upstream's transport: what http.Client.Do
+// would do, less what a gateway does not want. A redirect is refused, not
+// followed — an API endpoint has no business redirecting a POST, and
+// following one would send the caller's prompt (and our key) where the
+// operator never pointed it — so no copy of the headers is made per call
+// for one (Client.Do's makeHeadersCopier), nor any of Do's other
+// bookkeeping. Errors are *url.Error, as Do's are, so they classify the
+// same (llm.ReasonOf: a net.Error is a connection failure).
+func (p *Provider) do(hreq *http.Request) (*http.Response, error) {
+	resp, err := p.rt.RoundTrip(hreq)
+	if err != nil {
+		return nil, urlError(hreq, err)
+	}
+	switch resp.StatusCode {
+	case http.StatusMovedPermanently, http.StatusFound, http.StatusSeeOther, http.StatusTemporaryRedirect, http.StatusPermanentRedirect:
+		to, lerr := resp.Location()
+		if lerr != nil {
+			break // no Location: not a redirect; Do returns it as it came too
+		}
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 64<<10))
+		resp.Body.Close()
+		return nil, urlError(hreq, fmt.Errorf("openaicompat: refusing redirect to %s: upstream redirects are not followed", to.Redacted()))
+	}
+	return resp, nil
+}
+
+// urlError wraps err as http.Client.Do would: "Post \"https://…\": err".
+func urlError(hreq *http.Request, err error) *url.Error {
+	return &url.Error{Op: hreq.Method[:1] + strings.ToLower(hreq.Method[1:]), URL: hreq.URL.Redacted(), Err: err}
 }
 
 // ParseSpec reads an upstream from the command line:

@@ -366,7 +366,7 @@ func TestOnTimingIsToldEachCallsConnectAndHeaderTimes(t *testing.T) {
 			require.NoError(t, err)
 			t.Cleanup(p.Close)
 			if scheme == "https" {
-				p.client.Transport.(*http.Transport).TLSClientConfig = srv.Client().Transport.(*http.Transport).TLSClientConfig
+				p.rt.TLSClientConfig = srv.Client().Transport.(*http.Transport).TLSClientConfig
 			}
 			assert.Equal(t, scheme == "https", p.tls)
 			for range 2 {
