@@ -21,7 +21,7 @@ var floors = []struct {
 }{
 	{"the labs' references", []string{"solutions/NN-*"}},
 	{"leaves: wire format, identity, tier policy, egress, the Redis pipeline", []string{
-		"gateway/chatapi", "gateway/identity", "gateway/policy", "gateway/egress", "gateway/redispipe",
+		"gateway/chatapi", "gateway/identity", "gateway/policy", "gateway/egress", "gateway/redispipe", "gateway/redisconn",
 		"gateway/internal/inflight", "gateway/providers/spec",
 	}},
 	{"the contracts: a provider's (llm), a tenant's (tenant)", []string{"gateway/llm", "gateway/tenant"}},

@@ -10,7 +10,6 @@ import (
 	"log/slog"
 	"net"
 	"os"
-	"sync"
 	"time"
 
 	"github.com/production-go/gateway-lab/gateway/egress"
@@ -20,6 +19,7 @@ import (
 	"github.com/production-go/gateway-lab/gateway/policy"
 	"github.com/production-go/gateway-lab/gateway/providers/openaicompat"
 	"github.com/production-go/gateway-lab/gateway/quota"
+	"github.com/production-go/gateway-lab/gateway/redisconn"
 	"github.com/production-go/gateway-lab/gateway/router"
 	"github.com/production-go/gateway-lab/gateway/service"
 	"github.com/production-go/gateway-lab/gateway/telemetry"
@@ -36,7 +36,7 @@ type settings struct {
 	audience    string
 	maxLifetime time.Duration
 	dev         bool
-	redis       redisSettings
+	redis       redisconn.Settings
 	prefix      string
 	failOpen    bool
 	debt        int
@@ -49,7 +49,7 @@ func (s *settings) flags(fs *flag.FlagSet) {
 	fs.StringVar(&s.audience, "jwt-audience", defaultAudience, "the \"aud\" tokens must carry")
 	fs.DurationVar(&s.maxLifetime, "jwt-max-lifetime", identity.DefaultMaxLifetime, "the longest exp − iat a token may carry")
 	fs.BoolVar(&s.dev, "dev", false, "development: accept the repository's published dev secrets (the compose stack's); announced at start; never in production")
-	s.redis.flags(fs)
+	s.redis.Flags(fs)
 	fs.StringVar(&s.prefix, "redis-prefix", "gw", "prefix of every key the shared limits write (one per deployment on a shared Redis)")
 	fs.BoolVar(&s.pipeline, "redis-pipeline", true, "pipeline concurrent shared-limit decisions into shared round trips (one rueidis connection; a lone decision and every caller's deadline as without); false sends each on its own go-redis connection")
 	fs.BoolVar(&s.failOpen, "ratelimit-fail-open", false, "when Redis is down, admit requests (default: refuse them with 503)")
@@ -143,8 +143,8 @@ func newGuard(s settings, pol *policy.Policy, log *slog.Logger) (*guard.Guard, *
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	redisLogOnce.Do(func() { redis.SetLogger(redisLog{log}) }) // the client's own complaints, as JSON like every other line
-	rdb, err := newRedis(s.redis, os.Getenv)
+	redisconn.Log(log) // the client's own complaints, as JSON like every other line
+	rdb, err := redisconn.Connect(s.redis, os.Getenv)
 	if err != nil {
 		return nil, nil, nil, err
 	}
@@ -185,17 +185,6 @@ func hooks(g *guard.Guard) service.Hooks {
 			}
 		},
 	}
-}
-
-// redisLog routes go-redis' log lines (a pool that cannot dial, say) into
-// the service's structured log instead of a line of plain text on stderr.
-type redisLog struct{ log *slog.Logger }
-
-// redisLogOnce sets go-redis' logger, a process-wide setting, once.
-var redisLogOnce sync.Once
-
-func (l redisLog) Printf(ctx context.Context, format string, v ...any) {
-	l.log.WarnContext(ctx, "redis client", "message", redactText(fmt.Sprintf(format, v...)))
 }
 
 func fail(stderr io.Writer, code int, err error) int {

@@ -1,4 +1,11 @@
-package main
+// Package redisconn is how a service reaches the Redis that holds its
+// shared limits: the flags and environment variables that name it (one
+// server by URL, or a Redis Cluster by its nodes' addresses), its TLS and
+// ACL user, a password read only from the environment, the timeouts every
+// call runs under, and a check at start that it answers. Nothing it prints,
+// logs or returns carries a password: every error and every line of
+// go-redis' own log is redacted first.
+package redisconn
 
 import (
 	"context"
@@ -7,19 +14,21 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"log/slog"
 	"net/url"
 	"os"
 	"regexp"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
 )
 
-// redisSettings say which Redis holds the shared limits and how to reach
-// it. Its credentials never come from a flag, and nothing here is printed
+// Settings say which Redis holds the shared limits and how to reach
+// it; Flags fills them in. Its credentials never come from a flag, and nothing here is printed
 // unredacted: the URL and the addresses may carry a password.
-type redisSettings struct {
+type Settings struct {
 	url         envFlag // -redis-url, else $REDIS_URL
 	cluster     envFlag // -redis-cluster, else $REDIS_CLUSTER_ADDRS
 	username    string
@@ -28,7 +37,10 @@ type redisSettings struct {
 	tlsCA       string
 }
 
-func (s *redisSettings) flags(fs *flag.FlagSet) {
+// Flags registers the Redis flags on fs. The environment variables that
+// stand in for -redis-url and -redis-cluster are read by Connect, after the
+// flags are parsed, so -h names them without printing their values.
+func (s *Settings) Flags(fs *flag.FlagSet) {
 	s.url.env, s.cluster.env = "REDIS_URL", "REDIS_CLUSTER_ADDRS"
 	fs.Var(&s.url, "redis-url", "the Redis `URL` for the shared limits, e.g. rediss://user:password@redis:6380/0 (default $REDIS_URL, read at start, never printed)")
 	fs.Var(&s.cluster, "redis-cluster", "a Redis Cluster instead of -redis-url: comma-separated node `addresses` (default $REDIS_CLUSTER_ADDRS)")
@@ -66,11 +78,11 @@ func (f *envFlag) get(getenv func(string) string) string {
 	return getenv(f.env)
 }
 
-// newRedis connects to the shared limits' Redis — one server, or a cluster
+// Connect connects to the shared limits' Redis — one server, or a cluster
 // (every key of one tenant carries one hash tag, so its scripts run on one
 // node) — and checks it answers, so a wrong address fails the start rather
 // than every request. No error it returns carries a password.
-func newRedis(s redisSettings, getenv func(string) string) (redis.UniversalClient, error) {
+func Connect(s Settings, getenv func(string) string) (redis.UniversalClient, error) {
 	rawURL, cluster := s.url.get(getenv), s.cluster.get(getenv)
 	password := ""
 	if s.passwordEnv != "" {
@@ -111,14 +123,14 @@ func newRedis(s redisSettings, getenv func(string) string) (redis.UniversalClien
 
 // The timeouts every Redis call runs under.
 const (
-	redisDialTimeout = time.Second
-	redisIOTimeout   = 500 * time.Millisecond
+	dialTimeout = time.Second
+	ioTimeout   = 500 * time.Millisecond
 )
 
 // urlOptions reads -redis-url as go-redis' ParseURL does (rediss:// is TLS
 // to the URL's host), then adds what the other flags say: a user and a
 // password the URL does not carry, -redis-tls, -redis-tls-ca.
-func urlOptions(raw string, s redisSettings, password string) (*redis.Options, error) {
+func urlOptions(raw string, s Settings, password string) (*redis.Options, error) {
 	opts, err := redis.ParseURL(raw)
 	if err != nil {
 		var ue *url.Error
@@ -148,7 +160,7 @@ func urlOptions(raw string, s redisSettings, password string) (*redis.Options, e
 	if err := withCA(opts.TLSConfig, s.tlsCA); err != nil {
 		return nil, err
 	}
-	opts.DialTimeout, opts.ReadTimeout, opts.WriteTimeout = redisDialTimeout, redisIOTimeout, redisIOTimeout
+	opts.DialTimeout, opts.ReadTimeout, opts.WriteTimeout = dialTimeout, ioTimeout, ioTimeout
 	// Without it go-redis ignores a call's context deadline, and the shared
 	// limits' 50 ms budgets would be the 500 ms read timeout.
 	opts.ContextTimeoutEnabled = true
@@ -160,7 +172,7 @@ func urlOptions(raw string, s redisSettings, password string) (*redis.Options, e
 // it for rediss:// (TLS 1.2 at least) — except the server name, left for
 // crypto/tls to take from each node's own address, since one name cannot
 // match every node of a cluster.
-func clusterOptions(addrs string, s redisSettings, password string) (*redis.ClusterOptions, error) {
+func clusterOptions(addrs string, s Settings, password string) (*redis.ClusterOptions, error) {
 	nodes := strings.Split(addrs, ",")
 	for i, n := range nodes {
 		nodes[i] = strings.TrimSpace(n)
@@ -170,7 +182,7 @@ func clusterOptions(addrs string, s redisSettings, password string) (*redis.Clus
 		}
 	}
 	opts := &redis.ClusterOptions{Addrs: nodes, Username: s.username, Password: password,
-		DialTimeout: redisDialTimeout, ReadTimeout: redisIOTimeout, WriteTimeout: redisIOTimeout,
+		DialTimeout: dialTimeout, ReadTimeout: ioTimeout, WriteTimeout: ioTimeout,
 		ContextTimeoutEnabled: true} // see urlOptions
 	if s.tls {
 		opts.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12}
@@ -263,4 +275,20 @@ func (r redactor) error(err error) error {
 func redactText(s string) string {
 	s = userinfoInText.ReplaceAllString(s, "${1}xxxxx@")
 	return passwordArg.ReplaceAllString(s, "${1}xxxxx")
+}
+
+// Log sends go-redis' own log lines (a pool that cannot dial, say) to log,
+// redacted, as structured warnings like every other line instead of plain
+// text on stderr. go-redis' logger is process-wide: the first call sets it,
+// later ones do nothing.
+func Log(log *slog.Logger) {
+	logOnce.Do(func() { redis.SetLogger(logger{log}) })
+}
+
+var logOnce sync.Once
+
+type logger struct{ log *slog.Logger }
+
+func (l logger) Printf(ctx context.Context, format string, v ...any) {
+	l.log.WarnContext(ctx, "redis client", "message", redactText(fmt.Sprintf(format, v...)))
 }
