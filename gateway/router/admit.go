@@ -65,7 +65,7 @@ func (r *Router) check(req Request) (pinned llm.Provider, err error) {
 	if req.Tenant == "" || req.Chat == nil {
 		return nil, fmt.Errorf("%w: tenant and chat request are required", ErrInvalidRequest)
 	}
-	for _, t := range req.Route {
+	for _, t := range req.Route.targets() {
 		if r.byName[t.Provider] == nil {
 			return nil, fmt.Errorf("%w: route target %q (have %v)", ErrUnknownProvider, t.Provider, r.Providers())
 		}

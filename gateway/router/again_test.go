@@ -44,7 +44,7 @@ func retrying(t *testing.T, same bool, wait time.Duration, primary func(context.
 	up.script("primary", primary)
 	g := newGateway(t, cfg, up)
 	req := ask(route("primary", "secondary"))
-	req.RetrySame, req.WaitRetryAfter = same, wait
+	req.Route.RetrySame, req.Route.WaitRetryAfter = same, wait
 	_, err := g.Generate(t.Context(), req)
 	return up.history(), err
 }

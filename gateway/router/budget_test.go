@@ -99,7 +99,7 @@ func TestRetryBudgetIsNotAskedForAnAttemptThatWillNotHappen(t *testing.T) {
 
 		_, err = g.Generate(t.Context(), router.Request{Tenant: "acme", Chat: chatapi.NewRequest("hi", false), Provider: "up"})
 		require.Error(t, err)
-		_, err = g.Generate(t.Context(), router.Request{Tenant: "acme", Chat: chatapi.NewRequest("hi", false), Route: []router.Target{{Provider: "nope"}}})
+		_, err = g.Generate(t.Context(), router.Request{Tenant: "acme", Chat: chatapi.NewRequest("hi", false), Route: &router.Route{Targets: []router.Target{{Provider: "nope"}}}})
 		require.ErrorIs(t, err, router.ErrUnknownProvider, "a request refused before any attempt deposits nothing")
 		assert.Equal(t, []string{"deposit up", "withdraw up", "withdraw up", "deposit up"}, budget.history(),
 			"a pinned request gets one attempt: it deposits and never withdraws")

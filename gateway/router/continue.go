@@ -65,7 +65,7 @@ var ContinueOutcomes = []ContinueOutcome{ContinueCompleted, ContinueFailed, Cont
 // mayContinue reports whether a broken stream of req could be continued
 // at all, so the streamer keeps the text it relays only when it might.
 func mayContinue(req Request) bool {
-	return len(req.Continue) > 0 && req.Provider == "" && req.Chat != nil && req.Chat.Choices <= 1 && req.Chat.Continuable()
+	return req.Route != nil && len(req.Route.Continue) > 0 && req.Provider == "" && req.Chat != nil && req.Chat.Choices <= 1 && req.Chat.Continuable()
 }
 
 // continueAfter tries to finish, on another target, the answer step s

@@ -110,7 +110,7 @@ func route(targets ...string) []router.Target {
 }
 
 func ask(r []router.Target) router.Request {
-	return router.Request{Tenant: "acme", Chat: chatapi.NewRequest("hi", false), Route: r}
+	return router.Request{Tenant: "acme", Chat: chatapi.NewRequest("hi", false), Route: &router.Route{Targets: r}}
 }
 
 func TestOneFailingModelDoesNotTakeDownItsProvider(t *testing.T) {
@@ -186,7 +186,7 @@ func TestContextLengthFallsBackOnlyWhereTheRouteSaysSo(t *testing.T) {
 		g := newGateway(t, config(), up)
 
 		req := ask(route("small-ctx", "long-ctx"))
-		req.FallbackOn = []string{"context_length_exceeded"}
+		req.Route.FallbackOn = []string{"context_length_exceeded"}
 		resp, err := g.Generate(t.Context(), req)
 		require.NoError(t, err, "a prompt too long for one model may fit the next")
 		assert.Equal(t, "long-ctx", resp.Model)
@@ -205,7 +205,7 @@ func TestOtherRefusalsDoNotFallBackOrRetry(t *testing.T) {
 		up.script("a", status(http.StatusBadRequest, "invalid_value", 0))
 		g := newGateway(t, config(), up)
 		req := ask(route("a", "b"))
-		req.FallbackOn = []string{"context_length_exceeded", "413"}
+		req.Route.FallbackOn = []string{"context_length_exceeded", "413"}
 		resp, err := g.Generate(t.Context(), req)
 		var ue *chatapi.UpstreamError
 		require.ErrorAs(t, err, &ue)

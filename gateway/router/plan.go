@@ -131,23 +131,37 @@ type plan struct {
 	waitRA     time.Duration
 }
 
+// noRoute is a request's route when it names none, or pins a provider:
+// every provider in priority order (or the pinned one), no policies.
+var noRoute Route
+
+// targets is the route's targets; none for a nil route.
+func (rt *Route) targets() []Target {
+	if rt == nil {
+		return nil
+	}
+	return rt.Targets
+}
+
 // plan resolves a request's targets into run.plan: the pinned provider
 // alone, the route's targets, or every provider in priority order.
 func (r *Router) plan(run *run, pinned llm.Provider) error {
-	var targets []Target
+	rt := run.req.Route
+	if rt == nil || pinned != nil {
+		rt = &noRoute
+	}
+	targets := rt.Targets
 	switch {
 	case pinned != nil:
 		targets = []Target{{Provider: pinned.Name()}}
-	case len(run.req.Route) > 0:
-		targets = run.req.Route
-	default:
+	case len(targets) == 0:
 		targets = r.byOrder
 	}
 	p := &run.plan
-	*p = plan{steps: run.inline[:0], tried: run.tried[:0], last: -1, pinned: pinned != nil, fallbackOn: run.req.FallbackOn,
-		retried: run.retried[:0], retrySame: run.req.RetrySame, waitRA: run.req.WaitRetryAfter}
+	*p = plan{steps: run.inline[:0], tried: run.tried[:0], last: -1, pinned: pinned != nil, fallbackOn: rt.FallbackOn,
+		retried: run.retried[:0], retrySame: rt.RetrySame, waitRA: rt.WaitRetryAfter}
 	for _, t := range targets {
-		continues := pinned == nil && slices.Contains(run.req.Continue, t)
+		continues := slices.Contains(rt.Continue, t)
 		t = r.normal(t)
 		b, s, err := r.healthOf(t)
 		if err != nil {

@@ -97,18 +97,12 @@ type Request struct {
 	// Provider pins one provider: one attempt, no fallback. Resolve sets it
 	// for a provider's own name.
 	Provider string
-	// Route, if set (and Provider is not), is the targets to try in order;
-	// empty means every provider in priority order. Resolve sets it for a
-	// route's name.
-	Route []Target
-	// FallbackOn is the route's (see Route).
-	FallbackOn []string
-	// Continue is the route's (see Route); Resolve sets it.
-	Continue []Target
-	// RetrySame and WaitRetryAfter are the route's (see Route); Resolve
-	// sets them.
-	RetrySame      bool
-	WaitRetryAfter time.Duration
+	// Route, if set (and Provider is not), is the route the request takes:
+	// its targets in order, and its policies (fallback codes, continuation,
+	// the same target again). nil means every provider in priority order.
+	// Resolve sets it for a route's name, to the table's own (shared,
+	// read-only: never modify it).
+	Route *Route
 	// NoContinue: the caller asked that a broken stream never be
 	// continued on another target; it ends with an error instead.
 	NoContinue bool
@@ -289,7 +283,7 @@ type Router struct {
 	cfg       Config
 	providers []llm.Provider
 	byName    map[string]llm.Provider
-	routes    map[string]Route
+	routes    map[string]*Route
 	limiter   admission.Limiter      // the rate: Config.Limiter, or buckets
 	admit     *admission.Admitter    // the slots; the rate is asked apart (see Allow)
 	buckets   *admission.TokenBucket // nil with a Config.Limiter
@@ -317,7 +311,7 @@ func New(cfg Config, providers ...llm.Provider) (*Router, error) {
 	if err := validate(&cfg, providers); err != nil {
 		return nil, err
 	}
-	r := &Router{cfg: cfg, providers: providers, byName: map[string]llm.Provider{}, routes: map[string]Route{},
+	r := &Router{cfg: cfg, providers: providers, byName: map[string]llm.Provider{}, routes: map[string]*Route{},
 		tenants: newTenantCap(cfg.MaxPerTenant), obs: cfg.Observer, health: map[Target]*health{},
 		streaks: map[Target]*streak{}, probing: map[Target]bool{}}
 	if err := r.buildAdmission(); err != nil {
@@ -415,7 +409,7 @@ func (r *Router) addRoutes(routes []Route) error {
 		switch {
 		case rt.Name == "" || rt.Name == AutoModel || r.byName[rt.Name] != nil:
 			return fmt.Errorf("%w: route %q: a route needs a name that is not %q and not a provider's name", ErrInvalidConfig, rt.Name, AutoModel)
-		case r.routes[rt.Name].Name != "":
+		case r.routes[rt.Name] != nil:
 			return fmt.Errorf("%w: route %q is defined twice", ErrInvalidConfig, rt.Name)
 		case len(rt.Targets) == 0:
 			return fmt.Errorf("%w: route %q has no targets", ErrInvalidConfig, rt.Name)
@@ -438,7 +432,7 @@ func (r *Router) addRoutes(routes []Route) error {
 				return fmt.Errorf("%w: route %q: %s cannot continue a stream: its provider does not honour its context", ErrInvalidConfig, rt.Name, t)
 			}
 		}
-		r.routes[rt.Name] = rt
+		r.routes[rt.Name] = &rt
 	}
 	return nil
 }
@@ -451,9 +445,8 @@ func (r *Router) Resolve(model string, req *Request) bool {
 	if model == "" || model == AutoModel {
 		return true
 	}
-	if rt, ok := r.routes[model]; ok {
-		req.Route, req.FallbackOn, req.Continue = rt.Targets, rt.FallbackOn, rt.Continue
-		req.RetrySame, req.WaitRetryAfter = rt.RetrySame, rt.WaitRetryAfter
+	if rt := r.routes[model]; rt != nil {
+		req.Route = rt
 		return true
 	}
 	if r.byName[model] != nil {

@@ -27,7 +27,7 @@ func TestResolveMapsAPublicModelName(t *testing.T) {
 		{"no model is any healthy provider", "", router.Request{}},
 		{"auto is any healthy provider", router.AutoModel, router.Request{}},
 		{"a route's name is its targets and fallback", "chat",
-			router.Request{Route: cfg.Routes[0].Targets, FallbackOn: []string{"context_length_exceeded"}}},
+			router.Request{Route: &cfg.Routes[0]}},
 		{"a provider's name pins it", "beta", router.Request{Provider: "beta"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
