@@ -161,7 +161,7 @@ func (st *streamer) continueOn(ctx context.Context, run *run, from step, t *step
 		return llm.Completion{}, nil, err
 	}
 	if r.cfg.RetryBudget != nil && !r.cfg.RetryBudget.Withdraw(t.target.Provider) {
-		done(context.Canceled) // not asked: nothing to say of its health
+		done(errNeutral) // not asked: nothing to say of its health
 		r.obs.RetryRefused(t.target.Provider)
 		return llm.Completion{}, nil, fmt.Errorf("%w for %s", ErrRetryBudgetExhausted, t.target.Provider)
 	}
@@ -169,7 +169,7 @@ func (st *streamer) continueOn(ctx context.Context, run *run, from step, t *step
 	chat := run.req.Chat // nothing reached the caller but a role: a fresh answer
 	if prefill != "" {
 		if chat, err = chat.WithPrefill(prefill, llm.PrefillStyle(t.provider)); err != nil {
-			done(context.Canceled)
+			done(errNeutral)
 			return llm.Completion{}, nil, err
 		}
 		// The rest of the answer, not a second one: what is left of the

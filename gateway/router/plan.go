@@ -56,6 +56,7 @@ func (r *Router) newBreaker(t Target) (*health, error) {
 		FailureThreshold: r.cfg.FailureThreshold,
 		RecoveryTimeout:  r.cfg.RecoveryTimeout,
 		ProbeTimeout:     r.cfg.AttemptTimeout,
+		IsFailure:        isFailure,
 		OnStateChange: func(from, to breaker.State) {
 			r.mu.RLock()
 			current := r.health[t] == h

@@ -224,18 +224,29 @@ func (run *run) attempt(ctx context.Context, n int) error {
 	return next
 }
 
+// errNeutral is what an attempt that says nothing of its target's health
+// tells the breaker: it neither counts as a failure nor resets the count
+// (the breaker's IsFailure, see newBreaker, says so).
+var errNeutral = errors.New("router: nothing to say of the target's health")
+
+// isFailure is every target breaker's IsFailure: a neutral verdict, or a
+// caller that left (lab 04's default), is not the upstream's fault.
+func isFailure(err error) bool {
+	return !errors.Is(err, errNeutral) && !errors.Is(err, context.Canceled)
+}
+
 // breakerVerdict is what a failed attempt tells its target's breaker.
 func breakerVerdict(err error) error {
 	switch {
 	case llm.CallersFault(err):
 		return nil // the upstream answered, and refused the request: it is up
 	case errors.Is(err, llm.ErrNotSent):
-		return context.Canceled // the upstream was not asked: nothing to say either way
+		return errNeutral // the upstream was not asked: nothing to say either way
 	case errors.Is(err, llm.ErrPanic):
 		// A provider that panics has a bug, and the request that found it
 		// fails — but one caller's crafted input must not open the
 		// breaker for every tenant, so it does not count either way.
-		return context.Canceled
+		return errNeutral
 	}
 	return err
 }

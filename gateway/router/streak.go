@@ -46,7 +46,7 @@ func (s *streak) verdict(tenant string, err, verdict error) error {
 	case verdict == nil:
 		s.reset() // the breaker counts it a success
 		return nil
-	case errors.Is(verdict, context.Canceled), !provoked(err):
+	case !isFailure(verdict), !provoked(err):
 		return verdict // neutral already, or a failure whoever asked
 	}
 	s.mu.Lock()
@@ -58,7 +58,7 @@ func (s *streak) verdict(tenant string, err, verdict error) error {
 		s.two = true
 	}
 	if !s.two {
-		return context.Canceled // the breaker hears nothing of it
+		return errNeutral // the breaker hears nothing of it
 	}
 	return verdict
 }
