@@ -35,34 +35,35 @@ const LeaseTTL = 15 * time.Second
 // request runs under its tier's timeout; done settles its tokens (see
 // Meter) and gives its lease back, and the HTTP layer calls it once the
 // answer is written.
-func (g *Guard) Admit(ctx context.Context, id tenant.Identity, a tenant.Admission) (context.Context, tenant.Done, *chatapi.Error) {
+func (g *Guard) Admit(ctx context.Context, id tenant.Identity, a tenant.Admission) (context.Context, tenant.Pass, *chatapi.Error) {
 	tier, _ := g.cfg.Policy.Tier(id.Tier)
 	if !tier.Allows(a.Model) {
 		g.cfg.Observer.TierRefused(policy.LimitModel)
-		return ctx, nil, chatapi.ModelNotAllowed.New(fmt.Sprintf("the %s tier may not use the model %q", tier.Name, a.Model)).At("model")
+		return ctx, tenant.Pass{}, chatapi.ModelNotAllowed.New(fmt.Sprintf("the %s tier may not use the model %q", tier.Name, a.Model)).At("model")
 	}
 	if a.BodyBytes > tier.MaxPromptBytes {
 		g.cfg.Observer.TierRefused(policy.LimitPromptBytes)
-		return ctx, nil, chatapi.PromptTooLarge.New(fmt.Sprintf("the request is %d bytes; the %s tier allows %d", a.BodyBytes, tier.Name, tier.MaxPromptBytes))
+		return ctx, tenant.Pass{}, chatapi.PromptTooLarge.New(fmt.Sprintf("the request is %d bytes; the %s tier allows %d", a.BodyBytes, tier.Name, tier.MaxPromptBytes))
 	}
 	release, e := g.lease(ctx, id, tier)
 	if e != nil {
-		return ctx, nil, e
+		return ctx, tenant.Pass{}, e
 	}
 	m, e := g.meter(ctx, id, tier, a)
 	if e != nil {
 		release()
-		return ctx, nil, e
-	}
-	if m != nil {
-		ctx = context.WithValue(ctx, meterKey{}, m)
+		return ctx, tenant.Pass{}, e
 	}
 	ctx, cancel := context.WithTimeout(ctx, tier.MaxRequestTimeout)
-	return ctx, func(*llm.Usage, error) {
+	pass := tenant.Pass{Done: func(*llm.Usage, error) {
 		m.finish()
 		m.afterReadOn(release)
 		cancel()
-	}, nil
+	}}
+	if m != nil {
+		pass.Meter = m // never a nil *meter in the interface: that would be a meter
+	}
+	return ctx, pass, nil
 }
 
 // lease takes one of the tenant's in-flight slots, shared by every

@@ -74,7 +74,7 @@ func TestAContinuedStreamIsChargedTheCutCallsReservationAndTheContinuationsUsage
 		t.Run(name, func(t *testing.T) {
 			func() { // real time: miniredis serves on a real socket, which a synctest bubble cannot wait on
 				r := newRig(t, false)
-				ctx, done, e := r.g.Admit(t.Context(), tenant.Identity{Key: "acme", Tier: "small"}, ask(400, 50))
+				ctx, done, e := r.admit(t.Context(), tenant.Identity{Key: "acme", Tier: "small"}, ask(400, 50))
 				require.Nil(t, e)
 				primary := &teller{name: "primary", words: []string{"Once", " upon"}, cut: true}
 				cont := &teller{name: "cont", words: []string{" a", " time."}, usage: llm.Usage{PromptTokens: 30, CompletionTokens: 2, TotalTokens: 32}}
@@ -84,7 +84,7 @@ func TestAContinuedStreamIsChargedTheCutCallsReservationAndTheContinuationsUsage
 					AttemptTimeout: time.Second, TotalTimeout: 10 * time.Second, FailureThreshold: 5, RecoveryTimeout: time.Second,
 					Routes: []router.Route{{Name: "chat", Targets: []router.Target{{Provider: "primary"}, {Provider: "cont"}},
 						Continue: []router.Target{{Provider: "cont"}}}},
-				}, r.g.Meter(primary), r.g.Meter(cont))
+				}, metered(primary), metered(cont))
 				require.NoError(t, err)
 				defer g.Close(context.Background())
 				body := `{"model":"chat","stream":true,"messages":[{"role":"user","content":"a story"}]}`
@@ -126,7 +126,7 @@ func TestAContinuedStreamIsChargedTheCutCallsReservationAndTheContinuationsUsage
 // what it reads is what the tenant pays.
 func TestAContinuationThatFailedIsChargedAndToldToo(t *testing.T) {
 	r := newRig(t, false)
-	ctx, done, e := r.g.Admit(t.Context(), tenant.Identity{Key: "acme", Tier: "small"}, ask(400, 50))
+	ctx, done, e := r.admit(t.Context(), tenant.Identity{Key: "acme", Tier: "small"}, ask(400, 50))
 	require.Nil(t, e)
 	primary := &teller{name: "primary", words: []string{"Once", " upon"}, cut: true}
 	mid := &teller{name: "mid", atOnce: true}
@@ -137,7 +137,7 @@ func TestAContinuationThatFailedIsChargedAndToldToo(t *testing.T) {
 		AttemptTimeout: time.Second, TotalTimeout: 10 * time.Second, FailureThreshold: 5, RecoveryTimeout: time.Second,
 		Routes: []router.Route{{Name: "chat", Targets: []router.Target{{Provider: "primary"}, {Provider: "mid"}, {Provider: "cont"}},
 			Continue: []router.Target{{Provider: "mid"}, {Provider: "cont"}}}},
-	}, r.g.Meter(primary), r.g.Meter(mid), r.g.Meter(cont))
+	}, metered(primary), metered(mid), metered(cont))
 	require.NoError(t, err)
 	defer g.Close(context.Background())
 	chat, err := chatapi.Parse([]byte(`{"model":"chat","stream":true,"stream_options":{"include_usage":true},"messages":[{"role":"user","content":"a story"}]}`))
@@ -184,7 +184,7 @@ func fallback(t *testing.T, r *rig, primary, second llm.Provider) *router.Router
 		MaxAttempts: 2, BaseBackoff: time.Millisecond, MaxBackoff: time.Millisecond,
 		AttemptTimeout: time.Second, TotalTimeout: 10 * time.Second, FailureThreshold: 5, RecoveryTimeout: time.Second,
 		Routes: []router.Route{{Name: "chat", Targets: []router.Target{{Provider: primary.Name()}, {Provider: second.Name()}}}},
-	}, r.g.Meter(primary), r.g.Meter(second))
+	}, metered(primary), metered(second))
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = g.Close(context.Background()) })
 	return g
@@ -196,7 +196,7 @@ func fallback(t *testing.T, r *rig, primary, second llm.Provider) *router.Router
 func TestAFallbackTellsTheCallerWhatTheFailedAttemptCostToo(t *testing.T) {
 	t.Run("streamed", func(t *testing.T) {
 		r := newRig(t, false)
-		ctx, done, e := r.g.Admit(t.Context(), tenant.Identity{Key: "acme", Tier: "small"}, ask(400, 50))
+		ctx, done, e := r.admit(t.Context(), tenant.Identity{Key: "acme", Tier: "small"}, ask(400, 50))
 		require.Nil(t, e)
 		g := fallback(t, r, &teller{name: "primary", atOnce: true},
 			&teller{name: "second", words: []string{"Hi"}, usage: llm.Usage{PromptTokens: 30, CompletionTokens: 2, TotalTokens: 32}})
@@ -218,7 +218,7 @@ func TestAFallbackTellsTheCallerWhatTheFailedAttemptCostToo(t *testing.T) {
 	})
 	t.Run("whole", func(t *testing.T) {
 		r := newRig(t, false)
-		ctx, done, e := r.g.Admit(t.Context(), tenant.Identity{Key: "acme", Tier: "small"}, ask(400, 50))
+		ctx, done, e := r.admit(t.Context(), tenant.Identity{Key: "acme", Tier: "small"}, ask(400, 50))
 		require.Nil(t, e)
 		g := fallback(t, r, &whole{name: "primary", err: errors.New("read: connection reset by peer")},
 			&whole{name: "second", usage: llm.Usage{PromptTokens: 30, CompletionTokens: 2, TotalTokens: 32}})

@@ -74,6 +74,33 @@ type rig struct {
 
 func newRig(t *testing.T, failOpen bool) *rig { return newRigWith(t, failOpen, nil) }
 
+// admit is Guard.Admit as these tests use it. The HTTP layer puts the
+// pass's meter on the router.Request, and the router on each llm.Request
+// of it; tests that call providers with no router between carry it in the
+// context instead, where metered finds it.
+func (r *rig) admit(ctx context.Context, id tenant.Identity, a tenant.Admission) (context.Context, tenant.Done, *chatapi.Error) {
+	ctx, pass, e := r.g.Admit(ctx, id, a)
+	return context.WithValue(ctx, meterKey{}, pass.Meter), pass.Done, e
+}
+
+type meterKey struct{}
+
+// metered is llm.Metered(p) for these tests: each call carries the meter
+// of the request context admit returned, as the router would put it there.
+func metered(p llm.Provider) llm.Provider { return withMeter{llm.Wrapped{Inner: llm.Metered(p)}} }
+
+type withMeter struct{ llm.Wrapped }
+
+func (p withMeter) Generate(ctx context.Context, req llm.Request) (llm.Completion, error) {
+	req.Meter, _ = ctx.Value(meterKey{}).(llm.Meter)
+	return p.Inner.Generate(ctx, req)
+}
+
+func (p withMeter) Stream(ctx context.Context, req llm.Request, emit func(llm.Chunk) error) (llm.Completion, error) {
+	req.Meter, _ = ctx.Value(meterKey{}).(llm.Meter)
+	return p.Inner.(llm.StreamingProvider).Stream(ctx, req, emit)
+}
+
 // newRigWith is newRig with changes to the guard's config.
 func newRigWith(t *testing.T, failOpen bool, change func(*Config)) *rig {
 	t.Helper()
@@ -233,7 +260,7 @@ func TestAdmitChecksTheCheapLimitsFirstAndTakesNothingOnRefusal(t *testing.T) {
 		{"more tokens than the whole quota", ask(400, 1901), http.StatusRequestEntityTooLarge, "tokens_over_quota", policy.LimitTokens},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, done, e := r.g.Admit(t.Context(), id, tc.a)
+			_, done, e := r.admit(t.Context(), id, tc.a)
 			require.NotNil(t, e)
 			assert.Nil(t, done)
 			assert.Equal(t, tc.status, e.Status)
@@ -241,7 +268,7 @@ func TestAdmitChecksTheCheapLimitsFirstAndTakesNothingOnRefusal(t *testing.T) {
 			assert.Contains(t, r.obs.all(), "tier:"+string(tc.limit))
 		})
 	}
-	_, done, e := r.g.Admit(t.Context(), id, ask(400, 100))
+	_, done, e := r.admit(t.Context(), id, ask(400, 100))
 	require.Nil(t, e, "none of the refusals took the tenant's one in-flight slot or any of its tokens")
 	done(&llm.Usage{TotalTokens: 50}, nil)
 }
@@ -249,23 +276,23 @@ func TestAdmitChecksTheCheapLimitsFirstAndTakesNothingOnRefusal(t *testing.T) {
 func TestAdmitHoldsTheTenantToItsInFlightCapUntilDone(t *testing.T) {
 	r := newRig(t, false)
 	id := tenant.Identity{Key: "acme", Tier: "small"}
-	ctx, done, e := r.g.Admit(t.Context(), id, ask(100, 10))
+	ctx, done, e := r.admit(t.Context(), id, ask(100, 10))
 	require.Nil(t, e)
 	deadline, ok := ctx.Deadline()
 	require.True(t, ok, "the request runs under its tier's timeout")
 	assert.WithinDuration(t, time.Now().Add(7*time.Second), deadline, time.Second)
-	_, _, e = r.g.Admit(t.Context(), id, ask(100, 10))
+	_, _, e = r.admit(t.Context(), id, ask(100, 10))
 	require.NotNil(t, e, "max_in_flight 1: a second request is refused")
 	assert.Equal(t, http.StatusTooManyRequests, e.Status)
 	assert.Equal(t, "too_many_concurrent_requests", e.Code)
 	assert.Equal(t, time.Second, e.RetryAfter)
 	other := tenant.Identity{Key: "other", Tier: "small"}
-	_, odone, e := r.g.Admit(t.Context(), other, ask(100, 10))
+	_, odone, e := r.admit(t.Context(), other, ask(100, 10))
 	require.Nil(t, e, "another tenant has its own cap")
 	odone(nil, nil)
 	done(&llm.Usage{TotalTokens: 30}, nil)
 	assert.ErrorIs(t, ctx.Err(), context.Canceled, "done ends the request's context")
-	_, done, e = r.g.Admit(t.Context(), id, ask(100, 10))
+	_, done, e = r.admit(t.Context(), id, ask(100, 10))
 	require.Nil(t, e, "done gave the lease back")
 	done(nil, nil)
 }
@@ -273,19 +300,19 @@ func TestAdmitHoldsTheTenantToItsInFlightCapUntilDone(t *testing.T) {
 func TestATokenRefusalGivesTheLeaseBackAndSaysWhenToRetry(t *testing.T) {
 	r := newRig(t, false)
 	id := tenant.Identity{Key: "acme", Tier: "small"}
-	ctx, done, e := r.g.Admit(t.Context(), id, ask(400, 1800)) // 100 + 1800 of 2000
+	ctx, done, e := r.admit(t.Context(), id, ask(400, 1800)) // 100 + 1800 of 2000
 	require.Nil(t, e)
-	_, _, e2 := r.g.Admit(t.Context(), id, ask(400, 10))
+	_, _, e2 := r.admit(t.Context(), id, ask(400, 10))
 	require.NotNil(t, e2, "the lease is taken by the running request")
 	_, err := r.call(ctx, &upstream{usage: &llm.Usage{TotalTokens: 1900}})
 	require.NoError(t, err)
 	done(nil, nil)
-	_, _, e = r.g.Admit(t.Context(), id, ask(400, 1800))
+	_, _, e = r.admit(t.Context(), id, ask(400, 1800))
 	require.NotNil(t, e, "1,900 used, 100 left: 1,900 more does not fit")
 	assert.Equal(t, http.StatusTooManyRequests, e.Status)
 	assert.Equal(t, "tokens_per_minute", e.Code)
 	assert.Positive(t, e.RetryAfter, "with when it will")
-	_, done, e = r.g.Admit(t.Context(), id, ask(4, 10))
+	_, done, e = r.admit(t.Context(), id, ask(4, 10))
 	require.Nil(t, e, "and the refused reservation gave the lease back")
 	done(nil, nil)
 }
@@ -293,14 +320,14 @@ func TestATokenRefusalGivesTheLeaseBackAndSaysWhenToRetry(t *testing.T) {
 func TestTheEstimateIsThePromptAtFourBytesATokenPlusTheAnswer(t *testing.T) {
 	r := newRig(t, false)
 	id := tenant.Identity{Key: "acme", Tier: "small"}
-	_, _, e := r.g.Admit(t.Context(), id, ask(404, 1900))
+	_, _, e := r.admit(t.Context(), id, ask(404, 1900))
 	require.NotNil(t, e, "101 + 1,900 is one token over the whole quota of 2,000")
 	assert.Equal(t, "tokens_over_quota", e.Code)
-	_, done, e := r.g.Admit(t.Context(), id, ask(400, 1900))
+	_, done, e := r.admit(t.Context(), id, ask(400, 1900))
 	require.Nil(t, e, "100 + 1,900 fills it exactly")
 	done(nil, nil) // no call was made: a full refund
 
-	_, done, e = r.g.Admit(t.Context(), id, ask(400, 0))
+	_, done, e = r.admit(t.Context(), id, ask(400, 0))
 	require.Nil(t, e)
 	defer done(nil, nil)
 	assert.Equal(t, 2000-(100+DefaultMaxTokens), r.left(t, "acme", 2000), "no max_tokens: the default answer is reserved")
@@ -311,11 +338,11 @@ func TestEachOfTheAnswersAskedForIsReserved(t *testing.T) {
 	id := tenant.Identity{Key: "acme", Tier: "small"}
 	a := ask(400, 600)
 	a.Choices = 4
-	_, _, e := r.g.Admit(t.Context(), id, a)
+	_, _, e := r.admit(t.Context(), id, a)
 	require.NotNil(t, e, "100 + 4 × 600 is over the whole quota of 2,000")
 	assert.Equal(t, "tokens_over_quota", e.Code)
 	a.Choices = 3
-	_, done, e := r.g.Admit(t.Context(), id, a)
+	_, done, e := r.admit(t.Context(), id, a)
 	require.Nil(t, e)
 	defer done(nil, nil)
 	assert.Equal(t, 2000-(100+3*600), r.left(t, "acme", 2000), "n = 3: three answers of up to 600 each")
@@ -326,7 +353,7 @@ func TestEachMediaPartIsReservedWhatItsBytesDoNotShow(t *testing.T) {
 	id := tenant.Identity{Key: "acme", Tier: "small"}
 	a := ask(400, 100)
 	a.MediaParts = 1
-	_, done, e := r.g.Admit(t.Context(), id, a)
+	_, done, e := r.admit(t.Context(), id, a)
 	require.Nil(t, e)
 	defer done(nil, nil)
 	assert.Equal(t, 2000-(100+MediaPartTokens+100), r.left(t, "acme", 2000), "an image is a URL here and a thousand tokens upstream")
@@ -336,7 +363,7 @@ func TestATierWithoutATokenQuotaIsNotCharged(t *testing.T) {
 	r := newRig(t, false)
 	id := tenant.Identity{Key: "acme", Tier: "open"}
 	for range 3 {
-		ctx, done, e := r.g.Admit(t.Context(), id, ask(900_000, 100_000))
+		ctx, done, e := r.admit(t.Context(), id, ask(900_000, 100_000))
 		require.Nil(t, e, "tokens_per_minute 0 is no token quota")
 		p := &upstream{usage: &llm.Usage{TotalTokens: 1_000_000}}
 		_, err := r.call(ctx, p)
@@ -375,7 +402,7 @@ func TestARedisOutageFailsClosedOrOpenAsConfigured(t *testing.T) {
 		t.Run(fmt.Sprintf("fail_open=%v", failOpen), func(t *testing.T) {
 			r := newRig(t, failOpen)
 			r.m.Close() // Redis is gone
-			_, done, e := r.g.Admit(t.Context(), tenant.Identity{Key: "acme", Tier: "small"}, ask(100, 10))
+			_, done, e := r.admit(t.Context(), tenant.Identity{Key: "acme", Tier: "small"}, ask(100, 10))
 			if failOpen {
 				require.Nil(t, e, "fail open admits")
 				done(nil, nil)

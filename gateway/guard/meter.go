@@ -39,9 +39,6 @@ import (
 //     context) is settled when it returns. Each settle is idempotent by
 //     reservation.
 
-// meterKey carries a request's *meter in its context.
-type meterKey struct{}
-
 // meter is one request's token account.
 type meter struct {
 	g        *Guard
@@ -240,46 +237,18 @@ func neverReached(err error) bool {
 	return s != 0 && (s < 200 || s > 299)
 }
 
-// Meter wraps a provider so that every call to it is charged to the token
-// quota of the request it serves (by the rules above). It must wrap the
-// provider itself, inside any middleware that calls it more than once per
-// request (hedging), so that each call is charged. A request without a
-// meter (a tier without a token quota, or production_app) passes through.
-func (g *Guard) Meter(p llm.Provider) llm.Provider { return metered{Wrapped: llm.Wrapped{Inner: p}} }
-
-// metered is a provider whose calls are charged.
-type metered struct{ llm.Wrapped }
-
-// Generate reserves for the call, asks the upstream for no more answer
-// than reserved, and records what the call is charged.
-func (p metered) Generate(ctx context.Context, req llm.Request) (llm.Completion, error) {
-	m, _ := ctx.Value(meterKey{}).(*meter)
-	if m == nil {
-		return llm.Generate(ctx, p.Inner, req)
-	}
+// Call runs one upstream call of the request through the meter:
+// llm.Meter, which llm.Metered calls. It reserves for the call, asks the
+// upstream for no more answer than reserved, and records what the call is
+// charged; a stream that failed after it sent output is charged at least
+// its reservation, whatever its error.
+func (m *meter) Call(ctx context.Context, req llm.Request, emit func(llm.Chunk) error, call llm.Call) (llm.Completion, error) {
 	req.Chat = m.cap(req.Chat) // before the reservation: nothing between it and ended may panic
 	res, err := m.take(ctx)
 	if err != nil {
 		return llm.Completion{}, err
 	}
-	return m.g.call(ctx, m, res, nil, func(ctx context.Context, _ func(llm.Chunk) error) (llm.Completion, error) {
-		return llm.Generate(ctx, p.Inner, req) // a panic in the call comes back as llm.ErrPanic
-	})
-}
-
-// Stream is Generate for a streamed answer; a stream that failed after it
-// sent output is charged at least its reservation, whatever its error.
-func (p metered) Stream(ctx context.Context, req llm.Request, emit func(llm.Chunk) error) (llm.Completion, error) {
-	m, _ := ctx.Value(meterKey{}).(*meter)
-	if m == nil {
-		return llm.Stream(ctx, p.Inner, req, emit)
-	}
-	req.Chat = m.cap(req.Chat)
-	res, err := m.take(ctx)
-	if err != nil {
-		return llm.Completion{}, err
-	}
 	return m.g.call(ctx, m, res, emit, func(ctx context.Context, relay func(llm.Chunk) error) (llm.Completion, error) {
-		return llm.Stream(ctx, p.Inner, req, relay)
+		return call(ctx, req, relay) // a panic in the call comes back as llm.ErrPanic
 	})
 }

@@ -66,12 +66,12 @@ func (u *upstream) Stream(ctx context.Context, req llm.Request, emit func(llm.Ch
 // call makes one upstream call through the guard's meter, as the router
 // would, under the request context Admit returned.
 func (r *rig) call(ctx context.Context, p llm.Provider) (llm.Completion, error) {
-	return r.g.Meter(p).Generate(ctx, llm.Request{Chat: chatapi.NewRequest("hi", false)})
+	return metered(p).Generate(ctx, llm.Request{Chat: chatapi.NewRequest("hi", false)})
 }
 
 // stream is call for a streamed answer.
 func (r *rig) stream(ctx context.Context, p llm.Provider) (llm.Completion, error) {
-	return r.g.Meter(p).(llm.StreamingProvider).Stream(ctx, llm.Request{Chat: chatapi.NewRequest("hi", true)}, func(llm.Chunk) error { return nil })
+	return metered(p).(llm.StreamingProvider).Stream(ctx, llm.Request{Chat: chatapi.NewRequest("hi", true)}, func(llm.Chunk) error { return nil })
 }
 
 // left is the tokens in tenant's bucket now (Redis' clock stands still in
@@ -125,7 +125,7 @@ func TestEachCallIsChargedByTheRules(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := newRig(t, false)
-			ctx, done, e := r.g.Admit(t.Context(), tenant.Identity{Key: "acme", Tier: "small"}, ask(400, 50))
+			ctx, done, e := r.admit(t.Context(), tenant.Identity{Key: "acme", Tier: "small"}, ask(400, 50))
 			require.Nil(t, e)
 			if tc.stream {
 				_, _ = r.stream(ctx, tc.p)
@@ -140,7 +140,7 @@ func TestEachCallIsChargedByTheRules(t *testing.T) {
 
 func TestAnUnderestimateIsOwedUpToTheConfiguredDebt(t *testing.T) {
 	r := newRigWith(t, false, func(c *Config) { c.TokenDebtMinutes = 3 })
-	ctx, done, e := r.g.Admit(t.Context(), tenant.Identity{Key: "acme", Tier: "small"}, ask(400, 50))
+	ctx, done, e := r.admit(t.Context(), tenant.Identity{Key: "acme", Tier: "small"}, ask(400, 50))
 	require.Nil(t, e)
 	_, err := r.call(ctx, &upstream{usage: &llm.Usage{TotalTokens: 1_000_000}}) // a prompt of files
 	require.NoError(t, err)
@@ -150,7 +150,7 @@ func TestAnUnderestimateIsOwedUpToTheConfiguredDebt(t *testing.T) {
 
 func TestARequestThatMadeNoCallIsRefundedItsReservation(t *testing.T) {
 	r := newRig(t, false)
-	_, done, e := r.g.Admit(t.Context(), tenant.Identity{Key: "acme", Tier: "small"}, ask(400, 1900))
+	_, done, e := r.admit(t.Context(), tenant.Identity{Key: "acme", Tier: "small"}, ask(400, 1900))
 	require.Nil(t, e)
 	assert.Equal(t, 0, r.left(t, "acme", 2000), "the whole quota is reserved while it runs")
 	done(nil, router.ErrOverloaded) // no slot: no call was made
@@ -159,7 +159,7 @@ func TestARequestThatMadeNoCallIsRefundedItsReservation(t *testing.T) {
 
 func TestEveryRetryAndHedgeReservesForItself(t *testing.T) {
 	r := newRig(t, false)
-	ctx, done, e := r.g.Admit(t.Context(), tenant.Identity{Key: "acme", Tier: "small"}, ask(400, 500)) // 600 a call
+	ctx, done, e := r.admit(t.Context(), tenant.Identity{Key: "acme", Tier: "small"}, ask(400, 500)) // 600 a call
 	require.Nil(t, e)
 	defer done(nil, nil)
 	timeout := &upstream{err: context.DeadlineExceeded}
@@ -182,7 +182,7 @@ func TestEveryRetryAndHedgeReservesForItself(t *testing.T) {
 func TestTheUpstreamIsAskedForNoMoreAnswerThanReserved(t *testing.T) {
 	r := newRig(t, false)
 	id := tenant.Identity{Key: "acme", Tier: "small"}
-	ctx, done, e := r.g.Admit(t.Context(), id, ask(40, 0))
+	ctx, done, e := r.admit(t.Context(), id, ask(40, 0))
 	require.Nil(t, e)
 	p := &upstream{usage: &llm.Usage{TotalTokens: 10}}
 	_, err := r.call(ctx, p)
@@ -190,7 +190,7 @@ func TestTheUpstreamIsAskedForNoMoreAnswerThanReserved(t *testing.T) {
 	assert.Equal(t, DefaultMaxTokens, p.maxTokens, "a caller who set no limit: the reserved answer is the limit upstream")
 	done(nil, nil)
 
-	ctx, done, e = r.g.Admit(t.Context(), id, ask(40, 77))
+	ctx, done, e = r.admit(t.Context(), id, ask(40, 77))
 	require.Nil(t, e)
 	defer done(nil, nil)
 	_, err = r.call(ctx, p)
@@ -212,7 +212,7 @@ func (g *gated) Generate(ctx context.Context, req llm.Request) (llm.Completion, 
 
 func TestACallThatEndsAfterItsRequestIsSettledWhenItEnds(t *testing.T) {
 	r := newRig(t, false)
-	ctx, done, e := r.g.Admit(t.Context(), tenant.Identity{Key: "acme", Tier: "small"}, ask(400, 50))
+	ctx, done, e := r.admit(t.Context(), tenant.Identity{Key: "acme", Tier: "small"}, ask(400, 50))
 	require.Nil(t, e)
 	p := &gated{upstream: upstream{usage: &llm.Usage{TotalTokens: 7}}, entered: make(chan struct{}), gate: make(chan struct{})}
 	var wg sync.WaitGroup
@@ -243,7 +243,7 @@ func TestALeaseLostWhileItsRequestRunsIsLogged(t *testing.T) {
 		c.LeaseTTL = 30 * time.Millisecond // renewed every 10 ms of real time
 		c.Log = slog.New(slog.NewJSONHandler(&logs, nil))
 	})
-	_, done, e := r.g.Admit(t.Context(), tenant.Identity{Key: "acme", Tenant: "acme", Tier: "small"}, ask(400, 50))
+	_, done, e := r.admit(t.Context(), tenant.Identity{Key: "acme", Tenant: "acme", Tier: "small"}, ask(400, 50))
 	require.Nil(t, e)
 	defer done(nil, nil)
 	r.m.FastForward(time.Minute) // Redis' clock jumps past the lease's TTL: a stall that outlived it
@@ -268,7 +268,7 @@ func TestACallThatPanicsIsSettledAtItsReservation(t *testing.T) {
 	for _, stream := range []bool{false, true} {
 		t.Run(fmt.Sprintf("stream=%v", stream), func(t *testing.T) {
 			r := newRig(t, false)
-			ctx, done, e := r.g.Admit(t.Context(), tenant.Identity{Key: "acme", Tier: "small"}, ask(400, 50))
+			ctx, done, e := r.admit(t.Context(), tenant.Identity{Key: "acme", Tier: "small"}, ask(400, 50))
 			require.Nil(t, e)
 			var err error
 			if stream {

@@ -133,10 +133,10 @@ func streamAndHangUpAs(t *testing.T, r *rig, key string, b *biller, reads int) (
 	t.Helper()
 	caller, leave := context.WithCancel(t.Context())
 	defer leave()
-	ctx, done, e := r.g.Admit(caller, tenant.Identity{Key: key, Tier: "small"}, ask(400, 50))
+	ctx, done, e := r.admit(caller, tenant.Identity{Key: key, Tier: "small"}, ask(400, 50))
 	require.Nil(t, e)
 	h := &hangUp{reads: reads, leave: leave}
-	_, err := r.g.Meter(b).(llm.StreamingProvider).Stream(ctx, llm.Request{Chat: chatapi.NewRequest("hi", true)}, h.emit)
+	_, err := metered(b).(llm.StreamingProvider).Stream(ctx, llm.Request{Chat: chatapi.NewRequest("hi", true)}, h.emit)
 	done(nil, err)
 	return h, err
 }
@@ -167,10 +167,10 @@ func TestACallerWhoLeavesBetweenChunksPaysTheBillToo(t *testing.T) {
 	r := newRig(t, false)
 	b := &biller{deltas: 6, usage: llm.Usage{TotalTokens: 700}}
 	caller, leave := context.WithCancel(t.Context())
-	ctx, done, e := r.g.Admit(caller, tenant.Identity{Key: "acme", Tier: "small"}, ask(400, 50))
+	ctx, done, e := r.admit(caller, tenant.Identity{Key: "acme", Tier: "small"}, ask(400, 50))
 	require.Nil(t, e)
 	reads := 0
-	_, err := r.g.Meter(b).(llm.StreamingProvider).Stream(ctx, llm.Request{Chat: chatapi.NewRequest("hi", true)}, func(llm.Chunk) error {
+	_, err := metered(b).(llm.StreamingProvider).Stream(ctx, llm.Request{Chat: chatapi.NewRequest("hi", true)}, func(llm.Chunk) error {
 		if reads++; reads == 2 {
 			leave() // the connection closes; the next chunk is still on its way
 		}
@@ -194,13 +194,13 @@ func TestACallTheGatewayCutsIsNotReadOn(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			r := newRig(t, false)
-			ctx, done, e := r.g.Admit(t.Context(), tenant.Identity{Key: "acme", Tier: "small"}, ask(400, 50))
+			ctx, done, e := r.admit(t.Context(), tenant.Identity{Key: "acme", Tier: "small"}, ask(400, 50))
 			require.Nil(t, e)
 			b := &biller{deltas: 6, usage: llm.Usage{TotalTokens: 700}}
 			attempt, stop := cut(ctx)
 			defer stop()
 			reads := 0
-			_, err := r.g.Meter(b).(llm.StreamingProvider).Stream(attempt, llm.Request{Chat: chatapi.NewRequest("hi", true)}, func(llm.Chunk) error {
+			_, err := metered(b).(llm.StreamingProvider).Stream(attempt, llm.Request{Chat: chatapi.NewRequest("hi", true)}, func(llm.Chunk) error {
 				if reads++; reads == 2 {
 					stop()
 				}
@@ -319,10 +319,10 @@ func TestReadOnBytesCountOnlyWhatIsReadAfterTheCallerLeft(t *testing.T) {
 	r := newRigWith(t, false, func(c *Config) { c.ReadOnBytes = 20000 })
 	caller, leave := context.WithCancel(t.Context())
 	defer leave()
-	ctx, done, e := r.g.Admit(caller, tenant.Identity{Key: "acme", Tier: "small"}, ask(400, 50))
+	ctx, done, e := r.admit(caller, tenant.Identity{Key: "acme", Tier: "small"}, ask(400, 50))
 	require.Nil(t, e)
 	h := &hangUp{reads: 15, leave: leave} // 15 KB reached the caller; about 11 KB come after it left
-	_, err := r.g.Meter(&twoPhase{before: 16, after: 10}).(llm.StreamingProvider).Stream(ctx, llm.Request{Chat: chatapi.NewRequest("hi", true)}, h.emit)
+	_, err := metered(&twoPhase{before: 16, after: 10}).(llm.StreamingProvider).Stream(ctx, llm.Request{Chat: chatapi.NewRequest("hi", true)}, h.emit)
 	done(nil, err)
 	require.ErrorIs(t, err, context.Canceled)
 	require.Eventually(t, func() bool { return len(r.obs.all()) > 0 }, 5*time.Second, time.Millisecond)
@@ -349,11 +349,11 @@ func TestNoChunkReachesTheCallerAfterItLeft(t *testing.T) {
 	r := newRig(t, false)
 	b := &biller{deltas: 6, usage: llm.Usage{TotalTokens: 700}}
 	caller, leave := context.WithCancel(t.Context())
-	ctx, done, e := r.g.Admit(caller, tenant.Identity{Key: "acme", Tier: "small"}, ask(400, 50))
+	ctx, done, e := r.admit(caller, tenant.Identity{Key: "acme", Tier: "small"}, ask(400, 50))
 	require.Nil(t, e)
 	var returned atomic.Bool
 	var late atomic.Int32
-	_, err := r.g.Meter(b).(llm.StreamingProvider).Stream(ctx, llm.Request{Chat: chatapi.NewRequest("hi", true)}, func(llm.Chunk) error {
+	_, err := metered(b).(llm.StreamingProvider).Stream(ctx, llm.Request{Chat: chatapi.NewRequest("hi", true)}, func(llm.Chunk) error {
 		if returned.Load() {
 			late.Add(1)
 		}
@@ -375,11 +375,11 @@ func TestACallReadOnHoldsItsTenantsSlot(t *testing.T) {
 	b := &biller{deltas: 3, stall: true}
 	_, err := streamAndHangUp(t, r, b, 1)
 	require.ErrorIs(t, err, context.Canceled)
-	_, _, e := r.g.Admit(t.Context(), tenant.Identity{Key: "acme", Tier: "small"}, ask(400, 50))
+	_, _, e := r.admit(t.Context(), tenant.Identity{Key: "acme", Tier: "small"}, ask(400, 50))
 	require.NotNil(t, e, "the small tier has one slot, and the call read on holds it")
 	assert.Equal(t, "too_many_concurrent_requests", e.Code)
 	r.g.readOn.close() // the read-on ends (cut)
-	_, done, e := r.g.Admit(t.Context(), tenant.Identity{Key: "acme", Tier: "small"}, ask(400, 50))
+	_, done, e := r.admit(t.Context(), tenant.Identity{Key: "acme", Tier: "small"}, ask(400, 50))
 	require.Nil(t, e, "its slot is back once the call ends")
 	done(nil, nil)
 }
@@ -390,10 +390,10 @@ func TestACallReadOnHoldsItsTenantsSlot(t *testing.T) {
 // Charged, for a caller told the usage of a continued stream.
 func TestAFinishedAnswerThatThenDropsIsChargedAsAnswered(t *testing.T) {
 	r := newRig(t, false)
-	ctx, done, e := r.g.Admit(t.Context(), tenant.Identity{Key: "acme", Tier: "small"}, ask(400, 50))
+	ctx, done, e := r.admit(t.Context(), tenant.Identity{Key: "acme", Tier: "small"}, ask(400, 50))
 	require.Nil(t, e)
 	b := &biller{deltas: 3, usage: llm.Usage{PromptTokens: 80, CompletionTokens: 3, TotalTokens: 83}, drops: true}
-	c, err := r.g.Meter(b).(llm.StreamingProvider).Stream(ctx, llm.Request{Chat: chatapi.NewRequest("hi", true)}, func(llm.Chunk) error { return nil })
+	c, err := metered(b).(llm.StreamingProvider).Stream(ctx, llm.Request{Chat: chatapi.NewRequest("hi", true)}, func(llm.Chunk) error { return nil })
 	require.Error(t, err, "the provider saw the reset")
 	done(nil, nil)
 	assert.Equal(t, 2000-83, r.left(t, "acme", 2000), "the usage, not the 150 reserved")
@@ -404,9 +404,9 @@ func TestAFinishedAnswerThatThenDropsIsChargedAsAnswered(t *testing.T) {
 // with no usage, its reservation, told as the prompt's share and the rest.
 func TestEveryCallReportsWhatItWasCharged(t *testing.T) {
 	r := newRig(t, false)
-	ctx, done, e := r.g.Admit(t.Context(), tenant.Identity{Key: "acme", Tier: "small"}, ask(400, 50))
+	ctx, done, e := r.admit(t.Context(), tenant.Identity{Key: "acme", Tier: "small"}, ask(400, 50))
 	require.Nil(t, e)
-	c, _ := r.g.Meter(&biller{deltas: 3, stall: true}).(llm.StreamingProvider).Stream(func() context.Context {
+	c, _ := metered(&biller{deltas: 3, stall: true}).(llm.StreamingProvider).Stream(func() context.Context {
 		ctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
 		t.Cleanup(cancel)
 		return ctx

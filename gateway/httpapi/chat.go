@@ -52,7 +52,7 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, chatapi.ModelNotFound.New(fmt.Sprintf("the model %q does not exist here; GET /v1/models lists the models this gateway serves", chat.Model)).At("model"))
 		return
 	}
-	r, done, ok := s.admit(w, r, id, tenant.Admission{Model: chat.Model, BodyBytes: buf.Len(), MaxTokens: chat.MaxTokens, Choices: chat.Choices, MediaParts: chat.MediaParts, Stream: chat.Stream})
+	r, done, ok := s.admit(w, r, id, tenant.Admission{Model: chat.Model, BodyBytes: buf.Len(), MaxTokens: chat.MaxTokens, Choices: chat.Choices, MediaParts: chat.MediaParts, Stream: chat.Stream}, &req)
 	if !ok {
 		return
 	}

@@ -75,9 +75,9 @@ func TestABodyOverTheCallersOwnLimitIsRefusedUnparsed(t *testing.T) {
 				return tenant.Identity{Key: "acme", Tenant: "acme", Tier: "free", MaxBodyBytes: 100}, nil
 			}
 			o.CallerLimited = func(id tenant.Identity, limit policy.Limit) { limited = append(limited, id.Key+":"+string(limit)) }
-			o.Admit = func(ctx context.Context, _ tenant.Identity, _ tenant.Admission) (context.Context, tenant.Done, *chatapi.Error) {
+			o.Admit = func(ctx context.Context, _ tenant.Identity, _ tenant.Admission) (context.Context, tenant.Pass, *chatapi.Error) {
 				admitted++
-				return ctx, nil, nil
+				return ctx, tenant.Pass{}, nil
 			}
 		}, simProvider(t, sim.Config{Name: "alpha"}))
 		big := `{"messages":[{"role":"user","content":"` + strings.Repeat("x", 200) + `"}]}`
@@ -140,8 +140,8 @@ func TestTheAdmissionIsSettledAfterTheAnswerIsWritten(t *testing.T) {
 				rec := httptest.NewRecorder()
 				written, flushed := -1, false
 				r := newRigWith(t, baseConfig(), func(o *Options) {
-					o.Admit = func(ctx context.Context, _ tenant.Identity, _ tenant.Admission) (context.Context, tenant.Done, *chatapi.Error) {
-						return ctx, func(*llm.Usage, error) { written, flushed = rec.Body.Len(), rec.Flushed }, nil
+					o.Admit = func(ctx context.Context, _ tenant.Identity, _ tenant.Admission) (context.Context, tenant.Pass, *chatapi.Error) {
+						return ctx, tenant.Pass{Done: func(*llm.Usage, error) { written, flushed = rec.Body.Len(), rec.Flushed }}, nil
 					}
 				}, simProvider(t, sim.Config{Name: "alpha"}))
 				req := httptest.NewRequest(http.MethodPost, tc.path, strings.NewReader(tc.body))

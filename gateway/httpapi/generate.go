@@ -92,7 +92,7 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request) {
 		s.writeError(w, chatapi.ModelNotFound.New(fmt.Sprintf("the provider %q does not exist here; GET /v1/models lists them", body.Provider)).At("provider"))
 		return
 	}
-	r, done, ok := s.admit(w, r, id, tenant.Admission{Model: body.Provider, BodyBytes: buf.Len()})
+	r, done, ok := s.admit(w, r, id, tenant.Admission{Model: body.Provider, BodyBytes: buf.Len()}, &req)
 	if !ok {
 		return
 	}

@@ -65,12 +65,13 @@ type Options struct {
 	// Admit, if set, runs after a request is parsed and routed and before
 	// the gateway sees it (secure_app checks the tier's policy, reserves
 	// tokens and takes a shared in-flight lease here). It returns the
-	// context to serve the request under, a done func the server calls once
-	// when the request ends — with the upstream's usage (nil if none came)
-	// and the router's error (nil on success; one wrapping
-	// router.ErrAfterFirstByte when a stream was cut after output) — or an
+	// context to serve the request under and a pass: its Done, which the
+	// server calls once when the request ends — with the upstream's usage
+	// (nil if none came) and the router's error (nil on success; one
+	// wrapping router.ErrAfterFirstByte when a stream was cut after output)
+	// — and its Meter, which the server puts on the router.Request; or an
 	// error to send instead.
-	Admit func(ctx context.Context, id tenant.Identity, a tenant.Admission) (context.Context, tenant.Done, *chatapi.Error)
+	Admit func(ctx context.Context, id tenant.Identity, a tenant.Admission) (context.Context, tenant.Pass, *chatapi.Error)
 	// CallerLimited, if set, hears of each request refused for one of its
 	// caller's own limits, which the identity carries and the server
 	// enforces before Admit runs: policy.LimitPromptBytes
@@ -254,18 +255,19 @@ func (s *Server) identify(w http.ResponseWriter, r *http.Request) (tenant.Identi
 // admit runs Options.Admit, if set. The caller must call done (never nil)
 // with the answer's usage when the request ends; done also counts the
 // tokens.
-func (s *Server) admit(w http.ResponseWriter, r *http.Request, id tenant.Identity, a tenant.Admission) (*http.Request, tenant.Done, bool) {
+func (s *Server) admit(w http.ResponseWriter, r *http.Request, id tenant.Identity, a tenant.Admission, req *router.Request) (*http.Request, tenant.Done, bool) {
 	hook := func(*llm.Usage, error) {}
 	if s.opts.Admit != nil {
 		a.Model = cmp.Or(a.Model, router.AutoModel)
-		ctx, done, err := s.opts.Admit(r.Context(), id, a)
+		ctx, pass, err := s.opts.Admit(r.Context(), id, a)
 		if err != nil {
 			s.writeError(w, err)
 			return r, nil, false
 		}
-		if done != nil {
-			hook = done
+		if pass.Done != nil {
+			hook = pass.Done
 		}
+		req.Meter = pass.Meter
 		r = r.WithContext(ctx)
 	}
 	return r, func(u *llm.Usage, err error) {

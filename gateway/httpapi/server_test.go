@@ -4,10 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -556,17 +558,17 @@ func TestAdmitHookSeesTheRequestAndSettlesWithItsUsage(t *testing.T) {
 		cfg := baseConfig()
 		cfg.Routes = []router.Route{{Name: "denied", Targets: []router.Target{{Provider: "alpha"}}}}
 		r := newRigWith(t, cfg, func(o *Options) {
-			o.Admit = func(ctx context.Context, id tenant.Identity, a tenant.Admission) (context.Context, tenant.Done, *chatapi.Error) {
+			o.Admit = func(ctx context.Context, id tenant.Identity, a tenant.Admission) (context.Context, tenant.Pass, *chatapi.Error) {
 				seen = a
 				from, _ := tenant.IdentityFrom(ctx)
 				asked = from.Tenant
 				if a.Model == "denied" {
-					return ctx, nil, &chatapi.Error{Status: http.StatusTooManyRequests, Type: "rate_limit_error", Code: "tokens_per_minute", Message: "over", RetryAfter: 1500 * time.Millisecond}
+					return ctx, tenant.Pass{}, &chatapi.Error{Status: http.StatusTooManyRequests, Type: "rate_limit_error", Code: "tokens_per_minute", Message: "over", RetryAfter: 1500 * time.Millisecond}
 				}
-				return ctx, func(u *llm.Usage, err error) {
+				return ctx, tenant.Pass{Done: func(u *llm.Usage, err error) {
 					assert.NoError(t, err)
 					settled = append(settled, u)
-				}, nil
+				}}, nil
 			}
 		}, simProvider(t, sim.Config{Name: "alpha"}))
 
@@ -585,6 +587,41 @@ func TestAdmitHookSeesTheRequestAndSettlesWithItsUsage(t *testing.T) {
 		assert.Equal(t, "tokens_per_minute", decodeError(t, rec).code())
 		assert.Len(t, settled, 1, "a refused request has nothing to settle")
 	})
+}
+
+// countingMeter counts the upstream calls run through it.
+type countingMeter struct{ calls atomic.Int64 }
+
+func (m *countingMeter) Call(ctx context.Context, req llm.Request, emit func(llm.Chunk) error, call llm.Call) (llm.Completion, error) {
+	m.calls.Add(1)
+	return call(ctx, req, emit)
+}
+
+func TestAPassesMeterRidesOnEveryUpstreamCallOfItsRequest(t *testing.T) {
+	for _, path := range []string{"/v1/chat/completions", "/v1/generate"} {
+		for _, stream := range []bool{false, true} {
+			if stream && path == "/v1/generate" {
+				continue
+			}
+			t.Run(fmt.Sprintf("%s stream=%v", path, stream), func(t *testing.T) {
+				synctest.Test(t, func(t *testing.T) {
+					m := &countingMeter{}
+					r := newRigWith(t, baseConfig(), func(o *Options) {
+						o.Admit = func(ctx context.Context, _ tenant.Identity, _ tenant.Admission) (context.Context, tenant.Pass, *chatapi.Error) {
+							return ctx, tenant.Pass{Meter: m}, nil
+						}
+					}, llm.Metered(simProvider(t, sim.Config{Name: "alpha"})))
+					body := fmt.Sprintf(`{"stream":%v,"messages":[{"role":"user","content":"hi"}]}`, stream)
+					if path == "/v1/generate" {
+						body = `{"prompt":"hi"}`
+					}
+					rec := r.do(http.MethodPost, path, body)
+					require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
+					assert.Equal(t, int64(1), m.calls.Load(), "the one upstream call ran through the request's meter")
+				})
+			})
+		}
+	}
 }
 
 func TestGenerateIsAsStrictAsChat(t *testing.T) {

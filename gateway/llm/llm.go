@@ -31,6 +31,54 @@ type Request struct {
 	// Model is the upstream model to ask for; "" means the provider's own
 	// default.
 	Model string
+	// Meter, if set, is the accounting of the caller's request that this
+	// call is made for (a tenant gate's token quota): every call of one
+	// request carries the same one, and Metered runs each through it.
+	// Providers themselves never look at it.
+	Meter Meter
+}
+
+// Meter is one request's accounting, kept by a tenant gate (gateway/guard
+// charges its tenant's token quota): every upstream call the request makes
+// runs through Call, which may refuse it before it is sent (an error
+// wrapping ErrNotSent), may cap what it asks for, and sets the
+// Completion's Charged to what it cost — whatever its error.
+type Meter interface {
+	Call(ctx context.Context, req Request, emit func(Chunk) error, call Call) (Completion, error)
+}
+
+// Call is one upstream call as a Meter runs it; emit is nil for a whole
+// answer.
+type Call func(ctx context.Context, req Request, emit func(Chunk) error) (Completion, error)
+
+// Metered wraps p so that each call to it runs through its request's Meter
+// (Request.Meter); a request without one passes through. It must wrap the
+// provider itself, inside any middleware that calls it more than once per
+// request (hedging), so that each call is charged.
+func Metered(p Provider) Provider { return metered{Wrapped{Inner: p}} }
+
+type metered struct{ Wrapped }
+
+func (p metered) Generate(ctx context.Context, req Request) (Completion, error) {
+	m := req.Meter
+	if m == nil {
+		return Generate(ctx, p.Inner, req)
+	}
+	req.Meter = nil // charged here: a meter further in must not charge it again
+	return m.Call(ctx, req, nil, func(ctx context.Context, req Request, _ func(Chunk) error) (Completion, error) {
+		return Generate(ctx, p.Inner, req) // a panic in the call comes back as ErrPanic
+	})
+}
+
+func (p metered) Stream(ctx context.Context, req Request, emit func(Chunk) error) (Completion, error) {
+	m := req.Meter
+	if m == nil {
+		return Stream(ctx, p.Inner, req, emit)
+	}
+	req.Meter = nil
+	return m.Call(ctx, req, emit, func(ctx context.Context, req Request, emit func(Chunk) error) (Completion, error) {
+		return Stream(ctx, p.Inner, req, emit)
+	})
 }
 
 // Completion is a provider's whole answer.
@@ -44,7 +92,7 @@ type Completion struct {
 	// not. For a stream, it is what the stream's last chunks said.
 	Usage *Usage
 	// Charged is what a middleware that bills calls charged the tenant for
-	// this one, told as a usage (guard.Meter sets it, whatever the call's
+	// this one, told as a usage (a Meter sets it, whatever the call's
 	// error); nil where nothing bills. A router that tells a caller the
 	// usage of an answer several calls wrote sums it, so the caller is told
 	// what the tenant pays.

@@ -194,3 +194,62 @@ func TestAnAnswerWithNothingInItIsAnError(t *testing.T) {
 	require.ErrorIs(t, err, llm.ErrEmptyAnswer, "a 200 with an empty body is not an answer to pass on")
 	assert.Contains(t, err.Error(), "whole", "and the error names the provider")
 }
+
+// echo answers with the model it was asked for, and says whether the
+// request it got still carried a meter.
+type echo struct{ sawMeter []bool }
+
+func (e *echo) Name() string { return "echo" }
+
+func (e *echo) Generate(_ context.Context, req llm.Request) (llm.Completion, error) {
+	e.sawMeter = append(e.sawMeter, req.Meter != nil)
+	return llm.Completion{Raw: []byte(`{"model":"` + req.Model + `"}`)}, nil
+}
+
+func (e *echo) Stream(ctx context.Context, req llm.Request, emit func(llm.Chunk) error) (llm.Completion, error) {
+	c, err := e.Generate(ctx, req)
+	if err == nil {
+		err = emit(llm.Chunk{Raw: []byte("piece")})
+	}
+	return c, err
+}
+
+// tally is a Meter that counts the calls run through it and charges each
+// one token.
+type tally struct{ calls, emits int }
+
+func (m *tally) Call(ctx context.Context, req llm.Request, emit func(llm.Chunk) error, call llm.Call) (llm.Completion, error) {
+	m.calls++
+	relay := emit
+	if emit != nil {
+		relay = func(c llm.Chunk) error { m.emits++; return emit(c) }
+	}
+	c, err := call(ctx, req, relay)
+	c.Charged = &llm.Usage{TotalTokens: 1}
+	return c, err
+}
+
+func TestMeteredRunsEachCallThroughItsRequestsMeterOnce(t *testing.T) {
+	inner := &echo{}
+	p := llm.Metered(llm.Metered(inner)) // wrapped twice: still charged once
+	c, err := p.Generate(t.Context(), llm.Request{Chat: chatapi.NewRequest("hi", false), Model: "m"})
+	require.NoError(t, err, "a request without a meter passes through")
+	assert.Nil(t, c.Charged)
+
+	m := &tally{}
+	c, err = p.Generate(t.Context(), llm.Request{Chat: chatapi.NewRequest("hi", false), Model: "m", Meter: m})
+	require.NoError(t, err)
+	assert.Equal(t, 1, m.calls, "one call, charged once however many times the provider is wrapped")
+	assert.Equal(t, &llm.Usage{TotalTokens: 1}, c.Charged, "the meter's charge comes back with the completion")
+	assert.Equal(t, `{"model":"m"}`, string(c.Raw), "the request reaches the provider as asked")
+
+	var got []string
+	c, err = p.(llm.StreamingProvider).Stream(t.Context(), llm.Request{Chat: chatapi.NewRequest("hi", true), Model: "m", Meter: m},
+		func(ch llm.Chunk) error { got = append(got, string(ch.Raw)); return nil })
+	require.NoError(t, err)
+	assert.Equal(t, 2, m.calls)
+	assert.Equal(t, 1, m.emits, "a stream's chunks pass through the meter on their way to the caller")
+	assert.Equal(t, []string{"piece"}, got)
+	assert.NotNil(t, c.Charged)
+	assert.Equal(t, []bool{false, false, false}, inner.sawMeter, "the provider never sees the meter: no one further in charges the call again")
+}

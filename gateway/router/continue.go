@@ -181,7 +181,7 @@ func (st *streamer) continueOn(ctx context.Context, run *run, from step, t *step
 	actx, span := r.attemptSpan(ctx, t.target, n)
 	start := time.Now()
 	l := &leg{from: &from, to: t, prefill: prefill, deciding: prefill != ""}
-	c, err := st.once(actx, r, *t, llm.Request{Chat: chat, Model: t.target.Model}, l)
+	c, err := st.once(actx, r, *t, llm.Request{Chat: chat, Model: t.target.Model, Meter: run.req.Meter}, l)
 	switch {
 	case err != nil && l.finished && !errors.Is(err, errClientGone):
 		err = nil // the answer was whole; only [DONE] or the usage was still to come

@@ -186,7 +186,7 @@ func (run *run) attempt(ctx context.Context, n int) error {
 		run.r.cfg.RetryBudget.Deposit(s.target.Provider)
 	}
 	ctx, span := run.r.attemptSpan(ctx, s.target, n)
-	c, err := run.call(ctx, s, llm.Request{Chat: run.req.Chat, Model: s.target.Model})
+	c, err := run.call(ctx, s, llm.Request{Chat: run.req.Chat, Model: s.target.Model, Meter: run.req.Meter})
 	outcome := err
 	if err == nil && run.broke != nil {
 		outcome = run.broke // the caller got its answer; this target did not give it

@@ -112,6 +112,9 @@ type Request struct {
 	RateChecked bool
 	// Chat is the caller's chat request as sent; required.
 	Chat *chatapi.Request
+	// Meter, if set, is the request's accounting (a tenant gate's token
+	// quota), passed on with every upstream call it makes (llm.Request's).
+	Meter llm.Meter
 }
 
 // Response is an answered request.

@@ -56,6 +56,16 @@ func IdentityFrom(ctx context.Context) (Identity, bool) {
 // error (nil on success).
 type Done func(usage *llm.Usage, err error)
 
+// Pass is what a gate's admission gives a request it lets in.
+type Pass struct {
+	// Done, if set, is called once when the request ends.
+	Done Done
+	// Meter, if set, charges each upstream call the request makes (it
+	// rides on every llm.Request of it; llm.Metered runs the calls through
+	// it); nil when nothing is metered.
+	Meter llm.Meter
+}
+
 // Admission is what a gate is shown of a request before it admits it.
 type Admission struct {
 	Model     string // the public model name asked for; "auto" when none

@@ -16,6 +16,7 @@ import (
 	"github.com/production-go/gateway-lab/gateway/guard"
 	"github.com/production-go/gateway-lab/gateway/httpapi"
 	"github.com/production-go/gateway-lab/gateway/identity"
+	"github.com/production-go/gateway-lab/gateway/llm"
 	"github.com/production-go/gateway-lab/gateway/policy"
 	"github.com/production-go/gateway-lab/gateway/providers/openaicompat"
 	"github.com/production-go/gateway-lab/gateway/quota"
@@ -178,7 +179,7 @@ func hooks(g *guard.Guard) service.Hooks {
 			// are slow cannot open a target's breaker for everyone.
 			c.IsolateTenantFailures = true
 		},
-		Provider: g.Meter, // every upstream call charged to its request's token quota
+		Provider: llm.Metered, // every upstream call charged to its request's token quota (guard's meter rides on the request)
 		Upstream: func(c *openaicompat.Config) {
 			if !c.Local {
 				c.DialControl = egress.Control
