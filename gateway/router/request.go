@@ -218,7 +218,8 @@ func (run *run) attempt(ctx context.Context, n int) error {
 	}
 	run.plan.last = k
 	next := run.plan.decide(run.caller, k, err, run.deadline, run.r.policy(run.plan.pinned, 0).MaxAttempts-n)
-	if _, fo := next.(failover); run.r.cfg.RetryBudget != nil && (fo || !llm.CallersFault(err) && !errors.Is(err, llm.ErrNotSent)) { // the loop would try again
+	if _, fo := next.(failover); run.r.cfg.RetryBudget != nil && !errors.Is(err, ErrAfterFirstByte) &&
+		(fo || !llm.CallersFault(err) && !errors.Is(err, llm.ErrNotSent)) { // the loop would try again
 		next = run.budget(n, next)
 	}
 	return next
@@ -276,6 +277,9 @@ func (run *run) budget(n int, next error) error {
 
 // decide tells the retry loop what a failed attempt means:
 //
+//   - cut after its first byte (ErrAfterFirstByte): stop — the caller has
+//     part of an answer, and no other target may start one (nor is a
+//     retry-budget token spent on the attempt that will not follow);
 //   - refused before it was sent (llm.ErrNotSent): stop;
 //   - the request's own fault (a 4xx): stop — unless the route falls back
 //     on this error and has a target it has not tried;
@@ -290,6 +294,9 @@ func (run *run) budget(n int, next error) error {
 //   - otherwise (the same target is the only way on, or every target has
 //     had its turn): the loop backs off, honouring Retry-After.
 func (p *plan) decide(caller context.Context, k int, err error, deadline time.Time, attemptsLeft int) error {
+	if errors.Is(err, ErrAfterFirstByte) {
+		return err // already final (Permanent): the caller has part of an answer, and no other target may start one
+	}
 	if errors.Is(err, llm.ErrNotSent) {
 		return timeouts.Permanent(err) // a middleware ended the request before asking anyone
 	}
