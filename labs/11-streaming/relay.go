@@ -95,7 +95,7 @@ type Config struct {
 type Result struct {
 	Text         string   // the answer's text, as the caller read it
 	FinishReason string   // why it ended
-	Usage        Usage    // summed over every stream that reported usage
+	Usage        Usage    // the last usage each stream reported, summed over the streams
 	Served       []string // the targets whose chunks reached the caller, in order
 }
 

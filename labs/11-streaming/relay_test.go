@@ -518,3 +518,34 @@ func TestACallerWhoLeavesWhileAStreamOpensIsNotPassedOn(t *testing.T) {
 		assert.Empty(t, b.opened(), "b is not opened after the caller's deadline")
 	})
 }
+
+// Some servers (vLLM with continuous_usage_stats) report a running usage on
+// every chunk: each report is the stream's whole use so far, so the last is
+// what the stream used — and what the streams used adds up across streams.
+func TestARunningUsageIsTheStreamsLastReportNotTheirSum(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		running := func(text string, prompt, completion int) step {
+			return step{chunk: Chunk{Text: text, Usage: &Usage{PromptTokens: prompt, CompletionTokens: completion}}}
+		}
+		a := plays("a", running("The", 3, 1), running(" sky", 3, 2), fail(0, errReset))
+		cont := continues("cont", running(" is", 10, 1), running(" blue.", 10, 2), finish(0, "stop"), usage(0, 10, 2))
+		res, err := Relay(t.Context(), limits, targets(a, cont), newCaller().emit)
+		require.NoError(t, err)
+		assert.Equal(t, "The sky is blue.", res.Text)
+		assert.Equal(t, Usage{PromptTokens: 13, CompletionTokens: 4}, res.Usage,
+			"each stream's last report (3+2 and 10+2), summed over the two streams: not every running report added up")
+	})
+}
+
+// A chunk that carries the finish and the usage together (a server that
+// sends the usage on its last choice chunk) leaves nothing to read.
+func TestAFinishThatCarriesTheUsageEndsTheRelayAtOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		start := time.Now()
+		a := plays("a", say(0, "Hi"), step{chunk: Chunk{Text: "!", FinishReason: "stop", Usage: &Usage{PromptTokens: 3, CompletionTokens: 2}}})
+		res, err := Relay(t.Context(), limits, targets(a), newCaller().emit)
+		require.NoError(t, err)
+		assert.Equal(t, Usage{PromptTokens: 3, CompletionTokens: 2}, res.Usage)
+		assert.Zero(t, time.Since(start), "the finish and the usage are in: done at once, not after an idle wait for more")
+	})
+}

@@ -95,7 +95,7 @@ type Config struct {
 type Result struct {
 	Text         string   // the answer's text, as the caller read it
 	FinishReason string   // why it ended
-	Usage        Usage    // summed over every stream that reported usage
+	Usage        Usage    // the last usage each stream reported, summed over the streams
 	Served       []string // the targets whose chunks reached the caller, in order
 }
 
@@ -199,6 +199,16 @@ func (r *relay) attempt(ctx context.Context, t Target) (err error) {
 	var limit time.Duration   // none of its own before the first chunk: firstToken is the limit
 	served := false
 	var held *Chunk // a chunk that says nothing yet (the role), kept until one does
+	// The stream's usage is the last it reports: a running usage (vLLM's,
+	// on every chunk) is cumulative, so each report replaces the one before;
+	// what the streams reported adds up across streams, not within one.
+	var used *Usage
+	defer func() {
+		if used != nil {
+			r.res.Usage.PromptTokens += used.PromptTokens
+			r.res.Usage.CompletionTokens += used.CompletionTokens
+		}
+	}()
 	for {
 		c, err := next(ctx, s, limit)
 		switch {
@@ -213,9 +223,9 @@ func (r *relay) attempt(ctx context.Context, t Target) (err error) {
 		limit = r.cfg.Idle
 		hadUsage := c.Usage != nil
 		if hadUsage {
-			r.res.Usage.PromptTokens += c.Usage.PromptTokens
-			r.res.Usage.CompletionTokens += c.Usage.CompletionTokens
-			c.Usage = nil // the caller is told the sum, once (Result.Usage)
+			u := *c.Usage
+			used = &u
+			c.Usage = nil // the caller is told the total, once (Result.Usage)
 		}
 		if deciding {
 			var text string
@@ -251,6 +261,9 @@ func (r *relay) attempt(ctx context.Context, t Target) (err error) {
 		r.res.Text += c.Text
 		if c.FinishReason != "" {
 			r.res.FinishReason = c.FinishReason
+		}
+		if hadUsage && r.res.FinishReason != "" {
+			return nil // the usage came with the finish: nothing is left to read
 		}
 	}
 }
