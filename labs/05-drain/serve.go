@@ -46,8 +46,9 @@ type Report struct {
 // error from serving or shutting down; if serving fails before ctx ends, it
 // returns that error at once.
 //
-// TODO(lab 05): run srv.Serve(ln) in a goroutine you wait for; set
-// srv.BaseContext to a context you can cancel; when ctx ends do steps 1–5.
+// TODO(lab 05): Serve returns only once srv.Serve has returned and nothing
+// it started runs on; the requests' contexts come from srv.BaseContext and
+// end at the cut; when ctx ends, steps 1–5 happen in that order.
 // If serving fails before ctx ends, return that error at once. Grace starts
 // after ReadinessDelay. Cut is the in-flight count when Grace ended: if it is
 // already 0 then (a request left at that very instant), report Drained.

@@ -91,10 +91,10 @@ func New(capacity int, opts ...Option) (*Bridge, error) {
 //
 // TODO(lab 06):
 //   - after Close → ErrClosed; ctx already ended, or ends while waiting for a
-//     permit → ctx.Err(), fn never starts (a select with a free permit and a
-//     done ctx picks at random: look at ctx first);
-//   - hand the permit to the goroutine that runs fn, with NOTHING in between
-//     that can fail or wait; only that goroutine returns it, after fn returns;
+//     permit → ctx.Err(), and fn never starts — not even when a permit was
+//     free at that instant;
+//   - a permit is held from fn's start until fn returns, whoever still
+//     waits for it: never lost on the way, never returned twice;
 //   - fn gets context.WithoutCancel(ctx) (values; neither the caller's
 //     cancellation nor its deadline), plus WithWorkTimeout measured from when fn starts;
 //   - the caller returns ctx.Err() as soon as ctx ends; fn keeps running;

@@ -110,9 +110,9 @@ func (l *Limiter) Key(key string) string {
 //   - on error, the caller's ctx done (cancelled, or its deadline come) → its error,
 //     no decision: not a Redis failure, so no OnError and no fail-open;
 //   - the limiter's own timeout → ErrUnavailable, not context.DeadlineExceeded;
-//   - bucketScript.Run(ctx, rdb, keys, rate, burst): EVALSHA, EVAL on NOSCRIPT — one round trip;
-//   - read the reply defensively ([]any of three non-negative int64): anything
-//     else is an error, never a panic;
+//   - one round trip to Redis per call once the script is cached there (and
+//     still right after a SCRIPT FLUSH), on Redis' clock;
+//   - a reply that is not what the script returns is an error, never a panic;
 //   - any failure: call OnError; FailOpen → Decision{Allowed: true}, nil;
 //     otherwise Decision{}, an error wrapping ErrUnavailable.
 func (l *Limiter) Allow(ctx context.Context, key string) (Decision, error) {

@@ -160,9 +160,7 @@ type Config struct {
 
 // Gateway serves Generate. It is safe for concurrent use.
 //
-// TODO(lab 08): hold an admission.Admitter (with a TokenBucket), a
-// breaker.Breaker per provider, a drain.Drainer for in-flight requests and a
-// bridge.Bridge for provider calls.
+// TODO(lab 08): the fields you need: your labs 02–06, composed.
 type Gateway struct{}
 
 // New validates cfg and returns a Gateway over providers, in priority order.
@@ -176,17 +174,16 @@ func New(cfg Config, providers ...Provider) (*Gateway, error) {
 
 // Generate runs one request through the whole path (see the package doc).
 //
-// TODO(lab 08): validate; pinned provider must exist; Enter the drainer;
-// Admit (map its errors to ErrRateLimited/*RateLimitError, ErrOverloaded,
-// ErrClosed); defer the ticket's Release; timeouts.Do with one attempt when
-// pinned; each attempt picks a provider whose breaker admits (pinned: only
-// that one), calls it through bridge.Call — passing it the attempt's ctx, not
-// the one the bridge hands fn, so a caller who leaves stops the upstream call
-// — and reports to the breaker and the Observer; a retry to a provider this
-// request has not tried goes at once: return the failure wrapped in your own
-// type that implements lab 03's timeouts.Immediate (RetryImmediately true)
-// and has Unwrap (without it the wrapper hides a Permanent mark).
-// Response.QueueWait from the ticket, Latency from admission on.
+// TODO(lab 08): the path in the package doc, keeping these promises: a
+// request that is invalid, or pins a provider that does not exist, is
+// refused before it is admitted; once Close has begun, ErrClosed; a tenant
+// over its rate gets ErrRateLimited (a *RateLimitError with its RetryAfter),
+// a full gateway ErrOverloaded; whatever happens, the slot comes back; a
+// pinned request gets one attempt, on that provider; every attempt's outcome
+// reaches its provider's breaker and the Observer; a caller who leaves stops
+// the upstream call in flight; a retry to a provider this request has not
+// tried goes at once, one to a provider it has tried after a backoff;
+// Response.QueueWait is the wait for the slot, Latency runs from admission.
 func (g *Gateway) Generate(ctx context.Context, req Request) (Response, error) {
 	return Response{}, ErrNotImplemented
 }

@@ -11,9 +11,9 @@ type Limiter struct{} // TODO(lab 09): the fields you need
 // Token is one admitted request's permit. Call Done exactly once when the
 // request ends (a second call does nothing).
 //
-// TODO(lab 09): a token remembers its Limiter, when it was admitted, how many
-// permits were in flight then (itself included), and the backoff count at
-// that moment.
+// TODO(lab 09): what Done needs. The Sample Done makes describes the request
+// as it was admitted: its latency from then, and the permits in flight then
+// (itself included).
 type Token struct{}
 
 // New returns a Limiter driven by alg, starting at alg.InitialLimit().
@@ -38,13 +38,13 @@ func (l *Limiter) Acquire(ctx context.Context) (*Token, error) {
 // Done returns the permit and, unless o is Ignored, feeds the request's
 // latency and outcome to the algorithm. Only the first call counts.
 //
-// TODO(lab 09): in this order, under the lock: give the permit back (on
-// every outcome); skip the sample if o is Ignored, or if o is Dropped and a
-// backoff happened since this token was admitted (a stale sample: it
-// measured the congestion that backoff already answered); otherwise set the
-// limit to Algorithm.Update(Sample{…}) and count a backoff when a drop
-// lowered it; then admit waiters while InFlight < Limit — a raised limit
-// admits more than the one permit returned.
+// TODO(lab 09): the permit comes back on every outcome. The sample is
+// skipped if o is Ignored, or if o is Dropped and a backoff happened since
+// this token was admitted (a stale sample: it measured the congestion that
+// backoff already answered); otherwise the limit becomes
+// Algorithm.Update(Sample{…}), and a drop that lowered it is a backoff.
+// Waiters are then admitted while InFlight < Limit: a raised limit admits
+// more than the one permit returned.
 func (t *Token) Done(o Outcome) {}
 
 // Limit is the current limit.
