@@ -79,7 +79,7 @@ func TestAContinuedStreamIsChargedTheCutCallsReservationAndTheContinuationsUsage
 				primary := &teller{name: "primary", words: []string{"Once", " upon"}, cut: true}
 				cont := &teller{name: "cont", words: []string{" a", " time."}, usage: llm.Usage{PromptTokens: 30, CompletionTokens: 2, TotalTokens: 32}}
 				g, err := router.New(router.Config{
-					RatePerSecond: 100, Burst: 100, MaxConcurrent: 4, MaxQueueWait: time.Second,
+					MaxConcurrent: 4, MaxQueueWait: time.Second,
 					MaxAttempts: 2, BaseBackoff: time.Millisecond, MaxBackoff: time.Millisecond,
 					AttemptTimeout: time.Second, TotalTimeout: 10 * time.Second, FailureThreshold: 5, RecoveryTimeout: time.Second,
 					Routes: []router.Route{{Name: "chat", Targets: []router.Target{{Provider: "primary"}, {Provider: "cont"}},
@@ -132,7 +132,7 @@ func TestAContinuationThatFailedIsChargedAndToldToo(t *testing.T) {
 	mid := &teller{name: "mid", atOnce: true}
 	cont := &teller{name: "cont", words: []string{" a", " time."}, usage: llm.Usage{PromptTokens: 30, CompletionTokens: 2, TotalTokens: 32}}
 	g, err := router.New(router.Config{
-		RatePerSecond: 100, Burst: 100, MaxConcurrent: 4, MaxQueueWait: time.Second,
+		MaxConcurrent: 4, MaxQueueWait: time.Second,
 		MaxAttempts: 2, BaseBackoff: time.Millisecond, MaxBackoff: time.Millisecond,
 		AttemptTimeout: time.Second, TotalTimeout: 10 * time.Second, FailureThreshold: 5, RecoveryTimeout: time.Second,
 		Routes: []router.Route{{Name: "chat", Targets: []router.Target{{Provider: "primary"}, {Provider: "mid"}, {Provider: "cont"}},
@@ -180,7 +180,7 @@ func (p *whole) Generate(context.Context, llm.Request) (llm.Completion, error) {
 func fallback(t *testing.T, r *rig, primary, second llm.Provider) *router.Router {
 	t.Helper()
 	g, err := router.New(router.Config{
-		RatePerSecond: 100, Burst: 100, MaxConcurrent: 4, MaxQueueWait: time.Second,
+		MaxConcurrent: 4, MaxQueueWait: time.Second,
 		MaxAttempts: 2, BaseBackoff: time.Millisecond, MaxBackoff: time.Millisecond,
 		AttemptTimeout: time.Second, TotalTimeout: 10 * time.Second, FailureThreshold: 5, RecoveryTimeout: time.Second,
 		Routes: []router.Route{{Name: "chat", Targets: []router.Target{{Provider: primary.Name()}, {Provider: second.Name()}}}},

@@ -259,7 +259,7 @@ func keyOf(tenant string) string {
 }
 
 // Limiter is the rate limit of the tier in each request's identity, shared
-// by every replica: the router's Config.Limiter. It is a router.Refunder
+// by every replica: the tenant gate's Limiter. It is a tenant.Refunder
 // too: a request the replica refuses for want of a slot gets its token
 // back (see refund.lua).
 func (g *Guard) Limiter() admission.Limiter { return tierLimiter{g} }

@@ -3,7 +3,6 @@ package guard
 import (
 	"testing"
 
-	"github.com/production-go/gateway-lab/gateway/router"
 	"github.com/production-go/gateway-lab/gateway/tenant"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -73,4 +72,4 @@ func TestARefundFailsWithoutATierOrARedis(t *testing.T) {
 	assert.ErrorContains(t, refund(t, r, "open", "k"), "guard: refund a rate token")
 }
 
-var _ router.Refunder = tierLimiter{}
+var _ tenant.Refunder = tierLimiter{}

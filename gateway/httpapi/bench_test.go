@@ -42,7 +42,7 @@ func BenchmarkProxyPath(b *testing.B) {
 	}
 	defer p.Close()
 	gw, err := router.New(router.Config{
-		RatePerSecond: 1e9, Burst: 1 << 30, MaxConcurrent: 512, MaxQueueWait: time.Second,
+		MaxConcurrent: 512, MaxQueueWait: time.Second,
 		MaxAttempts: 3, BaseBackoff: time.Millisecond, MaxBackoff: 10 * time.Millisecond,
 		AttemptTimeout: 10 * time.Second, TotalTimeout: 30 * time.Second, FailureThreshold: 5, RecoveryTimeout: time.Second,
 	}, p)

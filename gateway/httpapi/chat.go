@@ -33,13 +33,14 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	defer release()
+	var served error // the router's answer, for the gate (see accept)
+	defer func() { release(served) }()
 	chat, err := chatapi.Parse(buf.Bytes())
 	if err != nil {
 		s.writeError(w, err.(*chatapi.Error)) // Parse's errors are all *chatapi.Error
 		return
 	}
-	req := router.Request{Tenant: id.Key, RateChecked: true, Chat: chat}
+	req := router.Request{Tenant: id.Key, Chat: chat}
 	switch v := r.Header.Get(ContinuationHeader); {
 	case v == "", strings.EqualFold(v, "on"):
 	case strings.EqualFold(v, "off"):
@@ -58,10 +59,12 @@ func (s *Server) chatCompletions(w http.ResponseWriter, r *http.Request) {
 	}
 	if chat.Stream {
 		u, err := s.streamChat(w, r, req)
+		served = err
 		settled(w, done, u, err)
 		return
 	}
 	resp, err := s.opts.Router.Generate(r.Context(), req)
+	served = err
 	defer settled(w, done, resp.Usage, err)
 	traceChat(r.Context(), cmp.Or(chat.Model, router.AutoModel), resp)
 	if err != nil {

@@ -9,8 +9,10 @@ import (
 	"time"
 
 	"github.com/production-go/gateway-lab/gateway/chatapi"
+	"github.com/production-go/gateway-lab/gateway/policy"
 	"github.com/production-go/gateway-lab/gateway/router"
 	"github.com/production-go/gateway-lab/gateway/telemetry"
+	"github.com/production-go/gateway-lab/gateway/tenant"
 	drain "github.com/production-go/gateway-lab/solutions/05-drain"
 	"github.com/stretchr/testify/assert"
 )
@@ -38,11 +40,12 @@ func TestEveryRouterErrorHasItsStatusCodeAndRetryAfter(t *testing.T) {
 	}{
 		{"unknown provider", fmt.Errorf("x: %w", router.ErrUnknownProvider), nil, 404, "model_not_found", 0},
 		{"invalid request", router.ErrInvalidRequest, nil, 400, "invalid_request", 0},
-		{"rate limited, less than a second", &router.RateLimitError{RetryAfter: 300 * time.Millisecond}, nil, 429, "rate_limited", time.Second},
-		{"rate limited, longer", &router.RateLimitError{RetryAfter: 2500 * time.Millisecond}, nil, 429, "rate_limited", 2500 * time.Millisecond},
-		{"tenant busy", fmt.Errorf("x: %w", router.ErrTenantBusy), nil, 429, "too_many_concurrent_requests", 0},
+		{"rate limited, less than a second", &tenant.Refusal{Limit: policy.LimitRate, RetryAfter: 300 * time.Millisecond}, nil, 429, "rate_limited", time.Second},
+		{"rate limited, longer", &tenant.Refusal{Limit: policy.LimitRate, RetryAfter: 2500 * time.Millisecond}, nil, 429, "rate_limited", 2500 * time.Millisecond},
+		{"tenant busy", fmt.Errorf("x: %w", &tenant.Refusal{Limit: policy.LimitInFlight, RetryAfter: time.Second, Max: 2}), nil, 429, "too_many_concurrent_requests", time.Second},
+		{"the caller's own cap", &tenant.Refusal{Limit: policy.LimitInFlight, RetryAfter: time.Second, Max: 2, Own: true}, nil, 429, "too_many_concurrent_requests", time.Second},
 		{"overloaded", fmt.Errorf("x: %w", router.ErrOverloaded), nil, 503, "overloaded", time.Second},
-		{"limiter failed", fmt.Errorf("x: %w", router.ErrLimiterFailed), nil, 503, "rate_limiter_unavailable", time.Second},
+		{"limiter failed", fmt.Errorf("x: %w", tenant.ErrLimitFailed), nil, 503, "rate_limiter_unavailable", time.Second},
 		{"no healthy provider", unhealthy{7 * time.Second}, nil, 503, "no_healthy_provider", 7 * time.Second},
 		{"closed", router.ErrClosed, nil, 503, "draining", time.Second},
 		{"cut by the drain", context.Canceled, drain.ErrCut, 503, "draining", time.Second},

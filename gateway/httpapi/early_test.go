@@ -39,9 +39,7 @@ func TestATenantOverItsRateIsRefusedBeforeItsBodyIsRead(t *testing.T) {
 	for _, path := range []string{"/v1/chat/completions", "/v1/generate"} {
 		t.Run(strings.TrimPrefix(path, "/v1/"), func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				cfg := baseConfig()
-				cfg.RatePerSecond, cfg.Burst = 0.5, 1
-				r := newRig(t, cfg, simProvider(t, sim.Config{Name: "alpha"}))
+				r := newRigWith(t, baseConfig(), gated(0.5, 1, 0), simProvider(t, sim.Config{Name: "alpha"}))
 				body := chatBody
 				if path == "/v1/generate" {
 					body = `{"prompt":"hi"}`
@@ -175,10 +173,8 @@ func capped(max int, limited ...*[]string) func(*Options) {
 // a rate-limit round trip, not a body read — and takes no rate token.
 func TestACallerAtItsInFlightCapIsRefusedBeforeAnythingElse(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		cfg := baseConfig()
-		cfg.RatePerSecond, cfg.Burst = 0.001, 3
 		var limited []string
-		r := newRigWith(t, cfg, capped(2, &limited), simProvider(t, sim.Config{Name: "alpha", Latency: time.Second}))
+		r := newRigWith(t, baseConfig(), gated(0.001, 3, 0, capped(2, &limited)), simProvider(t, sim.Config{Name: "alpha", Latency: time.Second}))
 		held := make(chan int, 2)
 		for range 2 {
 			go func() { held <- r.do(http.MethodPost, "/v1/chat/completions", chatBody, "X-Tenant-ID", "acme").Code }()
@@ -213,12 +209,8 @@ func TestACallerAtItsInFlightCapIsRefusedBeforeAnythingElse(t *testing.T) {
 // each request below must find the place its predecessor held free.
 func TestACallersPlaceIsGivenBackHoweverItsRequestEnds(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		cfg := baseConfig()
-		cfg.RatePerSecond, cfg.Burst = 0.001, 6
-		r := newRigWith(t, cfg, func(o *Options) {
-			capped(1)(o)
-			o.MaxBodyBytes = 1000
-		}, simProvider(t, sim.Config{Name: "alpha"}))
+		r := newRigWith(t, baseConfig(), gated(0.001, 6, 0, capped(1), func(o *Options) { o.MaxBodyBytes = 1000 }),
+			simProvider(t, sim.Config{Name: "alpha"}))
 		for _, tc := range []struct {
 			name, path, body string
 			code             int

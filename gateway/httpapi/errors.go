@@ -3,6 +3,7 @@ package httpapi
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"strconv"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/production-go/gateway-lab/gateway/chatapi"
 	"github.com/production-go/gateway-lab/gateway/llm"
+	"github.com/production-go/gateway-lab/gateway/policy"
 	"github.com/production-go/gateway-lab/gateway/router"
 	"github.com/production-go/gateway-lab/gateway/telemetry"
 	"github.com/production-go/gateway-lab/gateway/tenant"
@@ -80,8 +82,9 @@ func classify(err, cause error) *chatapi.Error {
 
 func describe(err, cause error) *chatapi.Error {
 	var (
-		up    *chatapi.UpstreamError
-		ready *chatapi.Error
+		up      *chatapi.UpstreamError
+		ready   *chatapi.Error
+		refused *tenant.Refusal
 	)
 	switch {
 	case errors.As(err, &ready):
@@ -93,13 +96,11 @@ func describe(err, cause error) *chatapi.Error {
 		return chatapi.ModelNotFound.New("the model names a provider this gateway does not have")
 	case errors.Is(err, router.ErrInvalidRequest):
 		return chatapi.InvalidRequest.New("the request has no prompt or no tenant")
-	case errors.Is(err, router.ErrTenantBusy):
-		return chatapi.TenantBusy.New("this tenant has too many requests in flight; see Retry-After")
-	case errors.Is(err, router.ErrRateLimited):
-		return chatapi.RateLimited.New("rate limit exceeded for this tenant; see Retry-After")
+	case errors.As(err, &refused):
+		return gateRefusal(refused)
 	case errors.Is(err, router.ErrOverloaded):
 		return chatapi.Overloaded.New("the gateway is at capacity; retry shortly")
-	case errors.Is(err, router.ErrLimiterFailed):
+	case errors.Is(err, tenant.ErrLimitFailed):
 		return chatapi.LimiterUnavailable.New("the rate limiter is unavailable and this gateway fails closed; retry shortly")
 	case errors.Is(err, router.ErrNoHealthyProvider):
 		return chatapi.NoHealthyProvider.New("every provider for this model is failing; see Retry-After")
@@ -139,11 +140,23 @@ func upstreamRefusal(up *chatapi.UpstreamError) *chatapi.Error {
 	return out
 }
 
+// gateRefusal is the answer to a request the tenant gate refused: the one
+// place its refusals become OpenAI errors.
+func gateRefusal(rf *tenant.Refusal) *chatapi.Error {
+	switch {
+	case rf.Limit == policy.LimitInFlight && rf.Own:
+		return chatapi.TenantBusy.New(fmt.Sprintf("this caller may have %d requests in flight", rf.Max))
+	case rf.Limit == policy.LimitInFlight:
+		return chatapi.TenantBusy.New("this tenant has too many requests in flight; see Retry-After")
+	}
+	return chatapi.RateLimited.New("rate limit exceeded for this tenant; see Retry-After")
+}
+
 // retryAfter is how long the caller should wait, for the statuses that say so.
 func retryAfter(err error, status int) time.Duration {
-	var rl *router.RateLimitError
-	if errors.As(err, &rl) {
-		return max(rl.RetryAfter, time.Second)
+	var rf *tenant.Refusal
+	if errors.As(err, &rf) {
+		return max(rf.RetryAfter, time.Second)
 	}
 	var ra llm.RetryAfterer
 	if (status == http.StatusServiceUnavailable || status == http.StatusTooManyRequests) && errors.As(err, &ra) && ra.RetryAfter() > 0 {

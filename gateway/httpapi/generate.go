@@ -81,13 +81,14 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	defer release()
+	var served error // the router's answer, for the gate (see accept)
+	defer func() { release(served) }()
 	body, e := parseGenerate(buf.Bytes())
 	if e != nil {
 		s.writeError(w, e)
 		return
 	}
-	req := router.Request{Tenant: id.Key, RateChecked: true, Provider: body.Provider, Chat: chatapi.NewRequest(body.Prompt, false)}
+	req := router.Request{Tenant: id.Key, Provider: body.Provider, Chat: chatapi.NewRequest(body.Prompt, false)}
 	if body.Provider != "" && !s.opts.Router.HasProvider(body.Provider) {
 		s.writeError(w, chatapi.ModelNotFound.New(fmt.Sprintf("the provider %q does not exist here; GET /v1/models lists them", body.Provider)).At("provider"))
 		return
@@ -97,6 +98,7 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	resp, err := s.opts.Router.Generate(r.Context(), req)
+	served = err
 	defer settled(w, done, resp.Usage, err)
 	if err != nil {
 		s.fail(w, r, err)

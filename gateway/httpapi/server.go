@@ -26,7 +26,6 @@ import (
 	"time"
 
 	"github.com/production-go/gateway-lab/gateway/chatapi"
-	"github.com/production-go/gateway-lab/gateway/internal/inflight"
 	"github.com/production-go/gateway-lab/gateway/llm"
 	"github.com/production-go/gateway-lab/gateway/policy"
 	"github.com/production-go/gateway-lab/gateway/router"
@@ -45,6 +44,10 @@ const MaxTenantBytes = 64
 type Options struct {
 	Router  *router.Router
 	Drainer *drain.Drainer
+	// Gate holds each caller to its tenant's rate and requests in flight
+	// before its body is read (tenant.Gate). nil: a gate with no rate and
+	// no cap but each identity's own (tenant.Identity.MaxInFlight).
+	Gate *tenant.Gate
 	// Metrics records the HTTP layer's telemetry; nil: a private registry's,
 	// which nobody reads.
 	Metrics      *telemetry.Metrics
@@ -90,11 +93,10 @@ type Options struct {
 
 // Server serves the gateway over HTTP.
 type Server struct {
-	opts    Options
-	tracer  trace.Tracer // nil when Options.Tracer is
-	mux     *http.ServeMux
-	bodies  sync.Pool // *bytes.Buffer for request bodies
-	callers callers   // requests in the server per tenant.Identity.Key, for tenant.Identity.MaxInFlight
+	opts   Options
+	tracer trace.Tracer // nil when Options.Tracer is
+	mux    *http.ServeMux
+	bodies sync.Pool // *bytes.Buffer for request bodies
 	// tenantKey is Options.TenantHeader in canonical form, so reading it
 	// does not canonicalize (allocate) the name on every request.
 	tenantKey string
@@ -119,6 +121,9 @@ func New(opts Options) *Server {
 	}
 	if opts.Metrics == nil {
 		opts.Metrics = telemetry.New(prometheus.NewRegistry())
+	}
+	if opts.Gate == nil {
+		opts.Gate, _ = tenant.NewGate(tenant.GateConfig{Observer: opts.Metrics}) // a valid config: no error
 	}
 	s := &Server{opts: opts, mux: http.NewServeMux(), tenantKey: textproto.CanonicalMIMEHeaderKey(opts.TenantHeader)}
 	if opts.Tracer != nil {
@@ -308,53 +313,42 @@ func printable(s string) bool {
 	return true
 }
 
-// accept is what every POST does first: name the caller, count it among
-// its requests in flight, then read the body. On false the response is
-// written; on true the caller calls release when the request ends, which
+// accept is what every POST does first: name the caller, hold it to its
+// tenant's in-flight cap and rate (the tenant gate, Options.Gate), then read
+// the body — so the cheapest refusals come before a byte of the body is
+// read or parsed. On false the response is written; on true the caller
+// calls release once when the request ends, with the router's error (an
+// ErrOverloaded request did no work, and its rate token comes back), which
 // gives back the buffer and the caller's place.
-func (s *Server) accept(w http.ResponseWriter, r *http.Request) (id tenant.Identity, _ *http.Request, _ *bytes.Buffer, release func(), ok bool) {
+func (s *Server) accept(w http.ResponseWriter, r *http.Request) (id tenant.Identity, _ *http.Request, _ *bytes.Buffer, release func(error), ok bool) {
 	id, r, ok = s.identify(w, r)
 	if !ok {
 		return tenant.Identity{}, r, nil, nil, false
 	}
-	leave, ok := s.callers.enter(id)
-	if !ok {
-		s.callerLimited(id, policy.LimitInFlight)
-		s.refuseBody(w, chatapi.TenantBusy.New(fmt.Sprintf("this caller may have %d requests in flight", id.MaxInFlight)).After(time.Second))
-		return tenant.Identity{}, r, nil, nil, false
-	}
-	// The cheapest refusal first: a tenant over its rate is refused before
-	// a byte of its body is read or parsed (the handlers tell the router
-	// with Request.RateChecked).
-	if err := s.opts.Router.Allow(r.Context(), id.Key); err != nil {
-		leave()
-		w.Header().Set("Connection", "close")
-		_ = http.NewResponseController(w).SetReadDeadline(time.Now()) // see refuseBody
-		s.fail(w, r, err)
+	leave, err := s.opts.Gate.Enter(r.Context(), id)
+	if err != nil {
+		s.gateRefused(w, r, id, err)
 		return tenant.Identity{}, r, nil, nil, false
 	}
 	buf, ok := s.readBody(w, r, id)
 	if !ok {
-		leave()
+		leave(false)
 		return tenant.Identity{}, r, nil, nil, false
 	}
-	return id, r, buf, func() { leave(); s.done(buf) }, true
+	return id, r, buf, func(err error) { leave(errors.Is(err, router.ErrOverloaded)); s.done(buf) }, true
 }
 
-// callers counts the requests in the server per caller, for
-// tenant.Identity.MaxInFlight.
-type callers struct{ n inflight.Counter }
-
-// enter counts one more request of id, unless it already has
-// id.MaxInFlight; leave uncounts it.
-func (c *callers) enter(id tenant.Identity) (leave func(), ok bool) {
-	if id.MaxInFlight <= 0 {
-		return func() {}, true
+// gateRefused answers a request the tenant gate refused, its body unread
+// (see refuseBody). A cap that is the identity's own (its tier's) is the
+// caller's limit, and CallerLimited hears of it.
+func (s *Server) gateRefused(w http.ResponseWriter, r *http.Request, id tenant.Identity, err error) {
+	var rf *tenant.Refusal
+	if errors.As(err, &rf) && rf.Limit == policy.LimitInFlight && rf.Own {
+		s.callerLimited(id, policy.LimitInFlight)
 	}
-	if !c.n.Enter(id.Key, id.MaxInFlight) {
-		return nil, false
-	}
-	return func() { c.n.Leave(id.Key) }, true
+	w.Header().Set("Connection", "close")
+	_ = http.NewResponseController(w).SetReadDeadline(time.Now()) // see refuseBody
+	s.fail(w, r, err)
 }
 
 // readBody reads a size- and time-limited body into a pooled buffer: at

@@ -20,6 +20,7 @@ import (
 	"github.com/production-go/gateway-lab/gateway/router"
 	"github.com/production-go/gateway-lab/gateway/telemetry"
 	"github.com/production-go/gateway-lab/gateway/tenant"
+	admission "github.com/production-go/gateway-lab/solutions/02-admission"
 	drain "github.com/production-go/gateway-lab/solutions/05-drain"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -42,10 +43,28 @@ type rig struct {
 
 func baseConfig() router.Config {
 	return router.Config{
-		RatePerSecond: 100, Burst: 100, MaxConcurrent: 8, MaxQueueWait: time.Second,
+		MaxConcurrent: 8, MaxQueueWait: time.Second,
 		MaxAttempts: 3, BaseBackoff: 10 * time.Millisecond, MaxBackoff: 100 * time.Millisecond,
 		AttemptTimeout: 2 * time.Second, TotalTimeout: 5 * time.Second,
 		FailureThreshold: 3, RecoveryTimeout: 30 * time.Second,
+	}
+}
+
+// gated is a tenant gate of lab 02's buckets (rate, burst) and a cap of
+// maxInFlight requests per tenant (0: none but the identity's own), its
+// refusals counted in the rig's metrics; then each of then.
+func gated(rate float64, burst, maxInFlight int, then ...func(*Options)) func(*Options) {
+	return func(o *Options) {
+		b, err := admission.NewTokenBucket(rate, burst)
+		if err != nil {
+			panic(err)
+		}
+		if o.Gate, err = tenant.NewGate(tenant.GateConfig{Limiter: b, MaxInFlight: maxInFlight, Observer: o.Metrics}); err != nil {
+			panic(err)
+		}
+		for _, f := range then {
+			f(o)
+		}
 	}
 }
 
@@ -286,9 +305,7 @@ func TestDeadlineIs504WithinTheBudget(t *testing.T) {
 
 func TestRateLimitedIs429WithRetryAfter(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		cfg := baseConfig()
-		cfg.RatePerSecond, cfg.Burst = 0.5, 1
-		r := newRig(t, cfg, simProvider(t, sim.Config{Name: "alpha"}))
+		r := newRigWith(t, baseConfig(), gated(0.5, 1, 0), simProvider(t, sim.Config{Name: "alpha"}))
 		require.Equal(t, http.StatusOK, r.do(http.MethodPost, "/v1/chat/completions", chatBody, "X-Tenant-ID", "acme").Code)
 		rec := r.do(http.MethodPost, "/v1/chat/completions", chatBody, "X-Tenant-ID", "acme")
 		assert.Equal(t, http.StatusTooManyRequests, rec.Code)
@@ -457,9 +474,7 @@ func TestMetricNamesPassPromlint(t *testing.T) {
 
 func TestTenantIDsAreKeptApartAndBounded(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		cfg := baseConfig()
-		cfg.RatePerSecond, cfg.Burst = 0.001, 1
-		r := newRig(t, cfg, simProvider(t, sim.Config{Name: "alpha"}))
+		r := newRigWith(t, baseConfig(), gated(0.001, 1, 0), simProvider(t, sim.Config{Name: "alpha"}))
 		assert.Equal(t, http.StatusOK, r.do(http.MethodPost, "/v1/generate", `{"prompt":"hi"}`).Code, "no header: the anonymous tenant")
 		assert.Equal(t, http.StatusOK, r.do(http.MethodPost, "/v1/generate", `{"prompt":"hi"}`, "X-Tenant-ID", "anonymous").Code,
 			"a client calling itself \"anonymous\" does not share the header-less callers' quota")
@@ -487,8 +502,8 @@ func TestTenantIDsAreKeptApartAndBounded(t *testing.T) {
 func TestOneTenantOverItsInFlightCapGets429(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		cfg := baseConfig()
-		cfg.MaxConcurrent, cfg.MaxPerTenant = 4, 1
-		r := newRig(t, cfg, simProvider(t, sim.Config{Name: "alpha", Latency: time.Second}))
+		cfg.MaxConcurrent = 4
+		r := newRigWith(t, cfg, gated(1000, 1000, 1), simProvider(t, sim.Config{Name: "alpha", Latency: time.Second}))
 		done := make(chan int, 1)
 		go func() { done <- r.do(http.MethodPost, "/v1/generate", `{"prompt":"hi"}`, "X-Tenant-ID", "greedy").Code }()
 		synctest.Wait()

@@ -12,8 +12,8 @@ import (
 
 // admitted runs everything before the first provider call, under the
 // request's admission span: request checks, the plan, in-flight accounting
-// (refused once closing), the tenant's in-flight cap, its rate limit, and a
-// slot within MaxQueueWait. On success the caller must defer run.release.
+// (refused once closing), and a slot within MaxQueueWait. (A tenant's rate
+// and in-flight cap are the tenant gate's, asked before the router.) On success the caller must defer run.release.
 func (r *Router) admitted(ctx context.Context, run *run) error {
 	ctx, span := r.span(ctx, "gateway.admission")
 	err := r.enter(ctx, run)
@@ -34,25 +34,9 @@ func (r *Router) enter(ctx context.Context, run *run) error {
 		r.obs.Rejected(req.Tenant, RejectClosed)
 		return ErrClosed
 	}
-	if !r.tenants.enter(req.Tenant) {
-		r.inflight.leave()
-		r.obs.Rejected(req.Tenant, RejectTenantBusy)
-		return &RateLimitError{RetryAfter: time.Second, busy: true}
-	}
-	if !req.RateChecked {
-		if err := r.Allow(ctx, req.Tenant); err != nil {
-			r.tenants.leave(req.Tenant)
-			r.inflight.leave()
-			return err
-		}
-	}
 	ticket, err := r.admit.Admit(ctx, req.Tenant)
 	if err != nil {
-		r.tenants.leave(req.Tenant)
 		r.inflight.leave()
-		if errors.Is(err, admission.ErrOverloaded) {
-			r.refund(ctx, req.Tenant)
-		}
 		return r.rejected(req.Tenant, err)
 	}
 	r.obs.Admitted(req.Tenant, ticket.QueueWait)
@@ -77,38 +61,6 @@ func (r *Router) check(req Request) (pinned llm.Provider, err error) {
 		return nil, fmt.Errorf("%w: %q (have %v)", ErrUnknownProvider, req.Provider, r.Providers())
 	}
 	return pinned, nil
-}
-
-// Allow holds one request of tenant to its rate: the cheapest refusal,
-// which the HTTP layer asks right after it knows who is asking and before
-// it reads a body (Request.RateChecked then tells Generate and Stream not
-// to ask again). A refusal is a *RateLimitError, counted; a limiter that
-// cannot decide (its store down, failing closed) is ErrLimiterFailed.
-func (r *Router) Allow(ctx context.Context, tenant string) error {
-	if tenant == "" {
-		return fmt.Errorf("%w: tenant is required", ErrInvalidRequest)
-	}
-	d, err := r.limiter.Allow(ctx, tenant)
-	switch {
-	case err != nil && ctx.Err() != nil:
-		r.obs.Rejected(tenant, RejectCancelled)
-		return ctx.Err()
-	case err != nil:
-		r.obs.Rejected(tenant, RejectLimiterFailed)
-		return fmt.Errorf("%w: %w", ErrLimiterFailed, err)
-	case !d.Allowed:
-		r.obs.Rejected(tenant, RejectRateLimited)
-		return &RateLimitError{RetryAfter: d.RetryAfter}
-	}
-	return nil
-}
-
-// refund gives tenant's rate token back, if the limiter can (see
-// Refunder): detached from the caller, who is being refused anyway.
-func (r *Router) refund(ctx context.Context, tenant string) {
-	if rf, ok := r.limiter.(Refunder); ok {
-		_ = rf.Refund(context.WithoutCancel(ctx), tenant)
-	}
 }
 
 // rejected maps an admitter's error to the router's own, and counts it.

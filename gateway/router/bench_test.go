@@ -67,7 +67,7 @@ func BenchmarkGenerate(b *testing.B) {
 // path is measured, not a refusal.
 func benchConfig() router.Config {
 	return router.Config{
-		RatePerSecond: 1e9, Burst: 1 << 30, MaxConcurrent: 64, MaxQueueWait: time.Second,
+		MaxConcurrent: 64, MaxQueueWait: time.Second,
 		MaxAttempts: 3, BaseBackoff: time.Millisecond, MaxBackoff: 10 * time.Millisecond,
 		AttemptTimeout: time.Second, TotalTimeout: 5 * time.Second,
 		FailureThreshold: 5, RecoveryTimeout: time.Second,

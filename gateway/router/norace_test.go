@@ -12,9 +12,6 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// manyTenants is how many distinct tenants TestManyTenantsLeaveNoStateBehind sends.
-const manyTenants = 100_000
-
 // TestTheDirectPathAllocatesLittle guards BenchmarkGenerate/direct's count
 // (6 allocations a request: the attempt's context, admission's ticket and
 // the run; docs/performance.md): a second context per request, or a

@@ -32,17 +32,20 @@ type Observer interface {
 	Probed(t Target, err error)
 }
 
-// RejectReason says why a request was refused before any provider call.
+// RejectReason says why a request was refused before any provider call:
+// the one vocabulary of gateway_rejected_total's reason label.
 type RejectReason string
 
-// The reasons Observer.Rejected is given.
+// The reasons. The router gives Observer.Rejected the last three; the first
+// three are the tenant gate's (gateway/tenant.Gate), asked before the
+// router, and reach the same counter through its own observer.
 const (
 	RejectRateLimited   RejectReason = "rate_limited"  // the tenant is over its rate
-	RejectTenantBusy    RejectReason = "tenant_busy"   // the tenant already has MaxPerTenant requests in flight
+	RejectTenantBusy    RejectReason = "tenant_busy"   // the tenant already has its cap of requests in flight
+	RejectLimiterFailed RejectReason = "limiter_error" // the rate limiter could not decide, and fails closed
 	RejectOverloaded    RejectReason = "overloaded"    // no slot within MaxQueueWait
 	RejectClosed        RejectReason = "closed"        // the router is shutting down
 	RejectCancelled     RejectReason = "cancelled"     // the caller left while queued
-	RejectLimiterFailed RejectReason = "limiter_error" // the rate limiter could not decide, and fails closed
 )
 
 // RejectReasons lists every RejectReason, for metrics that start each

@@ -143,7 +143,7 @@ func targetState(g *router.Router, provider, model string) string {
 // small is a small, fast gateway: generous quotas unless a test narrows them.
 func small(obs router.Observer) router.Config {
 	return router.Config{
-		RatePerSecond: 1000, Burst: 1000, MaxConcurrent: 4, MaxQueueWait: 5 * time.Second,
+		MaxConcurrent: 4, MaxQueueWait: 5 * time.Second,
 		MaxAttempts: 3, BaseBackoff: 100 * time.Millisecond, MaxBackoff: time.Second,
 		AttemptTimeout: 2 * time.Second, TotalTimeout: 10 * time.Second,
 		FailureThreshold: 3, RecoveryTimeout: 30 * time.Second,
@@ -181,33 +181,6 @@ func TestGenerateReturnsTheProvidersAnswer(t *testing.T) {
 		assert.Equal(t, "alpha says hi", text(t, resp))
 		assert.Equal(t, "alpha-model", resp.Model)
 		assert.Equal(t, 1, resp.Attempts)
-	})
-}
-
-func TestRateLimitedBeforeTakingASlot(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		cfg := small(nil)
-		cfg.RatePerSecond, cfg.Burst, cfg.MaxConcurrent = 0.01, 1, 1
-		gate := make(chan struct{})
-		slow := &fake{name: "slow", answer: func(ctx context.Context, _ int) (llm.Completion, error) {
-			<-gate
-			return answer("", "ok"), nil
-		}}
-		g := newRouter(t, cfg, slow)
-		defer closeGateway(t, g)
-		done := make(chan error, 1)
-		go func() { _, err := g.Generate(t.Context(), request("acme")); done <- err }()
-		synctest.Wait() // acme's only token is spent and its request holds the only slot
-
-		start := time.Now()
-		_, err := g.Generate(t.Context(), request("acme"))
-		assert.ErrorIs(t, err, router.ErrRateLimited, "a tenant over its rate is refused at once, not queued for a slot first")
-		var rl *router.RateLimitError
-		require.ErrorAs(t, err, &rl)
-		assert.Positive(t, rl.RetryAfter, "a rate-limited response says when to retry")
-		assert.Zero(t, time.Since(start))
-		close(gate)
-		assert.NoError(t, <-done)
 	})
 }
 
@@ -518,7 +491,6 @@ func TestNewRejectsBadConfig(t *testing.T) {
 		{"no attempts", func(c *router.Config) { c.MaxAttempts = 0 }, []llm.Provider{healthy("a")}},
 		{"no total timeout", func(c *router.Config) { c.TotalTimeout = 0 }, []llm.Provider{healthy("a")}},
 		{"no concurrency", func(c *router.Config) { c.MaxConcurrent = 0 }, []llm.Provider{healthy("a")}},
-		{"no rate", func(c *router.Config) { c.RatePerSecond = 0 }, []llm.Provider{healthy("a")}},
 		{"no failure threshold", func(c *router.Config) { c.FailureThreshold = 0 }, []llm.Provider{healthy("a")}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -607,34 +579,15 @@ func TestCloseTwiceIsSafe(t *testing.T) {
 	})
 }
 
-func TestRetryAfterIsTheTimeUntilTheNextToken(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		cfg := small(nil)
-		cfg.RatePerSecond, cfg.Burst = 2, 3 // a token every 500 ms
-		g := newRouter(t, cfg, healthy("alpha"))
-		defer closeGateway(t, g)
-		for range 3 {
-			_, err := g.Generate(t.Context(), request("acme"))
-			require.NoError(t, err)
-		}
-		time.Sleep(200 * time.Millisecond)
-		_, err := g.Generate(t.Context(), request("acme"))
-		var rl *router.RateLimitError
-		require.ErrorAs(t, err, &rl)
-		assert.Equal(t, 300*time.Millisecond, rl.RetryAfter, "0.4 of a token is back after 200 ms: the next whole one in 300 ms")
-	})
-}
-
 func TestRejectionsAreObservedByReason(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		rec := &recorder{}
 		cfg := small(rec)
-		cfg.RatePerSecond, cfg.Burst, cfg.MaxConcurrent, cfg.MaxQueueWait = 0.001, 1, 1, time.Second
+		cfg.MaxConcurrent, cfg.MaxQueueWait = 1, time.Second
 		gate := make(chan struct{})
 		g := newRouter(t, cfg, &fake{name: "slow", answer: func(context.Context, int) (llm.Completion, error) { <-gate; return llm.Completion{}, nil }})
 		go func() { _, _ = g.Generate(t.Context(), request("a")) }()
 		synctest.Wait()
-		_, _ = g.Generate(t.Context(), request("a")) // a's one token is spent
 		_, _ = g.Generate(t.Context(), request("b")) // the only slot is taken for a second
 		ctx, cancel := context.WithCancel(t.Context())
 		defer time.AfterFunc(100*time.Millisecond, cancel).Stop()
@@ -644,7 +597,7 @@ func TestRejectionsAreObservedByReason(t *testing.T) {
 		_, _ = g.Generate(t.Context(), request("d"))
 		rec.mu.Lock()
 		defer rec.mu.Unlock()
-		assert.Equal(t, []string{"rate_limited", "overloaded", "cancelled", "closed"}, rec.rejected,
+		assert.Equal(t, []string{"overloaded", "cancelled", "closed"}, rec.rejected,
 			"each refusal is observed once, with its own reason")
 	})
 }

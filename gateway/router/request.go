@@ -144,7 +144,6 @@ func addUsage(a, b llm.Usage) llm.Usage {
 
 func (run *run) release() {
 	run.ticket.Release()
-	run.r.tenants.leave(run.req.Tenant)
 	run.r.inflight.leave()
 }
 

@@ -93,7 +93,7 @@ type Route struct {
 
 // Request is one caller's request.
 type Request struct {
-	Tenant string // who is asking: the rate-limit and in-flight key
+	Tenant string // who is asking: for metrics and spans, and tenant isolation
 	// Provider pins one provider: one attempt, no fallback. Resolve sets it
 	// for a provider's own name.
 	Provider string
@@ -106,10 +106,6 @@ type Request struct {
 	// NoContinue: the caller asked that a broken stream never be
 	// continued on another target; it ends with an error instead.
 	NoContinue bool
-	// RateChecked says Allow already held this request to its tenant's
-	// rate (the HTTP layer asks before it reads a body); the request is
-	// then not asked again.
-	RateChecked bool
 	// Chat is the caller's chat request as sent; required.
 	Chat *chatapi.Request
 	// Meter, if set, is the request's accounting (a tenant gate's token
@@ -140,11 +136,6 @@ type Response struct {
 }
 
 var (
-	// ErrRateLimited: the tenant is over its rate; see RateLimitError.
-	ErrRateLimited = errors.New("router: rate limited")
-	// ErrTenantBusy: the tenant already has MaxPerTenant requests in flight.
-	// It is a RateLimitError too: the tenant should slow down, not go elsewhere.
-	ErrTenantBusy = errors.New("router: tenant has too many requests in flight")
 	// ErrOverloaded: no slot within MaxQueueWait.
 	ErrOverloaded = errors.New("router: overloaded")
 	// ErrClosed: the router is shutting down.
@@ -156,9 +147,6 @@ var (
 	ErrUnknownProvider = errors.New("router: unknown provider")
 	// ErrInvalidRequest: the request is malformed (no tenant, no chat).
 	ErrInvalidRequest = errors.New("router: invalid request")
-	// ErrLimiterFailed: the rate limiter could not decide (a shared one whose
-	// store is down, failing closed). The request was not admitted.
-	ErrLimiterFailed = errors.New("router: rate limiter failed")
 	// ErrInvalidConfig: New was given settings that cannot work.
 	ErrInvalidConfig = errors.New("router: invalid config")
 	// ErrRetryBudgetExhausted: Config.RetryBudget refused an attempt after
@@ -167,45 +155,14 @@ var (
 	ErrRetryBudgetExhausted = errors.New("router: retry budget exhausted")
 )
 
-// RateLimitError is returned when the tenant is over its rate (it wraps
-// ErrRateLimited) or over its in-flight cap (it wraps ErrTenantBusy).
-type RateLimitError struct {
-	RetryAfter time.Duration
-	busy       bool
-}
-
-func (e *RateLimitError) Error() string {
-	if e.busy {
-		return fmt.Sprintf("router: tenant has too many requests in flight, retry after %s", e.RetryAfter)
-	}
-	return fmt.Sprintf("router: rate limited, retry after %s", e.RetryAfter)
-}
-
-// Unwrap makes errors.Is(err, ErrRateLimited) — or ErrTenantBusy — true.
-func (e *RateLimitError) Unwrap() error {
-	if e.busy {
-		return ErrTenantBusy
-	}
-	return ErrRateLimited
-}
-
 // Config configures a Router. Zero durations mean "none" where that is
 // safe (no backoff) and are refused where it is not.
 type Config struct {
-	RatePerSecond float64 // per tenant
-	Burst         int
-	// Limiter, if set, replaces the in-process token bucket RatePerSecond
-	// and Burst would build — a limiter shared by every replica (secure_app
-	// passes lab 07's Redis limiter, per tier).
-	// If it is also a Refunder, a request the replica then refuses for
-	// want of a slot (ErrOverloaded) gets its token back.
-	Limiter       admission.Limiter
+	// A tenant's rate and its requests in flight are the tenant gate's
+	// (gateway/tenant.Gate), asked before a request reaches the router; the
+	// router holds every request to the slots all tenants share.
 	MaxConcurrent int           // requests in flight
 	MaxQueueWait  time.Duration // 0: refuse at once when full
-	// MaxPerTenant caps one tenant's requests in flight (queued or
-	// running), so a tenant within its rate cannot take every slot; 0 means
-	// no cap.
-	MaxPerTenant int
 
 	MaxAttempts             int
 	BaseBackoff, MaxBackoff time.Duration
@@ -260,17 +217,6 @@ type Config struct {
 	RetryBudget RetryBudget
 }
 
-// Refunder is a Config.Limiter that can give back the token Allow took:
-// the router calls Refund for a request refused with ErrOverloaded, which
-// did no work and was refused for what other tenants were doing. A refusal
-// the tenant caused itself — its own in-flight cap (ErrTenantBusy), a
-// caller that left — keeps its token, so the rate still bounds a tenant
-// that keeps asking while at its cap. Refund is best effort: its error is
-// ignored, and the request is refused either way.
-type Refunder interface {
-	Refund(ctx context.Context, key string) error
-}
-
 // RetryBudget keeps retries to a share of recent traffic per provider, so a
 // fleet of gateways cannot multiply an outage (lab 10's *hedging.Budget is
 // one). Safe for concurrent use.
@@ -287,10 +233,7 @@ type Router struct {
 	providers []llm.Provider
 	byName    map[string]llm.Provider
 	routes    map[string]*Route
-	limiter   admission.Limiter      // the rate: Config.Limiter, or buckets
-	admit     *admission.Admitter    // the slots; the rate is asked apart (see Allow)
-	buckets   *admission.TokenBucket // nil with a Config.Limiter
-	tenants   *tenantCap
+	admit     *admission.Admitter // the slots every tenant shares
 	inflight  gate
 	calls     *bridge.Bridge
 	obs       Observer
@@ -315,7 +258,7 @@ func New(cfg Config, providers ...llm.Provider) (*Router, error) {
 		return nil, err
 	}
 	r := &Router{cfg: cfg, providers: providers, byName: map[string]llm.Provider{}, routes: map[string]*Route{},
-		tenants: newTenantCap(cfg.MaxPerTenant), obs: cfg.Observer, health: map[Target]*health{},
+		obs: cfg.Observer, health: map[Target]*health{},
 		streaks: map[Target]*streak{}, probing: map[Target]bool{}}
 	if err := r.buildAdmission(); err != nil {
 		return nil, err
@@ -348,19 +291,9 @@ func New(cfg Config, providers ...llm.Provider) (*Router, error) {
 	return r, nil
 }
 
-// buildAdmission makes the rate limiter (unless Config.Limiter is one) and
-// the admitter for the slots. Lab 02's Admitter asks its limiter before a
-// slot; the router asks the rate itself, first, so that the HTTP layer can
-// ask it before reading a body (Allow), and gives the admitter none.
+// buildAdmission makes the admitter for the slots: lab 02's, with no rate
+// limiter of its own (a tenant's rate is the tenant gate's).
 func (r *Router) buildAdmission() error {
-	r.limiter = r.cfg.Limiter
-	if r.limiter == nil {
-		buckets, err := admission.NewTokenBucket(r.cfg.RatePerSecond, r.cfg.Burst)
-		if err != nil {
-			return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
-		}
-		r.buckets, r.limiter = buckets, buckets
-	}
 	admit, err := admission.New(admission.Config{MaxConcurrent: r.cfg.MaxConcurrent, MaxQueueWait: r.cfg.MaxQueueWait})
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
@@ -385,8 +318,6 @@ func validate(cfg *Config, providers []llm.Provider) error {
 		return fmt.Errorf("%w: AttemptTimeout and TotalTimeout must be positive", ErrInvalidConfig)
 	case cfg.MaxAttempts < 1 || cfg.BaseBackoff < 0 || cfg.BaseBackoff > cfg.MaxBackoff:
 		return fmt.Errorf("%w: need MaxAttempts ≥ 1 and 0 ≤ BaseBackoff ≤ MaxBackoff", ErrInvalidConfig)
-	case cfg.MaxPerTenant < 0:
-		return fmt.Errorf("%w: MaxPerTenant must not be negative", ErrInvalidConfig)
 	case cfg.FailureThreshold < 1:
 		return fmt.Errorf("%w: FailureThreshold must be at least 1", ErrInvalidConfig)
 	case cfg.ProbeInterval < 0 || cfg.ProbeMaxInterval < 0 || cfg.ProbeInterval > 0 && cfg.ProbeMaxInterval > 0 && cfg.ProbeMaxInterval < cfg.ProbeInterval:
@@ -484,18 +415,6 @@ func (r *Router) Providers() []string {
 		names[i] = p.Name()
 	}
 	return names
-}
-
-// TenantState is how many tenants the router holds state for in this
-// process: buckets not yet full again (none with a Config.Limiter), and
-// tenants with requests in flight. Idle tenants are forgotten, so it
-// shrinks back after a burst of distinct tenants.
-func (r *Router) TenantState() int {
-	n := r.tenants.busy()
-	if r.buckets != nil {
-		n += r.buckets.Len()
-	}
-	return n
 }
 
 // InFlight is the number of admitted requests now.

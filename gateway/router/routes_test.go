@@ -2,7 +2,6 @@ package router_test
 
 import (
 	"context"
-	"errors"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -10,7 +9,6 @@ import (
 
 	"github.com/production-go/gateway-lab/gateway/llm"
 	"github.com/production-go/gateway-lab/gateway/router"
-	admission "github.com/production-go/gateway-lab/solutions/02-admission"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -134,61 +132,5 @@ func TestASilentProviderThatIgnoresItsContextIsCutAtTheFirstTokenLimit(t *testin
 		synctest.Wait()
 		assert.False(t, d.running.Load(), "the abandoned call has returned")
 		assert.Zero(t, emitted, "and what it streamed never reached the client")
-	})
-}
-
-// rates is an Observer that counts rate refusals.
-type rates struct {
-	router.NopObserver
-	limited atomic.Int32
-}
-
-func (r *rates) Rejected(_ string, reason router.RejectReason) {
-	if reason == router.RejectRateLimited {
-		r.limited.Add(1)
-	}
-}
-
-func TestARequestHeldToItsRateByAllowIsNotHeldAgain(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		obs := &rates{}
-		cfg := config()
-		cfg.RatePerSecond, cfg.Burst, cfg.Observer = 0.001, 2, obs
-		g := newGateway(t, cfg, healthy("alpha"))
-		require.NoError(t, g.Allow(t.Context(), "acme"), "the first of two tokens")
-		req := ask(nil)
-		req.RateChecked = true
-		_, err := g.Generate(t.Context(), req)
-		require.NoError(t, err, "held to the rate once, by Allow")
-		_, err = g.Generate(t.Context(), ask(nil))
-		require.NoError(t, err, "the second token: the request above did not take one")
-		err = g.Allow(t.Context(), "acme")
-		var rl *router.RateLimitError
-		require.ErrorAs(t, err, &rl, "no token left")
-		assert.ErrorIs(t, err, router.ErrRateLimited)
-		assert.Positive(t, rl.RetryAfter)
-		assert.Equal(t, int32(1), obs.limited.Load(), "the refusal is counted, once")
-		assert.ErrorIs(t, g.Allow(t.Context(), ""), router.ErrInvalidRequest)
-	})
-}
-
-// broken is a limiter whose store is down.
-type broken struct{}
-
-func (broken) Allow(context.Context, string) (admission.Decision, error) {
-	return admission.Decision{}, errors.New("redis: connection refused")
-}
-
-func TestALimiterThatCannotDecideRefusesWithItsOwnError(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		cfg := config()
-		cfg.Limiter = broken{}
-		g := newGateway(t, cfg, healthy("alpha"))
-		assert.ErrorIs(t, g.Allow(t.Context(), "acme"), router.ErrLimiterFailed)
-		_, err := g.Generate(t.Context(), ask(nil))
-		assert.ErrorIs(t, err, router.ErrLimiterFailed, "Generate asks the same limiter when the caller did not")
-		ctx, cancel := context.WithCancel(t.Context())
-		cancel()
-		assert.ErrorIs(t, g.Allow(ctx, "acme"), context.Canceled, "a caller who left is not a limiter failure")
 	})
 }

@@ -12,6 +12,8 @@ import (
 	"github.com/production-go/gateway-lab/gateway/providers/sim"
 	"github.com/production-go/gateway-lab/gateway/router"
 	"github.com/production-go/gateway-lab/gateway/telemetry"
+	"github.com/production-go/gateway-lab/gateway/tenant"
+	admission "github.com/production-go/gateway-lab/solutions/02-admission"
 	drain "github.com/production-go/gateway-lab/solutions/05-drain"
 	hedging "github.com/production-go/gateway-lab/solutions/10-hedging"
 	"github.com/prometheus/client_golang/prometheus"
@@ -33,8 +35,11 @@ type Service struct {
 	// Tracer is the OpenTelemetry tracer provider when
 	// OTEL_EXPORTER_OTLP_ENDPOINT is set (spans go there over OTLP/HTTP);
 	// nil otherwise, and then nothing is traced.
-	Tracer  *sdktrace.TracerProvider
-	closers []func()
+	Tracer *sdktrace.TracerProvider
+	// Gate is the tenant gate: each tenant's rate and requests in flight.
+	Gate       *tenant.Gate
+	sharedRate bool // a Hooks.Gate set the gate's limiter
+	closers    []func()
 }
 
 // Hooks let a service add to the assembly without copying it.
@@ -44,6 +49,9 @@ type Hooks struct {
 	API func(opts *httpapi.Options)
 	// Router, if set, adjusts the router's config before it is built.
 	Router func(cfg *router.Config)
+	// Gate, if set, adjusts the tenant gate's config before it is built
+	// (secure_app sets a rate limiter shared by every replica).
+	Gate func(cfg *tenant.GateConfig)
 	// Upstream, if set, adjusts each OpenAI-compatible upstream's config
 	// (an egress guard, say) before it is built.
 	Upstream func(cfg *openaicompat.Config)
@@ -84,8 +92,11 @@ func (s *Service) build(hooks Hooks) error {
 	if err := s.buildRouter(providers, budget, hooks.Router); err != nil {
 		return err
 	}
+	if err := s.buildGate(hooks.Gate); err != nil {
+		return err
+	}
 	opts := httpapi.Options{
-		Router: s.Router, Drainer: s.Drainer, Metrics: s.Metrics, Logger: s.Log, MaxBodyBytes: s.Config.MaxBody, Tracer: s.tracerOrNil(),
+		Router: s.Router, Gate: s.Gate, Drainer: s.Drainer, Metrics: s.Metrics, Logger: s.Log, MaxBodyBytes: s.Config.MaxBody, Tracer: s.tracerOrNil(),
 		BodyTimeout: s.Config.BodyTimeout, WriteTimeout: s.Config.WriteTimeout, OverheadHeader: s.Config.OverheadHeader,
 		Stream: router.StreamLimits{FirstToken: s.Config.FirstToken, Idle: s.Config.Idle},
 	}
@@ -96,6 +107,29 @@ func (s *Service) build(hooks Hooks) error {
 		hooks.API(&opts)
 	}
 	s.API = httpapi.New(opts)
+	return nil
+}
+
+// buildGate makes the tenant gate: lab 02's token bucket per tenant, unless
+// the hook sets a limiter of its own, and the per-tenant in-flight cap.
+func (s *Service) buildGate(hook func(*tenant.GateConfig)) error {
+	tc := s.Config.Tenant
+	gc := tenant.GateConfig{MaxInFlight: tc.MaxInFlight, Observer: s.Metrics}
+	if hook != nil {
+		hook(&gc)
+	}
+	s.sharedRate = gc.Limiter != nil
+	if gc.Limiter == nil {
+		buckets, err := admission.NewTokenBucket(tc.RatePerSecond, tc.Burst)
+		if err != nil {
+			return fmt.Errorf("-rate and -burst: %w", err)
+		}
+		gc.Limiter = buckets
+	}
+	var err error
+	if s.Gate, err = tenant.NewGate(gc); err != nil {
+		return fmt.Errorf("-max-per-tenant: %w", err)
+	}
 	return nil
 }
 

@@ -19,6 +19,13 @@ import (
 	"github.com/production-go/gateway-lab/gateway/router"
 )
 
+// TenantConfig is what the tenant gate (tenant.Gate) holds each tenant to.
+type TenantConfig struct {
+	RatePerSecond float64 // per tenant: lab 02's token bucket, unless Hooks.Gate sets a shared limiter
+	Burst         int
+	MaxInFlight   int // a tenant's requests in flight in this process; 0: no cap
+}
+
 // Config is everything a service is started with.
 type Config struct {
 	Addr string
@@ -33,6 +40,8 @@ type Config struct {
 	// the admin listener: the seconds before an incident, taken after it.
 	FlightRecorder time.Duration
 	Router         router.Config
+	// Tenant is what the tenant gate holds each tenant to.
+	Tenant TenantConfig
 	// Seed drives the retry jitter and the simulated providers; 0 picks one
 	// at random (printed at start, so a run can be replayed).
 	Seed             uint64
@@ -106,11 +115,11 @@ func (c *Config) Flags(fs *flag.FlagSet) {
 
 func (c *Config) routerFlags(fs *flag.FlagSet) {
 	g := &c.Router
-	fs.Float64Var(&g.RatePerSecond, "rate", 10, "requests per second per tenant (token refill rate)")
-	fs.IntVar(&g.Burst, "burst", 20, "burst per tenant (token bucket size)")
+	fs.Float64Var(&c.Tenant.RatePerSecond, "rate", 10, "requests per second per tenant (token refill rate)")
+	fs.IntVar(&c.Tenant.Burst, "burst", 20, "burst per tenant (token bucket size)")
 	fs.IntVar(&g.MaxConcurrent, "max-concurrent", 32, "requests in flight at once")
 	fs.StringVar(&c.AdaptiveLimit, "adaptive-limit", "", "per-provider adaptive concurrency limit: aimd or gradient, up to -max-concurrent (\"\": off)")
-	fs.IntVar(&g.MaxPerTenant, "max-per-tenant", -1, "requests one tenant may have in flight (-1: half of -max-concurrent; 0: no cap)")
+	fs.IntVar(&c.Tenant.MaxInFlight, "max-per-tenant", -1, "requests one tenant may have in flight (-1: half of -max-concurrent; 0: no cap)")
 	fs.DurationVar(&g.MaxQueueWait, "max-queue-wait", 2*time.Second, "how long a request may wait for a slot (0: don't wait)")
 	fs.IntVar(&g.MaxAttempts, "max-attempts", 3, "attempts per request, the first included")
 	fs.DurationVar(&c.Hedge.Delay, "hedge-delay", 0, "hedge a non-streamed provider call still running after this long with one more call to the same provider; the first answer wins (0: off)")
@@ -217,8 +226,8 @@ func (c *Config) defaults() {
 	if c.Seed == 0 {
 		c.Seed = rand.Uint64()
 	}
-	if c.Router.MaxPerTenant < 0 {
-		c.Router.MaxPerTenant = max(1, c.Router.MaxConcurrent/2)
+	if c.Tenant.MaxInFlight < 0 {
+		c.Tenant.MaxInFlight = max(1, c.Router.MaxConcurrent/2)
 	}
 	c.Router.Rand = rand.New(rand.NewPCG(c.Seed, c.Seed^0x6a177e4))
 }

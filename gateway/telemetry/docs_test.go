@@ -53,7 +53,7 @@ func (oneLimit) Limit() int   { return 1 }
 func TestTheMetricsTableListsEveryMetricAndNoOther(t *testing.T) {
 	d := &describer{names: map[string]bool{}}
 	m := telemetry.New(d)
-	r, err := router.New(router.Config{RatePerSecond: 1, Burst: 1, MaxConcurrent: 1, MaxAttempts: 1,
+	r, err := router.New(router.Config{MaxConcurrent: 1, MaxAttempts: 1,
 		AttemptTimeout: time.Second, TotalTimeout: time.Second, FailureThreshold: 1, RecoveryTimeout: time.Second}, failing{"up"})
 	require.NoError(t, err)
 	defer func() { require.NoError(t, r.Close(context.Background())) }()

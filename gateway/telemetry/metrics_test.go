@@ -188,7 +188,7 @@ func (failing) Generate(context.Context, llm.Request) (llm.Completion, error) {
 func TestTheBreakerGaugeReadsZeroOneTwoForClosedHalfOpenOpen(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		m, reg := newMetrics(t)
-		r, err := router.New(router.Config{RatePerSecond: 100, Burst: 100, MaxConcurrent: 4, MaxAttempts: 1,
+		r, err := router.New(router.Config{MaxConcurrent: 4, MaxAttempts: 1,
 			AttemptTimeout: time.Second, TotalTimeout: time.Second, FailureThreshold: 1, RecoveryTimeout: 10 * time.Second,
 			Observer: m, Routes: []router.Route{{Name: "chat", Targets: []router.Target{{Provider: "down"}, {Provider: "up", Model: "m"}}}}},
 			failing{"down"}, failing{"up"})

@@ -5,7 +5,9 @@ import (
 	"time"
 
 	"github.com/production-go/gateway-lab/gateway/llm"
+	"github.com/production-go/gateway-lab/gateway/policy"
 	"github.com/production-go/gateway-lab/gateway/router"
+	"github.com/production-go/gateway-lab/gateway/tenant"
 	breaker "github.com/production-go/gateway-lab/solutions/04-breaker"
 	"github.com/prometheus/client_golang/prometheus"
 )
@@ -13,11 +15,27 @@ import (
 // Metrics implements the router's and the hedges' observers.
 var (
 	_ router.Observer = (*Metrics)(nil)
+	_ tenant.Observer = (*Metrics)(nil)
 )
 
 // Admitted implements router.Observer.
 func (m *Metrics) Admitted(_ string, queueWait time.Duration) {
 	m.queueWait.Observe(queueWait.Seconds())
+}
+
+// Refused implements tenant.Observer: the tenant gate's refusals count in
+// the same gateway_rejected_total as the router's, by reason.
+func (m *Metrics) Refused(_ tenant.Identity, limit policy.Limit) {
+	reason := router.RejectRateLimited
+	if limit == policy.LimitInFlight {
+		reason = router.RejectTenantBusy
+	}
+	m.rejections.WithLabelValues(string(reason)).Inc()
+}
+
+// LimitFailed implements tenant.Observer.
+func (m *Metrics) LimitFailed() {
+	m.rejections.WithLabelValues(string(router.RejectLimiterFailed)).Inc()
 }
 
 // Rejected implements router.Observer.

@@ -220,7 +220,7 @@ func TestAnUpstreamBackFromAnOutageIsProbedBackIntoService(t *testing.T) {
 		_, _ = io.WriteString(w, `{"model":"fallback-1","choices":[{"index":0,"message":{"role":"assistant","content":"from fallback"},"finish_reason":"stop"}]}`)
 	}))
 	defer fallback.Close()
-	a := start(t, "-readiness-delay=0", "-failure-threshold=1", "-recovery-timeout=1h", "-probe-interval=20ms", "-probe-max-interval=50ms",
+	a := start(t, "-readiness-delay=0", "-rate=1000", "-burst=1000", "-failure-threshold=1", "-recovery-timeout=1h", "-probe-interval=20ms", "-probe-max-interval=50ms",
 		"-upstream", "name=primary,url="+primary.URL+"/v1,model=primary-1,probe=models",
 		"-upstream", "name=fallback,url="+fallback.URL+"/v1,model=fallback-1",
 		"-route", "chat=primary,fallback")

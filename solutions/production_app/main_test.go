@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -246,7 +247,9 @@ func TestSlowBodiesAreCutAtTheBodyTimeout(t *testing.T) {
 			}
 			defer conn.Close()
 			_ = conn.SetDeadline(time.Now().Add(20 * time.Second)) // a watchdog, not a timing assertion
-			_, _ = io.WriteString(conn, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{")
+			// A tenant each: one tenant's slow uploads count against its
+			// in-flight cap like any request of its (-max-per-tenant).
+			_, _ = fmt.Fprintf(conn, "POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nX-Tenant-ID: slow-%d\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{", i)
 			br := bufio.NewReader(conn)
 			line, err := br.ReadString('\n')
 			if assert.NoError(t, err, "the server answers instead of holding the connection") {

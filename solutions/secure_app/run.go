@@ -24,6 +24,7 @@ import (
 	"github.com/production-go/gateway-lab/gateway/router"
 	"github.com/production-go/gateway-lab/gateway/service"
 	"github.com/production-go/gateway-lab/gateway/telemetry"
+	"github.com/production-go/gateway-lab/gateway/tenant"
 	"github.com/redis/go-redis/v9"
 )
 
@@ -168,13 +169,15 @@ func hooks(g *guard.Guard) service.Hooks {
 			o.Admit = g.Admit
 			o.CallerLimited = g.CallerLimited
 		},
-		Router: func(c *router.Config) {
+		Gate: func(c *tenant.GateConfig) {
 			// The tier's rate, shared by every replica. The per-replica
-			// cap on a tenant's requests (-max-per-tenant, half the slots
-			// by default) stays beside the shared lease: the lease bounds a
-			// tenant across replicas, the cap keeps it from taking every
-			// slot of one.
+			// cap on a tenant's requests (the tier's, or -max-per-tenant
+			// when smaller) stays beside the shared lease: the lease bounds
+			// a tenant across replicas, the cap keeps it from taking every
+			// slot of one, and is refused before a Redis round trip.
 			c.Limiter = g.Limiter()
+		},
+		Router: func(c *router.Config) {
 			// Tenants are authenticated here, so one whose own requests
 			// are slow cannot open a target's breaker for everyone.
 			c.IsolateTenantFailures = true
