@@ -43,7 +43,7 @@ func cmdExport(ctx context.Context, e *env, args []string) error {
 	case labkit.TrackLabs:
 		fmt.Fprintf(e.stdout, "  pristine tests: %d files of %d labs in %s\n", rep.Tests, len(rep.Labs), labkit.PristineArchive)
 	case labkit.TrackWrite:
-		fmt.Fprintf(e.stdout, "  the kit: %d labs' references and %d shipped mutants in %s\n", len(rep.Labs), rep.Mutants, labkit.WriteKitArchive)
+		fmt.Fprintf(e.stdout, "  the kit: %d labs' references and %d shipped mutants in %s\n", len(rep.Labs), rep.Mutants, labkit.KitArchive)
 	}
 	fmt.Fprintf(e.stdout, "  searched for %d answers of the %s track (archives unpacked, encodings undone): none found\n", rep.Needles, rep.Track)
 	fmt.Fprintf(e.stdout, "  Makefile targets left out: %s\n", strings.Join(rep.Dropped, " "))

@@ -42,7 +42,7 @@ func TestExportedTemplateGradesWhatTheLearnerSolved(t *testing.T) {
 		}
 		rel := filepath.ToSlash(strings.TrimPrefix(p, dst))
 		segs := strings.Split(rel, "/")
-		if slices.Contains(segs, "solutions") || slices.Contains(segs, "mutants") || strings.HasSuffix(rel, ".patch") || strings.HasSuffix(rel, labkit.WriteKitArchive) {
+		if slices.Contains(segs, "solutions") || slices.Contains(segs, "mutants") || strings.HasSuffix(rel, ".patch") || strings.HasSuffix(rel, labkit.KitArchive) {
 			leaked = append(leaked, rel)
 		}
 		return nil
@@ -301,9 +301,9 @@ func TestExportedWriteTemplateScoresTheLearnersTests(t *testing.T) {
 		require.NoError(t, err, "git %v: %s", args, b)
 	}
 	// The learner drops every mutant but one from the kit.
-	kit, err := os.ReadFile(filepath.Join(dst, labkit.WriteKitArchive))
+	kit, err := os.ReadFile(filepath.Join(dst, labkit.KitArchive))
 	require.NoError(t, err)
-	entries, err := labkit.ReadWriteKitArchive(bytes.NewReader(kit))
+	entries, err := labkit.ReadKitArchive(bytes.NewReader(kit))
 	require.NoError(t, err)
 	n := 0
 	for name := range entries["01-concurrency"] {
@@ -313,7 +313,7 @@ func TestExportedWriteTemplateScoresTheLearnersTests(t *testing.T) {
 			}
 		}
 	}
-	require.NoError(t, writeKit(filepath.Join(dst, labkit.WriteKitArchive), entries))
+	require.NoError(t, writeKit(filepath.Join(dst, labkit.KitArchive), entries))
 
 	reports := t.TempDir()
 	code, out, errOut = labctl(t, dst, "grade", "--pristine-ref", "HEAD", "--out", reports, "01")

@@ -40,7 +40,7 @@ func ImplementationAnswers(root string, c *Catalog) ([]Needle, error) {
 	var needles []Needle
 	for _, l := range c.Labs {
 		sol := filepath.Join(root, l.SolutionDir())
-		if !isDir(sol) {
+		if !IsDir(sol) {
 			continue
 		}
 		entries, err := os.ReadDir(sol)
@@ -94,7 +94,7 @@ func ImplementationAnswers(root string, c *Catalog) ([]Needle, error) {
 func WriteAnswers(root string, c *Catalog) ([]Needle, error) {
 	var kits []*WriteKit
 	for _, l := range c.Labs {
-		if !isDir(filepath.Join(root, l.SolutionDir())) {
+		if !IsDir(filepath.Join(root, l.SolutionDir())) {
 			continue
 		}
 		k, err := kitFromSolution(root, l)
@@ -200,7 +200,7 @@ func goPieces(rel string, src []byte, funcsOnly bool) ([]Needle, error) {
 			if d.Body == nil {
 				continue
 			}
-			out = append(out, Needle{What: fmt.Sprintf("%s: the body of %s", rel, funcName(d)), tokens: span(d.Body.Lbrace+1, d.Body.Rbrace)})
+			out = append(out, Needle{What: fmt.Sprintf("%s: the body of %s", rel, FuncName(d)), tokens: span(d.Body.Lbrace+1, d.Body.Rbrace)})
 		case *ast.GenDecl:
 			if funcsOnly || d.Tok != token.TYPE {
 				continue
@@ -214,29 +214,6 @@ func goPieces(rel string, src []byte, funcsOnly bool) ([]Needle, error) {
 		}
 	}
 	return out, nil
-}
-
-func funcName(d *ast.FuncDecl) string {
-	if d.Recv == nil || len(d.Recv.List) == 0 {
-		return d.Name.Name
-	}
-	t := d.Recv.List[0].Type
-	if s, ok := t.(*ast.StarExpr); ok {
-		t = s.X
-	}
-	switch x := t.(type) {
-	case *ast.Ident:
-		return x.Name + "." + d.Name.Name
-	case *ast.IndexExpr:
-		if id, ok := x.X.(*ast.Ident); ok {
-			return id.Name + "." + d.Name.Name
-		}
-	case *ast.IndexListExpr:
-		if id, ok := x.X.(*ast.Ident); ok {
-			return id.Name + "." + d.Name.Name
-		}
-	}
-	return d.Name.Name
 }
 
 // mutantNeedles lists a mutant's hunks twice: as the patch writes them

@@ -76,8 +76,8 @@ func LoadCatalog(root string) (*Catalog, error) {
 		if l.Number == "" || l.Dir == "" || l.Package == "" {
 			return nil, fmt.Errorf("%s: entry %d needs number, dir and package", CatalogFile, i+1)
 		}
-		l.built = isDir(filepath.Join(root, l.LabDir())) && hasPristine(root, *l)
-		l.kit = isDir(filepath.Join(root, l.SolutionDir())) || kit[l.Dir]
+		l.built = IsDir(filepath.Join(root, l.LabDir())) && hasPristine(root, *l)
+		l.kit = IsDir(filepath.Join(root, l.SolutionDir())) || kit[l.Dir]
 		if l.Hints == "" {
 			l.Hints = "HINTS.md"
 		}
@@ -166,6 +166,10 @@ func (c *Catalog) SelectAny(names []string) ([]Lab, error) {
 	})
 }
 
+// ErrBadOption is wrapped by errors in the options a caller passed (a
+// --tests path that is not a directory): labctl exits 2 on them.
+var ErrBadOption = errors.New("bad option")
+
 // ErrOtherTrack means the command belongs to the track this template does
 // not hold.
 var ErrOtherTrack = errors.New("not in this template")
@@ -223,11 +227,11 @@ func FindRoot(dir string) (string, error) {
 // where there is no archive (or one that does not read: the write command
 // says why).
 func kitLabs(root string) map[string]bool {
-	data, err := os.ReadFile(filepath.Join(root, WriteKitArchive))
+	data, err := os.ReadFile(filepath.Join(root, KitArchive))
 	if err != nil {
 		return nil
 	}
-	all, err := ReadWriteKitArchive(bytes.NewReader(data))
+	all, err := ReadKitArchive(bytes.NewReader(data))
 	if err != nil {
 		return nil
 	}
@@ -236,9 +240,4 @@ func kitLabs(root string) map[string]bool {
 		labs[dir] = true
 	}
 	return labs
-}
-
-func isDir(p string) bool {
-	fi, err := os.Stat(p)
-	return err == nil && fi.IsDir()
 }

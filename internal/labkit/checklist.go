@@ -366,7 +366,7 @@ func proofProblems(pr ChecklistProof, p *PackageResult, runErr error) []string {
 	if runErr != nil || p == nil {
 		reason := "no result"
 		if runErr != nil {
-			reason = firstLineOf(runErr.Error())
+			reason = FirstLine(runErr.Error())
 		}
 		return []string{fmt.Sprintf("%s: %s", pr.Package, reason)}
 	}
@@ -398,7 +398,7 @@ func proofProblems(pr ChecklistProof, p *PackageResult, runErr error) []string {
 		anyFailed = anyFailed || r.Status == Fail || r.Status == NotRun
 	}
 	if !anyFailed && p.Status == Fail {
-		problems = append(problems, pr.Package+" failed outside its tests (TestMain, goleak): "+collapse(LastLines(p.Output, 3)))
+		problems = append(problems, pr.Package+" failed outside its tests (TestMain, goleak): "+Collapse(LastLines(p.Output, 3)))
 	}
 	return problems
 }

@@ -145,7 +145,7 @@ func (a *Autograding) Total() int {
 // learner-added test files hidden, -count=1, -race unless NoRace. A name
 // that is not one of the lab's tests is an error, never a vacuous pass.
 func GradeOne(ctx context.Context, opts GradeOptions, l Lab, test string) (GradedLab, error) {
-	if opts.TestsDir != "" && !isDir(opts.TestsDir) {
+	if opts.TestsDir != "" && !IsDir(opts.TestsDir) {
 		return GradedLab{}, fmt.Errorf("%w: --tests %s is not a directory", ErrBadOption, opts.TestsDir)
 	}
 	ov, err := NewOverlay()

@@ -62,7 +62,7 @@ func Export(ctx context.Context, opts ExportOptions) (*ExportReport, error) {
 	if err != nil {
 		return nil, err
 	}
-	if out, err := gitOutput(ctx, root, "rev-parse", "HEAD"); err == nil {
+	if out, err := GitOutput(ctx, root, "rev-parse", "HEAD"); err == nil {
 		rep.Commit = strings.TrimSpace(string(out))
 	}
 	if err := copyCourse(ctx, root, dir, spec, rep); err != nil {
@@ -207,7 +207,7 @@ func exportArchive(dir string, pristine map[string]map[string][]byte) error {
 
 // exportWriteKit packs the test-writing track of every built lab (the
 // reference, its helpers, the shipped mutants; never the reference's tests)
-// into the template's WriteKitArchive, and writes each lab's starter file
+// into the template's KitArchive, and writes each lab's starter file
 // where the course has none.
 func exportWriteKit(root, dir string, c *Catalog, rep *ExportReport) error {
 	var kits []*WriteKit
@@ -232,10 +232,10 @@ func exportWriteKit(root, dir string, c *Catalog, rep *ExportReport) error {
 		}
 	}
 	var archive bytes.Buffer
-	if err := WriteWriteKitArchive(&archive, kits); err != nil {
+	if err := PackKits(&archive, kits); err != nil {
 		return err
 	}
-	return writeFile(dir, WriteKitArchive, archive.Bytes(), 0o644)
+	return writeFile(dir, KitArchive, archive.Bytes(), 0o644)
 }
 
 // exportPaths resolves the root and the destination, which must be empty
@@ -271,8 +271,8 @@ func exportPaths(opts ExportOptions) (root, dir string, err error) {
 // ignored) in a git checkout, else every file outside the build and cache
 // directories.
 func courseFiles(ctx context.Context, root string) ([]string, error) {
-	if top, err := gitOutput(ctx, root, "rev-parse", "--show-toplevel"); err == nil && sameDir(strings.TrimSpace(string(top)), root) {
-		out, err := gitOutput(ctx, root, "ls-files", "-z", "--cached", "--others", "--exclude-standard")
+	if top, err := GitOutput(ctx, root, "rev-parse", "--show-toplevel"); err == nil && sameDir(strings.TrimSpace(string(top)), root) {
+		out, err := GitOutput(ctx, root, "ls-files", "-z", "--cached", "--others", "--exclude-standard")
 		if err != nil {
 			return nil, err
 		}
@@ -337,7 +337,7 @@ func exportAutograding(dir string) error {
 // template's go.mod then lists what the labs and labctl import, and
 // `go mod tidy` there changes nothing.
 func pruneModule(ctx context.Context, dir string) error {
-	out, err := commandOutput(ctx, dir, "go", "mod", "edit", "-json")
+	out, err := CommandOutput(ctx, dir, "go", "mod", "edit", "-json")
 	if err != nil {
 		return err
 	}
@@ -350,11 +350,11 @@ func pruneModule(ctx context.Context, dir string) error {
 		for _, t := range mod.Tool {
 			args = append(args, "-droptool="+t.Path)
 		}
-		if _, err := commandOutput(ctx, dir, "go", args...); err != nil {
+		if _, err := CommandOutput(ctx, dir, "go", args...); err != nil {
 			return err
 		}
 	}
-	if _, err := commandOutput(ctx, dir, "go", "mod", "tidy"); err != nil {
+	if _, err := CommandOutput(ctx, dir, "go", "mod", "tidy"); err != nil {
 		return fmt.Errorf("go mod tidy in the template: %w", err)
 	}
 	return nil

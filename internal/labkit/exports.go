@@ -76,7 +76,7 @@ func declExports(fset *token.FileSet, d ast.Decl) []string {
 		}
 		name := d.Name.Name
 		if d.Recv != nil {
-			recv := funcName(d)
+			recv := FuncName(d)
 			if !ast.IsExported(strings.TrimSuffix(recv, "."+name)) {
 				return nil // a method of an unexported type is no one's API
 			}

@@ -185,15 +185,15 @@ func (r report) headline() string {
 	if msg, errLines, ok := r.testify(); ok {
 		detail := strings.Join(errLines, " ")
 		if msg == "" {
-			return collapse(detail)
+			return Collapse(detail)
 		}
-		return collapse(msg + " — " + detail)
+		return Collapse(msg + " — " + detail)
 	}
-	return collapse(strings.Join(r.lines, " "))
+	return Collapse(strings.Join(r.lines, " "))
 }
 
-// collapse folds runs of white space and caps the line at 240 characters.
-func collapse(s string) string {
+// Collapse folds runs of white space and caps the line at 240 characters.
+func Collapse(s string) string {
 	s = strings.Join(strings.Fields(s), " ")
 	if r := []rune(s); len(r) > 240 {
 		s = string(r[:239]) + "…"
@@ -272,6 +272,12 @@ func Indent(s string, n int) string {
 		b.WriteString(line)
 	}
 	return b.String()
+}
+
+// FirstLine returns the first line of s.
+func FirstLine(s string) string {
+	line, _, _ := strings.Cut(s, "\n")
+	return line
 }
 
 // LastLines returns the last n lines of s.

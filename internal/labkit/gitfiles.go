@@ -10,10 +10,10 @@ import (
 	"strings"
 )
 
-// gitFiles reads the files directly in dir (relative to root) as they are at
+// GitFiles reads the files directly in dir (relative to root) as they are at
 // ref, keeping those whose base name keep accepts: base name → content.
-func gitFiles(ctx context.Context, root, ref, dir string, keep func(name string) bool) (map[string][]byte, error) {
-	out, err := gitOutput(ctx, root, "ls-tree", "--name-only", ref, filepath.ToSlash(dir)+"/")
+func GitFiles(ctx context.Context, root, ref, dir string, keep func(name string) bool) (map[string][]byte, error) {
+	out, err := GitOutput(ctx, root, "ls-tree", "--name-only", ref, filepath.ToSlash(dir)+"/")
 	if err != nil {
 		return nil, fmt.Errorf("list %s at %s: %w", dir, ref, err)
 	}
@@ -22,7 +22,7 @@ func gitFiles(ctx context.Context, root, ref, dir string, keep func(name string)
 		if !keep(path.Base(p)) {
 			continue
 		}
-		content, err := gitOutput(ctx, root, "show", ref+":"+p)
+		content, err := GitOutput(ctx, root, "show", ref+":"+p)
 		if err != nil {
 			return nil, fmt.Errorf("read %s at %s: %w", p, ref, err)
 		}
@@ -31,13 +31,13 @@ func gitFiles(ctx context.Context, root, ref, dir string, keep func(name string)
 	return files, nil
 }
 
-func gitOutput(ctx context.Context, root string, args ...string) ([]byte, error) {
-	return commandOutput(ctx, root, "git", args...)
+func GitOutput(ctx context.Context, root string, args ...string) ([]byte, error) {
+	return CommandOutput(ctx, root, "git", args...)
 }
 
-// commandOutput runs a command in dir and returns its standard output; a
+// CommandOutput runs a command in dir and returns its standard output; a
 // failure carries what the command said on standard error.
-func commandOutput(ctx context.Context, dir, name string, args ...string) ([]byte, error) {
+func CommandOutput(ctx context.Context, dir, name string, args ...string) ([]byte, error) {
 	cmd := exec.CommandContext(ctx, name, args...)
 	cmd.Dir = dir
 	out, err := cmd.Output()
@@ -46,4 +46,9 @@ func commandOutput(ctx context.Context, dir, name string, args ...string) ([]byt
 		return nil, fmt.Errorf("%s %s: %w: %s", name, strings.Join(args, " "), err, strings.TrimSpace(string(ee.Stderr)))
 	}
 	return out, err
+}
+
+// GoOutput runs the go command in root and returns its standard output.
+func GoOutput(ctx context.Context, root string, args ...string) ([]byte, error) {
+	return CommandOutput(ctx, root, "go", args...)
 }

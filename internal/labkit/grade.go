@@ -127,10 +127,6 @@ func (g Grade) Score() float64 {
 	return float64(g.Passed) / float64(g.Total)
 }
 
-// ErrBadOption is wrapped by errors in the options a caller passed (a
-// --tests path that is not a directory): labctl exits 2 on them.
-var ErrBadOption = errors.New("bad option")
-
 // gradePlan is what grading one lab needs once its tests are in the overlay.
 type gradePlan struct {
 	lab      Lab
@@ -144,7 +140,7 @@ type gradePlan struct {
 // and the learner's tests by the mutants they kill. A failing learner is
 // not an error.
 func RunGrade(ctx context.Context, opts GradeOptions) (*Grade, error) {
-	if opts.TestsDir != "" && !isDir(opts.TestsDir) {
+	if opts.TestsDir != "" && !IsDir(opts.TestsDir) {
 		return nil, fmt.Errorf("%w: --tests %s is not a directory", ErrBadOption, opts.TestsDir)
 	}
 	c, err := LoadCatalog(opts.Root)
@@ -306,7 +302,7 @@ func scoreLab(pl gradePlan, p *PackageResult) GradedLab {
 			gt.Summary = Headline(res.Output)
 		}
 		if gt.Summary == "" && gt.Message != "" {
-			gt.Summary = collapse(firstLineOf(gt.Message))
+			gt.Summary = Collapse(FirstLine(gt.Message))
 		}
 		gl.Tests = append(gl.Tests, gt)
 	}
@@ -327,7 +323,7 @@ func heldBackTests(dir string, l Lab) (map[string][]byte, error) {
 	}
 	for _, d := range []string{l.Dir, l.Number} {
 		p := filepath.Join(dir, d)
-		if isDir(p) {
+		if IsDir(p) {
 			return ReadTestSources(p)
 		}
 	}

@@ -34,16 +34,6 @@ func (w *WriteGrade) Line() string {
 	return s
 }
 
-// hasWrittenTests reports whether the learner's track holds any test.
-func hasWrittenTests(root string, k *WriteKit) bool {
-	files, _, err := (&writeRun{opts: WriteOptions{Root: root, Lab: k.Lab}, kit: k}).tests()
-	if err != nil {
-		return true // scored, and the run says what is wrong
-	}
-	tests, err := TestFuncs(files)
-	return err != nil || len(tests) > 0 // a file that does not parse is scored (as not building)
-}
-
 // gradeWrite scores one lab's test-writing track, running nothing when the
 // learner has written no test.
 func gradeWrite(ctx context.Context, opts GradeOptions, c *Catalog, cl *Checklist, l Lab) (*WriteGrade, error) {
@@ -51,7 +41,7 @@ func gradeWrite(ctx context.Context, opts GradeOptions, c *Catalog, cl *Checklis
 	// shipped mutants come from the kit as that revision has it, not as the
 	// learner left it (upstream, solutions/ is the kit).
 	kitRef := ""
-	if opts.PristineRef != "" && !isDir(filepath.Join(opts.Root, "solutions")) {
+	if opts.PristineRef != "" && !IsDir(filepath.Join(opts.Root, "solutions")) {
 		kitRef = opts.PristineRef
 	}
 	var k *WriteKit
@@ -70,7 +60,7 @@ func gradeWrite(ctx context.Context, opts GradeOptions, c *Catalog, cl *Checklis
 	}
 	all := append(slices.Clone(k.Mutants), held...)
 	wg := &WriteGrade{Total: len(all), HeldBackTotal: len(held)}
-	if !hasWrittenTests(opts.Root, k) {
+	if !HasTests(opts.Root, k) {
 		wg.Note = "no tests written"
 		for _, m := range all {
 			wg.Mutants = append(wg.Mutants, WriteMutant{Name: m.Name, HeldBack: m.HeldBack, Survived: "no tests written", Nudge: m.Nudge})
@@ -116,7 +106,7 @@ func writeChecklist(cl *Checklist, l Lab, mutants []Mutant, fates []WriteMutant)
 	for _, it := range items {
 		linked, kept := 0, true
 		for _, m := range mutants {
-			if !slices.ContainsFunc(requiredKillers(m.Patch), func(t string) bool { return slices.Contains(it.Tests, t) }) {
+			if !slices.ContainsFunc(RequiredKillers(m.Patch), func(t string) bool { return slices.Contains(it.Tests, t) }) {
 				continue
 			}
 			linked++

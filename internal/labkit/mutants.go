@@ -69,7 +69,7 @@ func verdict(m MutantResult, took time.Duration) string {
 	var s string
 	switch {
 	case m.Problem != "":
-		s = "BROKEN: " + firstLineOf(m.Problem)
+		s = "BROKEN: " + FirstLine(m.Problem)
 	case !m.Killed:
 		s = "SURVIVED"
 	default:
@@ -79,11 +79,6 @@ func verdict(m MutantResult, took time.Duration) string {
 		return s + " (cached)"
 	}
 	return fmt.Sprintf("%s (%.1fs)", s, took.Seconds())
-}
-
-func firstLineOf(s string) string {
-	line, _, _ := strings.Cut(s, "\n")
-	return line
 }
 
 func judgeMutants(r *LabReport) {
@@ -118,7 +113,7 @@ func (v *verifier) tryMutant(ctx context.Context, l Lab, patchPath string, res *
 		*res = cached
 		return nil
 	}
-	res.Required = requiredKillers(string(text))
+	res.Required = RequiredKillers(string(text))
 	p, err := v.runMutant(ctx, l, res.Name, string(text))
 	if err != nil {
 		return err
@@ -211,11 +206,11 @@ func judgeMutant(res *MutantResult, p *PackageResult) {
 	// limit; the reference's tests are its self-check, so each mutant needs
 	// at least one such kill (labctl write NN --self-check: killed N/N).
 	if res.Killed && !slices.ContainsFunc(res.KilledBy, func(n string) bool {
-		return n == "(package)" && strings.Contains(p.Output, "found unexpected goroutines") || n != "(package)" && discount(p.Test(n), WriteTestLimit) == ""
+		return n == "(package)" && strings.Contains(p.Output, "found unexpected goroutines") || n != "(package)" && Discount(p.Test(n), WriteTestLimit) == ""
 	}) {
 		var why []string
 		for _, n := range res.KilledBy {
-			why = append(why, n+" "+discount(p.Test(n), WriteTestLimit))
+			why = append(why, n+" "+Discount(p.Test(n), WriteTestLimit))
 		}
 		res.Problem = "killed only by crashes or hangs (" + strings.Join(why, "; ") + "): the test-writing track would not count it; a test must catch it by what it asserts, inside " + WriteTestLimit.String()
 	}
@@ -228,23 +223,6 @@ func judgeMutant(res *MutantResult, p *PackageResult) {
 			res.Problem = fmt.Sprintf("must be killed by %s (the patch says so), but that test %s", want, p.Test(want).Status)
 		}
 	}
-}
-
-// requiredKillers reads "# Must be killed by: TestA, TestB" lines.
-func requiredKillers(patch string) []string {
-	var out []string
-	for line := range strings.Lines(patch) {
-		rest, ok := strings.CutPrefix(strings.TrimSpace(line), "# Must be killed by:")
-		if !ok {
-			continue
-		}
-		for _, name := range strings.Split(rest, ",") {
-			if name = strings.TrimSpace(name); name != "" {
-				out = append(out, name)
-			}
-		}
-	}
-	return out
 }
 
 // labSchema is one lab's mutants folded into one build, made when the

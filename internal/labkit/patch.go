@@ -178,3 +178,20 @@ func findBlock(lines, block []string, want int) int {
 	}
 	return -1
 }
+
+// RequiredKillers reads "# Must be killed by: TestA, TestB" lines.
+func RequiredKillers(patch string) []string {
+	var out []string
+	for line := range strings.Lines(patch) {
+		rest, ok := strings.CutPrefix(strings.TrimSpace(line), "# Must be killed by:")
+		if !ok {
+			continue
+		}
+		for _, name := range strings.Split(rest, ",") {
+			if name = strings.TrimSpace(name); name != "" {
+				out = append(out, name)
+			}
+		}
+	}
+	return out
+}

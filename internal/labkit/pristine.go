@@ -37,7 +37,7 @@ const maxPristineBytes = 16 << 20
 // the solution's *_test.go files where solutions/ exists (the upstream
 // repository), else the lab's entries in the pristine archive (a template).
 func PristineTests(root string, l Lab) (map[string][]byte, error) {
-	if isDir(filepath.Join(root, l.SolutionDir())) {
+	if IsDir(filepath.Join(root, l.SolutionDir())) {
 		return ReadTestSources(filepath.Join(root, l.SolutionDir()))
 	}
 	data, err := os.ReadFile(filepath.Join(root, PristineArchive))
@@ -55,11 +55,11 @@ func PristineTests(root string, l Lab) (map[string][]byte, error) {
 // A template fork graded against its template's commit takes the tests
 // from there, whatever the fork did to its own copy.
 func pristineTestsAt(ctx context.Context, root, ref string, l Lab) (map[string][]byte, error) {
-	files, err := gitFiles(ctx, root, ref, l.SolutionDir(), func(name string) bool { return strings.HasSuffix(name, "_test.go") })
+	files, err := GitFiles(ctx, root, ref, l.SolutionDir(), func(name string) bool { return strings.HasSuffix(name, "_test.go") })
 	if err != nil || len(files) > 0 {
 		return files, err
 	}
-	data, err := gitOutput(ctx, root, "show", ref+":"+PristineArchive)
+	data, err := GitOutput(ctx, root, "show", ref+":"+PristineArchive)
 	if err != nil {
 		return nil, fmt.Errorf("%w for lab %s at %s: neither %s nor %s is there", ErrNoPristineTests, l.Number, ref, l.SolutionDir(), PristineArchive)
 	}
@@ -69,7 +69,7 @@ func pristineTestsAt(ctx context.Context, root, ref string, l Lab) (map[string][
 // hasPristine reports whether a lab's pristine tests can be found under
 // root without git: the solution directory or the template's archive.
 func hasPristine(root string, l Lab) bool {
-	if isDir(filepath.Join(root, l.SolutionDir())) {
+	if IsDir(filepath.Join(root, l.SolutionDir())) {
 		return true
 	}
 	_, err := os.Stat(filepath.Join(root, PristineArchive))

@@ -7,29 +7,6 @@ import (
 	"strings"
 )
 
-// Track is one half of the course, and the learner template that holds it.
-//
-// There are two templates because each track's answers are the other's
-// material. The labs track asks for the code and ships the exercise tests;
-// its answers are the references and their mutants. The test-writing track
-// asks for the tests and ships the references and mutants; its answers are
-// the exercise tests. One template holding both would hand every learner
-// the answers to whichever track they are graded on — which is what the
-// single template did until both were split (issue 33).
-type Track string
-
-const (
-	// TrackLabs is the implementation track: stubs to finish, graded by
-	// the exercise tests.
-	TrackLabs Track = "labs"
-	// TrackWrite is the test-writing track: references to test, graded by
-	// the mutants the learner's tests kill.
-	TrackWrite Track = "write"
-)
-
-// Tracks lists the tracks, in the order docs name them.
-var Tracks = []Track{TrackLabs, TrackWrite}
-
 // templatePart is one line of what a template holds: the paths it covers
 // and what it says about them.
 type templatePart struct {
@@ -104,7 +81,7 @@ var templateSpecs = []*templateSpec{
 		Holds: []templatePart{
 			{Paths: []string{"labs/catalog.json", "labs/*/README.md"}, Says: "`labs/*/README.md`: every lab's lesson, the contract your tests pin (no stubs, hints or exercise tests)"},
 			{Paths: []string{"write/*/" + WriteFile}, Says: "`write/NN-topic/" + WriteFile + "`: your test file for each lab, the only file of the track you edit"},
-			{Paths: []string{WriteKitArchive}, Generated: true, Says: "`" + WriteKitArchive + "`: every lab's reference, the test helpers you may use and the shipped mutants, packed; `make write-NN` lays the reference next to your file"},
+			{Paths: []string{KitArchive}, Generated: true, Says: "`" + KitArchive + "`: every lab's reference, the test helpers you may use and the shipped mutants, packed; `make write-NN` lays the reference next to your file"},
 			commonDocs, commonTools, commonMod, commonMeta, commonGrade,
 			{Paths: []string{"Makefile"}, Says: "`Makefile`: `make write-NN`, `progress`, `grade`, `clean`"},
 			{Paths: []string{"README.md"}, Says: "`README.md`: the course's README under a notice of what this template holds"},

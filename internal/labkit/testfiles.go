@@ -173,3 +173,28 @@ func FilesToEdit(root string, l Lab) ([]string, error) {
 	}
 	return marked, nil
 }
+
+// FuncName is the name a function declaration is known by: Recv.Name for
+// a method, the plain name for a function.
+func FuncName(d *ast.FuncDecl) string {
+	if d.Recv == nil || len(d.Recv.List) == 0 {
+		return d.Name.Name
+	}
+	t := d.Recv.List[0].Type
+	if s, ok := t.(*ast.StarExpr); ok {
+		t = s.X
+	}
+	switch x := t.(type) {
+	case *ast.Ident:
+		return x.Name + "." + d.Name.Name
+	case *ast.IndexExpr:
+		if id, ok := x.X.(*ast.Ident); ok {
+			return id.Name + "." + d.Name.Name
+		}
+	case *ast.IndexListExpr:
+		if id, ok := x.X.(*ast.Ident); ok {
+			return id.Name + "." + d.Name.Name
+		}
+	}
+	return d.Name.Name
+}

@@ -421,7 +421,7 @@ func judgeSolution(r *LabReport, p *PackageResult) {
 
 // overlayFromGit makes the build see dir exactly as it is at ref.
 func overlayFromGit(ctx context.Context, root, ref, dir string, ov *Overlay) error {
-	atRef, err := gitFiles(ctx, root, ref, dir, func(name string) bool { return strings.HasSuffix(name, ".go") })
+	atRef, err := GitFiles(ctx, root, ref, dir, func(name string) bool { return strings.HasSuffix(name, ".go") })
 	if err != nil {
 		return err
 	}

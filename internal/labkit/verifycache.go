@@ -4,12 +4,9 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"hash"
 	"io/fs"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -58,14 +55,14 @@ func (v *verifier) openCache(ctx context.Context, labs []Lab) *verifyCache {
 }
 
 func newVerifyCache(ctx context.Context, root string, dirs []string, race bool) (*verifyCache, error) {
-	goenv, err := goOutput(ctx, root, "env", "GOVERSION", "GOOS", "GOARCH", "GOFLAGS", "GOEXPERIMENT", "CGO_ENABLED")
+	goenv, err := GoOutput(ctx, root, "env", "GOVERSION", "GOOS", "GOARCH", "GOFLAGS", "GOEXPERIMENT", "CGO_ENABLED")
 	if err != nil {
 		return nil, err
 	}
 	h := sha256.New()
 	fmt.Fprintf(h, "%s\nrace=%t\n%s", cacheSchema, race, goenv)
 	for _, f := range []string{"go.mod", "go.sum"} {
-		if err := hashFile(h, root, f); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		if err := HashFile(h, root, f); err != nil && !errors.Is(err, fs.ErrNotExist) {
 			return nil, err // a module without dependencies has no go.sum
 		}
 	}
@@ -85,7 +82,7 @@ func localTestDeps(ctx context.Context, root string, dirs []string) (map[string]
 	for _, d := range dirs {
 		args = append(args, "./"+filepath.ToSlash(d))
 	}
-	out, err := goOutput(ctx, root, args...)
+	out, err := GoOutput(ctx, root, args...)
 	if err != nil {
 		return nil, err
 	}
@@ -175,7 +172,7 @@ func (c *verifyCache) dirHash(dir string) (string, error) {
 			return filepath.SkipDir
 		case d.Type().IsRegular():
 			rel, _ := filepath.Rel(c.root, p)
-			return hashFile(h, c.root, rel)
+			return HashFile(h, c.root, rel)
 		}
 		return nil
 	})
@@ -186,49 +183,18 @@ func (c *verifyCache) dirHash(dir string) (string, error) {
 	return c.hashes[dir], nil
 }
 
-// hashFile adds a file's name and content to h.
-func hashFile(h hash.Hash, root, rel string) error {
-	b, err := os.ReadFile(filepath.Join(root, rel))
-	if err != nil {
-		return err
-	}
-	fmt.Fprintf(h, "%s\x00%d\x00", filepath.ToSlash(rel), len(b))
-	h.Write(b)
-	return nil
-}
-
 // get loads the verdict stored under key into v.
 func (c *verifyCache) get(key string, v any) bool {
-	if c == nil || key == "" {
+	if c == nil {
 		return false
 	}
-	b, err := os.ReadFile(filepath.Join(c.dir, key+".json"))
-	return err == nil && json.Unmarshal(b, v) == nil
+	return LoadJSON(c.dir, key, v)
 }
 
 // put stores a verdict; a failed write only costs a rerun next time.
 func (c *verifyCache) put(key string, v any) {
-	if c == nil || key == "" {
+	if c == nil {
 		return
 	}
-	b, err := json.Marshal(v)
-	if err != nil || os.MkdirAll(c.dir, 0o755) != nil {
-		return
-	}
-	tmp, err := os.CreateTemp(c.dir, key+"-*.tmp")
-	if err != nil {
-		return
-	}
-	_, werr := tmp.Write(b)
-	if cerr := tmp.Close(); werr != nil || cerr != nil {
-		os.Remove(tmp.Name())
-		return
-	}
-	if os.Rename(tmp.Name(), filepath.Join(c.dir, key+".json")) != nil {
-		os.Remove(tmp.Name())
-	}
-}
-
-func goOutput(ctx context.Context, root string, args ...string) ([]byte, error) {
-	return commandOutput(ctx, root, "go", args...)
+	StoreJSON(c.dir, key, v)
 }

@@ -12,13 +12,11 @@ import (
 	"fmt"
 	"go/parser"
 	"go/token"
-	"hash"
 	"io"
 	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"runtime"
 	"slices"
 	"strconv"
@@ -291,7 +289,7 @@ func writeVerdict(m WriteMutant, took time.Duration) string {
 	var s string
 	switch {
 	case m.Problem != "":
-		s = "BROKEN: " + firstLineOf(m.Problem)
+		s = "BROKEN: " + FirstLine(m.Problem)
 	case m.Killed:
 		s = "killed by " + strings.Join(m.KilledBy, ", ")
 	default:
@@ -557,9 +555,9 @@ func (w *writeRun) referenceRun(ctx context.Context, overlay, profile string, na
 	var p *PackageResult
 	var skip []string
 	for {
-		args := []string{"-covermode=atomic", "-coverprofile=" + profile, "-run", exactNames(names)}
+		args := []string{"-covermode=atomic", "-coverprofile=" + profile, "-run", ExactNames(names)}
 		if len(skip) > 0 {
-			args = append(args, "-skip", exactNames(skip))
+			args = append(args, "-skip", ExactNames(skip))
 		}
 		prev := p
 		var err error
@@ -900,25 +898,16 @@ func (w *writeRun) runMutant(ctx context.Context, name string, patched map[strin
 	// it would build the pristine reference instead of the mutant.
 	args := []string{"-vet=off"}
 	if len(skip) > 0 {
-		args = append(args, "-skip", exactNames(skip))
+		args = append(args, "-skip", ExactNames(skip))
 	}
 	p, err := RunPackage(ctx, RunOptions{
 		Dir: w.opts.Root, Packages: []string{w.pkg()}, Race: race, Count: 1, Overlay: overlay,
-		Run: exactNames(counting), Timeout: w.mutantTimeout, Args: args,
+		Run: ExactNames(counting), Timeout: w.mutantTimeout, Args: args,
 	})
 	if err == nil && p.BuildFailed {
 		err = fmt.Errorf("the mutant does not compile:\n%s", Indent(p.Output, 6))
 	}
 	return p, err
-}
-
-// exactNames is a -run pattern matching exactly these top-level tests.
-func exactNames(names []string) string {
-	quoted := make([]string, len(names))
-	for i, n := range names {
-		quoted[i] = regexp.QuoteMeta(n)
-	}
-	return "^(" + strings.Join(quoted, "|") + ")$"
 }
 
 // judgeWriteMutant reads a mutant's run. A kill is a test failing by what
@@ -932,7 +921,7 @@ func judgeWriteMutant(res *WriteMutant, p *PackageResult, counting []string, lim
 		if r.Status != Fail {
 			continue
 		}
-		switch why := discount(r, limit); why {
+		switch why := Discount(r, limit); why {
 		case "":
 			if !slices.Contains(res.KilledBy, name) {
 				res.KilledBy = append(res.KilledBy, name)
@@ -995,8 +984,8 @@ func hungTests(out string) []string {
 	return names
 }
 
-// discount says why a failing test's failure does not count, "" if it does.
-func discount(r TestResult, limit time.Duration) string {
+// Discount says why a failing test's failure does not count, "" if it does.
+func Discount(r TestResult, limit time.Duration) string {
 	switch {
 	case timedOut(r):
 		return "hung until the test binary timed out"
@@ -1064,7 +1053,7 @@ func (w *writeRun) cacheBase(ctx context.Context) (string, error) {
 	if w.opts.Fresh {
 		return "", nil
 	}
-	goenv, err := goOutput(ctx, w.opts.Root, "env", "GOVERSION", "GOOS", "GOARCH", "GOFLAGS", "GOEXPERIMENT", "CGO_ENABLED")
+	goenv, err := GoOutput(ctx, w.opts.Root, "env", "GOVERSION", "GOOS", "GOARCH", "GOFLAGS", "GOEXPERIMENT", "CGO_ENABLED")
 	if err != nil {
 		return "", err
 	}
@@ -1072,11 +1061,11 @@ func (w *writeRun) cacheBase(ctx context.Context) (string, error) {
 	_, redisServer := exec.LookPath("redis-server")
 	fmt.Fprintf(h, "%s\nlimit=%s\n%s\nredis=%q,%q,%v\n", writeSchema, w.opts.limit(), goenv, os.Getenv("REDIS_URL"), os.Getenv("REDIS_INTEGRATION_REQUIRED"), redisServer == nil)
 	for _, f := range []string{"go.mod", "go.sum"} {
-		if err := hashFile(h, w.opts.Root, f); err != nil && !errors.Is(err, os.ErrNotExist) {
+		if err := HashFile(h, w.opts.Root, f); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return "", err
 		}
 	}
-	if err := hashTree(h, w.opts.Root, filepath.Join("internal", "testkit")); err != nil {
+	if err := HashTree(h, w.opts.Root, filepath.Join("internal", "testkit")); err != nil {
 		return "", err
 	}
 	put := func(kind string, files map[string][]byte) {
@@ -1091,7 +1080,7 @@ func (w *writeRun) cacheBase(ctx context.Context) (string, error) {
 	// What the tests may read at run time: testdata/ and any other file
 	// next to them that is not a laid-out copy.
 	dir := WriteDirOf(w.kit.Lab)
-	if err := hashTree(h, w.opts.Root, filepath.Join(dir, "testdata")); err != nil {
+	if err := HashTree(h, w.opts.Root, filepath.Join(dir, "testdata")); err != nil {
 		return "", err
 	}
 	entries, _ := os.ReadDir(filepath.Join(w.opts.Root, dir))
@@ -1099,7 +1088,7 @@ func (w *writeRun) cacheBase(ctx context.Context) (string, error) {
 		_, ref := w.kit.Ref[e.Name()]
 		_, helper := w.kit.Helpers[e.Name()]
 		if e.Type().IsRegular() && !ref && !helper && !strings.HasSuffix(e.Name(), ".go") {
-			if err := hashFile(h, w.opts.Root, filepath.Join(dir, e.Name())); err != nil {
+			if err := HashFile(h, w.opts.Root, filepath.Join(dir, e.Name())); err != nil {
 				return "", err
 			}
 		}
@@ -1108,20 +1097,6 @@ func (w *writeRun) cacheBase(ctx context.Context) (string, error) {
 		put("dep/"+d, w.kit.Deps[d])
 	}
 	return hex.EncodeToString(h.Sum(nil)), nil
-}
-
-// hashTree hashes every file under root/rel; a missing tree hashes empty.
-func hashTree(h hash.Hash, root, rel string) error {
-	return filepath.WalkDir(filepath.Join(root, rel), func(p string, d os.DirEntry, err error) error {
-		if errors.Is(err, os.ErrNotExist) {
-			return nil
-		}
-		if err != nil || d.IsDir() {
-			return err
-		}
-		r, _ := filepath.Rel(root, p)
-		return hashFile(h, root, r)
-	})
 }
 
 // timings are how long each mutant of the lab took when it last ran.
@@ -1135,7 +1110,7 @@ func (w *writeRun) timings() map[string]float64 {
 }
 
 func (w *writeRun) putTimings(took map[string]float64) {
-	(&verifyCache{dir: filepath.Dir(w.timingsFile())}).put(strings.TrimSuffix(filepath.Base(w.timingsFile()), ".json"), took)
+	StoreJSON(filepath.Dir(w.timingsFile()), strings.TrimSuffix(filepath.Base(w.timingsFile()), ".json"), took)
 }
 
 func (w *writeRun) timingsFile() string {
@@ -1151,16 +1126,19 @@ func (w *writeRun) key(kind, extra string) string {
 }
 
 func (w *writeRun) get(key string, v any) bool {
-	if key == "" {
-		return false
-	}
-	b, err := os.ReadFile(filepath.Join(w.opts.Root, writeCacheDir, key+".json"))
-	return err == nil && json.Unmarshal(b, v) == nil
+	return LoadJSON(filepath.Join(w.opts.Root, writeCacheDir), key, v)
 }
 
 func (w *writeRun) put(key string, v any) {
-	if key == "" {
-		return
+	StoreJSON(filepath.Join(w.opts.Root, writeCacheDir), key, v)
+}
+
+// HasTests reports whether the learner's track holds any test.
+func HasTests(root string, k *WriteKit) bool {
+	files, _, err := (&writeRun{opts: WriteOptions{Root: root, Lab: k.Lab}, kit: k}).tests()
+	if err != nil {
+		return true // scored, and the run says what is wrong
 	}
-	(&verifyCache{dir: filepath.Join(w.opts.Root, writeCacheDir)}).put(key, v)
+	tests, err := TestFuncs(files)
+	return err != nil || len(tests) > 0 // a file that does not parse is scored (as not building)
 }

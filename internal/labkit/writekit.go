@@ -11,7 +11,6 @@ import (
 	"io"
 	"maps"
 	"os"
-	"path"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -25,20 +24,16 @@ import (
 // The learner's file is write/NN-topic/write_test.go, the only file of the
 // track that git tracks there. The reference, and the helper test files the
 // learner may use, are laid over that directory at every run from a
-// pristine copy (solutions/ upstream, WriteKitArchive in a template), so
+// pristine copy (solutions/ upstream, KitArchive in a template), so
 // editing the copies labctl leaves on disk for reading changes nothing.
 const (
-	WriteDir        = "write"
-	WriteFile       = "write_test.go"
-	WriteKitArchive = "write/kit.tar.gz"
+	WriteDir  = "write"
+	WriteFile = "write_test.go"
 )
 
 // ErrNoWriteKit means neither solutions/NN-topic nor the kit archive holds
 // a lab's reference.
 var ErrNoWriteKit = errors.New("no reference for the test-writing track")
-
-// maxKitBytes bounds what reading the kit archive may inflate to.
-const maxKitBytes = 32 << 20
 
 // WriteKit is what the test-writing track of one lab is made of.
 type WriteKit struct {
@@ -84,13 +79,13 @@ func LoadWriteKit(root string, c *Catalog, l Lab) (*WriteKit, error) {
 // learner who rewrites the kit in their copy (drops a mutant, weakens
 // one) changes nothing.
 func LoadWriteKitAt(ctx context.Context, root, ref string, c *Catalog, l Lab) (*WriteKit, error) {
-	data, err := gitOutput(ctx, root, "show", ref+":"+WriteKitArchive)
+	data, err := GitOutput(ctx, root, "show", ref+":"+KitArchive)
 	if err != nil {
-		return nil, fmt.Errorf("%w for lab %s at %s: no %s there", ErrNoWriteKit, l.Number, ref, WriteKitArchive)
+		return nil, fmt.Errorf("%w for lab %s at %s: no %s there", ErrNoWriteKit, l.Number, ref, KitArchive)
 	}
-	all, err := ReadWriteKitArchive(bytes.NewReader(data))
+	all, err := ReadKitArchive(bytes.NewReader(data))
 	if err != nil {
-		return nil, fmt.Errorf("read %s:%s: %w", ref, WriteKitArchive, err)
+		return nil, fmt.Errorf("read %s:%s: %w", ref, KitArchive, err)
 	}
 	return loadWriteKit(kitSource{root: root, archive: all}, c, l)
 }
@@ -132,19 +127,19 @@ type kitSource struct {
 }
 
 func openKitSource(root string) (kitSource, error) {
-	if isDir(filepath.Join(root, "solutions")) {
+	if IsDir(filepath.Join(root, "solutions")) {
 		return kitSource{root: root}, nil
 	}
-	data, err := os.ReadFile(filepath.Join(root, WriteKitArchive))
+	data, err := os.ReadFile(filepath.Join(root, KitArchive))
 	if errors.Is(err, os.ErrNotExist) {
-		return kitSource{}, fmt.Errorf("%w: neither solutions/ nor %s exists", ErrNoWriteKit, WriteKitArchive)
+		return kitSource{}, fmt.Errorf("%w: neither solutions/ nor %s exists", ErrNoWriteKit, KitArchive)
 	}
 	if err != nil {
 		return kitSource{}, err
 	}
-	all, err := ReadWriteKitArchive(bytes.NewReader(data))
+	all, err := ReadKitArchive(bytes.NewReader(data))
 	if err != nil {
-		return kitSource{}, fmt.Errorf("read %s: %w", WriteKitArchive, err)
+		return kitSource{}, fmt.Errorf("read %s: %w", KitArchive, err)
 	}
 	return kitSource{root: root, archive: all}, nil
 }
@@ -153,7 +148,7 @@ func (s kitSource) kit(l Lab) (*WriteKit, error) {
 	if s.archive != nil {
 		files, ok := s.archive[l.Dir]
 		if !ok {
-			return nil, fmt.Errorf("%w for lab %s in %s", ErrNoWriteKit, l.Number, WriteKitArchive)
+			return nil, fmt.Errorf("%w for lab %s in %s", ErrNoWriteKit, l.Number, KitArchive)
 		}
 		return kitFromEntries(l, files)
 	}
@@ -324,67 +319,29 @@ func rewriteImports(name string, data []byte) []byte {
 	return solutionImportRe.ReplaceAll(data, []byte(`"${mod}/`+WriteDir+`/$2"`))
 }
 
-// The kit archive of a template: NN-topic/ref/NAME, NN-topic/helpers/NAME,
-// NN-topic/mutants/NAME.patch. Entries sorted, no times or owners, so the
-// same kit gives the same bytes.
-
-// WriteWriteKitArchive packs kits (reference, helpers, shipped mutants; never
-// the reference's tests) as a gzipped tar.
-func WriteWriteKitArchive(w io.Writer, kits []*WriteKit) error {
-	flat := map[string][]byte{}
+// PackKits packs kits (reference, helpers, shipped mutants; never the
+// reference's tests) as the template's KitArchive.
+func PackKits(w io.Writer, kits []*WriteKit) error {
+	labs := map[string]map[string][]byte{}
 	for _, k := range kits {
+		files := labs[k.Lab.Dir]
+		if files == nil {
+			files = map[string][]byte{}
+			labs[k.Lab.Dir] = files
+		}
 		for name, data := range k.Ref {
-			flat[k.Lab.Dir+"/ref/"+name] = data
+			files["ref/"+name] = data
 		}
 		for name, data := range k.Helpers {
-			flat[k.Lab.Dir+"/helpers/"+name] = data
+			files["helpers/"+name] = data
 		}
 		for _, m := range k.Mutants {
 			if !m.HeldBack {
-				flat[k.Lab.Dir+"/mutants/"+m.Name+".patch"] = []byte(m.Patch)
+				files["mutants/"+m.Name+".patch"] = []byte(m.Patch)
 			}
 		}
 	}
-	return writeArchive(w, flat, checkKitName)
-}
-
-// ReadWriteKitArchive reads what WriteWriteKitArchive wrote: lab directory →
-// "ref/NAME" | "helpers/NAME" | "mutants/NAME.patch" → content.
-func ReadWriteKitArchive(r io.Reader) (map[string]map[string][]byte, error) {
-	flat, err := readArchive(r, maxKitBytes, checkKitName)
-	if err != nil {
-		return nil, err
-	}
-	out := map[string]map[string][]byte{}
-	for p, content := range flat {
-		dir, rest, _ := strings.Cut(p, "/")
-		if out[dir] == nil {
-			out[dir] = map[string][]byte{}
-		}
-		out[dir][rest] = content
-	}
-	return out, nil
-}
-
-// checkKitName accepts exactly "lab-dir/(ref|helpers|mutants)/name".
-func checkKitName(p string) error {
-	parts := strings.Split(p, "/")
-	ok := len(parts) == 3 && parts[0] != "" && parts[0] != "." && parts[0] != ".." &&
-		(parts[1] == "ref" || parts[1] == "helpers" || parts[1] == "mutants") &&
-		parts[2] != "" && parts[2] != "." && parts[2] != ".." && !strings.Contains(parts[2], `\`) && path.Clean(p) == p
-	if ok && parts[1] == "mutants" {
-		ok = strings.HasSuffix(parts[2], ".patch")
-	}
-	if ok && parts[1] == "helpers" {
-		ok = strings.HasSuffix(parts[2], "_test.go")
-	}
-	if ok && parts[1] == "ref" {
-		ok = !strings.HasSuffix(parts[2], "_test.go")
-	}
-	if !ok {
-		return fmt.Errorf("entry %q is not lab-directory/{ref,helpers,mutants}/name", p)
-	}
-	return nil
+	return WriteKitArchive(w, labs)
 }
 
 func kitFromEntries(l Lab, files map[string][]byte) (*WriteKit, error) {
@@ -401,7 +358,7 @@ func kitFromEntries(l Lab, files map[string][]byte) (*WriteKit, error) {
 		}
 	}
 	if len(k.Ref) == 0 {
-		return nil, fmt.Errorf("%w for lab %s in %s", ErrNoWriteKit, l.Number, WriteKitArchive)
+		return nil, fmt.Errorf("%w for lab %s in %s", ErrNoWriteKit, l.Number, KitArchive)
 	}
 	return k, nil
 }
@@ -411,7 +368,7 @@ func HeldBackMutants(dir string, l Lab) ([]Mutant, error) {
 	if dir == "" {
 		return nil, nil
 	}
-	if !isDir(dir) {
+	if !IsDir(dir) {
 		return nil, fmt.Errorf("%w: held-back mutants: %s is not a directory", ErrBadOption, dir)
 	}
 	patches, err := filepath.Glob(filepath.Join(dir, l.Dir, "*.patch"))
