@@ -6,7 +6,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/production-go/gateway-lab/internal/labkit"
+	"github.com/production-go/gateway-lab/internal/labkit/checklist"
 )
 
 func cmdChecklist(ctx context.Context, e *env, args []string) error {
@@ -20,7 +20,7 @@ func cmdChecklist(ctx context.Context, e *env, args []string) error {
 	if err := needsSolutions(e, "checklist"); err != nil {
 		return err
 	}
-	c, err := labkit.LoadChecklist(e.root)
+	c, err := checklist.Load(e.root)
 	if err != nil {
 		return err
 	}
@@ -33,14 +33,14 @@ func cmdChecklist(ctx context.Context, e *env, args []string) error {
 	if *fresh {
 		count = 1
 	}
-	return runChecklist(ctx, e, c, labkit.GoTestRunner(e.root, !*noRace, count, nil))
+	return runChecklist(ctx, e, c, checklist.GoTestRunner(e.root, !*noRace, count, nil))
 }
 
 // runChecklist runs the checklist with run, printing progress to stderr
 // and one line per item to stdout; any ✗ is errRed.
-func runChecklist(ctx context.Context, e *env, c *labkit.Checklist, run labkit.ChecklistRunner) error {
+func runChecklist(ctx context.Context, e *env, c *checklist.Checklist, run checklist.Runner) error {
 	started := time.Now()
-	verdicts, err := labkit.RunChecklist(ctx, c, run, func(i, n int, r labkit.ChecklistRun) {
+	verdicts, err := checklist.Run(ctx, c, run, func(i, n int, r checklist.PackageRun) {
 		tags := ""
 		if r.Tags != "" {
 			tags = " -tags " + r.Tags
@@ -67,8 +67,8 @@ func runChecklist(ctx context.Context, e *env, c *labkit.Checklist, run labkit.C
 
 // selectItems keeps the items whose ID is, or starts with, one of the
 // comma-separated selectors ("ADM" keeps ADM-1…; "SEC-4" keeps SEC-4).
-func selectItems(c *labkit.Checklist, sel string) (*labkit.Checklist, error) {
-	out := &labkit.Checklist{}
+func selectItems(c *checklist.Checklist, sel string) (*checklist.Checklist, error) {
+	out := &checklist.Checklist{}
 	for _, it := range c.Items {
 		for _, s := range strings.Split(sel, ",") {
 			s = strings.ToUpper(strings.TrimSpace(s))

@@ -5,25 +5,25 @@ import (
 	"context"
 	"testing"
 
+	"github.com/production-go/gateway-lab/internal/labkit/checklist"
+	"github.com/production-go/gateway-lab/internal/labkit/gotest"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-
-	"github.com/production-go/gateway-lab/internal/labkit"
 )
 
 const twoItems = "- **A-1** First promise\n  Why: w\n  Proof: `solutions/x` `TestA`, `TestB`\n" +
 	"- **B-1** Second `promise`\n  Why: w\n  Proof: `solutions/y` `TestC`\n"
 
 func TestChecklistCommandPrintsOneLinePerItemAndFailsOnAnyCross(t *testing.T) {
-	c, err := labkit.ParseChecklist([]byte(twoItems))
+	c, err := checklist.Parse([]byte(twoItems))
 	require.NoError(t, err)
-	results := map[string]*labkit.PackageResult{
-		"solutions/x": {Status: labkit.Pass, Tests: map[string]*labkit.TestResult{
-			"TestA": {Name: "TestA", Status: labkit.Pass}, "TestB": {Name: "TestB", Status: labkit.Pass}}},
-		"solutions/y": {Status: labkit.Pass, Tests: map[string]*labkit.TestResult{
-			"TestC": {Name: "TestC", Status: labkit.Skip, Output: "    y_test.go:3: needs a GPU\n"}}},
+	results := map[string]*gotest.PackageResult{
+		"solutions/x": {Status: gotest.Pass, Tests: map[string]*gotest.TestResult{
+			"TestA": {Name: "TestA", Status: gotest.Pass}, "TestB": {Name: "TestB", Status: gotest.Pass}}},
+		"solutions/y": {Status: gotest.Pass, Tests: map[string]*gotest.TestResult{
+			"TestC": {Name: "TestC", Status: gotest.Skip, Output: "    y_test.go:3: needs a GPU\n"}}},
 	}
-	fake := func(_ context.Context, r labkit.ChecklistRun) (*labkit.PackageResult, error) {
+	fake := func(_ context.Context, r checklist.PackageRun) (*gotest.PackageResult, error) {
 		return results[r.Package], nil
 	}
 	var out, errOut bytes.Buffer
@@ -36,14 +36,14 @@ func TestChecklistCommandPrintsOneLinePerItemAndFailsOnAnyCross(t *testing.T) {
 	assert.Contains(t, out.String(), "checklist: 1/2 items kept")
 	assert.Contains(t, errOut.String(), "[ 1/2] compiling and testing solutions/x (2 tests)", "progress goes to stderr")
 
-	results["solutions/y"].Tests["TestC"].Status = labkit.Pass
+	results["solutions/y"].Tests["TestC"].Status = gotest.Pass
 	out.Reset()
 	require.NoError(t, runChecklist(t.Context(), e, c, fake))
 	assert.Contains(t, out.String(), "checklist: 2/2 items kept")
 }
 
 func TestChecklistOnlySelectsByIDOrPrefix(t *testing.T) {
-	c, err := labkit.ParseChecklist([]byte(twoItems))
+	c, err := checklist.Parse([]byte(twoItems))
 	require.NoError(t, err)
 	sel, err := selectItems(c, "b")
 	require.NoError(t, err)

@@ -8,14 +8,16 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/production-go/gateway-lab/internal/labkit"
+	"github.com/production-go/gateway-lab/internal/labkit/catalog"
+	"github.com/production-go/gateway-lab/internal/labkit/gotest"
+	"github.com/production-go/gateway-lab/internal/labkit/grade"
 )
 
 // cmdClassroom writes (or checks) the autograding configuration, and runs
 // one graded test: the command every entry of that configuration runs.
 func cmdClassroom(ctx context.Context, e *env, args []string) error {
 	fs := flags(e)
-	out := fs.String("o", labkit.AutogradingFile, "`file` to write, relative to the repository root")
+	out := fs.String("o", grade.AutogradingFile, "`file` to write, relative to the repository root")
 	check := fs.Bool("check", false, "write nothing; fail if the file differs from what the catalogue and the tests give")
 	labPoints := fs.Int("lab-points", 0, "`points` each lab is worth, spread over its tests (0: one point per test, as labctl grade counts)")
 	timeout := fs.Int("timeout", 10, "each command's limit in `minutes` (the first one compiles the race-enabled dependencies)")
@@ -25,10 +27,10 @@ func cmdClassroom(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	if c, err := labkit.LoadCatalog(e.root); err != nil {
+	if c, err := catalog.Load(e.root); err != nil {
 		return err
-	} else if !c.Holds(labkit.TrackLabs) {
-		return fmt.Errorf("%w: this is the test-writing template; autograding.json grades the labs' exercise tests, one command each, and belongs to the labs template (grade this one with labctl grade)", labkit.ErrOtherTrack)
+	} else if !c.Holds(catalog.TrackLabs) {
+		return fmt.Errorf("%w: this is the test-writing template; autograding.json grades the labs' exercise tests, one command each, and belongs to the labs template (grade this one with labctl grade)", catalog.ErrOtherTrack)
 	}
 	if len(pos) > 0 && pos[0] == "run" {
 		return classroomRun(ctx, e, pos[1:], *tests, *noRace)
@@ -36,7 +38,7 @@ func cmdClassroom(ctx context.Context, e *env, args []string) error {
 	if len(pos) > 0 {
 		return fmt.Errorf("%w: labctl classroom takes no arguments, or: run NN TestName", errUsage)
 	}
-	doc, err := labkit.GenerateAutograding(labkit.ClassroomOptions{Root: e.root, LabPoints: *labPoints, Timeout: *timeout})
+	doc, err := grade.GenerateAutograding(grade.ClassroomOptions{Root: e.root, LabPoints: *labPoints, Timeout: *timeout})
 	if err != nil {
 		return err
 	}
@@ -75,7 +77,7 @@ func classroomRun(ctx context.Context, e *env, args []string, testsDir string, n
 	if len(args) != 2 {
 		return fmt.Errorf("%w: labctl classroom run NN TestName", errUsage)
 	}
-	c, err := labkit.LoadCatalog(e.root)
+	c, err := catalog.Load(e.root)
 	if err != nil {
 		return err
 	}
@@ -87,8 +89,8 @@ func classroomRun(ctx context.Context, e *env, args []string, testsDir string, n
 	if testsDir != "" && !filepath.IsAbs(testsDir) {
 		testsDir = filepath.Join(e.root, testsDir)
 	}
-	gl, err := labkit.GradeOne(ctx, labkit.GradeOptions{Root: e.root, TestsDir: testsDir, NoRace: noRace}, l, test)
-	if errors.Is(err, labkit.ErrUnknownTest) {
+	gl, err := grade.RunOne(ctx, grade.Options{Root: e.root, TestsDir: testsDir, NoRace: noRace}, l, test)
+	if errors.Is(err, grade.ErrUnknownTest) {
 		return usageError{err} // exit 2: the configuration names a test that is not there
 	}
 	if err != nil {
@@ -102,13 +104,13 @@ func classroomRun(ctx context.Context, e *env, args []string, testsDir string, n
 		return errRed
 	}
 	t := gl.Tests[0]
-	if t.Status == labkit.Pass {
+	if t.Status == gotest.Pass {
 		fmt.Fprintf(e.stdout, "✓ lab %s %s (%.2fs)\n", l.Number, test, t.Seconds)
 		return nil
 	}
 	fmt.Fprintf(e.stdout, "✗ lab %s %s: %s\n", l.Number, test, t.Status)
 	if t.Message != "" {
-		fmt.Fprintln(e.stdout, labkit.Indent(t.Message, 4))
+		fmt.Fprintln(e.stdout, gotest.Indent(t.Message, 4))
 	}
 	return errRed
 }

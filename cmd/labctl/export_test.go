@@ -16,7 +16,10 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/production-go/gateway-lab/internal/labkit"
+	"github.com/production-go/gateway-lab/internal/labkit/catalog"
+	"github.com/production-go/gateway-lab/internal/labkit/export"
+	"github.com/production-go/gateway-lab/internal/labkit/gotest"
+	"github.com/production-go/gateway-lab/internal/labkit/grade"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -30,9 +33,9 @@ func TestExportedTemplateGradesWhatTheLearnerSolved(t *testing.T) {
 	if testing.Short() {
 		t.Skip("exports a template and compiles every lab in it under -race (~20–30 s)")
 	}
-	root, err := labkit.FindRoot(".")
+	root, err := catalog.FindRoot(".")
 	require.NoError(t, err)
-	dst := exportTrack(t, root, labkit.TrackLabs)
+	dst := exportTrack(t, root, catalog.TrackLabs)
 
 	// Nothing of the answers travels.
 	var leaked []string
@@ -42,7 +45,7 @@ func TestExportedTemplateGradesWhatTheLearnerSolved(t *testing.T) {
 		}
 		rel := filepath.ToSlash(strings.TrimPrefix(p, dst))
 		segs := strings.Split(rel, "/")
-		if slices.Contains(segs, "solutions") || slices.Contains(segs, "mutants") || strings.HasSuffix(rel, ".patch") || strings.HasSuffix(rel, labkit.WriteKitArchive) {
+		if slices.Contains(segs, "solutions") || slices.Contains(segs, "mutants") || strings.HasSuffix(rel, ".patch") || strings.HasSuffix(rel, catalog.KitArchive) {
 			leaked = append(leaked, rel)
 		}
 		return nil
@@ -58,9 +61,9 @@ func TestExportedTemplateGradesWhatTheLearnerSolved(t *testing.T) {
 	assert.NotContains(t, string(mod), "\ntool ", "the maintainers' tools stay upstream")
 
 	// The same tests give the same autograding document.
-	upstream, err := os.ReadFile(filepath.Join(root, labkit.AutogradingFile))
+	upstream, err := os.ReadFile(filepath.Join(root, grade.AutogradingFile))
 	require.NoError(t, err)
-	exported, err := os.ReadFile(filepath.Join(dst, labkit.AutogradingFile))
+	exported, err := os.ReadFile(filepath.Join(dst, grade.AutogradingFile))
 	require.NoError(t, err)
 	assert.Equal(t, string(upstream), string(exported), "the template's autograding.json should match the course's")
 
@@ -95,7 +98,7 @@ func TestExportedTemplateGradesWhatTheLearnerSolved(t *testing.T) {
 	code, out, errOut = labctl(t, dst, "grade", "--out", reports)
 	require.Equal(t, 0, code, "labctl grade failed:\n%s%s", out, errOut)
 	g := readGrade(t, reports)
-	cat, err := labkit.LoadCatalog(root)
+	cat, err := catalog.Load(root)
 	require.NoError(t, err)
 	require.Len(t, g.Labs, len(cat.Labs), "every lab in the catalogue is graded")
 	lab01 := g.Labs[0]
@@ -106,7 +109,7 @@ func TestExportedTemplateGradesWhatTheLearnerSolved(t *testing.T) {
 	for _, l := range g.Labs[1:] {
 		assert.Less(t, l.Passed, l.Total, "lab %s is a stub and should not pass", l.Number)
 	}
-	assert.Equal(t, []labkit.Track{labkit.TrackLabs}, g.Tracks, "the labs template grades the labs track alone")
+	assert.Equal(t, []catalog.Track{catalog.TrackLabs}, g.Tracks, "the labs template grades the labs track alone")
 	for _, cmd := range []string{"verify", "checklist", "write"} {
 		code, _, errOut := labctl(t, dst, cmd, "01")
 		assert.Equal(t, 2, code, "labctl %s has nothing to work on in the labs template", cmd)
@@ -187,21 +190,21 @@ func goIn(t *testing.T, dir string, args ...string) {
 	require.NoError(t, err, "go %s in the template:\n%s", strings.Join(args, " "), out)
 }
 
-func failing(l labkit.GradedLab) []string {
+func failing(l grade.GradedLab) []string {
 	var names []string
 	for _, t := range l.Tests {
-		if t.Status != labkit.Pass {
+		if t.Status != gotest.Pass {
 			names = append(names, t.Name+": "+t.Summary)
 		}
 	}
 	return names
 }
 
-func readGrade(t *testing.T, dir string) labkit.Grade {
+func readGrade(t *testing.T, dir string) grade.Report {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join(dir, "grade.json"))
 	require.NoError(t, err)
-	var g labkit.Grade
+	var g grade.Report
 	require.NoError(t, json.Unmarshal(b, &g))
 	return g
 }
@@ -211,7 +214,7 @@ func readGrade(t *testing.T, dir string) labkit.Grade {
 // the spec does not name, every part the spec names present, no answer of
 // the track in any file (archives unpacked, encodings undone), and every
 // relative link in its Markdown resolving there.
-func exportTrack(t *testing.T, root string, track labkit.Track) string {
+func exportTrack(t *testing.T, root string, track catalog.Track) string {
 	t.Helper()
 	dst := filepath.Join(t.TempDir(), "template")
 	code, out, errOut := labctl(t, root, "export", "-track", string(track), dst)
@@ -242,21 +245,21 @@ func exportTrack(t *testing.T, root string, track labkit.Track) string {
 	require.NoError(t, err)
 	head, err := exec.Command("git", "-C", root, "rev-parse", "HEAD").Output()
 	require.NoError(t, err)
-	assert.True(t, strings.HasPrefix(string(readme), labkit.TemplateNotice(track, strings.TrimSpace(string(head)))), "the template's README opens with the notice of what it holds")
-	uncovered, unused := labkit.CheckTemplateContents(track, files)
+	assert.True(t, strings.HasPrefix(string(readme), export.TemplateNotice(track, strings.TrimSpace(string(head)))), "the template's README opens with the notice of what it holds")
+	uncovered, unused := export.CheckTemplateContents(track, files)
 	assert.Empty(t, uncovered, "every file of the %s template is one the spec (and so the README, the guide and export -h) names", track)
 	assert.Empty(t, unused, "every part the spec names is in the %s template", track)
 
-	c, err := labkit.LoadCatalog(root)
+	c, err := catalog.Load(root)
 	require.NoError(t, err)
-	answers := labkit.ImplementationAnswers
-	if track == labkit.TrackWrite {
-		answers = labkit.WriteAnswers
+	answers := export.ImplementationAnswers
+	if track == catalog.TrackWrite {
+		answers = export.WriteAnswers
 	}
 	needles, err := answers(root, c)
 	require.NoError(t, err)
 	require.NotEmpty(t, needles)
-	leaks, err := labkit.FindLeaks(dst, needles)
+	leaks, err := export.FindLeaks(dst, needles)
 	require.NoError(t, err)
 	assert.Empty(t, leaks, "the %s template holds none of its track's answers", track)
 	assert.Empty(t, brokenLinks(t, dst), "every relative link in the template's Markdown resolves there")
@@ -275,9 +278,9 @@ func TestExportedWriteTemplateScoresTheLearnersTests(t *testing.T) {
 	if _, err := exec.LookPath("git"); err != nil {
 		t.Skip("git not installed")
 	}
-	root, err := labkit.FindRoot(".")
+	root, err := catalog.FindRoot(".")
 	require.NoError(t, err)
-	dst := exportTrack(t, root, labkit.TrackWrite)
+	dst := exportTrack(t, root, catalog.TrackWrite)
 	goIn(t, dst, "mod", "tidy", "-diff")
 
 	code, _, errOut := labctl(t, dst, "test", "01")
@@ -301,9 +304,9 @@ func TestExportedWriteTemplateScoresTheLearnersTests(t *testing.T) {
 		require.NoError(t, err, "git %v: %s", args, b)
 	}
 	// The learner drops every mutant but one from the kit.
-	kit, err := os.ReadFile(filepath.Join(dst, labkit.WriteKitArchive))
+	kit, err := os.ReadFile(filepath.Join(dst, catalog.KitArchive))
 	require.NoError(t, err)
-	entries, err := labkit.ReadWriteKitArchive(bytes.NewReader(kit))
+	entries, err := catalog.ReadKitArchive(bytes.NewReader(kit))
 	require.NoError(t, err)
 	n := 0
 	for name := range entries["01-concurrency"] {
@@ -313,7 +316,7 @@ func TestExportedWriteTemplateScoresTheLearnersTests(t *testing.T) {
 			}
 		}
 	}
-	require.NoError(t, writeKit(filepath.Join(dst, labkit.WriteKitArchive), entries))
+	require.NoError(t, writeKit(filepath.Join(dst, catalog.KitArchive), entries))
 
 	reports := t.TempDir()
 	code, out, errOut = labctl(t, dst, "grade", "--pristine-ref", "HEAD", "--out", reports, "01")
@@ -321,7 +324,7 @@ func TestExportedWriteTemplateScoresTheLearnersTests(t *testing.T) {
 	assert.NotContains(t, out, "tests (", "no count of exercise tests where there are none:\n%s", out)
 	assert.Contains(t, out, "test-writing track: ", "the track graded is what the summary counts")
 	g := readGrade(t, reports)
-	assert.Equal(t, []labkit.Track{labkit.TrackWrite}, g.Tracks)
+	assert.Equal(t, []catalog.Track{catalog.TrackWrite}, g.Tracks)
 	require.Len(t, g.Labs, 1)
 	require.NotNil(t, g.Labs[0].Write)
 	assert.Equal(t, want, fmt.Sprintf("write 01: killed %d/%d mutants", g.Labs[0].Write.Killed, g.Labs[0].Write.Total), "graded with the kit the template's commit holds, not the doctored one")

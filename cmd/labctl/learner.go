@@ -12,7 +12,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/production-go/gateway-lab/internal/labkit"
+	"github.com/production-go/gateway-lab/internal/labkit/catalog"
+	"github.com/production-go/gateway-lab/internal/labkit/gotest"
+	"github.com/production-go/gateway-lab/internal/labkit/write"
 )
 
 func cmdList(ctx context.Context, e *env, args []string) error {
@@ -20,11 +22,11 @@ func cmdList(ctx context.Context, e *env, args []string) error {
 	if _, err := parse(fs, args); err != nil {
 		return err
 	}
-	c, err := labkit.LoadCatalog(e.root)
+	c, err := catalog.Load(e.root)
 	if err != nil {
 		return err
 	}
-	if !c.Holds(labkit.TrackLabs) && c.Holds(labkit.TrackWrite) {
+	if !c.Holds(catalog.TrackLabs) && c.Holds(catalog.TrackWrite) {
 		return listWrite(e, c)
 	}
 	run, err := runBuiltLabs(ctx, e, c.BuiltLabs())
@@ -60,16 +62,16 @@ func cmdList(ctx context.Context, e *env, args []string) error {
 
 // runBuiltLabs runs every built lab's tests once, with -race like `make
 // lab-NN` so both share one build cache.
-func runBuiltLabs(ctx context.Context, e *env, labs []labkit.Lab) (*labkit.Run, error) {
+func runBuiltLabs(ctx context.Context, e *env, labs []catalog.Lab) (*gotest.Run, error) {
 	if len(labs) == 0 {
-		return &labkit.Run{}, nil
+		return &gotest.Run{}, nil
 	}
 	var pkgs []string
 	for _, l := range labs {
 		pkgs = append(pkgs, "./"+filepath.ToSlash(l.LabDir()))
 	}
 	fmt.Fprintln(e.stderr, "running the labs' tests (the first run compiles them, ~1–2 min)…")
-	return labkit.RunTests(ctx, labkit.RunOptions{Dir: e.root, Packages: pkgs, Race: true, Timeout: 2 * time.Minute})
+	return gotest.RunTests(ctx, gotest.RunOptions{Dir: e.root, Packages: pkgs, Race: true, Timeout: 2 * time.Minute})
 }
 
 // progress is one lab's row of the progress table, and a line under it.
@@ -79,15 +81,15 @@ type progress struct {
 	done  bool
 }
 
-func progressRow(root string, l labkit.Lab, run *labkit.Run) (progress, error) {
+func progressRow(root string, l catalog.Lab, run *gotest.Run) (progress, error) {
 	if !l.Built() {
 		return progress{cells: []string{l.Number, l.Title, "-", "not built yet (issue #" + strconv.Itoa(l.Issue) + ")"}}, nil
 	}
-	tests, err := labkit.LabTests(root, l)
+	tests, err := gotest.LabTests(root, l)
 	if err != nil {
 		return progress{}, err
 	}
-	o := labkit.ReadOutcome(run.Package(l.LabDir()), tests)
+	o := gotest.ReadOutcome(run.Package(l.LabDir()), tests)
 	status := "in progress"
 	switch {
 	case o.BuildFailed:
@@ -100,7 +102,7 @@ func progressRow(root string, l labkit.Lab, run *labkit.Run) (progress, error) {
 	if len(o.NeedRedis) > 0 {
 		status += fmt.Sprintf(", %d skipped (no Redis)", len(o.NeedRedis))
 	}
-	if d, err := labkit.CompareTests(root, l); err == nil && !d.Empty() {
+	if d, err := catalog.CompareTests(root, l); err == nil && !d.Empty() {
 		status += "  (tests edited!)"
 	}
 	passing := fmt.Sprintf("%d/%d", len(o.Passed), len(o.Tests))
@@ -108,8 +110,8 @@ func progressRow(root string, l labkit.Lab, run *labkit.Run) (progress, error) {
 }
 
 // warnEdited prints a loud banner when a lab's tests differ from the solution's.
-func warnEdited(e *env, l labkit.Lab) {
-	d, err := labkit.CompareTests(e.root, l)
+func warnEdited(e *env, l catalog.Lab) {
+	d, err := catalog.CompareTests(e.root, l)
 	if err != nil || d.Empty() {
 		return
 	}
@@ -131,7 +133,7 @@ func cmdTest(ctx context.Context, e *env, args []string) error {
 
 // testLab runs one lab and reports it: one line per test, then the first
 // failure with its hint, or what is left to do.
-func testLab(ctx context.Context, e *env, l labkit.Lab, race bool, runRe string) error {
+func testLab(ctx context.Context, e *env, l catalog.Lab, race bool, runRe string) error {
 	warnEdited(e, l)
 	fmt.Fprintf(e.stdout, "lab %s — %s\n", l.Number, l.Title)
 	started := time.Now()
@@ -139,14 +141,14 @@ func testLab(ctx context.Context, e *env, l labkit.Lab, race bool, runRe string)
 	if err != nil {
 		return err
 	}
-	tests, err := labkit.LabTests(e.root, l)
+	tests, err := gotest.LabTests(e.root, l)
 	if err != nil {
 		return err
 	}
 	if runRe != "" {
-		tests = slices.DeleteFunc(tests, func(t string) bool { return p.Test(t).Status == labkit.NotRun })
+		tests = slices.DeleteFunc(tests, func(t string) bool { return p.Test(t).Status == gotest.NotRun })
 	}
-	o := labkit.ReadOutcome(p, tests)
+	o := gotest.ReadOutcome(p, tests)
 	switch {
 	case o.BuildFailed:
 		fmt.Fprintf(e.stdout, "\nlab %s does not compile:\n%s\n", l.Number, strings.TrimSpace(p.Output))
@@ -156,7 +158,7 @@ func testLab(ctx context.Context, e *env, l labkit.Lab, race bool, runRe string)
 		return errRed
 	case len(o.NotRun) > 0 || o.PackageFailed:
 		fmt.Fprintf(e.stdout, "\nlab %s: %d/%d passing\n\nthe package failed outside any test (a leaked goroutine or a panic):\n%s\n",
-			l.Number, len(o.Passed), len(o.Tests), labkit.LastLines(p.Output, 30))
+			l.Number, len(o.Passed), len(o.Tests), gotest.LastLines(p.Output, 30))
 		return errRed
 	}
 	reportGreen(e, l, o, time.Since(started))
@@ -168,16 +170,16 @@ func testLab(ctx context.Context, e *env, l labkit.Lab, race bool, runRe string)
 var compileNotice = 3 * time.Second
 
 // runLab runs one lab's tests, streaming a line per test as it finishes.
-func runLab(ctx context.Context, e *env, l labkit.Lab, race bool, runRe string) (*labkit.PackageResult, error) {
+func runLab(ctx context.Context, e *env, l catalog.Lab, race bool, runRe string) (*gotest.PackageResult, error) {
 	lines := &testLines{w: e.stdout}
 	notice := time.AfterFunc(compileNotice, func() {
 		lines.once(fmt.Sprintf("  compiling lab %s… (the very first run also downloads and builds the dependencies: a minute or two)", l.Number))
 	})
 	defer notice.Stop()
-	run, err := labkit.RunTests(ctx, labkit.RunOptions{
+	run, err := gotest.RunTests(ctx, gotest.RunOptions{
 		Dir: e.root, Packages: []string{"./" + filepath.ToSlash(l.LabDir())},
 		Race: race, Count: 1, Run: runRe, Timeout: 2 * time.Minute,
-		OnEvent: func(ev labkit.Event) {
+		OnEvent: func(ev gotest.Event) {
 			if ev.Action == "run" || ev.Action == "start" {
 				notice.Stop()
 			}
@@ -204,7 +206,7 @@ type testLines struct {
 	noted bool
 }
 
-func (t *testLines) event(ev labkit.Event) {
+func (t *testLines) event(ev gotest.Event) {
 	if ev.Test == "" || strings.Contains(ev.Test, "/") {
 		return
 	}
@@ -221,7 +223,7 @@ func (t *testLines) event(ev labkit.Event) {
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if strings.HasPrefix(ev.Test, labkit.IntegrationPrefix) {
+	if strings.HasPrefix(ev.Test, gotest.IntegrationPrefix) {
 		t.held = append(t.held, line)
 		return
 	}
@@ -247,7 +249,7 @@ func (t *testLines) flush() {
 	t.held = nil
 }
 
-func reportGreen(e *env, l labkit.Lab, o labkit.Outcome, took time.Duration) {
+func reportGreen(e *env, l catalog.Lab, o gotest.Outcome, took time.Duration) {
 	if !o.Done() {
 		fmt.Fprintf(e.stdout, "\nlab %s: %d/%d pass; the rest need a real Redis:\n  %s\n", l.Number, len(o.Passed), len(o.Tests), o.RedisNote())
 		fmt.Fprintf(e.stdout, "next: make lab-%s again with Redis, or make progress\n", l.Number)
@@ -257,9 +259,9 @@ func reportGreen(e *env, l labkit.Lab, o labkit.Outcome, took time.Duration) {
 	fmt.Fprintf(e.stdout, "Read the mutants in %s/testdata/mutants/ to see the bugs these tests catch.\nnext: make progress\n", l.SolutionDir())
 }
 
-func reportRed(e *env, l labkit.Lab, p *labkit.PackageResult, o labkit.Outcome) {
+func reportRed(e *env, l catalog.Lab, p *gotest.PackageResult, o gotest.Outcome) {
 	fmt.Fprintf(e.stdout, "\nlab %s: %d/%d passing", l.Number, len(o.Passed), len(o.Tests))
-	if files, err := labkit.FilesToEdit(e.root, l); err == nil && len(files) > 0 {
+	if files, err := catalog.FilesToEdit(e.root, l); err == nil && len(files) > 0 {
 		fmt.Fprintf(e.stdout, " — edit %s in %s/", strings.Join(files, ", "), filepath.ToSlash(l.LabDir()))
 	}
 	fmt.Fprintln(e.stdout)
@@ -267,8 +269,8 @@ func reportRed(e *env, l labkit.Lab, p *labkit.PackageResult, o labkit.Outcome) 
 		fmt.Fprintf(e.stdout, "  %s\n", note)
 	}
 	first := o.Failed[0]
-	msg, more := labkit.FirstFailure(p.Test(first).Output)
-	fmt.Fprintf(e.stdout, "\nfirst failing test: %s\n%s\n", first, labkit.Indent(msg, 4))
+	msg, more := gotest.FirstFailure(p.Test(first).Output)
+	fmt.Fprintf(e.stdout, "\nfirst failing test: %s\n%s\n", first, gotest.Indent(msg, 4))
 	if more > 0 {
 		fmt.Fprintf(e.stdout, "    (%d more in this test: go test -run '^%s$' ./%s)\n", more, first, filepath.ToSlash(l.LabDir()))
 	}
@@ -280,17 +282,17 @@ func reportRed(e *env, l labkit.Lab, p *labkit.PackageResult, o labkit.Outcome) 
 // one with levels left when no hint names it) — its title and first
 // sentence, not the answer — and remembers it as the current step, so that
 // `make hint` reveals that hint's approach next, then its near-solution.
-func showHint(e *env, l labkit.Lab, test string) {
-	hints, err := labkit.LoadHints(e.root, l)
+func showHint(e *env, l catalog.Lab, test string) {
+	hints, err := catalog.LoadHints(e.root, l)
 	if err != nil {
 		return
 	}
-	state, err := labkit.LoadHintState(e.root)
+	state, err := catalog.LoadHintState(e.root)
 	if err != nil {
 		fmt.Fprintln(e.stderr, "labctl:", err)
 		return
 	}
-	k := labkit.HintFor(hints, test) + 1
+	k := catalog.HintFor(hints, test) + 1
 	if k == 0 {
 		if k, _ = state.Next(l.Number, hints); k == 0 {
 			k = 1
@@ -298,7 +300,7 @@ func showHint(e *env, l labkit.Lab, test string) {
 	}
 	h := hints[k-1]
 	nudge := h.Levels()[0]
-	fmt.Fprintf(e.stdout, "\nhint %d/%d — %s\n%s\n", k, len(hints), h.Title, labkit.Indent(nudge.Text, 4))
+	fmt.Fprintf(e.stdout, "\nhint %d/%d — %s\n%s\n", k, len(hints), h.Title, gotest.Indent(nudge.Text, 4))
 	state.Reveal(l.Number, k, nudge.N)
 	state.Current[l.Number] = k
 	if err := state.Save(); err != nil {
@@ -313,11 +315,11 @@ func cmdHint(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	hints, err := labkit.LoadHints(e.root, l)
+	hints, err := catalog.LoadHints(e.root, l)
 	if err != nil {
 		return err
 	}
-	state, err := labkit.LoadHintState(e.root)
+	state, err := catalog.LoadHintState(e.root)
 	if err != nil {
 		return err
 	}
@@ -363,7 +365,7 @@ func cmdHint(ctx context.Context, e *env, args []string) error {
 }
 
 // printHint shows one level of a hint, saying which.
-func printHint(e *env, l labkit.Lab, k, n int, h labkit.Hint, level labkit.Level) {
+func printHint(e *env, l catalog.Lab, k, n int, h catalog.Hint, level catalog.Level) {
 	levels := h.Levels()
 	at := 1
 	for i, lv := range levels {
@@ -377,15 +379,15 @@ func printHint(e *env, l labkit.Lab, k, n int, h labkit.Hint, level labkit.Level
 // listWrite is the progress table of the test-writing template: how many
 // tests each lab's file holds so far. Scores come from make write-NN,
 // which runs them.
-func listWrite(e *env, c *labkit.Catalog) error {
+func listWrite(e *env, c *catalog.Catalog) error {
 	t := table(e.stdout)
 	fmt.Fprintln(t, "lab\ttitle\ttests written\tfile")
 	next := ""
 	for _, l := range c.WriteLabs() {
-		file := filepath.Join(labkit.WriteDirOf(l), labkit.WriteFile)
+		file := filepath.Join(write.DirOf(l), write.File)
 		n := 0
 		if src, err := os.ReadFile(filepath.Join(e.root, file)); err == nil {
-			tests, err := labkit.TestFuncs(map[string][]byte{labkit.WriteFile: src})
+			tests, err := catalog.TestFuncs(map[string][]byte{write.File: src})
 			if err != nil {
 				fmt.Fprintf(t, "%s\t%s\t%s\t%s\n", l.Number, l.Title, "does not parse", file)
 				continue

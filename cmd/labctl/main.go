@@ -24,7 +24,7 @@ import (
 	"syscall"
 	"text/tabwriter"
 
-	"github.com/production-go/gateway-lab/internal/labkit"
+	"github.com/production-go/gateway-lab/internal/labkit/catalog"
 )
 
 // errRed is returned when tests ran and some failed: exit 1 without an
@@ -103,7 +103,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		if c.name != name {
 			continue
 		}
-		root, err := labkit.FindRoot(*dir)
+		root, err := catalog.FindRoot(*dir)
 		if err != nil {
 			fmt.Fprintln(stderr, "labctl:", err)
 			return 2
@@ -114,7 +114,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 			return 0
 		case errors.Is(err, errRed):
 			return 1
-		case errors.Is(err, errUsage), errors.Is(err, labkit.ErrUnknownLab), errors.Is(err, labkit.ErrBadOption), errors.Is(err, labkit.ErrOtherTrack):
+		case errors.Is(err, errUsage), errors.Is(err, catalog.ErrUnknownLab), errors.Is(err, catalog.ErrBadOption), errors.Is(err, catalog.ErrOtherTrack):
 			fmt.Fprintln(stderr, "labctl:", err)
 			return 2
 		default:
@@ -184,31 +184,31 @@ func parse(fs *flag.FlagSet, args []string) ([]string, error) {
 
 // labCommand parses a lab command's flags and finds the lab its first
 // argument names; the arguments after it come back as rest.
-func labCommand(e *env, fs *flag.FlagSet, name string, args []string) (l labkit.Lab, rest []string, err error) {
-	return trackCommand(e, fs, name, args, labkit.TrackLabs)
+func labCommand(e *env, fs *flag.FlagSet, name string, args []string) (l catalog.Lab, rest []string, err error) {
+	return trackCommand(e, fs, name, args, catalog.TrackLabs)
 }
 
 // trackCommand is labCommand for a lab of the given track: the write
 // command takes a lab whose test-writing track is here.
-func trackCommand(e *env, fs *flag.FlagSet, name string, args []string, track labkit.Track) (l labkit.Lab, rest []string, err error) {
+func trackCommand(e *env, fs *flag.FlagSet, name string, args []string, track catalog.Track) (l catalog.Lab, rest []string, err error) {
 	pos, err := parse(fs, args)
 	if err != nil {
-		return labkit.Lab{}, nil, err
+		return catalog.Lab{}, nil, err
 	}
 	if len(pos) == 0 {
-		return labkit.Lab{}, nil, fmt.Errorf("%w: labctl %s needs a lab number, e.g. labctl %s 01", errUsage, name, name)
+		return catalog.Lab{}, nil, fmt.Errorf("%w: labctl %s needs a lab number, e.g. labctl %s 01", errUsage, name, name)
 	}
-	c, err := labkit.LoadCatalog(e.root)
+	c, err := catalog.Load(e.root)
 	if err != nil {
-		return labkit.Lab{}, nil, err
+		return catalog.Lab{}, nil, err
 	}
 	sel := c.Select
-	if track == labkit.TrackWrite {
+	if track == catalog.TrackWrite {
 		sel = c.SelectWrite
 	}
 	labs, err := sel(pos[:1])
 	if err != nil {
-		return labkit.Lab{}, nil, err
+		return catalog.Lab{}, nil, err
 	}
 	return labs[0], pos[1:], nil
 }

@@ -12,7 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/production-go/gateway-lab/internal/labkit"
+	"github.com/production-go/gateway-lab/internal/labkit/catalog"
+	"github.com/production-go/gateway-lab/internal/labkit/export"
 	"github.com/production-go/gateway-lab/internal/testkit/redismark"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -49,7 +50,7 @@ func TestHelpListsEveryCommand(t *testing.T) {
 			assert.Equal(t, 0, code, "%s -h should succeed", c.name)
 			assert.Contains(t, out, "usage: labctl "+c.name)
 			if c.name == "export" {
-				assert.Contains(t, out, labkit.TemplateContents(), "export -h says what each template holds")
+				assert.Contains(t, out, export.TemplateContents(), "export -h says what each template holds")
 			}
 		})
 	}
@@ -340,7 +341,7 @@ func TestMakeHelpListsTheLabTargets(t *testing.T) {
 	}
 	out, err := exec.Command("make", "-C", "../..", "--no-print-directory").CombinedOutput()
 	require.NoError(t, err, string(out))
-	c, err := labkit.LoadCatalog("../..")
+	c, err := catalog.Load("../..")
 	require.NoError(t, err)
 	for _, l := range c.Labs {
 		assert.Regexp(t, `make lab-`+l.Number+`\s+`+regexp.QuoteMeta(l.Title), string(out), "make alone lists every lab target")

@@ -10,7 +10,10 @@ import (
 	"strings"
 	"time"
 
-	"github.com/production-go/gateway-lab/internal/labkit"
+	"github.com/production-go/gateway-lab/internal/labkit/catalog"
+	"github.com/production-go/gateway-lab/internal/labkit/gotest"
+	"github.com/production-go/gateway-lab/internal/labkit/grade"
+	"github.com/production-go/gateway-lab/internal/labkit/verify"
 	"github.com/production-go/gateway-lab/internal/testkit/redismark"
 )
 
@@ -30,7 +33,7 @@ func cmdVerify(ctx context.Context, e *env, args []string) error {
 	if err := needsSolutions(e, "verify"); err != nil {
 		return err
 	}
-	c, err := labkit.LoadCatalog(e.root)
+	c, err := catalog.Load(e.root)
 	if err != nil {
 		return err
 	}
@@ -39,7 +42,7 @@ func cmdVerify(ctx context.Context, e *env, args []string) error {
 		return err
 	}
 	started := time.Now()
-	reports, err := labkit.Verify(ctx, labkit.VerifyOptions{
+	reports, err := verify.Run(ctx, verify.Options{
 		Root: e.root, Labs: labs, StubsRef: *stubsRef, NoRace: *noRace, Fresh: *fresh,
 		Fast: *fast, SkipMutants: *skipMutants || *fast, Parallel: *parallel, Log: e.stderr, OneByOne: *oneByOne,
 	})
@@ -51,7 +54,7 @@ func cmdVerify(ctx context.Context, e *env, args []string) error {
 	return verifyVerdict(e.stdout, reports, time.Since(started))
 }
 
-func printVerifyTable(w io.Writer, reports []labkit.LabReport, fast, skipMutants bool) {
+func printVerifyTable(w io.Writer, reports []verify.LabReport, fast, skipMutants bool) {
 	t := table(w)
 	fmt.Fprintln(w)
 	fmt.Fprintln(t, "lab\tdir\ttests\tidentical\tblack-box\tstubs red\tgreen\tmutants killed")
@@ -71,7 +74,7 @@ func printVerifyTable(w io.Writer, reports []labkit.LabReport, fast, skipMutants
 }
 
 // printVerifyNotes says what could not be checked here, and each lab's kill matrix.
-func printVerifyNotes(w io.Writer, reports []labkit.LabReport) {
+func printVerifyNotes(w io.Writer, reports []verify.LabReport) {
 	for _, r := range reports {
 		if len(r.Unchecked) > 0 {
 			fmt.Fprintf(w, "\nlab %s: not checked on the stub (they need a real Redis; install redis-server or set REDIS_URL): %s\n", r.Lab.Number, strings.Join(r.Unchecked, ", "))
@@ -103,7 +106,7 @@ func printVerifyNotes(w io.Writer, reports []labkit.LabReport) {
 	}
 }
 
-func verifyVerdict(w io.Writer, reports []labkit.LabReport, took time.Duration) error {
+func verifyVerdict(w io.Writer, reports []verify.LabReport, took time.Duration) error {
 	bad := 0
 	for _, r := range reports {
 		if !r.OK() {
@@ -142,17 +145,17 @@ func cmdGrade(ctx context.Context, e *env, args []string) error {
 	if err != nil {
 		return err
 	}
-	c, err := labkit.LoadCatalog(e.root)
+	c, err := catalog.Load(e.root)
 	if err != nil {
 		return err
 	}
-	var labs []labkit.Lab // nil: every lab of every track here
+	var labs []catalog.Lab // nil: every lab of every track here
 	if len(pos) > 0 {
 		if labs, err = c.SelectAny(pos); err != nil {
 			return err
 		}
 	}
-	g, err := labkit.RunGrade(ctx, labkit.GradeOptions{Root: e.root, Labs: labs, TestsDir: *tests, PristineRef: *ref, NoRace: *noRace, Log: e.stderr,
+	g, err := grade.Run(ctx, grade.Options{Root: e.root, Labs: labs, TestsDir: *tests, PristineRef: *ref, NoRace: *noRace, Log: e.stderr,
 		MutantsDir: *mutants, SkipWrite: *noWrite})
 	if err != nil {
 		return err
@@ -170,8 +173,8 @@ func cmdGrade(ctx context.Context, e *env, args []string) error {
 
 // printGrade is the grade on the terminal: a row per lab with the tracks
 // this checkout holds, then the notes, the checklist, and the totals.
-func printGrade(e *env, g *labkit.Grade, out string) {
-	labs, write := slices.Contains(g.Tracks, labkit.TrackLabs), slices.Contains(g.Tracks, labkit.TrackWrite)
+func printGrade(e *env, g *grade.Report, out string) {
+	labs, write := slices.Contains(g.Tracks, catalog.TrackLabs), slices.Contains(g.Tracks, catalog.TrackWrite)
 	t := table(e.stdout)
 	head := "lab\ttitle"
 	if labs {
@@ -237,12 +240,12 @@ func needsSolutions(e *env, name string) error {
 	if fi, err := os.Stat(filepath.Join(e.root, "solutions")); err == nil && fi.IsDir() {
 		return nil
 	}
-	return fmt.Errorf("%w: labctl %s is a maintainer's command: it checks the course's solutions/, which a learner template does not hold (labctl grade grades this one)", labkit.ErrOtherTrack, name)
+	return fmt.Errorf("%w: labctl %s is a maintainer's command: it checks the course's solutions/, which a learner template does not hold (labctl grade grades this one)", catalog.ErrOtherTrack, name)
 }
 
 func cmdIntegration(ctx context.Context, e *env, args []string) error {
 	fs := flags(e)
-	runRe := fs.String("run", "^"+labkit.IntegrationPrefix, "regexp selecting the real-Redis tests")
+	runRe := fs.String("run", "^"+gotest.IntegrationPrefix, "regexp selecting the real-Redis tests")
 	minTests := fs.Int("min", 1, "fail unless at least this many tests ran")
 	require := fs.String("require", "", "comma-separated `tests` that must be among those that ran and passed")
 	pos, err := parse(fs, args)
@@ -257,7 +260,7 @@ func cmdIntegration(ctx context.Context, e *env, args []string) error {
 		pkgs = []string{"./internal/...", "./solutions/...", "./gateway/..."}
 	}
 	fmt.Fprintf(e.stderr, "integration: go test -race -run '%s' %s with REDIS_INTEGRATION_REQUIRED=1…\n", *runRe, strings.Join(pkgs, " "))
-	run, err := labkit.RunTests(ctx, labkit.RunOptions{
+	run, err := gotest.RunTests(ctx, gotest.RunOptions{
 		Dir: e.root, Packages: pkgs, Race: true, Count: 1, Run: *runRe, Timeout: 5 * time.Minute,
 		Env: []string{"REDIS_INTEGRATION_REQUIRED=1"},
 	})
@@ -289,7 +292,7 @@ func (g *integrationGate) fail(problem string) { g.problems = append(g.problems,
 
 // judgeIntegration requires every selected test to pass, never skip, and
 // show the real-Redis line.
-func judgeIntegration(run *labkit.Run) *integrationGate {
+func judgeIntegration(run *gotest.Run) *integrationGate {
 	g := &integrationGate{passed: map[string]bool{}}
 	paths := slices.Sorted(func(yield func(string) bool) {
 		for p := range run.Packages {
@@ -306,23 +309,23 @@ func judgeIntegration(run *labkit.Run) *integrationGate {
 		for _, name := range p.Order {
 			g.judgeTest(shortPkg(path), p.Tests[name])
 		}
-		if p.Status == labkit.Fail && len(p.Order) == 0 && !p.BuildFailed {
-			g.fail(path + " failed outside any test:\n" + labkit.Indent(labkit.LastLines(p.Output, 15), 4))
+		if p.Status == gotest.Fail && len(p.Order) == 0 && !p.BuildFailed {
+			g.fail(path + " failed outside any test:\n" + gotest.Indent(gotest.LastLines(p.Output, 15), 4))
 		}
 	}
 	return g
 }
 
-func (g *integrationGate) judgeTest(pkg string, t *labkit.TestResult) {
+func (g *integrationGate) judgeTest(pkg string, t *gotest.TestResult) {
 	g.ran++
 	real := strings.Contains(t.Output, redismark.Real)
 	g.rows = append(g.rows, []string{pkg + "." + t.Name, string(t.Status), mark(real)})
 	switch {
-	case t.Status == labkit.Skip:
+	case t.Status == gotest.Skip:
 		g.fail(t.Name + " skipped: the integration gate counts a skip as a failure")
-	case t.Status != labkit.Pass:
-		msg, _ := labkit.FirstFailure(t.Output)
-		g.fail(t.Name + " " + string(t.Status) + ":\n" + labkit.Indent(msg, 4))
+	case t.Status != gotest.Pass:
+		msg, _ := gotest.FirstFailure(t.Output)
+		g.fail(t.Name + " " + string(t.Status) + ":\n" + gotest.Indent(msg, 4))
 	case !real:
 		g.fail(t.Name + " passed without using the real-Redis helper (no " + redismark.Real + " line): it proves nothing here")
 	default:

@@ -4,22 +4,22 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/production-go/gateway-lab/internal/labkit"
+	"github.com/production-go/gateway-lab/internal/labkit/gotest"
 	"github.com/production-go/gateway-lab/internal/testkit/redismark"
 	"github.com/stretchr/testify/assert"
 )
 
 func TestIntegrationGateCountsOnlyPassesOnRealRedis(t *testing.T) {
 	real := "    x_test.go:9: " + redismark.Real + " at redis://127.0.0.1:6379/9 (REDIS_URL)\n"
-	run := &labkit.Run{Packages: map[string]*labkit.PackageResult{
+	run := &gotest.Run{Packages: map[string]*gotest.PackageResult{
 		"example.com/m/solutions/07-distlimit": {
-			Status: labkit.Fail,
+			Status: gotest.Fail,
 			Order:  []string{"TestIntegrationReal", "TestIntegrationFake", "TestIntegrationSkipped", "TestIntegrationRed"},
-			Tests: map[string]*labkit.TestResult{
-				"TestIntegrationReal":    {Name: "TestIntegrationReal", Status: labkit.Pass, Output: real},
-				"TestIntegrationFake":    {Name: "TestIntegrationFake", Status: labkit.Pass, Output: "    x_test.go:3: miniredis\n"},
-				"TestIntegrationSkipped": {Name: "TestIntegrationSkipped", Status: labkit.Skip},
-				"TestIntegrationRed":     {Name: "TestIntegrationRed", Status: labkit.Fail, Output: real + "    x_test.go:12: 21 allowed, want 20\n"},
+			Tests: map[string]*gotest.TestResult{
+				"TestIntegrationReal":    {Name: "TestIntegrationReal", Status: gotest.Pass, Output: real},
+				"TestIntegrationFake":    {Name: "TestIntegrationFake", Status: gotest.Pass, Output: "    x_test.go:3: miniredis\n"},
+				"TestIntegrationSkipped": {Name: "TestIntegrationSkipped", Status: gotest.Skip},
+				"TestIntegrationRed":     {Name: "TestIntegrationRed", Status: gotest.Fail, Output: real + "    x_test.go:12: 21 allowed, want 20\n"},
 			},
 		},
 	}}

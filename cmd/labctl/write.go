@@ -7,7 +7,9 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/production-go/gateway-lab/internal/labkit"
+	"github.com/production-go/gateway-lab/internal/labkit/catalog"
+	"github.com/production-go/gateway-lab/internal/labkit/gotest"
+	"github.com/production-go/gateway-lab/internal/labkit/write"
 )
 
 // cmdWrite is the test-writing track: the learner's tests against the
@@ -22,19 +24,19 @@ func cmdWrite(ctx context.Context, e *env, args []string) error {
 	fresh := fs.Bool("fresh", false, "run everything again instead of reusing remembered verdicts")
 	oneByOne := fs.Bool("one-by-one", false, "build each mutant on its own instead of all in one test binary (slower; for checking the shared build)")
 	asJSON := fs.Bool("json", false, "print the report as JSON instead of the table")
-	l, rest, err := trackCommand(e, fs, "write", args, labkit.TrackWrite)
+	l, rest, err := trackCommand(e, fs, "write", args, catalog.TrackWrite)
 	if err != nil {
 		return err
 	}
 	if len(rest) > 0 {
 		return fmt.Errorf("%w: labctl write takes one lab, got %q too", errUsage, strings.Join(rest, " "))
 	}
-	file := filepath.ToSlash(filepath.Join(labkit.WriteDirOf(l), labkit.WriteFile))
-	c, err := labkit.LoadCatalog(e.root)
+	file := filepath.ToSlash(filepath.Join(write.DirOf(l), write.File))
+	c, err := catalog.Load(e.root)
 	if err != nil {
 		return err
 	}
-	kit, err := labkit.LoadWriteKit(e.root, c, l)
+	kit, err := write.LoadKit(e.root, c, l)
 	if err != nil {
 		return err
 	}
@@ -51,7 +53,7 @@ func cmdWrite(ctx context.Context, e *env, args []string) error {
 		fmt.Fprintln(e.stdout, file)
 		return nil
 	}
-	rep, err := labkit.RunWrite(ctx, labkit.WriteOptions{Root: e.root, Lab: l, SelfCheck: *self, MutantsDir: *mutants, Fresh: *fresh, OneByOne: *oneByOne, Log: e.stderr, TestsFile: *testsFile})
+	rep, err := write.Run(ctx, write.Options{Root: e.root, Lab: l, SelfCheck: *self, MutantsDir: *mutants, Fresh: *fresh, OneByOne: *oneByOne, Log: e.stderr, TestsFile: *testsFile})
 	if err != nil {
 		return err
 	}
@@ -70,12 +72,12 @@ func cmdWrite(ctx context.Context, e *env, args []string) error {
 	return nil
 }
 
-func printWrite(e *env, rep *labkit.WriteReport, self bool) {
+func printWrite(e *env, rep *write.Report, self bool) {
 	w := e.stdout
 	fmt.Fprintf(w, "lab %s (%s), test-writing track: %s\n", rep.Number, rep.Title, strings.Join(rep.Files, ", "))
 	switch {
 	case rep.BuildError != "":
-		fmt.Fprintf(w, "\nyour tests do not build:\n%s\n", labkit.Indent(rep.BuildError, 2))
+		fmt.Fprintf(w, "\nyour tests do not build:\n%s\n", gotest.Indent(rep.BuildError, 2))
 	case rep.Problem != "":
 		fmt.Fprintf(w, "\n%s\n", rep.Problem)
 	}
@@ -88,7 +90,7 @@ func printWrite(e *env, rep *labkit.WriteReport, self bool) {
 			}
 			fmt.Fprintf(w, "  ✗ %s %s: it counts for nothing\n", t.Name, t.Why)
 			if t.Message != "" {
-				fmt.Fprintf(w, "%s\n", labkit.Indent(t.Message, 6))
+				fmt.Fprintf(w, "%s\n", gotest.Indent(t.Message, 6))
 			}
 		}
 	}
@@ -110,7 +112,7 @@ func printWrite(e *env, rep *labkit.WriteReport, self bool) {
 		}
 	}
 	t.Flush()
-	var survivors []labkit.WriteMutant
+	var survivors []write.MutantResult
 	for _, m := range rep.Mutants {
 		if !m.Killed && m.Problem == "" && m.Nudge != "" && (len(rep.Tests) > 0 || self) {
 			survivors = append(survivors, m)
@@ -135,7 +137,7 @@ func printWrite(e *env, rep *labkit.WriteReport, self bool) {
 // showMutant prints a shipped mutant's patch once the learner's tests kill
 // it: reading a bug you have caught is the lesson; reading one you have
 // not is the answer.
-func showMutant(e *env, l labkit.Lab, kit *labkit.WriteKit, rep *labkit.WriteReport, name string) error {
+func showMutant(e *env, l catalog.Lab, kit *write.Kit, rep *write.Report, name string) error {
 	for _, m := range rep.Mutants {
 		if m.Name != name {
 			continue

@@ -1,9 +1,0 @@
-//go:build !unix
-
-package labkit
-
-import "os/exec"
-
-// killGroupOnCancel leaves cmd as it is: where there are no process
-// groups, a test binary test2json started stops at its own -test.timeout.
-func killGroupOnCancel(*exec.Cmd) {}
