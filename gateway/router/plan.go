@@ -51,7 +51,7 @@ func (r *Router) healthOf(t Target) (*health, *streak, error) {
 // while it is the target's breaker: one a probe replaced (see probe.go)
 // may still hear from requests that were using it.
 func (r *Router) newBreaker(t Target) (*health, error) {
-	h := &health{recovery: r.cfg.RecoveryTimeout}
+	h := &health{recovery: r.cfg.RecoveryTimeout, probeTimeout: r.cfg.AttemptTimeout}
 	b, err := breaker.New(breaker.Config{
 		FailureThreshold: r.cfg.FailureThreshold,
 		RecoveryTimeout:  r.cfg.RecoveryTimeout,
@@ -193,12 +193,12 @@ func (p *plan) pick() (int, func(error), error) {
 }
 
 // next is the step pick would choose now, without taking a probe: -1 if
-// every breaker is open.
+// every breaker refuses (open, or half-open with its probe out).
 func (p *plan) next() int {
 	n := len(p.steps)
 	for i := range n {
 		k := (p.last + 1 + i) % n
-		if p.steps[k].health.State() != breaker.Open {
+		if p.steps[k].health.available() {
 			return k
 		}
 	}
