@@ -111,8 +111,10 @@ type Result struct {
 // by repeating the prefill has the repeat dropped. With no such target the
 // error wraps ErrBroken and the failure.
 //
-// The first-token limit runs from Open to a stream's first chunk, the idle
-// limit between chunks; a limit that runs out is reported as ErrFirstToken
+// The first-token limit runs from Open to a stream's first chunk that says
+// something (text, anything besides text, a finish reason — a repeat of the
+// prefill that a continuation drops counts too), the idle limit between
+// chunks after it; a limit that runs out is reported as ErrFirstToken
 // or ErrIdle (not as a bare context.DeadlineExceeded). A chunk that says
 // nothing yet — no text, nothing else, no finish reason: the role — does
 // not count as the first to reach the caller: it is held back until one
@@ -121,7 +123,8 @@ type Result struct {
 // A chunk with a finish reason ends the answer: what follows it is read
 // only for the usage, and an end of any kind after it (EOF, silence, an
 // error) is the answer finishing, not breaking. Usage-only chunks are not
-// passed to emit: Result.Usage has their sum.
+// passed to emit: Result.Usage has each stream's last report, summed over
+// the streams.
 //
 // A config with a limit that is not positive, or no targets, is refused
 // before anything is opened. An error from emit means the caller has gone,

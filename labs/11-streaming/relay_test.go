@@ -122,7 +122,7 @@ func TestEveryFailureBeforeTheFirstChunkFallsBack(t *testing.T) {
 		{"it fails", plays("first", fail(10*time.Millisecond, errors.New("503"))), nil},
 		{"a malformed chunk", plays("first", fail(10*time.Millisecond, ErrMalformed)), ErrMalformed},
 		{"it ends before finishing", plays("first", fail(10*time.Millisecond, io.EOF)), ErrTruncated},
-		{"a role chunk, then silence", plays("first", say(10*time.Millisecond, "")), ErrIdle},
+		{"a role chunk, then silence", plays("first", say(10*time.Millisecond, "")), ErrFirstToken},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {

@@ -8,8 +8,10 @@
 -- doubles hold exactly, so rounding never drifts.
 --
 -- KEYS[1]  the bucket, a hash {tokens (units), ts (ms)}; absent = full
--- KEYS[2]  open reservations, a sorted set of ids scored by reserve time
---          (ms), and of "settled:" .. id markers scored by settle time
+-- KEYS[2]  open reservations, a sorted set of "open:" .. id scored by
+--          reserve time (ms), and of "settled:" .. id markers scored by
+--          settle time: each under its own prefix, so no id can be taken
+--          for another's marker
 -- KEYS[3]  each open reservation's estimate, a hash id -> tokens
 -- ARGV[1]  'reserve' or 'settle'
 -- ARGV[2]  perMinute, the bucket's capacity in tokens
@@ -69,7 +71,7 @@ end
 local function tidy()
   local old = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now - window)
   for _, member in ipairs(old) do
-    redis.call('HDEL', KEYS[3], member)
+    redis.call('HDEL', KEYS[3], (string.gsub(member, '^%a+:', '', 1))) -- the id, without its prefix
   end
   redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', now - window)
   for _, key in ipairs({KEYS[2], KEYS[3]}) do
@@ -80,7 +82,7 @@ local function tidy()
 end
 
 if ARGV[1] == 'reserve' then
-  if redis.call('ZSCORE', KEYS[2], id) or redis.call('ZSCORE', KEYS[2], 'settled:' .. id) then
+  if redis.call('ZSCORE', KEYS[2], 'open:' .. id) or redis.call('ZSCORE', KEYS[2], 'settled:' .. id) then
     -- A call resent after a lost reply (reserved already), or one that a
     -- stalled Redis runs after its settle: either way, take nothing.
     return {1, remaining(), 0}
@@ -93,16 +95,16 @@ if ARGV[1] == 'reserve' then
   end
   tokens = tokens - estimate * UNIT
   store()
-  redis.call('ZADD', KEYS[2], now, id)
+  redis.call('ZADD', KEYS[2], now, 'open:' .. id)
   redis.call('HSET', KEYS[3], id, estimate)
   tidy()
   return {1, remaining(), 0}
 end
 
 -- settle: only an open reservation within its window is applied, and once.
-local opened = tonumber(redis.call('ZSCORE', KEYS[2], id))
+local opened = tonumber(redis.call('ZSCORE', KEYS[2], 'open:' .. id))
 local estimate = tonumber(redis.call('HGET', KEYS[3], id))
-redis.call('ZREM', KEYS[2], id)
+redis.call('ZREM', KEYS[2], 'open:' .. id)
 redis.call('HDEL', KEYS[3], id)
 -- Mark it settled, so that a reserve that arrives late takes nothing and
 -- a settle resent after a lost reply applies nothing.
