@@ -28,6 +28,14 @@ func TestAHugeOverrunOwesOnlyTheDebtAllowed(t *testing.T) {
 // Only the script's own yes (1) admits: a reply of three non-negative
 // integers that starts with anything else admits nothing.
 func TestOnlyTheScriptsYesAdmits(t *testing.T) {
+	q, err := New(oddRedis{reply: []any{int64(1), int64(5), int64(0)}}, Config{})
+	require.NoError(t, err)
+	d, err := q.Reserve(context.Background(), "acme", "r1", 100, 1)
+	require.NoError(t, err)
+	assert.True(t, d.Allowed, "the script's yes, {1, 5, 0}, admits")
+	applied, err := q.Settle(context.Background(), "acme", "r1", 100, 1)
+	require.NoError(t, err)
+	assert.True(t, applied, "and applies")
 	for _, first := range []int64{2, 7} {
 		q, err := New(oddRedis{reply: []any{first, int64(0), int64(0)}}, Config{})
 		require.NoError(t, err)

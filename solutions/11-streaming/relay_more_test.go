@@ -24,7 +24,9 @@ func TestAnOpenCutByTheFirstTokenLimitIsReportedAsTheLimit(t *testing.T) {
 			<-ctx.Done()
 			return nil, ctx.Err()
 		}}
-		_, err := Relay(t.Context(), limits, []Target{hung}, newCaller().emit)
+		ctx, cancel := context.WithTimeout(t.Context(), time.Minute) // a bound, so a relay that never cuts Open fails here rather than hangs
+		defer cancel()
+		_, err := Relay(ctx, limits, []Target{hung}, newCaller().emit)
 		assert.ErrorIs(t, err, ErrFirstToken, "the first-token limit ran out while the stream opened")
 		assert.NotErrorIs(t, err, context.Canceled, "not a caller who left")
 	})
