@@ -269,3 +269,76 @@ func TestChunksThatSayNothingDoNotStopTheFirstTokenLimit(t *testing.T) {
 		assert.Equal(t, "ok", c.text())
 	})
 }
+
+// ErrIdle: 'no chunk within Config.Idle of the last one' — an empty chunk
+// is a chunk: no gap here is longer than 0.6 s.
+func TestAnEmptyChunkAfterTheFirstReArmsTheIdleClock(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+		defer cancel()
+		up := plays("up", say(0, "The sky"), say(600*time.Millisecond, ""), say(600*time.Millisecond, ""),
+			say(600*time.Millisecond, " is blue."), finish(0, "stop"), fail(0, io.EOF))
+		res, err := Relay(ctx, limits, targets(up), newCaller().emit)
+		require.NoError(t, err, "no gap between two chunks reached the idle limit")
+		assert.Equal(t, "The sky is blue.", res.Text)
+	})
+}
+
+// ErrInvalidConfig: 'a limit that is not positive' — a negative Idle too.
+func TestANegativeIdleLimitIsRefused(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+		defer cancel()
+		up := plays("up", say(0, "Hel")) // then stalls
+		_, err := Relay(ctx, Config{FirstToken: time.Second, Idle: -time.Second}, targets(up), newCaller().emit)
+		assert.ErrorIs(t, err, ErrInvalidConfig)
+		assert.Empty(t, up.opened(), "refused before anything is opened")
+	})
+}
+
+// Raw is cleared only on a chunk whose Text the relay changed: a
+// continuation's chunk passed on as it came keeps the upstream's bytes
+// (its id and model).
+func TestAContinuationChunkPassedOnUnchangedKeepsItsRaw(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+		defer cancel()
+		first := plays("first", say(0, "The sky is"), fail(0, errReset))
+		cont := continues("cont", say(0, " blue."), finish(0, "stop"), fail(0, io.EOF))
+		cl := newCaller()
+		_, err := Relay(ctx, limits, targets(first, cont), cl.emit)
+		require.NoError(t, err)
+		require.Len(t, cl.chunks, 3)
+		assert.Equal(t, " blue.", cl.chunks[1].Text)
+		assert.Equal(t, "raw: blue.", string(cl.chunks[1].Raw), "its text was not changed: the upstream's bytes go on")
+	})
+}
+
+// A usage-only chunk says nothing of the answer: the first text may come
+// up to FirstToken (2 s) after Open, even past Idle (1 s) after the usage.
+func TestAUsageChunkDoesNotStopTheFirstTokenClock(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+		defer cancel()
+		up := plays("up", usage(0, 5, 0), say(1500*time.Millisecond, "Hi"), finish(0, "stop"), usage(0, 5, 1), fail(0, io.EOF))
+		res, err := Relay(ctx, limits, targets(up), newCaller().emit)
+		require.NoError(t, err, "the first text came 1.5 s after Open: within the first-token limit")
+		assert.Equal(t, "Hi", res.Text)
+	})
+}
+
+// A continuation that reported a running usage on a chunk of its repeat,
+// then broke, was billed: its report is in the sum.
+func TestTheUsageOfAContinuationBrokenMidRepeatIsCounted(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+		defer cancel()
+		first := plays("first", say(0, "The cat sat."), fail(0, errReset))
+		c1 := continues("c1", step{chunk: Chunk{Text: "The cat", Usage: &Usage{PromptTokens: 20, CompletionTokens: 2}}}, fail(0, errReset))
+		c2 := continues("c2", say(0, " It purred."), finish(0, "stop"), usage(0, 22, 3), fail(0, io.EOF))
+		res, err := Relay(ctx, limits, targets(first, c1, c2), newCaller().emit)
+		require.NoError(t, err)
+		assert.Equal(t, "The cat sat. It purred.", res.Text)
+		assert.Equal(t, Usage{PromptTokens: 42, CompletionTokens: 5}, res.Usage, "c1's 20+2 and c2's 22+3")
+	})
+}

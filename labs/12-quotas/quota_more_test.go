@@ -6,6 +6,7 @@ package quotas
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -173,4 +174,78 @@ func TestAnIDThatLooksLikeAMarkerIsReservedLikeAnyOther(t *testing.T) {
 	g.reserve(t, "acme", "settled:x", 1000, 100)
 	g.reserve(t, "acme", "x", 1000, 300)
 	assert.Equal(t, 600, g.left(t, "acme", 1000), "x took its 300: an open reservation named like x's marker is not one")
+}
+
+// Any negative element is a reply the script never gives, whichever
+// element it is.
+func TestANegativeRetryAfterInAReplyIsUnexpected(t *testing.T) {
+	for _, reply := range []any{[]any{int64(0), int64(5), int64(-100)}, []any{int64(-1), int64(5), int64(0)}} {
+		q, err := New(oddRedis{reply: reply}, Config{})
+		require.NoError(t, err)
+		var d Decision
+		require.NotPanics(t, func() { d, err = q.Reserve(context.Background(), "acme", "r1", 100, 1) }, "%#v", reply)
+		assert.ErrorIs(t, err, ErrUnexpectedReply, "reply %#v", reply)
+		assert.GreaterOrEqual(t, d.RetryAfter, time.Duration(0), "reply %#v", reply)
+		_, err = q.Settle(context.Background(), "acme", "r1", 100, 1)
+		assert.ErrorIs(t, err, ErrUnexpectedReply, "reply %#v", reply)
+	}
+}
+
+// A burst of reservations, never settled, is forgotten whole once its
+// window has passed, though the tenant stays busy.
+func TestABurstOfReservationsIsForgottenWhole(t *testing.T) {
+	f := newFixture(t, Config{SettleWindow: 10 * time.Second})
+	for i := range 20 {
+		f.reserve(t, "acme", fmt.Sprintf("burst-%d", i), 1_000_000, 1)
+	}
+	for i := range 6 {
+		f.advance(3 * time.Second) // busy: the keys never expire
+		f.reserve(t, "acme", fmt.Sprintf("later-%d", i), 1_000_000, 1)
+	}
+	assert.LessOrEqual(t, f.entries(t), 12,
+		"four reservations are within the window (a member and an estimate each), and the bucket: the burst's 20 are gone")
+}
+
+// Forgetting an old reservation touches that reservation only, whatever
+// its id holds: "job:b" is not "b".
+func TestForgettingAnIDWithAColonLeavesOtherReservationsAlone(t *testing.T) {
+	f := newFixture(t, Config{SettleWindow: 10 * time.Second})
+	f.reserve(t, "acme", "job:b", 60_000, 30_000) // never settled: forgotten after the window
+	f.advance(5 * time.Second)
+	f.reserve(t, "acme", "b", 60_000, 30_000)
+	f.advance(6 * time.Second)
+	before := f.left(t, "acme", 60_000) // tidies: job:b is 11 s old
+	assert.True(t, f.settle(t, "acme", "b", 60_000, 0), "b is 6 s old: within its window")
+	assert.Equal(t, before+30_000, f.left(t, "acme", 60_000), "b's 30,000 refunded")
+}
+
+// A Settle that came too late still closes its reservation: a Reserve of
+// the id that Redis runs after it (stalled, or resent) takes nothing.
+func TestASettleTooLateStillLeavesItsMarker(t *testing.T) {
+	f := newFixture(t, Config{SettleWindow: 10 * time.Second})
+	f.reserve(t, "acme", "a", 600, 100)
+	f.advance(5 * time.Second)
+	f.reserve(t, "acme", "keep", 600, 0) // the tenant stays busy: its keys stay
+	f.advance(5 * time.Second)
+	require.False(t, f.settle(t, "acme", "a", 600, 0), "10 s after its reserve: too late")
+	f.advance(time.Second)
+	before := f.left(t, "acme", 600) // another request tidies the tenant's keys
+	f.reserve(t, "acme", "a", 600, 100)
+	assert.Equal(t, before, f.left(t, "acme", 600), "a's reserve, run after its settle, took nothing")
+}
+
+// After Redis' clock stepped back, a reservation made while it is behind
+// has its whole window from then, by that clock: settled a second later,
+// it applies.
+func TestAReservationMadeWhileTheClockIsBehindCanBeSettled(t *testing.T) {
+	f := newFixture(t, Config{SettleWindow: 10 * time.Second})
+	f.reserve(t, "acme", "x", 600, 100)
+	f.advance(2 * time.Second)
+	f.left(t, "acme", 600)  // the last refill, at +2 s
+	f.stepBack(time.Minute) // a failover to a replica a minute behind
+	f.reserve(t, "acme", "a", 600, 100)
+	f.advance(time.Second)
+	before := f.left(t, "acme", 600)
+	assert.True(t, f.settle(t, "acme", "a", 600, 0), "1 s after its reserve by Redis' clock: within the window")
+	assert.Equal(t, before+100, f.left(t, "acme", 600), "a's 100 refunded")
 }
