@@ -197,15 +197,20 @@ func (r *relay) attempt(ctx context.Context, t Target) (err error) {
 		return fmt.Errorf("%s: %w", t.Name, limitOr(ctx, err))
 	}
 	defer s.Close()
+	return r.read(ctx, t, s, firstToken, prefill)
+}
+
+// read reads one opened stream to its end: each chunk under the right
+// limit (firstToken until the upstream says something, then the idle
+// limit), its usage kept, a repeat of the prefill dropped, and what is left
+// passed to the caller.
+func (r *relay) read(ctx context.Context, t Target, s Stream, firstToken *time.Timer, prefill string) (err error) {
 	deciding := prefill != "" // whether the continuation repeats the prefill is not known yet
 	heard := ""               // what it said while it might be repeating: held back
 	var limit time.Duration   // none of its own before the first chunk: firstToken is the limit
 	served := false
 	var held *Chunk // a chunk that says nothing yet (the role), kept until one does
-	// The stream's usage is the last it reports: a running usage (vLLM's,
-	// on every chunk) is cumulative, so each report replaces the one before;
-	// what the streams reported adds up across streams, not within one.
-	var used *Usage
+	var used *Usage // the stream's last report: a running usage (vLLM's) is cumulative
 	defer func() {
 		if used != nil {
 			r.res.Usage.PromptTokens += used.PromptTokens
