@@ -79,9 +79,10 @@ func TestAContinuedStreamIsChargedTheCutCallsReservationAndTheContinuationsUsage
 				primary := &teller{name: "primary", words: []string{"Once", " upon"}, cut: true}
 				cont := &teller{name: "cont", words: []string{" a", " time."}, usage: llm.Usage{PromptTokens: 30, CompletionTokens: 2, TotalTokens: 32}}
 				g, err := router.New(router.Config{
-					MaxConcurrent: 4, MaxQueueWait: time.Second,
-					MaxAttempts: 2, BaseBackoff: time.Millisecond, MaxBackoff: time.Millisecond,
-					AttemptTimeout: time.Second, TotalTimeout: 10 * time.Second, FailureThreshold: 5, RecoveryTimeout: time.Second,
+					Slots:  router.Slots{MaxConcurrent: 4, MaxQueueWait: time.Second},
+					Retry:  router.Retry{MaxAttempts: 2, BaseBackoff: time.Millisecond, MaxBackoff: time.Millisecond, AttemptTimeout: time.Second, TotalTimeout: 10 * time.Second},
+					Health: router.Health{FailureThreshold: 5, RecoveryTimeout: time.Second},
+
 					Routes: []router.Route{{Name: "chat", Targets: []router.Target{{Provider: "primary"}, {Provider: "cont"}},
 						Continue: []router.Target{{Provider: "cont"}}}},
 				}, metered(primary), metered(cont))
@@ -132,9 +133,10 @@ func TestAContinuationThatFailedIsChargedAndToldToo(t *testing.T) {
 	mid := &teller{name: "mid", atOnce: true}
 	cont := &teller{name: "cont", words: []string{" a", " time."}, usage: llm.Usage{PromptTokens: 30, CompletionTokens: 2, TotalTokens: 32}}
 	g, err := router.New(router.Config{
-		MaxConcurrent: 4, MaxQueueWait: time.Second,
-		MaxAttempts: 2, BaseBackoff: time.Millisecond, MaxBackoff: time.Millisecond,
-		AttemptTimeout: time.Second, TotalTimeout: 10 * time.Second, FailureThreshold: 5, RecoveryTimeout: time.Second,
+		Slots:  router.Slots{MaxConcurrent: 4, MaxQueueWait: time.Second},
+		Retry:  router.Retry{MaxAttempts: 2, BaseBackoff: time.Millisecond, MaxBackoff: time.Millisecond, AttemptTimeout: time.Second, TotalTimeout: 10 * time.Second},
+		Health: router.Health{FailureThreshold: 5, RecoveryTimeout: time.Second},
+
 		Routes: []router.Route{{Name: "chat", Targets: []router.Target{{Provider: "primary"}, {Provider: "mid"}, {Provider: "cont"}},
 			Continue: []router.Target{{Provider: "mid"}, {Provider: "cont"}}}},
 	}, metered(primary), metered(mid), metered(cont))
@@ -180,9 +182,10 @@ func (p *whole) Generate(context.Context, llm.Request) (llm.Completion, error) {
 func fallback(t *testing.T, r *rig, primary, second llm.Provider) *router.Router {
 	t.Helper()
 	g, err := router.New(router.Config{
-		MaxConcurrent: 4, MaxQueueWait: time.Second,
-		MaxAttempts: 2, BaseBackoff: time.Millisecond, MaxBackoff: time.Millisecond,
-		AttemptTimeout: time.Second, TotalTimeout: 10 * time.Second, FailureThreshold: 5, RecoveryTimeout: time.Second,
+		Slots:  router.Slots{MaxConcurrent: 4, MaxQueueWait: time.Second},
+		Retry:  router.Retry{MaxAttempts: 2, BaseBackoff: time.Millisecond, MaxBackoff: time.Millisecond, AttemptTimeout: time.Second, TotalTimeout: 10 * time.Second},
+		Health: router.Health{FailureThreshold: 5, RecoveryTimeout: time.Second},
+
 		Routes: []router.Route{{Name: "chat", Targets: []router.Target{{Provider: primary.Name()}, {Provider: second.Name()}}}},
 	}, metered(primary), metered(second))
 	require.NoError(t, err)

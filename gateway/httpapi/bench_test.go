@@ -42,9 +42,9 @@ func BenchmarkProxyPath(b *testing.B) {
 	}
 	defer p.Close()
 	gw, err := router.New(router.Config{
-		MaxConcurrent: 512, MaxQueueWait: time.Second,
-		MaxAttempts: 3, BaseBackoff: time.Millisecond, MaxBackoff: 10 * time.Millisecond,
-		AttemptTimeout: 10 * time.Second, TotalTimeout: 30 * time.Second, FailureThreshold: 5, RecoveryTimeout: time.Second,
+		Slots:  router.Slots{MaxConcurrent: 512, MaxQueueWait: time.Second},
+		Retry:  router.Retry{MaxAttempts: 3, BaseBackoff: time.Millisecond, MaxBackoff: 10 * time.Millisecond, AttemptTimeout: 10 * time.Second, TotalTimeout: 30 * time.Second},
+		Health: router.Health{FailureThreshold: 5, RecoveryTimeout: time.Second},
 	}, p)
 	if err != nil {
 		b.Fatal(err)

@@ -72,7 +72,7 @@ func newPassRig(t *testing.T, answer func(w http.ResponseWriter, body []byte)) *
 	require.NoError(t, err)
 	t.Cleanup(p.Close)
 	cfg := baseConfig()
-	cfg.MaxAttempts = 1
+	cfg.Retry.MaxAttempts = 1
 	cfg.Routes = []router.Route{{Name: "gpt-4o-corpus", Targets: []router.Target{{Provider: "up", Model: "up-model-1"}}}}
 	gw, err := router.New(cfg, p)
 	require.NoError(t, err)

@@ -57,8 +57,8 @@ func (l *refunding) refunds() []string {
 func oneSlot(t *testing.T, lim *refunding, wait time.Duration, perTenant int) *rig {
 	t.Helper()
 	cfg := baseConfig()
-	cfg.MaxConcurrent, cfg.MaxQueueWait = 1, wait
-	cfg.AttemptTimeout, cfg.TotalTimeout = 20*time.Second, 30*time.Second // a's request outlives the test's
+	cfg.Slots.MaxConcurrent, cfg.Slots.MaxQueueWait = 1, wait
+	cfg.Retry.AttemptTimeout, cfg.Retry.TotalTimeout = 20*time.Second, 30*time.Second // a's request outlives the test's
 	r := newRigWith(t, cfg, func(o *Options) {
 		g, err := tenant.NewGate(tenant.GateConfig{Limiter: lim, MaxInFlight: perTenant, Observer: o.Metrics})
 		require.NoError(t, err)

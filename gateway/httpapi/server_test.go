@@ -43,10 +43,9 @@ type rig struct {
 
 func baseConfig() router.Config {
 	return router.Config{
-		MaxConcurrent: 8, MaxQueueWait: time.Second,
-		MaxAttempts: 3, BaseBackoff: 10 * time.Millisecond, MaxBackoff: 100 * time.Millisecond,
-		AttemptTimeout: 2 * time.Second, TotalTimeout: 5 * time.Second,
-		FailureThreshold: 3, RecoveryTimeout: 30 * time.Second,
+		Slots:  router.Slots{MaxConcurrent: 8, MaxQueueWait: time.Second},
+		Retry:  router.Retry{MaxAttempts: 3, BaseBackoff: 10 * time.Millisecond, MaxBackoff: 100 * time.Millisecond, AttemptTimeout: 2 * time.Second, TotalTimeout: 5 * time.Second},
+		Health: router.Health{FailureThreshold: 3, RecoveryTimeout: 30 * time.Second},
 	}
 }
 
@@ -269,7 +268,7 @@ func (s silent) Generate(ctx context.Context, _ llm.Request) (llm.Completion, er
 func TestSilentUpstreamTimesOutInsteadOfHanging(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		cfg := baseConfig()
-		cfg.MaxAttempts = 2
+		cfg.Retry.MaxAttempts = 2
 		r := newRig(t, cfg, silent{"alpha"}, silent{"beta"})
 		start := time.Now()
 		rec := r.do(http.MethodPost, "/v1/chat/completions", `{"stream":true,"messages":[{"role":"user","content":"hi"}]}`)
@@ -282,7 +281,7 @@ func TestSilentUpstreamTimesOutInsteadOfHanging(t *testing.T) {
 func TestSilentProviderIsFailedOverAtOnce(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		cfg := baseConfig()
-		cfg.BaseBackoff, cfg.MaxBackoff = time.Second, time.Second
+		cfg.Retry.BaseBackoff, cfg.Retry.MaxBackoff = time.Second, time.Second
 		r := newRig(t, cfg, silent{"alpha"}, simProvider(t, sim.Config{Name: "beta"}))
 		start := time.Now()
 		rec := r.do(http.MethodPost, "/v1/generate", `{"prompt":"hi"}`)
@@ -318,7 +317,7 @@ func TestRateLimitedIs429WithRetryAfter(t *testing.T) {
 func TestSaturatedIs503AndQueueWaitIsMeasured(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		cfg := baseConfig()
-		cfg.MaxConcurrent, cfg.MaxQueueWait = 1, 200*time.Millisecond
+		cfg.Slots.MaxConcurrent, cfg.Slots.MaxQueueWait = 1, 200*time.Millisecond
 		r := newRig(t, cfg, simProvider(t, sim.Config{Name: "alpha", Latency: 150 * time.Millisecond}))
 		var wg sync.WaitGroup
 		codes := make([]int, 3)
@@ -502,7 +501,7 @@ func TestTenantIDsAreKeptApartAndBounded(t *testing.T) {
 func TestOneTenantOverItsInFlightCapGets429(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		cfg := baseConfig()
-		cfg.MaxConcurrent = 4
+		cfg.Slots.MaxConcurrent = 4
 		r := newRigWith(t, cfg, gated(1000, 1000, 1), simProvider(t, sim.Config{Name: "alpha", Latency: time.Second}))
 		done := make(chan int, 1)
 		go func() { done <- r.do(http.MethodPost, "/v1/generate", `{"prompt":"hi"}`, "X-Tenant-ID", "greedy").Code }()

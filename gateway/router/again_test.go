@@ -56,7 +56,7 @@ func TestRetrySameTriesAFailedTargetOnceMoreBeforeTheNext(t *testing.T) {
 	}{{"500", status(http.StatusInternalServerError, "", 0)}, {"reset", reset}, {"502", status(http.StatusBadGateway, "", 0)}} {
 		synctest.Test(t, func(t *testing.T) {
 			cfg := config()
-			cfg.BaseBackoff = 0 // no jitter to reason about: the retry comes at once
+			cfg.Retry.BaseBackoff = 0 // no jitter to reason about: the retry comes at once
 			calls, err := retrying(t, true, 0, failsThen(1, c.fail), cfg)
 			require.NoError(t, err, c.name)
 			assert.Equal(t, []string{"primary@0s", "primary@0s"}, calls, "%s: the same target, once more", c.name)
@@ -75,7 +75,7 @@ func TestRetrySameTriesAFailedTargetOnceMoreBeforeTheNext(t *testing.T) {
 func TestRetrySameLeavesTimeoutsRefusalsAndRateLimitsToTheNextTarget(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		cfg := config()
-		cfg.AttemptTimeout = time.Second
+		cfg.Retry.AttemptTimeout = time.Second
 		hang := func(ctx context.Context) (llm.Completion, error) { <-ctx.Done(); return llm.Completion{}, ctx.Err() }
 		calls, err := retrying(t, true, 0, failsThen(1, hang), cfg)
 		require.NoError(t, err)
@@ -119,7 +119,7 @@ func TestAShortRetryAfterIsWaitedOutOnTheSameTarget(t *testing.T) {
 func TestARetryAfterPastTheDeadlineIsNotWaitedFor(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		cfg := config()
-		cfg.TotalTimeout = 1500 * time.Millisecond
+		cfg.Retry.TotalTimeout = 1500 * time.Millisecond
 		calls, err := retrying(t, false, 2*time.Second, failsThen(1, status(http.StatusServiceUnavailable, "", 2*time.Second)), cfg)
 		require.NoError(t, err)
 		assert.Equal(t, []string{"primary@0s", "secondary@0s"}, calls, "waiting 2 s would pass the 1.5 s deadline")

@@ -67,10 +67,9 @@ func BenchmarkGenerate(b *testing.B) {
 // path is measured, not a refusal.
 func benchConfig() router.Config {
 	return router.Config{
-		MaxConcurrent: 64, MaxQueueWait: time.Second,
-		MaxAttempts: 3, BaseBackoff: time.Millisecond, MaxBackoff: 10 * time.Millisecond,
-		AttemptTimeout: time.Second, TotalTimeout: 5 * time.Second,
-		FailureThreshold: 5, RecoveryTimeout: time.Second,
+		Slots:  router.Slots{MaxConcurrent: 64, MaxQueueWait: time.Second},
+		Retry:  router.Retry{MaxAttempts: 3, BaseBackoff: time.Millisecond, MaxBackoff: 10 * time.Millisecond, AttemptTimeout: time.Second, TotalTimeout: 5 * time.Second},
+		Health: router.Health{FailureThreshold: 5, RecoveryTimeout: time.Second},
 	}
 }
 

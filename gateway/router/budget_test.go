@@ -89,7 +89,7 @@ func TestRetryBudgetIsNotAskedForAnAttemptThatWillNotHappen(t *testing.T) {
 		budget := &ledger{left: 10}
 		cfg := config()
 		cfg.RetryBudget = budget
-		cfg.FailureThreshold = 100
+		cfg.Health.FailureThreshold = 100
 		g := newGateway(t, cfg, up)
 		resp, err := g.Generate(t.Context(), router.Request{Tenant: "acme", Chat: chatapi.NewRequest("hi", false)})
 		require.Error(t, err)
@@ -114,7 +114,7 @@ func TestExhaustedRetryBudgetEndsTheRequestWithTheLastError(t *testing.T) {
 		obs := &refusals{by: map[string]int{}}
 		cfg := config()
 		cfg.RetryBudget, cfg.Observer = budget, obs
-		cfg.FailureThreshold = 100 // the breaker stays out of it
+		cfg.Health.FailureThreshold = 100 // the breaker stays out of it
 		g := newGateway(t, cfg, up)
 		start := time.Now()
 		resp, err := g.Generate(t.Context(), router.Request{Tenant: "acme", Chat: chatapi.NewRequest("hi", false)})
@@ -143,7 +143,7 @@ func TestRefusedRetryLeavesTheBreakerAsItWas(t *testing.T) {
 		budget := &ledger{left: 0}
 		cfg := config()
 		cfg.RetryBudget = budget
-		cfg.FailureThreshold = 3
+		cfg.Health.FailureThreshold = 3
 		g := newGateway(t, cfg, up)
 		for i := range 2 { // two requests, each one real failure and one refused retry
 			_, err := g.Generate(t.Context(), router.Request{Tenant: "acme", Chat: chatapi.NewRequest("hi", false)})
@@ -157,7 +157,7 @@ func TestRefusedRetryLeavesTheBreakerAsItWas(t *testing.T) {
 		assert.Equal(t, "open", state(g, "up"),
 			"three real failures in a row open the breaker: a refused retry in between is no success")
 
-		time.Sleep(cfg.RecoveryTimeout)
+		time.Sleep(cfg.Health.RecoveryTimeout)
 		failing = false
 		budget.mu.Lock()
 		budget.left = 0
@@ -179,7 +179,7 @@ func TestRetryBudgetIsNotAskedWhenTheLoopWillNotRetry(t *testing.T) {
 			up.script("default", status(http.StatusBadRequest, "invalid_request", 0))
 		}, context.WithCancel, nil},
 		{"the total deadline already past", func(up *upstream, cfg *router.Config) {
-			cfg.TotalTimeout = time.Second
+			cfg.Retry.TotalTimeout = time.Second
 			up.script("default", func(ctx context.Context) (llm.Completion, error) {
 				<-ctx.Done()
 				return llm.Completion{}, ctx.Err()
@@ -200,7 +200,7 @@ func TestRetryBudgetIsNotAskedWhenTheLoopWillNotRetry(t *testing.T) {
 				up := newUpstream("up")
 				budget := &ledger{left: 10}
 				cfg := config()
-				cfg.RetryBudget, cfg.FailureThreshold = budget, 100
+				cfg.RetryBudget, cfg.Health.FailureThreshold = budget, 100
 				tc.setup(up, &cfg)
 				g := newGateway(t, cfg, up)
 				ctx, cancel := tc.ctx(t.Context())
@@ -226,7 +226,7 @@ func TestRetryBudgetIsNotAskedWhenTheCallerLeaves(t *testing.T) {
 		})
 		budget := &ledger{left: 10}
 		cfg := config()
-		cfg.RetryBudget, cfg.FailureThreshold = budget, 100
+		cfg.RetryBudget, cfg.Health.FailureThreshold = budget, 100
 		g := newGateway(t, cfg, up)
 		_, err := g.Generate(ctx, router.Request{Tenant: "acme", Chat: chatapi.NewRequest("hi", false)})
 		require.Error(t, err)

@@ -191,7 +191,7 @@ func (st *streamer) continueOn(ctx context.Context, run *run, from step, t *step
 	endAttemptSpan(span, err)
 	r.obs.Attempt(t.target, n, time.Since(start), err)
 	verdict := breakerVerdict(err)
-	if r.cfg.IsolateTenantFailures {
+	if r.cfg.Health.IsolateTenantFailures {
 		if err == nil {
 			t.streak.reset()
 		} else {

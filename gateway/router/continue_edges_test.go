@@ -174,8 +174,8 @@ func (o *reopener) BreakerChanged(t router.Target, from, to breaker.State) {
 func TestABreakerThatReopensRightAfterAProbeClosedItIsProbedAgain(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		cfg := config()
-		cfg.RecoveryTimeout = time.Hour
-		cfg.ProbeInterval, cfg.ProbeMaxInterval = 250*time.Millisecond, 2*time.Second
+		cfg.Health.RecoveryTimeout = time.Hour
+		cfg.Health.ProbeInterval, cfg.Health.ProbeMaxInterval = 250*time.Millisecond, 2*time.Second
 		obs := &reopener{}
 		cfg.Observer = obs
 		g, up, down := outage(t, cfg)
@@ -266,7 +266,7 @@ func TestAContinuationThatFinishedIsReportedOK(t *testing.T) {
 func TestRetrySameNeverTakesTheLastAttemptFromAnUntriedTarget(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		cfg := config()
-		cfg.MaxAttempts = 2
+		cfg.Retry.MaxAttempts = 2
 		calls, err := retrying(t, true, 0, failsThen(99, status(500, "", 0)), cfg)
 		assert.NoError(t, err, "the secondary would have answered")
 		assert.Equal(t, []string{"primary@0s", "secondary@0s"}, calls, "with two attempts, the second goes to the untried target")

@@ -40,7 +40,7 @@ func (direct) Generate(ctx context.Context, _ llm.Request) (llm.Completion, erro
 func TestASecondCloseWaitsForADirectProvidersRequest(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		cfg := small(nil)
-		cfg.AttemptTimeout = 10 * time.Second
+		cfg.Retry.AttemptTimeout = 10 * time.Second
 		g := newRouter(t, cfg, direct{})
 		start := time.Now()
 		done := make(chan error, 1)

@@ -60,7 +60,7 @@ func TestARefusalBetweenFailuresCountsAsUp(t *testing.T) {
 			return status(http.StatusServiceUnavailable, "", 0)(ctx)
 		})
 		cfg := config()
-		cfg.MaxAttempts = 1 // FailureThreshold 2
+		cfg.Retry.MaxAttempts = 1 // FailureThreshold 2
 		g := newGateway(t, cfg, up)
 		for range 3 {
 			_, err := g.Generate(t.Context(), ask(route("m")))
@@ -78,7 +78,7 @@ func TestRetryAfterIsTheSoonerOfTwoOutages(t *testing.T) {
 		up.script("a", status(http.StatusServiceUnavailable, "", 0))
 		up.script("b", status(http.StatusServiceUnavailable, "", 0))
 		cfg := config()
-		cfg.FailureThreshold, cfg.MaxAttempts = 1, 1 // RecoveryTimeout 10 s
+		cfg.Health.FailureThreshold, cfg.Retry.MaxAttempts = 1, 1 // RecoveryTimeout 10 s
 		g := newGateway(t, cfg, up)
 		_, err := g.Generate(t.Context(), ask(route("a"))) // a opens at 0 s
 		require.Error(t, err)
@@ -98,7 +98,7 @@ func TestRetryAfterIsTheSoonerOfTwoOutages(t *testing.T) {
 func TestARetryAfterEndingExactlyAtTheDeadlineIsNotWaitedFor(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		cfg := config()
-		cfg.TotalTimeout = 2 * time.Second
+		cfg.Retry.TotalTimeout = 2 * time.Second
 		calls, err := retrying(t, false, 2*time.Second, failsThen(1, status(http.StatusServiceUnavailable, "", 2*time.Second)), cfg)
 		require.NoError(t, err, "the secondary could answer at once")
 		assert.Equal(t, []string{"primary@0s", "secondary@0s"}, calls)
@@ -124,7 +124,7 @@ func TestFallbackOnAStatus(t *testing.T) {
 func TestASecondCloseWaitsForWhatTheFirstLeft(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		cfg := small(nil)
-		cfg.AttemptTimeout = 10 * time.Second
+		cfg.Retry.AttemptTimeout = 10 * time.Second
 		g := newRouter(t, cfg, &fake{name: "slow", answer: func(context.Context, int) (llm.Completion, error) {
 			time.Sleep(3 * time.Second)
 			return answer("", "done"), nil
@@ -158,8 +158,8 @@ func (p slowProbe) Probe(ctx context.Context, _ string) error {
 func TestAProbeSlowerThanItsIntervalStillRecovers(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		cfg := config()
-		cfg.RecoveryTimeout = time.Hour
-		cfg.ProbeInterval = 250 * time.Millisecond
+		cfg.Health.RecoveryTimeout = time.Hour
+		cfg.Health.ProbeInterval = 250 * time.Millisecond
 		up := slowProbe{newUpstream("up")}
 		up.script("primary", status(http.StatusServiceUnavailable, "", 0))
 		g := newGateway(t, cfg, up)
@@ -308,11 +308,11 @@ func TestAFailedTargetIsNotRetriedAtOnceWhenTheOtherIsBusyProbing(t *testing.T) 
 			return answer("a", "a ok"), nil
 		})
 		cfg := config()
-		cfg.AttemptTimeout = 20 * time.Second // FailureThreshold 2
+		cfg.Retry.AttemptTimeout = 20 * time.Second // FailureThreshold 2
 		g := newGateway(t, cfg, up)
 		_, err := g.Generate(t.Context(), ask(route("b"))) // b fails twice: open
 		require.Error(t, err)
-		time.Sleep(cfg.RecoveryTimeout)
+		time.Sleep(cfg.Health.RecoveryTimeout)
 		probe := make(chan error, 1)
 		go func() { _, err := g.Generate(t.Context(), ask(route("b"))); probe <- err }() // b's probe, in flight
 		synctest.Wait()
@@ -356,7 +356,7 @@ func TestRetryAfterIsNotZeroWhileTheOnlyTargetsProbeIsInFlight(t *testing.T) {
 		g := newGateway(t, cfg, up)
 		_, err := g.Generate(t.Context(), ask(route("b")))
 		require.Error(t, err)
-		time.Sleep(cfg.RecoveryTimeout)
+		time.Sleep(cfg.Health.RecoveryTimeout)
 		probe := make(chan error, 1)
 		go func() { _, err := g.Generate(t.Context(), ask(route("b"))); probe <- err }()
 		synctest.Wait()

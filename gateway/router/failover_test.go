@@ -81,10 +81,9 @@ func status(code int, errCode string, retryAfter time.Duration) func(context.Con
 
 func config() router.Config {
 	return router.Config{
-		MaxConcurrent: 8, MaxQueueWait: time.Second,
-		MaxAttempts: 3, BaseBackoff: 100 * time.Millisecond, MaxBackoff: time.Second,
-		AttemptTimeout: 2 * time.Second, TotalTimeout: 30 * time.Second,
-		FailureThreshold: 2, RecoveryTimeout: 10 * time.Second,
+		Slots:  router.Slots{MaxConcurrent: 8, MaxQueueWait: time.Second},
+		Retry:  router.Retry{MaxAttempts: 3, BaseBackoff: 100 * time.Millisecond, MaxBackoff: time.Second, AttemptTimeout: 2 * time.Second, TotalTimeout: 30 * time.Second},
+		Health: router.Health{FailureThreshold: 2, RecoveryTimeout: 10 * time.Second},
 	}
 }
 
@@ -233,7 +232,7 @@ func TestEveryBreakerOpenAnswersAtOnceWithRetryAfter(t *testing.T) {
 		up.script("a", status(http.StatusServiceUnavailable, "", 0))
 		up.script("b", status(http.StatusServiceUnavailable, "", 0))
 		cfg := config()
-		cfg.FailureThreshold = 1
+		cfg.Health.FailureThreshold = 1
 		g := newGateway(t, cfg, up)
 		_, err := g.Generate(t.Context(), ask(route("a", "b"))) // both open
 		require.Error(t, err)
@@ -282,7 +281,7 @@ func TestTrafficReturnsToThePrimaryWithinARecoveryTimeoutOfTheOutagesEnd(t *test
 			time.Sleep(time.Second)
 		}
 		require.NotZero(t, back, "traffic never came back to the primary")
-		assert.LessOrEqual(t, back-29500*time.Millisecond, config().RecoveryTimeout+time.Second,
+		assert.LessOrEqual(t, back-29500*time.Millisecond, config().Health.RecoveryTimeout+time.Second,
 			"back within one recovery timeout (plus the one-second request spacing) of the outage's end")
 	})
 }
@@ -347,7 +346,7 @@ func TestAChunkThatWasSentIsNeverCutForBeingLate(t *testing.T) {
 			// stream cut in the same instant, for silence that did not happen.
 			p := streamer{name: "edge", first: time.Second, gap: time.Second, words: []string{"a", "b", "c"}}
 			cfg := config()
-			cfg.MaxAttempts = 1
+			cfg.Retry.MaxAttempts = 1
 			g := newGateway(t, cfg, p)
 			var lastSent time.Time
 			_, err := g.Stream(t.Context(), router.Request{Tenant: "t", Chat: chatapi.NewRequest("hi", false)}, limits, func(llm.Chunk) error {
@@ -394,7 +393,7 @@ func (panicky) Stream(_ context.Context, _ llm.Request, emit func(llm.Chunk) err
 func TestAProviderPanicIsAnErrorAndOpensNoBreaker(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		cfg := config()
-		cfg.FailureThreshold = 1
+		cfg.Health.FailureThreshold = 1
 		g := newGateway(t, cfg, panicky{})
 		for range 3 {
 			_, err := g.Generate(t.Context(), router.Request{Tenant: "attacker", Chat: chatapi.NewRequest("crafted", false)})
@@ -433,8 +432,8 @@ func TestAProviderThatHonoursItsContextNeedsNoBridgePermit(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		d := deaf{gate: make(chan struct{})}
 		cfg := config()
-		cfg.MaxProviderCalls, cfg.AttemptTimeout = 1, time.Second
-		cfg.MaxAttempts = 1
+		cfg.MaxProviderCalls, cfg.Retry.AttemptTimeout = 1, time.Second
+		cfg.Retry.MaxAttempts = 1
 		g := newGateway(t, cfg, d, honours{})
 		time.AfterFunc(time.Minute, func() { close(d.gate) })
 		_, err := g.Generate(t.Context(), router.Request{Tenant: "t", Provider: "deaf", Chat: chatapi.NewRequest("hi", false)})
@@ -460,7 +459,7 @@ func (r *refusing) Generate(context.Context, llm.Request) (llm.Completion, error
 func TestACallRefusedBeforeItWasSentEndsTheRequestAndCountsForNoBreaker(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		cfg := config()
-		cfg.FailureThreshold = 1
+		cfg.Health.FailureThreshold = 1
 		r := &refusing{}
 		other := newUpstream("other")
 		g := newGateway(t, cfg, r, other)

@@ -143,10 +143,10 @@ func targetState(g *router.Router, provider, model string) string {
 // small is a small, fast gateway: generous quotas unless a test narrows them.
 func small(obs router.Observer) router.Config {
 	return router.Config{
-		MaxConcurrent: 4, MaxQueueWait: 5 * time.Second,
-		MaxAttempts: 3, BaseBackoff: 100 * time.Millisecond, MaxBackoff: time.Second,
-		AttemptTimeout: 2 * time.Second, TotalTimeout: 10 * time.Second,
-		FailureThreshold: 3, RecoveryTimeout: 30 * time.Second,
+		Slots:  router.Slots{MaxConcurrent: 4, MaxQueueWait: 5 * time.Second},
+		Retry:  router.Retry{MaxAttempts: 3, BaseBackoff: 100 * time.Millisecond, MaxBackoff: time.Second, AttemptTimeout: 2 * time.Second, TotalTimeout: 10 * time.Second},
+		Health: router.Health{FailureThreshold: 3, RecoveryTimeout: 30 * time.Second},
+
 		Observer: obs,
 	}
 }
@@ -188,7 +188,7 @@ func TestOverloadedWhenNoSlotWithinQueueWait(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		rec := &recorder{}
 		cfg := small(rec)
-		cfg.MaxConcurrent, cfg.MaxQueueWait = 1, 2*time.Second
+		cfg.Slots.MaxConcurrent, cfg.Slots.MaxQueueWait = 1, 2*time.Second
 		gate := make(chan struct{})
 		g := newRouter(t, cfg, &fake{name: "slow", answer: func(context.Context, int) (llm.Completion, error) { <-gate; return llm.Completion{}, nil }})
 		defer closeGateway(t, g)
@@ -211,7 +211,7 @@ func TestQueueWaitIsReportedSeparatelyFromLatency(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		rec := &recorder{}
 		cfg := small(rec)
-		cfg.MaxConcurrent = 1
+		cfg.Slots.MaxConcurrent = 1
 		gate := make(chan struct{})
 		first := true
 		var mu sync.Mutex
@@ -325,8 +325,8 @@ func TestTrafficComesBackAfterRecovery(t *testing.T) {
 func TestDeadlineSpansAllAttempts(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		cfg := small(nil)
-		cfg.MaxAttempts, cfg.AttemptTimeout, cfg.TotalTimeout = 10, 3*time.Second, 5*time.Second
-		cfg.BaseBackoff, cfg.MaxBackoff = 0, 0
+		cfg.Retry.MaxAttempts, cfg.Retry.AttemptTimeout, cfg.Retry.TotalTimeout = 10, 3*time.Second, 5*time.Second
+		cfg.Retry.BaseBackoff, cfg.Retry.MaxBackoff = 0, 0
 		stuck := func(name string) *fake {
 			return &fake{name: name, answer: func(ctx context.Context, _ int) (llm.Completion, error) {
 				<-ctx.Done()
@@ -360,8 +360,8 @@ func TestUpstreamRefusalIsNotRetried(t *testing.T) {
 func TestSlotIsReleasedWhateverHappens(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		cfg := small(nil)
-		cfg.MaxConcurrent, cfg.MaxQueueWait = 1, 0
-		cfg.FailureThreshold = 100 // keep the breaker out of this test
+		cfg.Slots.MaxConcurrent, cfg.Slots.MaxQueueWait = 1, 0
+		cfg.Health.FailureThreshold = 100 // keep the breaker out of this test
 		var mode atomic.Int32
 		p := &fake{name: "flaky", answer: func(ctx context.Context, _ int) (llm.Completion, error) {
 			switch mode.Load() {
@@ -410,7 +410,7 @@ func TestProviderIgnoringItsContextDoesNotHoldTheRequest(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		rec := &recorder{}
 		cfg := small(rec)
-		cfg.AttemptTimeout, cfg.TotalTimeout = time.Second, 10*time.Second
+		cfg.Retry.AttemptTimeout, cfg.Retry.TotalTimeout = time.Second, 10*time.Second
 		gate := make(chan struct{})
 		release := sync.OnceFunc(func() { close(gate) })
 		// The deaf provider answers after a minute in any case, so an
@@ -440,7 +440,7 @@ func (topOfRange) Uint64() uint64 { return math.MaxUint64 }
 func TestCallerCancellationStopsRetries(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		cfg := small(nil)
-		cfg.BaseBackoff, cfg.MaxBackoff = 5*time.Second, 5*time.Second
+		cfg.Retry.BaseBackoff, cfg.Retry.MaxBackoff = 5*time.Second, 5*time.Second
 		cfg.Rand = rand.New(topOfRange{}) // the backoff is ~5 s: the cancel at 100 ms lands inside it
 		alpha := failing("alpha")
 		g := newRouter(t, cfg, alpha)
@@ -462,7 +462,7 @@ func TestCloseRejectsNewRequestsAndWaitsForInFlight(t *testing.T) {
 			return answer("", "finished"), nil
 		}}
 		cfg := small(nil)
-		cfg.AttemptTimeout, cfg.TotalTimeout = 10*time.Second, 20*time.Second
+		cfg.Retry.AttemptTimeout, cfg.Retry.TotalTimeout = 10*time.Second, 20*time.Second
 		g := newRouter(t, cfg, p)
 		start := time.Now()
 		inflight := make(chan error, 1)
@@ -488,10 +488,10 @@ func TestNewRejectsBadConfig(t *testing.T) {
 	}{
 		{"no providers", func(*router.Config) {}, nil},
 		{"duplicate names", func(*router.Config) {}, []llm.Provider{healthy("a"), healthy("a")}},
-		{"no attempts", func(c *router.Config) { c.MaxAttempts = 0 }, []llm.Provider{healthy("a")}},
-		{"no total timeout", func(c *router.Config) { c.TotalTimeout = 0 }, []llm.Provider{healthy("a")}},
-		{"no concurrency", func(c *router.Config) { c.MaxConcurrent = 0 }, []llm.Provider{healthy("a")}},
-		{"no failure threshold", func(c *router.Config) { c.FailureThreshold = 0 }, []llm.Provider{healthy("a")}},
+		{"no attempts", func(c *router.Config) { c.Retry.MaxAttempts = 0 }, []llm.Provider{healthy("a")}},
+		{"no total timeout", func(c *router.Config) { c.Retry.TotalTimeout = 0 }, []llm.Provider{healthy("a")}},
+		{"no concurrency", func(c *router.Config) { c.Slots.MaxConcurrent = 0 }, []llm.Provider{healthy("a")}},
+		{"no failure threshold", func(c *router.Config) { c.Health.FailureThreshold = 0 }, []llm.Provider{healthy("a")}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			cfg := good
@@ -524,7 +524,7 @@ func TestCallersDeadlineEndsTheRequestAtThatDeadline(t *testing.T) {
 func TestQueuedRequestsAreRefusedWhenTheGatewayCloses(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		cfg := small(nil)
-		cfg.MaxConcurrent, cfg.MaxQueueWait = 1, time.Minute
+		cfg.Slots.MaxConcurrent, cfg.Slots.MaxQueueWait = 1, time.Minute
 		gate := make(chan struct{})
 		g := newRouter(t, cfg, &fake{name: "slow", answer: func(context.Context, int) (llm.Completion, error) {
 			<-gate
@@ -552,7 +552,7 @@ func TestCloseWaitsForAbandonedProviderCalls(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		rec := &recorder{}
 		cfg := small(rec)
-		cfg.AttemptTimeout = time.Second
+		cfg.Retry.AttemptTimeout = time.Second
 		gate := make(chan struct{})
 		defer time.AfterFunc(5*time.Second, func() { close(gate) }).Stop()
 		g := newRouter(t, cfg, hanging("deaf", gate), healthy("beta"))
@@ -583,7 +583,7 @@ func TestRejectionsAreObservedByReason(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		rec := &recorder{}
 		cfg := small(rec)
-		cfg.MaxConcurrent, cfg.MaxQueueWait = 1, time.Second
+		cfg.Slots.MaxConcurrent, cfg.Slots.MaxQueueWait = 1, time.Second
 		gate := make(chan struct{})
 		g := newRouter(t, cfg, &fake{name: "slow", answer: func(context.Context, int) (llm.Completion, error) { <-gate; return llm.Completion{}, nil }})
 		go func() { _, _ = g.Generate(t.Context(), request("a")) }()
@@ -663,7 +663,7 @@ func TestUpstreamRefusalIsRecognisedThroughWrapping(t *testing.T) {
 func TestAttemptsStopAtMaxAttempts(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		cfg := small(nil)
-		cfg.MaxAttempts = 2
+		cfg.Retry.MaxAttempts = 2
 		alpha, beta, gamma := failing("alpha"), failing("beta"), healthy("gamma")
 		g := newRouter(t, cfg, alpha, beta, gamma)
 		defer closeGateway(t, g)
@@ -685,7 +685,7 @@ func TestLatencyCoversEveryAttemptAndBackoff(t *testing.T) {
 			return answer("", "second time lucky"), nil
 		}}
 		cfg := small(nil)
-		cfg.BaseBackoff, cfg.MaxBackoff = time.Second, time.Second
+		cfg.Retry.BaseBackoff, cfg.Retry.MaxBackoff = time.Second, time.Second
 		cfg.Rand = rand.New(topOfRange{})
 		g := newRouter(t, cfg, alpha)
 		defer closeGateway(t, g)
@@ -701,7 +701,7 @@ func TestLatencyCoversEveryAttemptAndBackoff(t *testing.T) {
 func TestNoHealthyProviderCallsNobody(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		cfg := small(nil)
-		cfg.FailureThreshold = 1
+		cfg.Health.FailureThreshold = 1
 		alpha, beta := failing("alpha"), failing("beta")
 		g := newRouter(t, cfg, alpha, beta)
 		defer closeGateway(t, g)

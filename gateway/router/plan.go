@@ -51,11 +51,11 @@ func (r *Router) healthOf(t Target) (*health, *streak, error) {
 // while it is the target's breaker: one a probe replaced (see probe.go)
 // may still hear from requests that were using it.
 func (r *Router) newBreaker(t Target) (*health, error) {
-	h := &health{recovery: r.cfg.RecoveryTimeout, probeTimeout: r.cfg.AttemptTimeout}
+	h := &health{recovery: r.cfg.Health.RecoveryTimeout, probeTimeout: r.cfg.Retry.AttemptTimeout}
 	b, err := breaker.New(breaker.Config{
-		FailureThreshold: r.cfg.FailureThreshold,
-		RecoveryTimeout:  r.cfg.RecoveryTimeout,
-		ProbeTimeout:     r.cfg.AttemptTimeout,
+		FailureThreshold: r.cfg.Health.FailureThreshold,
+		RecoveryTimeout:  r.cfg.Health.RecoveryTimeout,
+		ProbeTimeout:     r.cfg.Retry.AttemptTimeout,
 		IsFailure:        isFailure,
 		OnStateChange: func(from, to breaker.State) {
 			r.mu.RLock()

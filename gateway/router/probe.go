@@ -25,7 +25,7 @@ import (
 // probe starts the background probe of t, unless one runs already, probes
 // are off, t's provider cannot be probed, or the router is closing.
 func (r *Router) probe(t Target) {
-	if r.cfg.ProbeInterval <= 0 {
+	if r.cfg.Health.ProbeInterval <= 0 {
 		return
 	}
 	p := r.byName[t.Provider]
@@ -60,7 +60,7 @@ func (r *Router) probe(t Target) {
 // request's own probe got through), its provider says it cannot be
 // probed, or the router closes.
 func (r *Router) probeUntilUp(t Target, p llm.Provider) {
-	wait := r.cfg.ProbeInterval
+	wait := r.cfg.Health.ProbeInterval
 	timer := time.NewTimer(wait)
 	defer timer.Stop()
 	for {
@@ -75,7 +75,7 @@ func (r *Router) probeUntilUp(t Target, p llm.Provider) {
 		if b.State() == breaker.Closed {
 			return
 		}
-		ctx, cancel := context.WithTimeout(r.probeCtx, r.cfg.AttemptTimeout)
+		ctx, cancel := context.WithTimeout(r.probeCtx, r.cfg.Retry.AttemptTimeout)
 		err := llm.Probe(ctx, p, t.Model)
 		cancel()
 		if errors.Is(err, llm.ErrNoProbe) || r.probeCtx.Err() != nil {
@@ -86,7 +86,7 @@ func (r *Router) probeUntilUp(t Target, p llm.Provider) {
 			r.recovered(t, b)
 			return
 		}
-		wait = min(2*wait, r.cfg.ProbeMaxInterval)
+		wait = min(2*wait, r.cfg.Health.ProbeMaxInterval)
 		timer.Reset(wait)
 	}
 }

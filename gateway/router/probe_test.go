@@ -72,8 +72,8 @@ func outage(t *testing.T, cfg router.Config) (*router.Router, *probed, *atomic.B
 func TestARecoveredPrimaryGetsTrafficBackWithinSecondsWhateverTheRecoveryTimeout(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		cfg := config()
-		cfg.RecoveryTimeout = time.Hour // the breaker alone would keep it out for the whole run
-		cfg.ProbeInterval, cfg.ProbeMaxInterval = 250*time.Millisecond, 2*time.Second
+		cfg.Health.RecoveryTimeout = time.Hour // the breaker alone would keep it out for the whole run
+		cfg.Health.ProbeInterval, cfg.Health.ProbeMaxInterval = 250*time.Millisecond, 2*time.Second
 		obs := &probeRecorder{}
 		cfg.Observer = obs
 		g, up, down := outage(t, cfg)
@@ -125,7 +125,7 @@ func TestProbesAreOffByDefaultAndForAProviderThatCannotBeProbed(t *testing.T) {
 		assert.Empty(t, up.probeTimes(), "ProbeInterval 0: no background probes")
 
 		cfg := config()
-		cfg.ProbeInterval = time.Second
+		cfg.Health.ProbeInterval = time.Second
 		plain := newUpstream("plain") // no Probe method
 		plain.script("primary", status(http.StatusServiceUnavailable, "", 0))
 		g2 := newGateway(t, cfg, plain)
@@ -142,7 +142,7 @@ func TestProbesAreOffByDefaultAndForAProviderThatCannotBeProbed(t *testing.T) {
 func TestCloseStopsTheProbes(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		cfg := config()
-		cfg.ProbeInterval = time.Second
+		cfg.Health.ProbeInterval = time.Second
 		g, err := router.New(cfg, &probed{upstream: func() *upstream {
 			u := newUpstream("up")
 			u.script("primary", status(http.StatusServiceUnavailable, "", 0))
@@ -163,7 +163,7 @@ func TestCloseStopsTheProbes(t *testing.T) {
 func TestProbeSettingsAreChecked(t *testing.T) {
 	for _, c := range []struct{ interval, max time.Duration }{{-time.Second, 0}, {0, -time.Second}, {2 * time.Second, time.Second}} {
 		cfg := config()
-		cfg.ProbeInterval, cfg.ProbeMaxInterval = c.interval, c.max
+		cfg.Health.ProbeInterval, cfg.Health.ProbeMaxInterval = c.interval, c.max
 		_, err := router.New(cfg, newUpstream("up"))
 		assert.ErrorIs(t, err, router.ErrInvalidConfig, "%v", c)
 	}

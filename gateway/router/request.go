@@ -18,7 +18,7 @@ import (
 // provider error, and context.DeadlineExceeded when the total deadline ran
 // out.
 func (r *Router) Generate(ctx context.Context, req Request) (Response, error) {
-	return r.serve(ctx, req, r.cfg.AttemptTimeout, nil)
+	return r.serve(ctx, req, r.cfg.Retry.AttemptTimeout, nil)
 }
 
 // serve is the request skeleton Generate and Stream share, so the two
@@ -30,7 +30,7 @@ func (r *Router) serve(ctx context.Context, req Request, attemptTimeout time.Dur
 		return Response{}, err
 	}
 	defer run.release() // whatever happens below: success, error, panic, cancellation
-	run.deadline = time.Now().Add(r.cfg.TotalTimeout)
+	run.deadline = time.Now().Add(r.cfg.Retry.TotalTimeout)
 	if d, ok := ctx.Deadline(); ok && d.Before(run.deadline) {
 		run.deadline = d
 	}
@@ -200,14 +200,14 @@ func (run *run) attempt(ctx context.Context, n int) error {
 	run.r.obs.Attempt(s.target, n, took, outcome)
 	if outcome == nil {
 		done(nil)
-		if run.r.cfg.IsolateTenantFailures {
+		if run.r.cfg.Health.IsolateTenantFailures {
 			s.streak.reset()
 		}
 		run.answer, run.used = c, s
 		return nil
 	}
 	verdict := breakerVerdict(outcome)
-	if run.r.cfg.IsolateTenantFailures {
+	if run.r.cfg.Health.IsolateTenantFailures {
 		verdict = s.streak.verdict(run.req.Tenant, outcome, verdict)
 	}
 	done(verdict)
@@ -353,8 +353,8 @@ func (f failover) RetryImmediately() bool { return true }
 // attempt — an honest fast failure, never a silent fallback.
 func (r *Router) policy(pinned bool, attemptTimeout time.Duration) timeouts.Policy {
 	p := timeouts.Policy{
-		MaxAttempts: r.cfg.MaxAttempts, BaseBackoff: r.cfg.BaseBackoff, MaxBackoff: r.cfg.MaxBackoff,
-		AttemptTimeout: attemptTimeout, TotalTimeout: r.cfg.TotalTimeout, Rand: r.rand,
+		MaxAttempts: r.cfg.Retry.MaxAttempts, BaseBackoff: r.cfg.Retry.BaseBackoff, MaxBackoff: r.cfg.Retry.MaxBackoff,
+		AttemptTimeout: attemptTimeout, TotalTimeout: r.cfg.Retry.TotalTimeout, Rand: r.rand,
 	}
 	if pinned {
 		p.MaxAttempts = 1

@@ -77,8 +77,8 @@ func TestEachAttemptGetsTheSoonerOfItsTimeoutAndTheTotal(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				cfg := small(nil)
-				cfg.MaxAttempts, cfg.AttemptTimeout, cfg.TotalTimeout = 5, c.attempt, c.total
-				cfg.BaseBackoff, cfg.MaxBackoff = 0, 0
+				cfg.Retry.MaxAttempts, cfg.Retry.AttemptTimeout, cfg.Retry.TotalTimeout = 5, c.attempt, c.total
+				cfg.Retry.BaseBackoff, cfg.Retry.MaxBackoff = 0, 0
 				start := time.Now()
 				p := stuckRecording("alpha", start)
 				g := newRouter(t, cfg, p)
@@ -142,8 +142,8 @@ func TestCallerAlreadyGoneCallsNobody(t *testing.T) {
 func TestAFailedFirstAttemptBacksOffAndRetriesUnderTheSameTotal(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		cfg := small(nil)
-		cfg.MaxAttempts, cfg.AttemptTimeout, cfg.TotalTimeout = 3, 2*time.Second, 10*time.Second
-		cfg.BaseBackoff, cfg.MaxBackoff = time.Second, time.Second
+		cfg.Retry.MaxAttempts, cfg.Retry.AttemptTimeout, cfg.Retry.TotalTimeout = 3, 2*time.Second, 10*time.Second
+		cfg.Retry.BaseBackoff, cfg.Retry.MaxBackoff = time.Second, time.Second
 		cfg.Rand = rand.New(topOfRange{}) // every backoff is exactly its ceiling, 1 s
 		var deadlinesSeen []time.Duration
 		start := time.Now()

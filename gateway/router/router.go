@@ -155,45 +155,23 @@ var (
 	ErrRetryBudgetExhausted = errors.New("router: retry budget exhausted")
 )
 
-// Config configures a Router. Zero durations mean "none" where that is
-// safe (no backoff) and are refused where it is not.
+// Config configures a Router. Each group is one lab's settings as the
+// router applies them across a route's targets; New validates them once.
+// Zero durations mean "none" where that is safe (no backoff) and are
+// refused where they are not.
 type Config struct {
 	// A tenant's rate and its requests in flight are the tenant gate's
 	// (gateway/tenant.Gate), asked before a request reaches the router; the
 	// router holds every request to the slots all tenants share.
-	MaxConcurrent int           // requests in flight
-	MaxQueueWait  time.Duration // 0: refuse at once when full
-
-	MaxAttempts             int
-	BaseBackoff, MaxBackoff time.Duration
-	AttemptTimeout          time.Duration // > 0; streams have StreamLimits instead
-	TotalTimeout            time.Duration // > 0
-
-	FailureThreshold int           // consecutive failures that open a target's breaker
-	RecoveryTimeout  time.Duration // how long it stays open before one probe
-	// ProbeInterval, if positive, turns on background health probes (see
-	// probe.go): while a target's breaker is open, its upstream is probed
-	// (llm.Prober) after ProbeInterval, then at doubling intervals up to
-	// ProbeMaxInterval (0: ProbeInterval), and the first probe that
-	// succeeds closes the breaker — whatever RecoveryTimeout says. A probe
-	// has AttemptTimeout. 0: only the breaker's own half-open probe.
-	ProbeInterval, ProbeMaxInterval time.Duration
-	// IsolateTenantFailures counts the failures a tenant's own requests
-	// can provoke — timeouts (an attempt's, or a stream's first-token or
-	// idle limit) and an upstream's 403, 408 or 429 (a filter that dislikes
-	// a prompt, a request over the upstream's own limits) — towards a
-	// target's breaker only once two tenants have had them since the
-	// target's last success: one tenant cannot open the breaker for every
-	// tenant, nor keep it open by failing the probe. Any other failure (a
-	// 5xx, a reset, the gateway's own key refused) counts as usual. For a
-	// service whose tenants are authenticated (secure_app): with one
-	// tenant, these failures never open a breaker, and its attempts fail
-	// over instead.
-	IsolateTenantFailures bool
+	Slots Slots
+	// Retry is how a request moves through its route's targets.
+	Retry Retry
+	// Health is each target's breaker, and the probes that close it.
+	Health Health
 
 	// MaxProviderCalls bounds calls to providers that do not honour their
 	// context running at once, abandoned ones included; 0 means
-	// 2 × MaxConcurrent.
+	// 2 × Slots.MaxConcurrent.
 	MaxProviderCalls int
 
 	// Routes are the public model names besides AutoModel and the
@@ -213,8 +191,51 @@ type Config struct {
 	// first: the first attempt deposits to its provider, each later one
 	// withdraws from the provider it goes to, and a refusal ends the
 	// request at once with the last attempt's error (wrapped in
-	// ErrRetryBudgetExhausted). nil: MaxAttempts is the only limit.
+	// ErrRetryBudgetExhausted). nil: Retry.MaxAttempts is the only limit.
 	RetryBudget RetryBudget
+}
+
+// Slots are lab 02's admission without its rate limiter: the requests in
+// flight every tenant shares, and how long one waits for a slot.
+type Slots struct {
+	MaxConcurrent int           // requests in flight (≥ 1)
+	MaxQueueWait  time.Duration // 0: refuse at once when full
+}
+
+// Retry is lab 03's policy, applied across a route's targets rather than
+// to one call: attempts go to the next target, and back off only when a
+// request comes back to a target it has tried.
+type Retry struct {
+	MaxAttempts             int // every attempt, the first included (≥ 1)
+	BaseBackoff, MaxBackoff time.Duration
+	AttemptTimeout          time.Duration // > 0; streams have StreamLimits instead
+	TotalTimeout            time.Duration // > 0
+}
+
+// Health is lab 04's breaker, one per target, with what a gateway adds to
+// it: background probes, and failures a tenant provokes kept apart.
+type Health struct {
+	FailureThreshold int           // consecutive failures that open a target's breaker (≥ 1)
+	RecoveryTimeout  time.Duration // how long it stays open before one probe
+	// ProbeInterval, if positive, turns on background health probes (see
+	// probe.go): while a target's breaker is open, its upstream is probed
+	// (llm.Prober) after ProbeInterval, then at doubling intervals up to
+	// ProbeMaxInterval (0: ProbeInterval), and the first probe that
+	// succeeds closes the breaker — whatever RecoveryTimeout says. A probe
+	// has Retry.AttemptTimeout. 0: only the breaker's own half-open probe.
+	ProbeInterval, ProbeMaxInterval time.Duration
+	// IsolateTenantFailures counts the failures a tenant's own requests
+	// can provoke — timeouts (an attempt's, or a stream's first-token or
+	// idle limit) and an upstream's 403, 408 or 429 (a filter that dislikes
+	// a prompt, a request over the upstream's own limits) — towards a
+	// target's breaker only once two tenants have had them since the
+	// target's last success: one tenant cannot open the breaker for every
+	// tenant, nor keep it open by failing the probe. Any other failure (a
+	// 5xx, a reset, the gateway's own key refused) counts as usual. For a
+	// service whose tenants are authenticated (secure_app): with one
+	// tenant, these failures never open a breaker, and its attempts fail
+	// over instead.
+	IsolateTenantFailures bool
 }
 
 // RetryBudget keeps retries to a share of recent traffic per provider, so a
@@ -294,7 +315,7 @@ func New(cfg Config, providers ...llm.Provider) (*Router, error) {
 // buildAdmission makes the admitter for the slots: lab 02's, with no rate
 // limiter of its own (a tenant's rate is the tenant gate's).
 func (r *Router) buildAdmission() error {
-	admit, err := admission.New(admission.Config{MaxConcurrent: r.cfg.MaxConcurrent, MaxQueueWait: r.cfg.MaxQueueWait})
+	admit, err := admission.New(admission.Config{MaxConcurrent: r.cfg.Slots.MaxConcurrent, MaxQueueWait: r.cfg.Slots.MaxQueueWait})
 	if err != nil {
 		return fmt.Errorf("%w: %w", ErrInvalidConfig, err)
 	}
@@ -313,24 +334,20 @@ func validate(cfg *Config, providers []llm.Provider) error {
 		}
 		seen[p.Name()] = true
 	}
-	switch {
-	case cfg.AttemptTimeout <= 0 || cfg.TotalTimeout <= 0:
-		return fmt.Errorf("%w: AttemptTimeout and TotalTimeout must be positive", ErrInvalidConfig)
-	case cfg.MaxAttempts < 1 || cfg.BaseBackoff < 0 || cfg.BaseBackoff > cfg.MaxBackoff:
-		return fmt.Errorf("%w: need MaxAttempts ≥ 1 and 0 ≤ BaseBackoff ≤ MaxBackoff", ErrInvalidConfig)
-	case cfg.FailureThreshold < 1:
-		return fmt.Errorf("%w: FailureThreshold must be at least 1", ErrInvalidConfig)
-	case cfg.ProbeInterval < 0 || cfg.ProbeMaxInterval < 0 || cfg.ProbeInterval > 0 && cfg.ProbeMaxInterval > 0 && cfg.ProbeMaxInterval < cfg.ProbeInterval:
-		return fmt.Errorf("%w: need 0 ≤ ProbeInterval ≤ ProbeMaxInterval", ErrInvalidConfig)
+	if err := cfg.Retry.validate(); err != nil {
+		return err
 	}
-	if cfg.ProbeMaxInterval == 0 {
-		cfg.ProbeMaxInterval = cfg.ProbeInterval
+	if err := cfg.Health.validate(); err != nil {
+		return err
+	}
+	if cfg.Health.ProbeMaxInterval == 0 {
+		cfg.Health.ProbeMaxInterval = cfg.Health.ProbeInterval
 	}
 	if cfg.Observer == nil {
 		cfg.Observer = NopObserver{}
 	}
 	if cfg.MaxProviderCalls == 0 {
-		cfg.MaxProviderCalls = 2 * cfg.MaxConcurrent
+		cfg.MaxProviderCalls = 2 * cfg.Slots.MaxConcurrent
 	}
 	return nil
 }
@@ -434,6 +451,26 @@ func (r *Router) Close(ctx context.Context) error {
 	}
 	if err := r.calls.Close(ctx); err != nil {
 		return fmt.Errorf("router: close: %w", err)
+	}
+	return nil
+}
+
+func (c Retry) validate() error {
+	switch {
+	case c.AttemptTimeout <= 0 || c.TotalTimeout <= 0:
+		return fmt.Errorf("%w: Retry.AttemptTimeout and Retry.TotalTimeout must be positive", ErrInvalidConfig)
+	case c.MaxAttempts < 1 || c.BaseBackoff < 0 || c.BaseBackoff > c.MaxBackoff:
+		return fmt.Errorf("%w: Retry needs MaxAttempts ≥ 1 and 0 ≤ BaseBackoff ≤ MaxBackoff", ErrInvalidConfig)
+	}
+	return nil
+}
+
+func (c Health) validate() error {
+	switch {
+	case c.FailureThreshold < 1:
+		return fmt.Errorf("%w: Health.FailureThreshold must be at least 1", ErrInvalidConfig)
+	case c.ProbeInterval < 0 || c.ProbeMaxInterval < 0 || c.ProbeInterval > 0 && c.ProbeMaxInterval > 0 && c.ProbeMaxInterval < c.ProbeInterval:
+		return fmt.Errorf("%w: Health needs 0 ≤ ProbeInterval ≤ ProbeMaxInterval", ErrInvalidConfig)
 	}
 	return nil
 }

@@ -119,7 +119,7 @@ func TestASilentProviderThatIgnoresItsContextIsCutAtTheFirstTokenLimit(t *testin
 	synctest.Test(t, func(t *testing.T) {
 		d := &deafStreamer{gate: make(chan struct{}), words: []string{"too", " late"}}
 		cfg := config()
-		cfg.MaxAttempts = 1
+		cfg.Retry.MaxAttempts = 1
 		g := newGateway(t, cfg, d)
 		time.AfterFunc(time.Minute, func() { close(d.gate) }) // it answers in a minute; Close waits for it
 		start := time.Now()

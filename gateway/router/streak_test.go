@@ -40,7 +40,7 @@ func (byPrompt) Generate(ctx context.Context, req llm.Request) (llm.Completion, 
 // failures in a row, one attempt per request.
 func twoTenants(t *testing.T, isolate bool) *router.Router {
 	cfg := config()
-	cfg.MaxAttempts, cfg.FailureThreshold, cfg.IsolateTenantFailures = 1, 3, isolate
+	cfg.Retry.MaxAttempts, cfg.Health.FailureThreshold, cfg.Health.IsolateTenantFailures = 1, 3, isolate
 	return newGateway(t, cfg, byPrompt{})
 }
 
@@ -108,7 +108,7 @@ func TestOneTenantCannotKeepTheBreakerOpenByFailingTheProbe(t *testing.T) {
 			require.Error(t, send(g, "bob", "broken"))
 		}
 		require.Equal(t, "open", state(g, "up"))
-		time.Sleep(config().RecoveryTimeout)
+		time.Sleep(config().Health.RecoveryTimeout)
 		require.Error(t, send(g, "acme", "slow"), "acme's request is the probe, and times out")
 		assert.Equal(t, "half-open", state(g, "up"), "acme's timeout says nothing of the target: the next request probes again")
 		require.NoError(t, send(g, "bob", "hi"))
@@ -149,7 +149,7 @@ func TestARunCountsAgainAfterTheBreakerRecovers(t *testing.T) {
 			require.Error(t, send(g, tenant, "slow"))
 		}
 		require.Equal(t, "open", state(g, "up"))
-		time.Sleep(config().RecoveryTimeout)
+		time.Sleep(config().Health.RecoveryTimeout)
 		require.NoError(t, send(g, "bob", "hi"), "the probe succeeds: closed again")
 		for range 5 {
 			require.Error(t, send(g, "acme", "slow"))

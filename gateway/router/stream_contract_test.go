@@ -28,7 +28,7 @@ func TestIdleLimitIsItsOwnAndNotTheFirstTokenLimit(t *testing.T) {
 	run := func(t *testing.T, lim router.StreamLimits, gap time.Duration) error {
 		p := streamer{name: "gappy", first: 100 * time.Millisecond, gap: gap, words: []string{"a", "b", "c"}}
 		cfg := config()
-		cfg.MaxAttempts = 1
+		cfg.Retry.MaxAttempts = 1
 		g := newGateway(t, cfg, p)
 		_, err := g.Stream(t.Context(), router.Request{Tenant: "t", Chat: chatapi.NewRequest("hi", true)}, lim,
 			func(llm.Chunk) error { return nil })
@@ -85,7 +85,7 @@ func TestASlowReaderIsNotAnIdleUpstream(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		p := streamer{name: "brisk", first: 100 * time.Millisecond, gap: 100 * time.Millisecond, words: []string{"a", "b", "c"}}
 		cfg := config()
-		cfg.MaxAttempts = 1
+		cfg.Retry.MaxAttempts = 1
 		g := newGateway(t, cfg, p)
 		var got []string
 		_, err := g.Stream(t.Context(), router.Request{Tenant: "t", Chat: chatapi.NewRequest("hi", true)},
@@ -217,16 +217,16 @@ func TestOneTenantsStalledContinuationsDoNotOpenTheBreaker(t *testing.T) {
 		primary := &writer{name: "primary", fault: cut, after: 10}
 		fallback := &writer{name: "fallback", fault: stall, after: 5}
 		cfg := config()
-		cfg.IsolateTenantFailures = true
+		cfg.Health.IsolateTenantFailures = true
 		cfg.Routes = []router.Route{{Name: "chat", Targets: []router.Target{{Provider: "primary"}, {Provider: "fallback"}}, Continue: []router.Target{{Provider: "fallback"}}}}
 		g := newGateway(t, cfg, primary, fallback)
-		for range cfg.FailureThreshold {
+		for range cfg.Health.FailureThreshold {
 			req := router.Request{Tenant: "acme", Chat: chatapi.NewRequest("tell me", true)}
 			require.True(t, g.Resolve("chat", &req))
 			_, err := g.Stream(t.Context(), req, limits, func(llm.Chunk) error { return nil })
 			require.ErrorIs(t, err, router.ErrAfterFirstByte)
 		}
-		require.Len(t, fallback.calls(), cfg.FailureThreshold)
+		require.Len(t, fallback.calls(), cfg.Health.FailureThreshold)
 		state, _ := g.TargetState(router.Target{Provider: "fallback"})
 		assert.Equal(t, breaker.Closed, state, "one tenant's idle timeouts alone never open a breaker")
 	})
@@ -263,8 +263,8 @@ func (p *bankProbedPrompt) Probe(context.Context, string) error {
 func TestARunIsForgottenAfterABackgroundProbeRecovers(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		cfg := config()
-		cfg.MaxAttempts, cfg.FailureThreshold, cfg.IsolateTenantFailures = 1, 3, true
-		cfg.RecoveryTimeout, cfg.ProbeInterval = time.Hour, time.Second
+		cfg.Retry.MaxAttempts, cfg.Health.FailureThreshold, cfg.Health.IsolateTenantFailures = 1, 3, true
+		cfg.Health.RecoveryTimeout, cfg.Health.ProbeInterval = time.Hour, time.Second
 		p := &bankProbedPrompt{}
 		g := newGateway(t, cfg, p)
 		for _, tenant := range []string{"acme", "bob", "acme", "bob"} {

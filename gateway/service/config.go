@@ -117,25 +117,25 @@ func (c *Config) routerFlags(fs *flag.FlagSet) {
 	g := &c.Router
 	fs.Float64Var(&c.Tenant.RatePerSecond, "rate", 10, "requests per second per tenant (token refill rate)")
 	fs.IntVar(&c.Tenant.Burst, "burst", 20, "burst per tenant (token bucket size)")
-	fs.IntVar(&g.MaxConcurrent, "max-concurrent", 32, "requests in flight at once")
+	fs.IntVar(&g.Slots.MaxConcurrent, "max-concurrent", 32, "requests in flight at once")
 	fs.StringVar(&c.AdaptiveLimit, "adaptive-limit", "", "per-provider adaptive concurrency limit: aimd or gradient, up to -max-concurrent (\"\": off)")
 	fs.IntVar(&c.Tenant.MaxInFlight, "max-per-tenant", -1, "requests one tenant may have in flight (-1: half of -max-concurrent; 0: no cap)")
-	fs.DurationVar(&g.MaxQueueWait, "max-queue-wait", 2*time.Second, "how long a request may wait for a slot (0: don't wait)")
-	fs.IntVar(&g.MaxAttempts, "max-attempts", 3, "attempts per request, the first included")
+	fs.DurationVar(&g.Slots.MaxQueueWait, "max-queue-wait", 2*time.Second, "how long a request may wait for a slot (0: don't wait)")
+	fs.IntVar(&g.Retry.MaxAttempts, "max-attempts", 3, "attempts per request, the first included")
 	fs.DurationVar(&c.Hedge.Delay, "hedge-delay", 0, "hedge a non-streamed provider call still running after this long with one more call to the same provider; the first answer wins (0: off)")
 	fs.Float64Var(&c.Hedge.Percentile, "hedge-percentile", 0, "hedge at this percentile (e.g. 0.95) of each provider's last 100 calls answered without a hedge instead, -hedge-delay until 100 are in (0: always -hedge-delay)")
 	fs.Float64Var(&c.RetryBudget.Percent, "retry-budget", 0, "retries and hedges per provider, as a fraction of its requests over -retry-budget-window, plus -retry-budget-min a second (e.g. 0.1; 0: off)")
 	fs.IntVar(&c.RetryBudget.MinPerSec, "retry-budget-min", 10, "retries a second each provider may make whatever its traffic (with -retry-budget)")
 	fs.DurationVar(&c.RetryBudget.TTL, "retry-budget-window", 10*time.Second, "the sliding window -retry-budget counts requests and retries over")
-	fs.DurationVar(&g.BaseBackoff, "base-backoff", 100*time.Millisecond, "cap on the first retry's jittered backoff")
-	fs.DurationVar(&g.MaxBackoff, "max-backoff", 2*time.Second, "cap on any backoff")
-	fs.DurationVar(&g.AttemptTimeout, "attempt-timeout", 10*time.Second, "limit on one provider call")
-	fs.DurationVar(&g.TotalTimeout, "total-timeout", 30*time.Second, "limit on a whole request, attempts and backoffs included")
-	fs.IntVar(&g.FailureThreshold, "failure-threshold", 5, "consecutive failures that open a target's breaker")
-	fs.DurationVar(&g.RecoveryTimeout, "recovery-timeout", 30*time.Second, "how long a breaker stays open before one request may probe it")
-	fs.DurationVar(&g.ProbeInterval, "probe-interval", 250*time.Millisecond,
+	fs.DurationVar(&g.Retry.BaseBackoff, "base-backoff", 100*time.Millisecond, "cap on the first retry's jittered backoff")
+	fs.DurationVar(&g.Retry.MaxBackoff, "max-backoff", 2*time.Second, "cap on any backoff")
+	fs.DurationVar(&g.Retry.AttemptTimeout, "attempt-timeout", 10*time.Second, "limit on one provider call")
+	fs.DurationVar(&g.Retry.TotalTimeout, "total-timeout", 30*time.Second, "limit on a whole request, attempts and backoffs included")
+	fs.IntVar(&g.Health.FailureThreshold, "failure-threshold", 5, "consecutive failures that open a target's breaker")
+	fs.DurationVar(&g.Health.RecoveryTimeout, "recovery-timeout", 30*time.Second, "how long a breaker stays open before one request may probe it")
+	fs.DurationVar(&g.Health.ProbeInterval, "probe-interval", 250*time.Millisecond,
 		"while a target's breaker is open, probe its upstream in the background this long after it opened, then at doubling intervals; a probe that succeeds closes the breaker (0: off; each upstream's probe= says how)")
-	fs.DurationVar(&g.ProbeMaxInterval, "probe-max-interval", 2*time.Second, "the longest wait between two background probes of one target")
+	fs.DurationVar(&g.Health.ProbeMaxInterval, "probe-max-interval", 2*time.Second, "the longest wait between two background probes of one target")
 }
 
 // Parse reads args, then GATEWAY_<FLAG> variables for every flag not on the
@@ -178,15 +178,15 @@ func Parse(name string, args []string, stderr io.Writer, extra func(*flag.FlagSe
 // the wrong way round.
 func (c *Config) probeBounds(fs *flag.FlagSet) error {
 	g := &c.Router
-	if g.ProbeInterval <= g.ProbeMaxInterval {
+	if g.Health.ProbeInterval <= g.Health.ProbeMaxInterval {
 		return nil
 	}
 	set := false
 	fs.Visit(func(f *flag.Flag) { set = set || f.Name == "probe-max-interval" })
 	if set {
-		return fmt.Errorf("-probe-max-interval %s is below -probe-interval %s", g.ProbeMaxInterval, g.ProbeInterval)
+		return fmt.Errorf("-probe-max-interval %s is below -probe-interval %s", g.Health.ProbeMaxInterval, g.Health.ProbeInterval)
 	}
-	g.ProbeMaxInterval = g.ProbeInterval
+	g.Health.ProbeMaxInterval = g.Health.ProbeInterval
 	return nil
 }
 
@@ -227,7 +227,7 @@ func (c *Config) defaults() {
 		c.Seed = rand.Uint64()
 	}
 	if c.Tenant.MaxInFlight < 0 {
-		c.Tenant.MaxInFlight = max(1, c.Router.MaxConcurrent/2)
+		c.Tenant.MaxInFlight = max(1, c.Router.Slots.MaxConcurrent/2)
 	}
 	c.Router.Rand = rand.New(rand.NewPCG(c.Seed, c.Seed^0x6a177e4))
 }

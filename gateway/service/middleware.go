@@ -22,7 +22,7 @@ func (s *Service) limitProviders(ps []llm.Provider) ([]llm.Provider, error) {
 	if kind == "" {
 		return ps, nil
 	}
-	ceiling := s.Config.Router.MaxConcurrent
+	ceiling := s.Config.Router.Slots.MaxConcurrent
 	if ceiling < 1 {
 		return nil, fmt.Errorf("-adaptive-limit: needs -max-concurrent ≥ 1 as its ceiling, got %d", ceiling)
 	}

@@ -42,11 +42,11 @@ func TestRoutesFileRefusesWhatItCannotRead(t *testing.T) {
 func TestAProbeIntervalAboveTheDefaultMaximumRaisesIt(t *testing.T) {
 	c, err := Parse("t", []string{"-probe-interval=5s"}, io.Discard, nil)
 	require.NoError(t, err)
-	assert.Equal(t, 5*time.Second, c.Router.ProbeMaxInterval, "probes every 5 s, no doubling")
+	assert.Equal(t, 5*time.Second, c.Router.Health.ProbeMaxInterval, "probes every 5 s, no doubling")
 	_, err = Parse("t", []string{"-probe-interval=5s", "-probe-max-interval=2s"}, io.Discard, nil)
 	assert.ErrorContains(t, err, "-probe-max-interval 2s is below -probe-interval 5s")
 	c, err = Parse("t", nil, io.Discard, nil)
 	require.NoError(t, err)
-	assert.Equal(t, 250*time.Millisecond, c.Router.ProbeInterval)
-	assert.Equal(t, 2*time.Second, c.Router.ProbeMaxInterval)
+	assert.Equal(t, 250*time.Millisecond, c.Router.Health.ProbeInterval)
+	assert.Equal(t, 2*time.Second, c.Router.Health.ProbeMaxInterval)
 }

@@ -56,7 +56,7 @@ func (s *Service) Serve(ctx context.Context, ln net.Listener, stdout io.Writer, 
 		limits = append(limits, "retry_budget", b.Percent, "retry_budget_min", b.MinPerSec, "retry_budget_window", b.TTL.String())
 	}
 	s.Log.Info("listening", append([]any{"addr", addr, "providers", s.Router.Providers(), "seed", s.Config.Seed,
-		"max_concurrent", g.MaxConcurrent, "max_per_tenant", s.Config.Tenant.MaxInFlight}, limits...)...)
+		"max_concurrent", g.Slots.MaxConcurrent, "max_per_tenant", s.Config.Tenant.MaxInFlight}, limits...)...)
 	fmt.Fprintf(stdout, "gateway listening on http://%s  providers: %s  seed: %d\n", addr, strings.Join(s.Router.Providers(), ", "), s.Config.Seed)
 	if try != "" {
 		fmt.Fprint(stdout, strings.ReplaceAll(try, "{addr}", addr))

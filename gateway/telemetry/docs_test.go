@@ -53,8 +53,11 @@ func (oneLimit) Limit() int   { return 1 }
 func TestTheMetricsTableListsEveryMetricAndNoOther(t *testing.T) {
 	d := &describer{names: map[string]bool{}}
 	m := telemetry.New(d)
-	r, err := router.New(router.Config{MaxConcurrent: 1, MaxAttempts: 1,
-		AttemptTimeout: time.Second, TotalTimeout: time.Second, FailureThreshold: 1, RecoveryTimeout: time.Second}, failing{"up"})
+	r, err := router.New(router.Config{
+		Slots:  router.Slots{MaxConcurrent: 1},
+		Retry:  router.Retry{MaxAttempts: 1, AttemptTimeout: time.Second, TotalTimeout: time.Second},
+		Health: router.Health{FailureThreshold: 1, RecoveryTimeout: time.Second},
+	}, failing{"up"})
 	require.NoError(t, err)
 	defer func() { require.NoError(t, r.Close(context.Background())) }()
 	m.WatchRouter(r)

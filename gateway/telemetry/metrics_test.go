@@ -188,8 +188,11 @@ func (failing) Generate(context.Context, llm.Request) (llm.Completion, error) {
 func TestTheBreakerGaugeReadsZeroOneTwoForClosedHalfOpenOpen(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		m, reg := newMetrics(t)
-		r, err := router.New(router.Config{MaxConcurrent: 4, MaxAttempts: 1,
-			AttemptTimeout: time.Second, TotalTimeout: time.Second, FailureThreshold: 1, RecoveryTimeout: 10 * time.Second,
+		r, err := router.New(router.Config{
+			Slots:  router.Slots{MaxConcurrent: 4},
+			Retry:  router.Retry{MaxAttempts: 1, AttemptTimeout: time.Second, TotalTimeout: time.Second},
+			Health: router.Health{FailureThreshold: 1, RecoveryTimeout: 10 * time.Second},
+
 			Observer: m, Routes: []router.Route{{Name: "chat", Targets: []router.Target{{Provider: "down"}, {Provider: "up", Model: "m"}}}}},
 			failing{"down"}, failing{"up"})
 		require.NoError(t, err)

@@ -90,7 +90,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, ln net.Li
 	if err != nil {
 		return fail(stderr, 2, err)
 	}
-	if err := fitsTheSlots(pol, c.Router.MaxConcurrent); err != nil {
+	if err := fitsTheSlots(pol, c.Router.Slots.MaxConcurrent); err != nil {
 		return fail(stderr, 2, err)
 	}
 	if s.debt < 1 || s.debt > quota.MaxDebtMinutes {
@@ -180,7 +180,7 @@ func hooks(g *guard.Guard) service.Hooks {
 		Router: func(c *router.Config) {
 			// Tenants are authenticated here, so one whose own requests
 			// are slow cannot open a target's breaker for everyone.
-			c.IsolateTenantFailures = true
+			c.Health.IsolateTenantFailures = true
 		},
 		Provider: llm.Metered, // every upstream call charged to its request's token quota (guard's meter rides on the request)
 		Upstream: func(c *openaicompat.Config) {
