@@ -100,16 +100,16 @@ type Result struct {
 }
 
 // Relay streams an answer from targets, in order, to emit, and returns
-// what the caller received.
+// what the caller received — when it returns an error too.
 //
 // Until a chunk has reached emit, a target that fails to open, errs, sends
 // a malformed chunk, ends early or stays silent past FirstToken or Idle is
-// replaced by the next one. After it, a failure is handed to the next
-// target that CanContinue, with the text so far as its prefill — unless
-// the answer so far holds anything but text, or Config.NoContinue — and
-// the caller reads on as if nothing happened; a continuation that starts
-// by repeating the prefill has the repeat dropped. With no such target the
-// error wraps ErrBroken and the failure.
+// replaced by the next one, never opened again. After it, a failure goes
+// to the next target that CanContinue, with the text so far as its
+// prefill — unless the answer so far holds anything but text, or
+// Config.NoContinue — and the caller reads on as if nothing happened; a
+// continuation that starts by repeating the prefill has the repeat
+// dropped. With no such target the error wraps ErrBroken and the failure.
 //
 // The first-token limit runs from Open to a stream's first chunk that says
 // something (text, anything besides text, a finish reason — a repeat of the
@@ -121,10 +121,10 @@ type Result struct {
 // that does, and goes with it.
 //
 // A chunk with a finish reason ends the answer: what follows it is read
-// only for the usage, and an end of any kind after it (EOF, silence, an
-// error) is the answer finishing, not breaking. Usage-only chunks are not
-// passed to emit: Result.Usage has each stream's last report, summed over
-// the streams.
+// only for the usage (with it, the relay is done), and an end of any
+// kind after it (EOF, silence, an error) is the answer finishing, not
+// breaking. Usage-only chunks are not passed to emit: Result.Usage has
+// each stream's last report, summed over the streams.
 //
 // A config with a limit that is not positive, or no targets, is refused
 // before anything is opened. An error from emit means the caller has gone,

@@ -9,8 +9,8 @@ const DefaultAnswerTokens = 1024
 // Estimate is what to reserve for a request before its call: its prompt,
 // at about four bytes a token (an overestimate for most text, an
 // underestimate for some scripts: Settle corrects either way), plus
-// choices answers of up to maxTokens each (DefaultAnswerTokens when 0).
-// choices 0 means one.
+// choices answers of up to maxTokens each (DefaultAnswerTokens when ≤ 0).
+// choices ≤ 0 means one.
 func Estimate(promptBytes, maxTokens, choices int) int {
 	if maxTokens <= 0 {
 		maxTokens = DefaultAnswerTokens
