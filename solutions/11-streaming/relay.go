@@ -163,7 +163,7 @@ func (r *relay) run(ctx context.Context) error {
 		case err == nil:
 			return nil
 		case errors.Is(err, errCallerGone), ctx.Err() != nil:
-			return err
+			return callersReason(ctx, err)
 		}
 		last = err
 		if r.sent && (r.other || r.cfg.NoContinue) {
@@ -174,6 +174,15 @@ func (r *relay) run(ctx context.Context) error {
 		return fmt.Errorf("%w: %w", ErrBroken, last)
 	}
 	return last
+}
+
+// callersReason is err, said to be the caller's own reason when its
+// context ended: a read on a closed connection says only that it failed.
+func callersReason(ctx context.Context, err error) error {
+	if cerr := ctx.Err(); cerr != nil && !errors.Is(err, cerr) {
+		return fmt.Errorf("%w (%w)", cerr, err)
+	}
+	return err
 }
 
 // errCallerGone wraps the error emit returned.
