@@ -41,14 +41,15 @@ func TestStreamEndsWithDone(t *testing.T) {}
 func TestPointersAreFoundInProse(t *testing.T) {
 	ps := Pointers("See `gateway/router/router.go` `Router.Stream`, `New` and `gateway/router/router.go`; " +
 		"run `go test -race -run 'TestStream' ./gateway/router/` or `go test -run '^TestX$' ./gateway/router`. " +
-		"Not `router.go` alone, nor `make test`.")
-	require.Len(t, ps, 4)
+		"Not `router.go` alone, nor `make test`; `gateway/router/router.go`, `plan.go` is two files.")
+	require.Len(t, ps, 5)
 	assert.Equal(t, Pointer{Path: "gateway/router/router.go", Idents: []string{"Router.Stream", "New"}}, ps[0])
 	assert.Equal(t, Pointer{Path: "gateway/router/router.go"}, ps[1])
-	assert.Equal(t, Pointer{Path: "gateway/router", Run: "TestStream"}, ps[2])
-	assert.Equal(t, Pointer{Path: "gateway/router", Run: "^TestX$"}, ps[3])
+	assert.Equal(t, Pointer{Path: "gateway/router/router.go"}, ps[2], "a file name is not a declaration")
+	assert.Equal(t, Pointer{Path: "gateway/router", Run: "TestStream"}, ps[3])
+	assert.Equal(t, Pointer{Path: "gateway/router", Run: "^TestX$"}, ps[4])
 	assert.Equal(t, "gateway/router/router.go Router.Stream, New", ps[0].String())
-	assert.Equal(t, "go test -run 'TestStream' ./gateway/router/", ps[2].String())
+	assert.Equal(t, "go test -run 'TestStream' ./gateway/router/", ps[3].String())
 }
 
 func TestPointersResolveAgainstTheCode(t *testing.T) {
@@ -63,6 +64,7 @@ func TestPointersResolveAgainstTheCode(t *testing.T) {
 		{Path: "gateway/router", Run: "TestStream"},
 		{Path: "gateway/router", Run: "^TestStreamFallsBack$|^TestStreamEndsWithDone$"},
 		{Path: "gateway/router", Run: "TestStream/subtest"},
+		{Path: "gateway/router", Run: "^$"}, // a benchmark's command runs no test
 	}
 	for _, p := range good {
 		assert.NoError(t, p.Resolve(root), p.String())
