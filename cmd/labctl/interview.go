@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -44,9 +45,14 @@ func cmdInterview(ctx context.Context, e *env, args []string) error {
 	}
 	in := interview.Lines(e.stdin)
 	defer in.Close()
-	_, err = interview.Run(ctx, interview.Draw(qs, r, *n, *seed), interview.Config{
+	results, err := interview.Run(ctx, interview.Draw(qs, r, *n, *seed), interview.Config{
 		Round: r, Budget: *budget, Seed: *seed, Now: time.Now, Out: e.stdout, In: in,
 	})
+	if errors.Is(err, context.Canceled) { // Ctrl-C: a way to stop, not a failure
+		fmt.Fprintln(e.stdout)
+		interview.Summarise(e.stdout, results)
+		return nil
+	}
 	return err
 }
 

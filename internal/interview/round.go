@@ -8,6 +8,7 @@ import (
 	"io"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -177,7 +178,12 @@ func Summarise(w io.Writer, results []Result) {
 		}
 		fmt.Fprintf(w, "  %-6s %8s of %-6s %s\n", mark, r.Took, r.Budget, r.Question.Title)
 	}
-	fmt.Fprintf(w, "%d of %d within time. Grade yourself on each rubric's columns: what did you leave out that the next column has?\n", len(results)-over, len(results))
+	fmt.Fprintf(w, "%d of %d within time. ", len(results)-over, len(results))
+	if slices.ContainsFunc(results, func(r Result) bool { _, ok := r.Question.Part("Rubric"); return ok }) {
+		fmt.Fprintln(w, "Grade yourself on each rubric's columns: what did you leave out that the next column has?")
+		return
+	}
+	fmt.Fprintln(w, "Did each answer say the idea, a number and the trade-off?")
 }
 
 // LineReader reads lines on a goroutine of its own, so that a cancelled

@@ -90,7 +90,13 @@ func TestARoundStopsOnQAndCarriesOnAtTheEndOfInput(t *testing.T) {
 	require.NoError(t, err)
 	assert.Len(t, res, 3, "no input: every question and its answer, without waiting")
 	assert.Contains(t, out.String(), "Cause 2.")
-	assert.Contains(t, out.String(), "3 of 3 within time")
+	assert.Contains(t, out.String(), "3 of 3 within time. Grade yourself on each rubric's columns")
+
+	out.Reset()
+	quick := Question{Round: Lightning, Title: "quick", Parts: []Part{{Summary: "Answer", Body: "yes"}}}
+	_, err = Run(t.Context(), []Question{quick}, Config{Round: Lightning, Now: in.clock, Out: &out, In: &script{}})
+	require.NoError(t, err)
+	assert.Contains(t, out.String(), "Did each answer say the idea, a number and the trade-off?", "no rubric to grade against")
 }
 
 func TestARoundEndsWithItsContext(t *testing.T) {
