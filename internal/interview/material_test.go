@@ -248,3 +248,24 @@ func TestTheIndexLinksEveryRound(t *testing.T) {
 	}
 	assert.True(t, strings.Contains(index, "make interview"), "the index says how to run a mock round")
 }
+
+// GitHub renders Markdown inside a <details> block only when a blank line
+// follows the summary, and ends a table or list cleanly only when one comes
+// before </details>: without them the answer shows as raw text.
+func TestEveryBlockRendersOnGitHub(t *testing.T) {
+	for file, text := range materialFiles(t) {
+		if !strings.HasPrefix(file, Dir+"/") {
+			continue
+		}
+		lines := strings.Split(text, "\n")
+		for i, line := range lines {
+			switch strings.TrimSpace(line) {
+			case "<details>":
+				assert.True(t, i+2 < len(lines) && strings.HasPrefix(lines[i+1], "<summary>") && strings.TrimSpace(lines[i+2]) == "",
+					"%s:%d: <details>, then <summary>…</summary> on its own line, then a blank line", file, i+1)
+			case "</details>":
+				assert.True(t, i > 0 && strings.TrimSpace(lines[i-1]) == "", "%s:%d: a blank line before </details>", file, i+1)
+			}
+		}
+	}
+}
