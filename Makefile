@@ -4,7 +4,7 @@
 SHELL        := /bin/bash
 GO           ?= go
 LABCTL       := bin/labctl
-LABCTL_SRC   := $(shell find cmd/labctl internal/labkit internal/testkit/redismark -name '*.go' -not -name '*_test.go') go.mod go.sum
+LABCTL_SRC   := $(shell find cmd/labctl internal/labkit internal/interview internal/testkit/redismark -name '*.go' -not -name '*_test.go') go.mod go.sum
 STRESS_COUNT ?= 50
 LAB          ?=
 K            ?=
@@ -23,7 +23,7 @@ export GORACE ?= atexit_sleep_ms=0
 
 .DEFAULT_GOAL := help
 .PHONY: help run run-secure test test-template test-sdk test-k8s test-stack stack-up stack-down sdk-node ci lint vet fmt-check tidy-check no-binaries stress stress-short bench bench-http bench-redis \
-        integration checklist fuzz scenario soak-short progress hint watch verify grade clean $(LABS) \
+        integration checklist fuzz scenario soak-short progress hint watch interview verify grade clean $(LABS) \
         $(WRITES) write-check write-cold
 
 help:
@@ -75,6 +75,12 @@ hint: $(LABCTL) ## the next hint you have not seen: make hint LAB=01 (K=2 shows 
 watch: $(LABCTL) ## re-run a lab's tests on every save: make watch LAB=01 (q quits)
 	@test -n "$(LAB)" || { echo "usage: make watch LAB=01"; exit 2; }
 	@$(LABCTL) watch $(LAB)
+
+# A mock interview round from docs/interview (the index: docs/interview-prep.md).
+# SEED unset or 0 means a new draw; labctl prints its seed, so SEED=that
+# repeats it.
+interview: $(LABCTL) ## a timed mock interview round: a question, your time, then its answer and rubric (ROUND=lightning|deep-dive|debugging|design, N=3, SEED=7)
+	@$(LABCTL) interview --round $(or $(ROUND),lightning) $(if $(N),--n $(N)) $(if $(filter-out 0,$(SEED)),--seed $(SEED))
 
 run: ## start the reference gateway on 127.0.0.1:8080 (ARGS="-h" lists its flags)
 	$(GO) run ./solutions/production_app $(ARGS)

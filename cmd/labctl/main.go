@@ -11,6 +11,7 @@
 //	labctl grade                instructors: JSON, JUnit XML and Markdown reports
 //	labctl integration          the real-Redis tests, which may not skip
 //	labctl checklist            the production-readiness checklist, one line per item
+//	labctl interview            a timed mock interview round from docs/interview
 package main
 
 import (
@@ -52,6 +53,7 @@ var commands = []command{
 	{"hint", "NN [k]", "show the next hint for lab NN, or hint k", cmdHint, nil},
 	{"watch", "NN", "re-run lab NN's tests on every save (Enter re-runs now, q quits)", cmdWatch, nil},
 	{"write", "NN", "the test-writing track: your tests in write/NN-topic against the reference, then its mutants; prints killed K/N", cmdWrite, nil},
+	{"interview", "[--round lightning|deep-dive|debugging|design|all] [--n N] [--seed S]", "a timed mock interview round from docs/interview: a question, your time, then its answer and rubric", cmdInterview, interviewDetails},
 	{"verify", "", "maintainers: tests identical, stubs red test by test, solutions green, mutants killed", cmdVerify, nil},
 	{"grade", "", "instructors: grade the labs with pristine tests; writes grade.json, junit.xml, grade.md", cmdGrade, nil},
 	{"checklist", "", "run the tests checklist/PRODUCTION_READINESS.md names; one ✓/✗ line per item, exit 1 on any ✗", cmdChecklist, nil},

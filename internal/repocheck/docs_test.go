@@ -29,7 +29,7 @@ import (
 func docFiles(t *testing.T, r string) []string {
 	t.Helper()
 	var files []string
-	for _, glob := range []string{"README.md", "docs/*.md", "docs/scenarios/*.md", "labs/*/README.md", "labs/*/HINTS.md", "checklist/*.md", "deploy/*/README.md"} {
+	for _, glob := range []string{"README.md", "docs/*.md", "docs/interview/*.md", "docs/scenarios/*.md", "labs/*/README.md", "labs/*/HINTS.md", "checklist/*.md", "deploy/*/README.md"} {
 		m, err := filepath.Glob(filepath.Join(r, glob))
 		require.NoError(t, err)
 		for _, f := range m {

@@ -268,7 +268,7 @@ func TestLearnerMakefileKeepsOnlyTheLearnersTargets(t *testing.T) {
 	out, dropped, err := learnerMakefile(src, labs.Targets)
 	require.NoError(t, err)
 	mk := string(out)
-	for _, rule := range []string{"help:", "$(LABCTL): $(LABCTL_SRC)", "$(LABS): $(LABCTL)", "progress: $(LABCTL)", "hint: $(LABCTL)", "watch: $(LABCTL)", "grade: $(LABCTL)", "clean:"} {
+	for _, rule := range []string{"help:", "$(LABCTL): $(LABCTL_SRC)", "$(LABS): $(LABCTL)", "progress: $(LABCTL)", "hint: $(LABCTL)", "watch: $(LABCTL)", "interview: $(LABCTL)", "grade: $(LABCTL)", "clean:"} {
 		assert.Contains(t, mk, "\n"+rule, "the learner's Makefile keeps %s", rule)
 	}
 	var outside []string
@@ -289,7 +289,7 @@ func TestLearnerMakefileKeepsOnlyTheLearnersTargets(t *testing.T) {
 	assert.Equal(t, slices.Compact(slices.Clone(dropped)), dropped, "each dropped target is named once, however many rules it has")
 	phony := mk[strings.Index(mk, ".PHONY:"):]
 	phony = phony[:strings.Index(phony, "\n")]
-	assert.Equal(t, ".PHONY: help progress hint watch grade clean $(LABS)", phony)
+	assert.Equal(t, ".PHONY: help progress hint watch interview grade clean $(LABS)", phony)
 	assert.Contains(t, dropped, "$(WRITES)", "the labs template leaves the test-writing track out")
 
 	writeSpec, err := specOf(catalog.TrackWrite)
@@ -299,7 +299,7 @@ func TestLearnerMakefileKeepsOnlyTheLearnersTargets(t *testing.T) {
 	mk = string(out)
 	phony = mk[strings.Index(mk, ".PHONY:"):]
 	phony = phony[:strings.Index(phony, "\n")]
-	assert.Equal(t, ".PHONY: help progress grade clean $(WRITES)", phony)
+	assert.Equal(t, ".PHONY: help progress interview grade clean $(WRITES)", phony)
 	for _, target := range []string{"$(LABS)", "hint", "watch"} {
 		assert.Contains(t, dropped, target, "the test-writing template has no stubs to run or hint")
 	}

@@ -63,7 +63,7 @@ var templateSpecs = []*templateSpec{
 			{Paths: []string{catalog.PristineArchive}, Generated: true, Says: "`" + catalog.PristineArchive + "`: the exercise tests, packed: what grading and the edited-tests banner compare against"},
 			{Paths: []string{grade.AutogradingFile}, Generated: true, Says: "`" + grade.AutogradingFile + "`: one graded command per exercise test"},
 			commonDocs, commonTools, commonMod, commonMeta, commonGrade,
-			{Paths: []string{"Makefile"}, Says: "`Makefile`: `make lab-NN`, `progress`, `hint`, `watch`, `grade`, `clean`"},
+			{Paths: []string{"Makefile"}, Says: "`Makefile`: `make lab-NN`, `progress`, `hint`, `watch`, `interview`, `grade`, `clean`"},
 			{Paths: []string{"README.md"}, Says: "`README.md`: the course's README under a notice of what this template holds"},
 		},
 		Lacks: []string{
@@ -71,7 +71,7 @@ var templateSpecs = []*templateSpec{
 			"the test-writing track, which is a template of its own (`labctl export -track write`): its kit is every reference",
 			commonLacks,
 		},
-		Targets:   []string{"help", "$(LABCTL)", "$(LABS)", "progress", "hint", "watch", "grade", "clean"},
+		Targets:   []string{"help", "$(LABCTL)", "$(LABS)", "progress", "hint", "watch", "interview", "grade", "clean"},
 		Certifies: "which exercise tests the learner's code passes (and held-back tests, if you add them), graded with the pristine tests restored. No reference or mutant of any lab is in the template, so the code came from the learner or from outside it. Near-solutions opened come from labctl's record in `.labctl/hints.json`, which the learner can delete or rewrite: information, not proof; the hints themselves are readable in `HINTS.md`.",
 		LessonNotice: "> **Learner edition: the labs.** Everything this lab needs is here. Where the lesson points at\n" +
 			"> `solutions/` (the reference, its `testdata/mutants/`), at `make run` or the apps, or at the\n" +
@@ -87,7 +87,7 @@ var templateSpecs = []*templateSpec{
 			{Paths: []string{"write/*/" + write.File}, Says: "`write/NN-topic/" + write.File + "`: your test file for each lab, the only file of the track you edit"},
 			{Paths: []string{catalog.KitArchive}, Generated: true, Says: "`" + catalog.KitArchive + "`: every lab's reference, the test helpers you may use and the shipped mutants, packed; `make write-NN` lays the reference next to your file"},
 			commonDocs, commonTools, commonMod, commonMeta, commonGrade,
-			{Paths: []string{"Makefile"}, Says: "`Makefile`: `make write-NN`, `progress`, `grade`, `clean`"},
+			{Paths: []string{"Makefile"}, Says: "`Makefile`: `make write-NN`, `progress`, `interview`, `grade`, `clean`"},
 			{Paths: []string{"README.md"}, Says: "`README.md`: the course's README under a notice of what this template holds"},
 		},
 		Lacks: []string{
@@ -95,7 +95,7 @@ var templateSpecs = []*templateSpec{
 			"the labs' stubs and hints: the labs track is a template of its own (`labctl export`)",
 			commonLacks,
 		},
-		Targets:   []string{"help", "$(LABCTL)", "$(WRITES)", "progress", "grade", "clean"},
+		Targets:   []string{"help", "$(LABCTL)", "$(WRITES)", "progress", "interview", "grade", "clean"},
 		Certifies: "how many mutants the learner's tests kill, each mutant built on its own, counting only failed assertions on code the tests pass on. The references are here by design, and so are the shipped mutants (a learner who unpacks the kit can read them; `labctl write --show` prints one only once it is killed, as a courtesy, not a lock): the shipped score says the tests catch the classic bugs the course names, and only a held-back bank (`--mutants`) says they catch bugs the learner never saw.",
 		LessonNotice: "> **Learner edition: the test-writing track.** This lesson is the contract your tests pin.\n" +
 			"> Its stubs, hints and exercise tests are not in this template; `make write-NN` lays the\n" +
