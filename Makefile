@@ -22,7 +22,7 @@ WRITES       := $(patsubst lab-%,write-%,$(LABS))
 export GORACE ?= atexit_sleep_ms=0
 
 .DEFAULT_GOAL := help
-.PHONY: help run run-secure test test-template test-sdk test-k8s test-stack stack-up stack-down sdk-node ci lint vet fmt-check tidy-check no-binaries stress stress-short bench bench-http bench-redis \
+.PHONY: help run run-secure test prove test-template test-sdk test-k8s test-stack stack-up stack-down sdk-node ci lint vet fmt-check tidy-check no-binaries stress stress-short bench bench-http bench-redis \
         integration checklist fuzz scenario soak-short progress hint watch interview verify grade clean $(LABS) \
         $(WRITES) write-check write-cold
 
@@ -81,6 +81,10 @@ watch: $(LABCTL) ## re-run a lab's tests on every save: make watch LAB=01 (q qui
 # repeats it.
 interview: $(LABCTL) ## a timed mock interview round: a question, your time, then its answer and rubric (ROUND=lightning|deep-dive|debugging|design, N=3, SEED=7)
 	@$(LABCTL) interview --round $(or $(ROUND),lightning) $(if $(N),--n $(N)) $(if $(filter-out 0,$(SEED)),--seed $(SEED))
+
+prove: ## check lab 07's limiter for linearizability (porcupine): 16 callers on miniredis, then on a Redis of its own stalled and restarted when redis-server is on PATH (LAB=07)
+	@case "$(LAB)" in 07) ;; "") echo "prove: say which lab: make prove LAB=07"; exit 2;; *) echo "prove: lab $(LAB) has no linearizability check yet (lab 07 has)"; exit 2;; esac; \
+	$(GO) test -tags prove -count=1 -v -run '^TestProve' ./labs/$(LAB)-*/
 
 run: ## start the reference gateway on 127.0.0.1:8080 (ARGS="-h" lists its flags)
 	$(GO) run ./solutions/production_app $(ARGS)
@@ -162,7 +166,7 @@ ci: export STACK_PROMETHEUS_REQUIRED := 1
 
 # Lint vets the code behind the build tags too, so the testcontainers path
 # and the SDK test keep compiling though the default build leaves them out.
-LINT_TAGS := testcontainers,sdk,k8s,stack,failsafe
+LINT_TAGS := testcontainers,sdk,k8s,stack,failsafe,prove
 # write/NN-topic holds a learner's tests and, once make write-NN ran, the
 # reference laid out next to them for reading: neither is maintained code.
 LINT_PKGS = $(shell $(GO) list -tags $(LINT_TAGS) ./... | grep -v '/write/')

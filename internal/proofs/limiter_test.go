@@ -11,7 +11,6 @@ import (
 	"github.com/production-go/gateway-lab/internal/testkit/redistest"
 	distlimit "github.com/production-go/gateway-lab/solutions/07-distlimit"
 	"github.com/production-go/gateway-lab/solutions/07-distlimit/naive"
-	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -35,12 +34,12 @@ func TestIntegrationTheRateLimiterIsLinearizable(t *testing.T) {
 	require.NoError(t, err)
 	rec := linear.NewRecorder()
 	keys := keysOf("", 8)
-	drive(t, srv, rec, keys, []phase{quiet(1500 * time.Millisecond), stall(2 * time.Second), restart(1500 * time.Millisecond)},
+	linear.Drive(t, rec, keys, clients, phases(srv, rec, keys, 1500*time.Millisecond, 2*time.Second, 1500*time.Millisecond),
 		func(ctx context.Context, client int, key string) {
 			rec.Record(client, key, linear.Allow{}, func() (any, bool) {
 				d, err := l.Allow(ctx, key)
 				if err != nil {
-					return outcome(err), false
+					return linear.Outcome(err), false
 				}
 				return linear.Decision{Allowed: d.Allowed, Remaining: d.Remaining, RetryAfter: d.RetryAfter}, true
 			})
@@ -63,7 +62,7 @@ func TestIntegrationTheNaiveRateLimiterIsCaught(t *testing.T) {
 	l := naive.New(rdb, rate, burst)
 	rec := linear.NewRecorder()
 	keys := keysOf("naive:", 2)
-	drive(t, srv, rec, keys, []phase{quiet(time.Second)}, func(ctx context.Context, client int, key string) {
+	linear.Drive(t, rec, keys, clients, []linear.Phase{{Name: "quiet", Length: time.Second}}, func(ctx context.Context, client int, key string) {
 		rec.Record(client, key, linear.Allow{}, func() (any, bool) {
 			ok, err := l.Allow(ctx, key)
 			if err != nil {
@@ -78,5 +77,3 @@ func TestIntegrationTheNaiveRateLimiterIsCaught(t *testing.T) {
 	res := linear.Check(t, "naive-limiter", linear.Bucket(rate, burst), rec.History(), time.Minute)
 	assert.Equal(t, porcupine.Illegal, res, "the naive limiter's lost updates are not linearizable")
 }
-
-var _ redis.Scripter = (*redis.Client)(nil)

@@ -23,6 +23,19 @@ func TestTwo(t *testing.T) {}
 	assert.Equal(t, []string{"TestOne", "TestTwo"}, got)
 }
 
+func TestExerciseTestFuncsLeavesOutFilesBehindABuildConstraint(t *testing.T) {
+	plain := []byte("package p\nimport \"testing\"\nfunc TestPlain(t *testing.T) {}\n")
+	tagged := []byte("//go:build prove\n\n// A comment.\npackage p\nimport \"testing\"\nfunc TestProve(t *testing.T) {}\n")
+	late := []byte("package p\n\n//go:build notaconstraint\nimport \"testing\"\nfunc TestLate(t *testing.T) {}\n")
+	sources := map[string][]byte{"a_test.go": plain, "b_test.go": tagged, "c_test.go": late}
+	got, err := ExerciseTestFuncs(sources)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"TestPlain", "TestLate"}, got, "a //go:build after the package clause constrains nothing")
+	all, err := TestFuncs(sources)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"TestPlain", "TestProve", "TestLate"}, all, "TestFuncs is every test declared")
+}
+
 func TestCatalogFindNamesValidLabs(t *testing.T) {
 	c, err := Load("../testdata/fixture")
 	require.NoError(t, err)

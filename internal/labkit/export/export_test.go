@@ -289,7 +289,7 @@ func TestLearnerMakefileKeepsOnlyTheLearnersTargets(t *testing.T) {
 	assert.Equal(t, slices.Compact(slices.Clone(dropped)), dropped, "each dropped target is named once, however many rules it has")
 	phony := mk[strings.Index(mk, ".PHONY:"):]
 	phony = phony[:strings.Index(phony, "\n")]
-	assert.Equal(t, ".PHONY: help progress hint watch interview grade clean $(LABS)", phony)
+	assert.Equal(t, ".PHONY: help prove progress hint watch interview grade clean $(LABS)", phony)
 	assert.Contains(t, dropped, "$(WRITES)", "the labs template leaves the test-writing track out")
 
 	writeSpec, err := specOf(catalog.TrackWrite)

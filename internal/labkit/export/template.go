@@ -63,7 +63,7 @@ var templateSpecs = []*templateSpec{
 			{Paths: []string{catalog.PristineArchive}, Generated: true, Says: "`" + catalog.PristineArchive + "`: the exercise tests, packed: what grading and the edited-tests banner compare against"},
 			{Paths: []string{grade.AutogradingFile}, Generated: true, Says: "`" + grade.AutogradingFile + "`: one graded command per exercise test"},
 			commonDocs, commonTools, commonMod, commonMeta, commonGrade,
-			{Paths: []string{"Makefile"}, Says: "`Makefile`: `make lab-NN`, `progress`, `hint`, `watch`, `interview`, `grade`, `clean`"},
+			{Paths: []string{"Makefile"}, Says: "`Makefile`: `make lab-NN`, `progress`, `hint`, `watch`, `prove`, `interview`, `grade`, `clean`"},
 			{Paths: []string{"README.md"}, Says: "`README.md`: the course's README under a notice of what this template holds"},
 		},
 		Lacks: []string{
@@ -71,7 +71,7 @@ var templateSpecs = []*templateSpec{
 			"the test-writing track, which is a template of its own (`labctl export -track write`): its kit is every reference",
 			commonLacks,
 		},
-		Targets:   []string{"help", "$(LABCTL)", "$(LABS)", "progress", "hint", "watch", "interview", "grade", "clean"},
+		Targets:   []string{"help", "$(LABCTL)", "$(LABS)", "progress", "hint", "watch", "prove", "interview", "grade", "clean"},
 		Certifies: "which exercise tests the learner's code passes (and held-back tests, if you add them), graded with the pristine tests restored. No reference or mutant of any lab is in the template, so the code came from the learner or from outside it. Near-solutions opened come from labctl's record in `.labctl/hints.json`, which the learner can delete or rewrite: information, not proof; the hints themselves are readable in `HINTS.md`.",
 		LessonNotice: "> **Learner edition: the labs.** Everything this lab needs is here. Where the lesson points at\n" +
 			"> `solutions/` (the reference, its `testdata/mutants/`), at `make run` or the apps, or at the\n" +

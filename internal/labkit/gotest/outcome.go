@@ -41,7 +41,7 @@ func LabTests(root string, l catalog.Lab) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	tests, err := catalog.TestFuncs(sources)
+	tests, err := catalog.ExerciseTestFuncs(sources)
 	if err != nil {
 		return nil, err
 	}

@@ -76,7 +76,7 @@ func GenerateAutograding(opts ClassroomOptions) (*Autograding, error) {
 		if err != nil {
 			return nil, err
 		}
-		tests, err := catalog.TestFuncs(sources)
+		tests, err := catalog.ExerciseTestFuncs(sources)
 		if err != nil {
 			return nil, err
 		}

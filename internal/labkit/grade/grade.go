@@ -263,11 +263,11 @@ func planGrade(ctx context.Context, opts Options, l catalog.Lab, ov *gotest.Over
 			return gradePlan{}, err
 		}
 	}
-	tests, err := catalog.TestFuncs(all)
+	tests, err := catalog.ExerciseTestFuncs(all)
 	if err != nil {
 		return gradePlan{}, err
 	}
-	extraTests, err := catalog.TestFuncs(extra)
+	extraTests, err := catalog.ExerciseTestFuncs(extra)
 	if err != nil {
 		return gradePlan{}, err
 	}

@@ -212,7 +212,7 @@ func (v *verifier) checkTwins(r *LabReport) error {
 	if err != nil {
 		return err
 	}
-	if r.Tests, err = catalog.TestFuncs(sources); err != nil {
+	if r.Tests, err = catalog.ExerciseTestFuncs(sources); err != nil {
 		r.problem("%v", err)
 	}
 	if len(r.Tests) == 0 {
