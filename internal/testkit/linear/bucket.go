@@ -58,10 +58,13 @@ func Bucket(rate float64, burst int) porcupine.Model {
 		Init:      func() any { return full },
 		Step: func(state, input, output any) (bool, any) {
 			s, c, out := state.(bucket), input.(Call), output.(Reply)
-			if _, ok := c.Input.(Restart); ok {
+			switch c.Input.(type) {
+			case Restart:
 				next := full
 				next.Tmin = s.Tmin
 				return true, next
+			case Settled:
+				return true, s
 			}
 			t0, t1 := max(c.Start-Slack.Seconds(), s.Tmin), c.End+Slack.Seconds()
 			if t0 > t1 {
@@ -151,8 +154,11 @@ func refused(s bucket, rate, t0, t1 float64, d Decision) []bucket {
 
 func describeDecision(input, output any) string {
 	c, out := input.(Call), output.(Reply)
-	if _, ok := c.Input.(Restart); ok {
+	switch c.Input.(type) {
+	case Restart:
 		return "restart: data lost"
+	case Settled:
+		return "faults over"
 	}
 	if out.Unknown {
 		return "allow → ? (the caller gave up)"

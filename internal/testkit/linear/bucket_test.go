@@ -142,7 +142,9 @@ func TestASettleMarkBoundsAnUnknownCallAndNotRunIsLeftOut(t *testing.T) {
 	r.Record(1, "a", Allow{}, func() (any, bool) { return NotRun, false })
 	r.Record(1, "a", Allow{}, func() (any, bool) { return Decision{Allowed: true}, true })
 	h := r.History()
-	assert.Len(t, h, 2, "the call that never ran is not in the history")
-	assert.LessOrEqual(t, h[0].Return, h[1].Call, "the unknown call took effect, if at all, by the mark")
+	assert.Len(t, h, 3, "the unknown call, the mark, the known call: the call that never ran is not in the history")
+	assert.Equal(t, Settled{}, h[1].Input.(Call).Input, "the mark is a call on every key seen")
+	assert.Equal(t, 1, h[1].ClientId, "on the row after the clients recorded so far")
+	assert.LessOrEqual(t, h[0].Return, h[2].Call, "the unknown call took effect, if at all, by the mark")
 	assert.True(t, h[0].Input.(Call).UnknownAfter)
 }

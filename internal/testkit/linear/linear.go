@@ -47,6 +47,7 @@ type Recorder struct {
 	mu      sync.Mutex
 	ops     []porcupine.Operation
 	settled []int64 // see Settle, µs
+	clients int     // one more than the highest client id recorded
 }
 
 // NewRecorder returns an empty recorder whose clock starts now.
@@ -57,12 +58,24 @@ func NewRecorder() *Recorder { return &Recorder{base: time.Now().UnixMicro()} }
 // woke and ran what it had been sent; a restarted one lost it). The check
 // then lets such a call take effect from its start until this mark —
 // without one, until the history's end, which is always sound but can
-// leave a long history too open to decide.
+// leave a long history too open to decide. The mark is also a call on
+// every key seen so far (Settled), for models whose state holds what such
+// calls left behind.
 func (r *Recorder) Settle() {
-	now := time.Now().UnixMicro()
+	now := time.Now()
 	r.mu.Lock()
-	r.settled = append(r.settled, now)
+	r.settled = append(r.settled, now.UnixMicro())
+	seen := map[string]bool{}
+	var keys []string
+	for _, op := range r.ops {
+		if k := op.Input.(Call).Key; !seen[k] {
+			seen[k] = true
+			keys = append(keys, k)
+		}
+	}
+	client := r.clients
 	r.mu.Unlock()
+	r.Span(client, keys, Settled{}, now, now) // a row of its own in the drawing
 }
 
 // Call is one recorded call, what the model reads of it: its key, its
@@ -103,6 +116,7 @@ func (r *Recorder) Record(client int, key string, input any, f func() (output an
 		Output: Reply{Unknown: !known, Output: out}}
 	r.mu.Lock()
 	r.ops = append(r.ops, op)
+	r.clients = max(r.clients, client+1)
 	r.mu.Unlock()
 }
 
