@@ -22,7 +22,7 @@ WRITES       := $(patsubst lab-%,write-%,$(LABS))
 export GORACE ?= atexit_sleep_ms=0
 
 .DEFAULT_GOAL := help
-.PHONY: help run run-secure test prove test-template test-sdk test-k8s test-stack stack-up stack-down sdk-node ci lint vet fmt-check tidy-check no-binaries stress stress-short bench bench-http bench-redis \
+.PHONY: help run run-secure test prove walk test-template test-sdk test-k8s test-stack stack-up stack-down sdk-node ci lint vet fmt-check tidy-check no-binaries stress stress-short bench bench-http bench-redis \
         integration checklist fuzz scenario soak-short progress hint watch interview verify grade clean $(LABS) \
         $(WRITES) write-check write-cold
 
@@ -206,6 +206,9 @@ checklist: $(LABCTL) ## the production-readiness checklist: one ✓/✗ line per
 
 bench-redis: ## the shared rate limiter on one Redis: pipelined, plain and go-redis/redis_rate side by side, 32 goroutines (a redis-server of its own unless REDIS_URL)
 	@ARGS="$(ARGS)" scripts/bench-redis.sh
+
+walk: ## follow one chat completion through the code with dlv trace and count its stays, rooms and returns to a room already left (about 5 minutes; docs/architecture.md)
+	@scripts/walk.sh
 
 bench-http: ## production_app vs a bare reverse proxy, wrk, interleaved (about 2 minutes; BASE_REF=ref also runs production_app as built at ref)
 	scripts/bench-http.sh

@@ -232,7 +232,7 @@ func TestTheCourseMapSaysWhatTheCodeHas(t *testing.T) {
 		seen[l.Number] = true
 		src, err := catalog.PristineTests(root, l)
 		require.NoError(t, err)
-		tests, err := catalog.TestFuncs(src)
+		tests, err := catalog.ExerciseTestFuncs(src)
 		require.NoError(t, err)
 		assert.Equal(t, strconv.Itoa(len(tests)), m[2], "lab %s's test count in docs/README.md", l.Number)
 		var ids []string
