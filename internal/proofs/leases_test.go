@@ -2,7 +2,6 @@ package proofs
 
 import (
 	"context"
-	"math/rand/v2"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -49,7 +48,7 @@ func TestIntegrationTheConcurrencyLeasesAreLinearizable(t *testing.T) {
 			if lease == nil {
 				return
 			}
-			time.Sleep(time.Duration(rand.IntN(3000)) * time.Microsecond) // the request's work
+			linear.Work(3 * time.Millisecond) // the request's own work
 			rec.Record(client, key, linear.Release{ID: id}, func() (any, bool) {
 				if err := lease.Release(context.WithoutCancel(ctx)); err != nil {
 					return linear.Outcome(err), false

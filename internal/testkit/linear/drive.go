@@ -64,3 +64,9 @@ func Outcome(err error) any {
 	}
 	return nil
 }
+
+// Work pauses a client for up to max, at random: a request's own work
+// between two of its calls (a slot held while an answer is generated).
+func Work(max time.Duration) {
+	time.Sleep(time.Duration(rand.Int64N(int64(max)))) // the client's work, not waiting for an outcome
+}
