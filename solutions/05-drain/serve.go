@@ -36,7 +36,7 @@ type Report struct {
 // signal.NotifyContext), then shuts down in order:
 //
 //  1. /readyz turns 503 (MarkUnready); requests are still served;
-//  2. wait ReadinessDelay, so load balancers stop routing here;
+//  2. wait ReadinessDelay, so whoever routes here hears of it and stops;
 //  3. Drain within Grace: new requests get 503, in-flight ones finish;
 //  4. if Grace ended first, cancel the requests' base context — Shutdown
 //     does not, and a stream would otherwise hold the server open;
