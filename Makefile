@@ -82,8 +82,8 @@ watch: $(LABCTL) ## re-run a lab's tests on every save: make watch LAB=01 (q qui
 interview: $(LABCTL) ## a timed mock interview round: a question, your time, then its answer and rubric (ROUND=lightning|deep-dive|debugging|design, N=3, SEED=7)
 	@$(LABCTL) interview --round $(or $(ROUND),lightning) $(if $(N),--n $(N)) $(if $(filter-out 0,$(SEED)),--seed $(SEED))
 
-prove: ## check lab 07's limiter for linearizability (porcupine): 16 callers on miniredis, then on a Redis of its own stalled and restarted when redis-server is on PATH (LAB=07)
-	@case "$(LAB)" in 07) ;; "") echo "prove: say which lab: make prove LAB=07"; exit 2;; *) echo "prove: lab $(LAB) has no linearizability check yet (lab 07 has)"; exit 2;; esac; \
+prove: ## check your lab 07 limiter or lab 12 quota for linearizability (porcupine): 16 callers on miniredis, then on a Redis of its own stalled and restarted when redis-server is on PATH (LAB=07|12)
+	@case "$(LAB)" in 07|12) ;; "") echo "prove: say which lab: make prove LAB=07 (or LAB=12)"; exit 2;; *) echo "prove: lab $(LAB) has no linearizability check (labs 07 and 12 have)"; exit 2;; esac; \
 	$(GO) test -tags prove -count=1 -v -run '^TestProve' ./labs/$(LAB)-*/
 
 run: ## start the reference gateway on 127.0.0.1:8080 (ARGS="-h" lists its flags)
@@ -196,7 +196,7 @@ stress: ## every reference's and gateway package's tests -race -shuffle=on, 50 t
 stress-short: ## the shorter stress pass CI runs (10 times each)
 	$(MAKE) --no-print-directory stress STRESS_COUNT=10
 
-INTEGRATION_REQUIRED_TESTS := TestIntegrationRedisHelperReachesRealRedis,TestIntegrationAtomicAcrossTwoClients,TestIntegrationTwoReplicasShareOneTokenQuota,TestIntegrationParallelReservesAtANearlySpentQuotaDoNotOvershoot,TestIntegrationLeasesCapInFlightAcrossReplicas,TestIntegrationClusterSharesOneQuotaAndKeepsATenantInOneSlot,TestIntegrationTwoReplicasShareOneRateLimit,TestIntegrationTwoReplicasShareOneRateLimitOnARedisCluster,TestIntegrationRedisDownFailsClosedOrOpenAsConfigured,TestIntegrationClusterModeSpeaksTLSWithAPassword,TestIntegrationParallelReservesNeverOvershootTheQuota,TestIntegrationSettlesFromEveryReplicaAddUp,TestIntegrationNaiveQuotaOvershootsWhenReadsInterleave,TestIntegrationTheRateLimiterIsLinearizable,TestIntegrationTheNaiveRateLimiterIsCaught,TestIntegrationTheConcurrencyLeasesAreLinearizable
+INTEGRATION_REQUIRED_TESTS := TestIntegrationRedisHelperReachesRealRedis,TestIntegrationAtomicAcrossTwoClients,TestIntegrationTwoReplicasShareOneTokenQuota,TestIntegrationParallelReservesAtANearlySpentQuotaDoNotOvershoot,TestIntegrationLeasesCapInFlightAcrossReplicas,TestIntegrationClusterSharesOneQuotaAndKeepsATenantInOneSlot,TestIntegrationTwoReplicasShareOneRateLimit,TestIntegrationTwoReplicasShareOneRateLimitOnARedisCluster,TestIntegrationRedisDownFailsClosedOrOpenAsConfigured,TestIntegrationClusterModeSpeaksTLSWithAPassword,TestIntegrationParallelReservesNeverOvershootTheQuota,TestIntegrationSettlesFromEveryReplicaAddUp,TestIntegrationNaiveQuotaOvershootsWhenReadsInterleave,TestIntegrationTheRateLimiterIsLinearizable,TestIntegrationTheNaiveRateLimiterIsCaught,TestIntegrationTheConcurrencyLeasesAreLinearizable,TestIntegrationTheTokenQuotaIsLinearizable,TestIntegrationTheNaiveTokenQuotaIsCaught
 
 integration: $(LABCTL) ## real-Redis tests with REDIS_INTEGRATION_REQUIRED=1; a skip is a failure
 	@$(LABCTL) integration -require $(INTEGRATION_REQUIRED_TESTS)

@@ -26,6 +26,7 @@ const maxInFlight = 3
 // whose caller gave up (its cancel runs in the background) and a release
 // retried in the background may keep a slot only until the stall is over.
 func TestIntegrationTheConcurrencyLeasesAreLinearizable(t *testing.T) {
+	long(t)
 	srv := redistest.Own(t)
 	l, err := quota.NewLeases(srv.Client(), quota.LeasesConfig{Prefix: "lin", TTL: 10 * time.Minute, Timeout: 200 * time.Millisecond})
 	require.NoError(t, err)

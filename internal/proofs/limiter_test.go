@@ -28,6 +28,7 @@ const (
 // with its data lost. Every reply — allowed with so many left, or refused
 // with a Retry-After — must fit one order of the calls on Redis' clock.
 func TestIntegrationTheRateLimiterIsLinearizable(t *testing.T) {
+	long(t)
 	srv := redistest.Own(t)
 	rdb := srv.Client()
 	l, err := distlimit.New(rdb, distlimit.Config{Rate: rate, Burst: burst, Prefix: "lin:", Timeout: 200 * time.Millisecond})
@@ -57,6 +58,7 @@ func TestIntegrationTheRateLimiterIsLinearizable(t *testing.T) {
 // hand the same token to two callers, and the checker must say so — or it
 // proves nothing about the one that passes.
 func TestIntegrationTheNaiveRateLimiterIsCaught(t *testing.T) {
+	long(t)
 	srv := redistest.Own(t)
 	rdb := srv.Client()
 	l := naive.New(rdb, rate, burst)

@@ -2,6 +2,7 @@ package proofs
 
 import (
 	"fmt"
+	"testing"
 	"time"
 
 	"github.com/production-go/gateway-lab/internal/testkit/linear"
@@ -36,4 +37,13 @@ func keysOf(prefix string, n int) []string {
 		keys[i] = fmt.Sprintf("%stenant-%d", prefix, i)
 	}
 	return keys
+}
+
+// long skips a check under -short (make test): each runs for seconds, and
+// make integration runs them all, with a skip counted as a failure.
+func long(t *testing.T) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("a linearizability check takes seconds: make integration runs it")
+	}
 }
