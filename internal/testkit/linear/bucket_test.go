@@ -1,12 +1,17 @@
 package linear
 
 import (
+	"fmt"
 	"math"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/anishathalye/porcupine"
 	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
 )
 
 // sim is lab 07's script, in Go, for histories made up by the tests: the
@@ -148,3 +153,32 @@ func TestASettleMarkBoundsAnUnknownCallAndNotRunIsLeftOut(t *testing.T) {
 	assert.LessOrEqual(t, h[0].Return, h[2].Call, "the unknown call took effect, if at all, by the mark")
 	assert.True(t, h[0].Input.(Call).UnknownAfter)
 }
+
+func TestAFailedCheckWritesItsDrawingAndSaysWhere(t *testing.T) {
+	dir := t.TempDir()
+	t.Setenv(OutDirEnv, dir)
+	h := []porcupine.Operation{
+		op(0, 0, 0.001, Allow{}, known(Decision{Allowed: true})),
+		op(1, 0.002, 0.003, Allow{}, known(Decision{Allowed: true})),
+	}
+	rec := &logs{TB: t}
+	assert.Equal(t, porcupine.Illegal, Check(rec, "two takers", Bucket(0.001, 1), h, 10*time.Second))
+	files, err := filepath.Glob(filepath.Join(dir, "two-takers-*.html"))
+	require.NoError(t, err)
+	require.Len(t, files, 1, "one drawing, named for the check")
+	page, err := os.ReadFile(files[0])
+	require.NoError(t, err)
+	assert.Contains(t, string(page), "allow → yes", "the calls are described in the drawing")
+	assert.Contains(t, strings.Join(rec.lines, "\n"), files[0], "its path is printed")
+}
+
+// logs is a testing.TB that keeps what Check logs.
+type logs struct {
+	testing.TB
+	lines []string
+}
+
+func (l *logs) Logf(format string, args ...any) {
+	l.lines = append(l.lines, fmt.Sprintf(format, args...))
+}
+func (l *logs) Helper() {}
