@@ -13,22 +13,9 @@ import (
 // so that every key sees calls overlap.
 const clients = 16
 
-// phases are the three every check runs: quiet; Redis stalled for 0.9 s
-// (calls made meanwhile give up, their outcome unknown, and run when it
-// wakes, after their callers have left); Redis killed and started again
-// with nothing (the model is told every key was forgotten at some instant
-// between the kill and the start).
+// phases are the three every check runs (linear.OwnRedisPhases).
 func phases(srv *redistest.Server, rec *linear.Recorder, keys []string, quiet, stall, restart time.Duration) []linear.Phase {
-	return []linear.Phase{
-		{Name: "quiet", Length: quiet},
-		{Name: "stall", Length: stall, Start: func() { srv.Stall(900 * time.Millisecond) }},
-		{Name: "restart", Length: restart, Start: func() {
-			start := time.Now()
-			srv.Stop()
-			srv.Start()
-			rec.Span(clients, keys, linear.Restart{}, start, time.Now())
-		}},
-	}
+	return linear.OwnRedisPhases(srv, rec, clients, keys, quiet, stall, restart)
 }
 
 func keysOf(prefix string, n int) []string {

@@ -92,27 +92,11 @@ func TestProveTheQuotaIsLinearizableOnMiniredis(t *testing.T) {
 	rdb := redis.NewClient(&redis.Options{Addr: m.Addr(), MaxRetries: -1})
 	t.Cleanup(func() { _ = rdb.Close() })
 	rec := linear.NewRecorder()
-	prove(t, "lab12-miniredis", rdb, rec, []linear.Phase{
-		{Name: "quiet", Length: time.Second},
-		{Name: "restart", Length: 500 * time.Millisecond, Start: func() {
-			start := time.Now()
-			m.FlushAll()
-			rec.Span(proveClients, proveTenants(), linear.Restart{}, start, time.Now())
-		}},
-	})
+	prove(t, "lab12-miniredis", rdb, rec, linear.MiniredisPhases(m, rec, proveClients, proveTenants(), time.Second, 500*time.Millisecond))
 }
 
 func TestProveTheQuotaIsLinearizableOnRedis(t *testing.T) {
 	srv := redistest.Own(t)
 	rec := linear.NewRecorder()
-	prove(t, "lab12-redis", srv.Client(), rec, []linear.Phase{
-		{Name: "quiet", Length: time.Second},
-		{Name: "stall", Length: 1500 * time.Millisecond, Start: func() { srv.Stall(900 * time.Millisecond) }},
-		{Name: "restart", Length: time.Second, Start: func() {
-			start := time.Now()
-			srv.Stop()
-			srv.Start()
-			rec.Span(proveClients, proveTenants(), linear.Restart{}, start, time.Now())
-		}},
-	})
+	prove(t, "lab12-redis", srv.Client(), rec, linear.OwnRedisPhases(srv, rec, proveClients, proveTenants(), time.Second, 1500*time.Millisecond, time.Second))
 }
