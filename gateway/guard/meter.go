@@ -46,7 +46,7 @@ type meter struct {
 	key      string
 	tier     policy.Tier
 	answer   int // the answer's tokens a call may use: the caller's max_tokens, or DefaultMaxTokens
-	estimate int // one call's worst case: the prompt at four bytes a token, and the answer
+	estimate int // one call's reservation: the prompt at four bytes a token (an estimate, which code and CJK text can exceed), and the answer
 	answers  int // the answers' share of the estimate; the rest is the prompt's
 
 	mu       sync.Mutex
