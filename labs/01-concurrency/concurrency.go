@@ -48,7 +48,7 @@ func FanOut[T any](ctx context.Context, items []T, limit int, fn func(context.Co
 // TODO(lab 01): make these true:
 //   - one Result per item, results[i] belongs to items[i] whatever order calls finish in;
 //   - a failing call cancels nothing: the others run to their own end;
-//   - every call gets ctx itself: the caller's cancellation or deadline reaches it;
+//   - the caller's cancellation or deadline reaches every running call;
 //   - never more than limit calls at once;
 //   - items not started when ctx ends carry ctx.Err() (whichever it is); started
 //     calls are waited for; a ctx already done starts nothing;

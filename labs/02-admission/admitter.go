@@ -29,17 +29,18 @@ func New(cfg Config) (*Admitter, error) {
 
 // Admit admits one request for key, or says why not.
 //
-// TODO(lab 02): in this order:
-//  1. closed → ErrClosed;
-//  2. the caller's ctx already ended → ctx.Err(), before the Limiter is asked;
-//  3. ask the Limiter FIRST: an error → wrap it (%w) and return, no slot taken;
-//     refused → &RateLimitError{RetryAfter: …}, no slot taken; a nil Limiter
-//     means no rate limit;
-//  4. take a free slot, or wait for one up to MaxQueueWait (0 = don't wait):
-//     the wait ran out → an error wrapping ErrOverloaded (and not
-//     context.DeadlineExceeded); the caller's ctx ended (cancelled OR its
-//     deadline passed) → ctx.Err(); Close was called meanwhile → ErrClosed;
-//  5. return a Ticket whose QueueWait is the time spent in step 4 and whose
+// TODO(lab 02): make these true (README.md: "Admit, in this order"):
+//   - after Close → ErrClosed, whatever else holds; the Limiter is not asked;
+//   - the caller's ctx already ended → ctx.Err(); the Limiter is not asked
+//     and no slot is taken;
+//   - the rate is decided before any slot is taken or waited for: the
+//     Limiter's error → an error wrapping it; refused → &RateLimitError{RetryAfter: …};
+//     neither holds a slot; a nil Limiter means no rate limit;
+//   - a slot at once if one is free, else within MaxQueueWait (0 = don't
+//     wait): none in time → an error wrapping ErrOverloaded (and not
+//     context.DeadlineExceeded); the caller's ctx ended while queued
+//     (cancelled OR its deadline passed) → ctx.Err(); Close meanwhile → ErrClosed;
+//   - the Ticket's QueueWait is how long Admit waited for the slot, and its
 //     RateLimit is the Limiter's Decision.
 func (a *Admitter) Admit(ctx context.Context, key string) (*Ticket, error) {
 	return nil, ErrNotImplemented

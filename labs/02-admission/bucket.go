@@ -4,10 +4,11 @@ import (
 	"context"
 )
 
-// TokenBucket is an in-process Limiter with one bucket per key. Buckets are
-// created full on first use and refilled lazily when asked: no timer, no
-// goroutine. A bucket that is full again is the same as a new one, so
-// TokenBucket forgets it: its state is bounded by recent activity.
+// TokenBucket is an in-process Limiter with one bucket per key, safe for
+// concurrent use. A bucket starts full on first use. TokenBucket starts no
+// timer and no goroutine, so there is nothing to stop. A bucket that is full
+// again is the same as a new one, so TokenBucket forgets it: its state is
+// bounded by recent activity.
 type TokenBucket struct{} // TODO(lab 02): the fields you need
 
 // NewTokenBucket returns a Limiter that refills each key at ratePerSecond
@@ -23,21 +24,23 @@ func NewTokenBucket(ratePerSecond float64, burst int) (*TokenBucket, error) {
 //
 // TODO(lab 02): make these true:
 //   - a key seen for the first time starts with a full bucket (burst tokens);
-//   - under the lock: read time.Now(), add elapsed × rate tokens, never above burst,
-//     and never move the refill time backwards;
+//   - tokens come back at ratePerSecond, never above burst, however often the
+//     key is asked: no stretch of time is refilled twice, even under
+//     concurrent calls;
 //   - one whole token → Allowed, take it, Remaining = whole tokens left;
 //   - otherwise refused: take nothing, RetryAfter = time until one whole token
 //     is back, rounded UP (a client waiting exactly RetryAfter must succeed);
 //   - once a refill time (burst/rate) has passed since the last sweep (the
-//     first one counts from NewTokenBucket), delete every bucket that is full
-//     at that instant, and keep every other one.
+//     first one counts from NewTokenBucket), every bucket that is full at that
+//     instant is forgotten and every other one kept; the keys are swept at
+//     most once per refill time.
 func (tb *TokenBucket) Allow(ctx context.Context, key string) (Decision, error) {
 	return Decision{}, ErrNotImplemented
 }
 
 // Len is the number of keys holding state now: buckets not yet forgotten.
 //
-// TODO(lab 02): count the buckets in the map.
+// TODO(lab 02): a forgotten bucket no longer counts.
 func (tb *TokenBucket) Len() int {
 	return 0
 }

@@ -55,10 +55,12 @@ type Policy struct {
 //
 // TODO(lab 03): full jitter: uniform in [0, min(MaxBackoff, BaseBackoff·2^(attempt−1))],
 // both ends included.
-//   - use p.Rand when it is set (a seeded source replays a failure), else the global source;
-//   - never overflow: Base·2^63 wraps to a negative number. Stop doubling once you reach MaxBackoff;
-//   - every valid policy works: BaseBackoff 0 (always 0, for any attempt) and MaxBackoff
-//     math.MaxInt64 (then cap+1 does not fit in an int64).
+//   - drawn from p.Rand when it is set (a seeded source replays a failure), else
+//     from the global source;
+//   - never negative, never past MaxBackoff, never a panic, for any attempt up
+//     to math.MaxInt;
+//   - every valid policy works: BaseBackoff 0 (always 0, for any attempt) and
+//     MaxBackoff math.MaxInt64.
 func (p Policy) Backoff(attempt int) time.Duration {
 	return 0
 }

@@ -9,7 +9,8 @@ import (
 // non-idempotent write that may have happened). Do must recognise it through
 // wrapping, and errors.Is/As must still see err. Permanent(nil) is nil.
 //
-// TODO(lab 03): wrap err in a type of your own with an Unwrap method.
+// TODO(lab 03): Do finds the mark however err is wrapped or joined later,
+// and errors.Is/As still find err through it.
 func Permanent(err error) error {
 	return err
 }
@@ -44,19 +45,20 @@ type Immediate interface {
 //   - TotalTimeout is ONE deadline around every attempt and every backoff; the
 //     budget is the nearer of it and the caller's own deadline;
 //   - a ctx already cancelled or expired → no attempt at all (attempts 0);
-//   - each attempt gets its own AttemptTimeout (derived from the total one; 0
-//     means no per-attempt limit); an attempt that hit it is retried;
+//   - each attempt's ctx ends after AttemptTimeout (0 means no per-attempt
+//     limit), or at the budget's end if that comes first; an attempt that hit
+//     its own timeout is retried;
 //   - after a failed attempt: Permanent → return; the budget is spent (the
-//     outer ctx is done, or its deadline has come — it may not say so yet) →
-//     return, no retry; MaxAttempts reached → return wrapping the last error
-//     only (no DeadlineExceeded), without a backoff;
+//     caller left, or the deadline has come, even in the very instant the
+//     attempt's own timeout fired) → return, no retry; MaxAttempts reached →
+//     return wrapping the last error only (no DeadlineExceeded), without a backoff;
 //   - else wait Backoff(attempt) (or the error's RetryAfter if longer), but if
 //     that wait would end past the deadline, return at once; whenever the
 //     budget runs out the error wraps the last attempt's error AND
 //     context.DeadlineExceeded, whatever op returned;
-//   - an error whose Immediate (found with errors.As) says RetryImmediately()
+//   - an error whose Immediate (found through wrapping) says RetryImmediately()
 //     true waits nothing — no backoff, no RetryAfter — and changes nothing
-//     else: the checks above (Permanent, budget, MaxAttempts) come first, and
+//     else: Permanent, a spent budget and MaxAttempts still end the loop, and
 //     the retry is an attempt like any other;
 //   - the caller's cancellation ends any wait at once, wrapping context.Canceled
 //     (not DeadlineExceeded).

@@ -14,11 +14,12 @@
 //	           report within ProbeTimeout is given up, and the next caller
 //	           becomes the probe.
 //
-// Time decides one transition (Open → HalfOpen), and that one is computed
-// when the state is read: there is no timer and no goroutine. Every
-// transition starts a new generation; a done from an older generation (a
-// request admitted before the breaker opened, a probe that was given up)
-// arrives too late to count, and is ignored.
+// Time decides one transition (Open → HalfOpen), and it takes no timer and
+// no goroutine: the state reads HalfOpen the moment RecoveryTimeout has
+// passed, and there is nothing to stop. Every transition starts a new
+// generation; a done from an older generation (a request admitted before the
+// breaker opened, a probe that was given up) arrives too late to count, and
+// is ignored.
 //
 // Lab 04: State, the errors and Config are given; write the Breaker below.
 // Read README.md, then make `make lab-04` green.
@@ -93,8 +94,9 @@ func New(cfg Config) (*Breaker, error) {
 
 // State reports the state now.
 //
-// TODO(lab 04): computed on read — an Open breaker whose RecoveryTimeout has
-// passed (>=) reads HalfOpen. No timer, no goroutine.
+// TODO(lab 04): an Open breaker reads HalfOpen once RecoveryTimeout has
+// passed since it opened (at that very instant too); opening starts no timer
+// and no goroutine.
 func (b *Breaker) State() State {
 	return Closed
 }
@@ -114,8 +116,8 @@ func (b *Breaker) State() State {
 //     a probe reporting a second time;
 //   - nil is a success; an error IsFailure rejects is neutral: it neither
 //     counts nor resets the count (a neutral probe frees the probe slot);
-//   - OnStateChange is called once per transition, never without one, after
-//     the lock is released (on every path, Allow's included).
+//   - OnStateChange is called once per transition, never without one, on
+//     every path (Allow's included), and may call the breaker.
 func (b *Breaker) Allow() (done func(err error), err error) {
 	return nil, ErrNotImplemented
 }

@@ -61,11 +61,11 @@ func (d *Drainer) MarkUnready() {}
 
 // Drain stops accepting, then waits until nothing is in flight or ctx ends.
 //
-// TODO(lab 05): flip accepting (and ready) FIRST, close the Draining channel,
-// then wait — for Active() to reach zero (true) or for ctx (false). Flip
-// first even when ctx is already done; nothing in flight is true at once.
-// Drain may be called again, or by two callers at once: each waits, and all
-// return true when the last request leaves.
+// TODO(lab 05): from the moment Drain is called, even with ctx already done,
+// Enter refuses, Accepting and readiness say no, and Draining() is closed.
+// Drain returns true once nothing is in flight (at once if nothing is), or
+// false if ctx ends first. Drain may be called again, or by two callers at
+// once: each waits, and all return true when the last request leaves.
 func (d *Drainer) Drain(ctx context.Context) bool {
 	return false
 }

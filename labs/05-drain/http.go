@@ -6,9 +6,9 @@ import (
 
 // Middleware counts each request in flight for the Drainer.
 //
-// TODO(lab 05): Enter for every request and leave when the handler returns
-// (even by panic: defer). While draining: 503, Connection: close (set before
-// the status is written), and the handler is not called.
+// TODO(lab 05): every request counts in Active from before the handler runs
+// until it returns, even by panic. While draining: 503 with Connection: close,
+// and the handler is not called.
 func (d *Drainer) Middleware(next http.Handler) http.Handler {
 	return next
 }

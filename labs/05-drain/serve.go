@@ -36,10 +36,11 @@ type Report struct {
 //  1. /readyz turns 503 (MarkUnready); requests are still served;
 //  2. wait ReadinessDelay, so whoever routes here hears of it and stops;
 //  3. Drain within Grace: new requests get 503, in-flight ones finish;
-//  4. if Grace ended first, cancel the requests' base context — Shutdown
-//     does not, and a stream would otherwise hold the server open;
-//  5. srv.Shutdown with a fresh context (ctx is already done: passing it
-//     would make Shutdown give up at once).
+//  4. if Grace ended first, the requests still running have their contexts
+//     cancelled, with cause ErrCut — Shutdown does not cancel them, and a
+//     stream would otherwise hold the server open;
+//  5. srv.Shutdown, bounded by ShutdownTimeout and not by ctx (which has
+//     ended), so it still waits for connections the Drainer does not see.
 //
 // srv.Handler should be wrapped with d.Middleware so the drain sees the
 // requests. Serve sets srv.BaseContext. It returns the report and the first
@@ -47,8 +48,8 @@ type Report struct {
 // returns that error at once.
 //
 // TODO(lab 05): Serve returns only once srv.Serve has returned and nothing
-// it started runs on; the requests' contexts come from srv.BaseContext and
-// end at the cut; when ctx ends, steps 1–5 happen in that order.
+// it started runs on; the requests' contexts end at the cut, not when ctx
+// ends; when ctx ends, steps 1–5 happen in that order.
 // If serving fails before ctx ends, return that error at once. Grace starts
 // after ReadinessDelay. Cut is the in-flight count when Grace ended: if it is
 // already 0 then (a request left at that very instant), report Drained.

@@ -6,13 +6,13 @@
 // stop waiting, but the blocking call it started runs to its own end. If the
 // caller owned the concurrency permit, the permit would come back the moment
 // the caller left, and new work would pile onto a dependency that is still
-// busy with the old. Here the permit is handed, with nothing in between that
-// could lose it, to the goroutine that runs the call, and only that goroutine
-// gives it back, when the call returns.
+// busy with the old. Here the permit belongs to the call: it is held from the
+// moment fn starts until fn returns, however long the caller waits, and it
+// is never lost on the way nor returned twice.
 //
-// The call gets the caller's context values but not its cancellation
-// (context.WithoutCancel): ending the caller must not half-cancel work that
-// is going to run anyway. Bound the work itself with WithWorkTimeout and, better,
+// The call gets the caller's context values but not its cancellation or its
+// deadline: ending the caller must not half-cancel work that is going to run
+// anyway. Bound the work itself with WithWorkTimeout and, better,
 // with the library's own timeouts. Outcomes that arrive after their caller
 // left are reported to WithOnLate, never dropped.
 //
@@ -95,12 +95,13 @@ func New(capacity int, opts ...Option) (*Bridge, error) {
 //     free at that instant;
 //   - a permit is held from fn's start until fn returns, whoever still
 //     waits for it: never lost on the way, never returned twice;
-//   - fn gets context.WithoutCancel(ctx) (values; neither the caller's
-//     cancellation nor its deadline), plus WithWorkTimeout measured from when fn starts;
+//   - fn's context carries ctx's values but neither its cancellation nor its
+//     deadline, plus WithWorkTimeout's deadline, measured from when fn starts;
 //   - the caller returns ctx.Err() as soon as ctx ends; fn keeps running;
-//   - an outcome that finishes after its caller left goes to onLate (ID, Err,
-//     Duration of fn alone); each outcome reaches exactly one of the caller
-//     and onLate, even when fn returns as the caller's ctx ends;
+//   - an outcome that finishes after its caller left goes to WithOnLate's
+//     function (ID, Err, Duration of fn alone); each outcome reaches exactly
+//     one of the caller and that function, even when fn returns as the
+//     caller's ctx ends;
 //   - a panic in fn becomes an error wrapping ErrPanic, and the permit still comes back.
 func Call[T any](ctx context.Context, b *Bridge, fn func(context.Context) (T, error)) (T, error) {
 	var zero T

@@ -1,15 +1,18 @@
 -- Token bucket: refill and consume in one atomic step, on Redis' own clock.
--- KEYS[1]  the bucket (a hash with two fields: tokens, ts)
+-- KEYS[1]  the bucket's key
 -- ARGV[1]  rate, tokens per second
 -- ARGV[2]  burst, the bucket's size
 -- Returns {allowed (0|1), whole tokens remaining, retry after (microseconds)}.
 --
--- TODO(lab 07):
---   1. now = redis.call('TIME') as microseconds (seconds * 1000000 + micros);
---   2. HMGET tokens, ts; a missing bucket is full (tokens = burst, ts = now);
---   3. refill: if now > ts, tokens = min(burst, tokens + (now - ts) * rate / 1e6), ts = now;
---   4. tokens >= 1: take one, allowed = 1; else retry_us = ceil((1 - tokens) * 1e6 / rate)
---      and take nothing;
---   5. HSET tokens and ts back; PEXPIRE the key for the time until it is full again;
---   6. return {allowed, math.floor(tokens), retry_us}.
+-- TODO(lab 07): make these true:
+--   - time is Redis' own (TIME), never a replica's;
+--   - a bucket never seen, or expired, is full (burst tokens);
+--   - tokens come back at rate per second, never above burst; a clock that
+--     steps back mints nothing, then or later;
+--   - one whole token: take it, allowed 1, retry after 0; otherwise allowed 0,
+--     take nothing, and retry after is the time until one whole token is
+--     back, rounded up to the microsecond;
+--   - remaining counts whole tokens only;
+--   - the key expires once the bucket would be full again, rounded up to the
+--     millisecond (at least 1 ms).
 return {0, 0, 0}

@@ -106,7 +106,7 @@ func (l *Limiter) Key(key string) string {
 // TODO(lab 07):
 //   - an empty key → an error wrapping ErrInvalidKey (no Redis call, no fail-open);
 //   - the caller's ctx already done → its error, no Redis call;
-//   - bound the call with cfg.Timeout;
+//   - one decision takes at most cfg.Timeout;
 //   - on error, the caller's ctx done (cancelled, or its deadline come) → its error,
 //     no decision: not a Redis failure, so no OnError and no fail-open;
 //   - the limiter's own timeout → ErrUnavailable, not context.DeadlineExceeded;

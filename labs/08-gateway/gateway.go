@@ -100,7 +100,8 @@ func (e *RateLimitError) Unwrap() error { return ErrRateLimited }
 // Permanent marks a provider error as not worth retrying on any provider
 // (a 400: the same prompt fails everywhere). errors.Is/As still see err.
 //
-// TODO(lab 08): return timeouts.Permanent(err) from your lab 03.
+// TODO(lab 08): Generate finds the mark however the provider wrapped it
+// further, and never retries that error; Permanent(nil) is nil.
 func Permanent(err error) error { return err }
 
 // Observer receives the gateway's measurements. Methods must be quick and
@@ -160,14 +161,17 @@ type Config struct {
 
 // Gateway serves Generate. It is safe for concurrent use.
 //
-// TODO(lab 08): the fields you need: your labs 02–06, composed.
+// TODO(lab 08): the fields you need.
 type Gateway struct{}
 
 // New validates cfg and returns a Gateway over providers, in priority order.
 //
-// TODO(lab 08): no providers, duplicate or empty names, MaxAttempts < 1,
-// BaseBackoff > MaxBackoff, non-positive AttemptTimeout or TotalTimeout, and
-// anything your labs' constructors refuse → an error wrapping ErrInvalidConfig.
+// TODO(lab 08): no providers, duplicate or empty names, MaxAttempts < 1, a
+// negative BaseBackoff or one above MaxBackoff, non-positive AttemptTimeout
+// or TotalTimeout, a rate that is not positive and finite, Burst,
+// MaxConcurrent or FailureThreshold < 1, a negative MaxQueueWait or
+// MaxProviderCalls, a non-positive RecoveryTimeout → an error wrapping
+// ErrInvalidConfig.
 func New(cfg Config, providers ...Provider) (*Gateway, error) {
 	return &Gateway{}, nil
 }
@@ -202,8 +206,10 @@ func (g *Gateway) InFlight() int {
 // Close stops admitting requests and waits for those in flight, and for
 // abandoned provider calls, or for ctx.
 //
-// TODO(lab 08): Close the Admitter (requests still queued get ErrClosed),
-// Drain the Drainer, Close the Bridge. Each is safe twice, so Close is too.
+// TODO(lab 08): from the first call, new requests and those still queued for
+// a slot get ErrClosed; Close returns once the requests in flight and then the
+// abandoned provider calls (their late outcomes observed) are done, or, when
+// ctx ends first, an error wrapping ctx.Err(). Calling Close twice is safe.
 func (g *Gateway) Close(ctx context.Context) error {
 	return ErrNotImplemented
 }

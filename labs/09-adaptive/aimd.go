@@ -36,11 +36,10 @@ func (a *AIMD) InitialLimit() int { return 0 }
 // Update takes one sample and returns the new limit.
 //
 // TODO(lab 09): a drop → limit·Backoff, rounded down, never below Min.
-// A success counts towards a round trip; once a full limit's worth of
-// successes is back, add Increase (never above Max) — but only if at least
-// half the limit was in use among them (Sample.InFlight) — and start
-// counting again. (+Increase per success is not additive: it doubles the
-// limit every round trip.)
+// Successes grow the limit once per round trip: once a full limit's worth of
+// them is back, the limit grows by Increase (never above Max) if at least
+// one of them was admitted with half the limit or more in use
+// (Sample.InFlight), and a new round trip begins either way.
 func (a *AIMD) Update(s Sample) int {
 	return 0
 }

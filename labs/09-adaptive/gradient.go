@@ -53,20 +53,21 @@ func (g *Gradient) InitialLimit() int { return 0 }
 
 // Update folds one sample in; once per Window samples it moves the limit.
 //
-// TODO(lab 09): a drop → limit·Backoff (never below Min) at once, and start
-// a new window. Otherwise: fold the latency into the long-window minimum
-// and the short window; when the window is full, with
+// TODO(lab 09): a drop → limit·Backoff (never below Min) at once, and a new
+// window begins. Every other sample joins the window, and its latency counts
+// towards the minimum (see Gradient). Once the window holds Window samples,
+// with minLatency that minimum and meanLatency the window's mean,
 //
 //	gradient = clamp(Tolerance · minLatency / meanLatency, 0.5, 1)
 //	next     = limit·gradient + Queue
 //
-// hold the limit if next would grow it while fewer than half the permits
-// were in use during the window; else set
+// the limit holds if next would grow it while fewer than half the permits
+// were in use during the window; else it becomes
 //
-//	limit = limit·(1−Smoothing) + next·Smoothing
+//	limit·(1−Smoothing) + next·Smoothing
 //
-// clamped to [Min, Max], and start a new window. The int limit is the
-// float64 one rounded down.
+// clamped to [Min, Max]; either way a new window begins. The limit keeps its
+// fraction from one window to the next; Update returns it rounded down.
 func (g *Gradient) Update(s Sample) int {
 	return 0
 }

@@ -29,8 +29,8 @@ func New(alg Algorithm) (*Limiter, error) {
 // TODO(lab 09): ctx already ended → ctx.Err(), nothing taken, even with
 // permits free. A permit is free while InFlight < Limit and nobody is queued
 // ahead. Waiting, return ctx.Err() when ctx ends (context.Canceled or
-// context.DeadlineExceeded, whichever it was) and hold nothing — mind a
-// permit handed over in the same instant.
+// context.DeadlineExceeded, whichever it was) and hold nothing, even when a
+// permit reached this caller in that same instant.
 func (l *Limiter) Acquire(ctx context.Context) (*Token, error) {
 	return nil, ErrNotImplemented
 }

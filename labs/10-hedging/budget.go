@@ -43,16 +43,20 @@ func NewBudget(cfg BudgetConfig) (*Budget, error) {
 // Deposit records one request to key: call it once per request, never for
 // its retries or hedges.
 //
-// TODO(lab 10): remember when; a nil *Budget does nothing.
+// TODO(lab 10): the deposit counts for key for TTL from now; a nil *Budget
+// does nothing.
 func (b *Budget) Deposit(key string) {}
 
 // Withdraw takes one extra attempt (a retry or a hedge) to key from the
 // budget, and reports whether there was one to take. A refusal takes nothing.
 //
-// TODO(lab 10): balance = MinRetriesPerSec × TTL in seconds
-// + PercentCanRetry × deposits in the window − withdrawals in the window;
-// allow (and record) a withdrawal only when the balance is at least 1.
-// Events count while now < when + TTL. A nil *Budget allows everything.
+// TODO(lab 10): a withdrawal is allowed, and counts, only while key's balance
+//
+//	MinRetriesPerSec × TTL in seconds
+//	+ PercentCanRetry × deposits in the window − withdrawals in the window
+//
+// is at least 1, exactly (ten deposits at 0.2 make two whole retries). An
+// event counts while now < when + TTL. A nil *Budget allows everything.
 func (b *Budget) Withdraw(key string) bool {
 	return false
 }
