@@ -84,7 +84,9 @@ end
 if ARGV[1] == 'reserve' then
   if redis.call('ZSCORE', KEYS[2], 'open:' .. id) or redis.call('ZSCORE', KEYS[2], 'settled:' .. id) then
     -- A call resent after a lost reply (reserved already), or one that a
-    -- stalled Redis runs after its settle: either way, take nothing.
+    -- stalled Redis runs after its settle: either way, take nothing (but
+    -- keep the bucket until it is full at this call's quota).
+    store()
     return {1, remaining(), 0}
   end
   local estimate = tonumber(ARGV[4])
@@ -111,6 +113,7 @@ redis.call('HDEL', KEYS[3], id)
 redis.call('ZADD', KEYS[2], now, 'settled:' .. id)
 tidy()
 if opened == nil or estimate == nil or opened <= now - window then
+  store() -- nothing to apply, but the bucket is kept until full at this quota
   return {0, remaining(), 0} -- settled already, never opened, or too late: it stays charged its estimate
 end
 tokens = math.max(floor, math.min(cap, tokens + (estimate - tonumber(ARGV[4])) * UNIT))
