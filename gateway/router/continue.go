@@ -10,6 +10,7 @@ import (
 
 	"github.com/production-go/gateway-lab/gateway/chatapi"
 	"github.com/production-go/gateway-lab/gateway/llm"
+	breaker "github.com/production-go/gateway-lab/solutions/04-breaker"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 )
@@ -97,6 +98,7 @@ func (st *streamer) continueAfter(ctx context.Context, run *run, s step, broke e
 		return st.atLimit(run, s, broke, used)
 	}
 	last := broke
+	outcome := ContinueNoTarget // until a target's breaker lets a continuation through
 	for i := 0; i < len(targets) && ctx.Err() == nil && !st.told.other; i++ {
 		t := &targets[i]
 		c, u, err := st.continueOn(ctx, run, s, t)
@@ -106,10 +108,12 @@ func (st *streamer) continueAfter(ctx context.Context, run *run, s step, broke e
 			return llm.Completion{}, errClientGone, true // the caller left: not the continuation's failure
 		case err == nil:
 			return st.finish(run, s, t, broke, c, used)
+		case !errors.Is(err, breaker.ErrOpen):
+			outcome = ContinueFailed
 		}
 		last = err
 	}
-	obs.Continued(s.target, ContinueFailed)
+	obs.Continued(s.target, outcome)
 	if !st.told.spliced {
 		last = broke // what the caller's stream was cut by, not what a continuation refused
 	}
