@@ -295,3 +295,50 @@ func TestRetrySameThenTheNextTargetInOrderOnALongerRoute(t *testing.T) {
 		assert.Equal(t, []string{"primary@0s", "primary@0s", "secondary@0s"}, up.history())
 	})
 }
+
+// A provider with no probe of its own is never probed in the background:
+// llm.ErrNoProbe ends its probing at once, and the Observer hears of none.
+func TestAProviderWithoutAProbeIsNeverReportedProbed(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		up := newUpstream("up") // no Probe method
+		up.script("primary", status(http.StatusServiceUnavailable, "", 0))
+		obs := &probeRecorder{}
+		cfg := config()
+		cfg.Observer = obs
+		cfg.Health.ProbeInterval, cfg.Health.ProbeMaxInterval = 250*time.Millisecond, time.Second
+		g := newGateway(t, cfg, up)
+		for range 2 { // threshold 2: primary's breaker opens
+			_, err := g.Generate(t.Context(), ask(route("primary")))
+			require.Error(t, err)
+		}
+		require.Equal(t, "open", targetState(g, "up", "primary"))
+		time.Sleep(5 * time.Second)
+		synctest.Wait()
+		assert.Zero(t, obs.ok.Load()+obs.failed.Load(), "no probe ran, so none is reported")
+	})
+}
+
+// 'the next target at once if this request has not tried it yet': one
+// whose breaker is open is passed over, and the one after it is asked at
+// once, not after a backoff spent on the target that just failed.
+func TestAFailureMovesOnAtOnceToTheNextHealthyTargetPastAnOpenOne(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		up := newUpstream("up")
+		up.script("primary", failsThen(1, status(http.StatusInternalServerError, "", 0)))
+		up.script("broken", status(http.StatusServiceUnavailable, "", 0))
+		g := newGateway(t, config(), up)
+		for range 2 { // threshold 2: broken's breaker opens
+			_, err := g.Generate(t.Context(), ask(route("broken")))
+			require.Error(t, err)
+		}
+		require.Equal(t, "open", targetState(g, "up", "broken"))
+		start := len(up.history())
+		_, err := g.Generate(t.Context(), ask(route("primary", "broken", "third")))
+		require.NoError(t, err)
+		calls := up.history()[start:]
+		require.Len(t, calls, 2)
+		p, third, _ := strings.Cut(calls[1], "@")
+		assert.Equal(t, "third", p, "the open one is passed over")
+		assert.Equal(t, strings.SplitN(calls[0], "@", 2)[1], third, "asked at the moment the primary failed: no backoff")
+	})
+}
