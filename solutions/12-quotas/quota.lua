@@ -17,7 +17,7 @@
 -- ARGV[2]  perMinute, the bucket's capacity in tokens
 -- ARGV[3]  reservation id
 -- ARGV[4]  reserve: the estimate; settle: the tokens used
--- ARGV[5]  settle window (ms): a reservation older than this stays charged
+-- ARGV[5]  settle window (ms): a reservation this old or older stays charged
 -- ARGV[6]  debt (minutes of quota): how far below zero usage may take it
 --
 -- reserve returns {allowed (0|1), whole tokens remaining, retry after (ms)}
@@ -66,7 +66,7 @@ local function remaining()
   return math.max(0, math.floor(tokens / UNIT))
 end
 
--- Forget reservations and markers older than the window, and keep the
+-- Forget reservations and markers a window old or older, and keep the
 -- two keys a window past their newest entry.
 local function tidy()
   local old = redis.call('ZRANGEBYSCORE', KEYS[2], '-inf', now - window)
