@@ -100,6 +100,9 @@ func (st *streamer) continueAfter(ctx context.Context, run *run, s step, broke e
 	last := broke
 	outcome := ContinueNoTarget // until a target's breaker lets a continuation through
 	for i := 0; i < len(targets) && ctx.Err() == nil && !st.told.other; i++ {
+		if limit := run.req.Chat.AnswerLimit(); i > 0 && limit > 0 && st.told.tokens() >= limit {
+			return st.atLimit(run, s, broke, used) // a continuation wrote up to the limit, then broke
+		}
 		t := &targets[i]
 		c, u, err := st.continueOn(ctx, run, s, t)
 		used = append(used, u...)

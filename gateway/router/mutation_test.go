@@ -342,3 +342,39 @@ func TestAFailureMovesOnAtOnceToTheNextHealthyTargetPastAnOpenOne(t *testing.T) 
 		assert.Equal(t, strings.SplitN(calls[0], "@", 2)[1], third, "asked at the moment the primary failed: no backoff")
 	})
 }
+
+// 'The rest of the answer, not a second one', however many continuations
+// write it: one that wrote up to the caller's max_tokens and then broke
+// leaves nothing to ask of the next, and the answer ends there with
+// "length" — never a token past the limit.
+func TestAnAnswerAContinuationWroteToItsLimitEndsThere(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		primary := &writer{name: "primary", fault: cut, after: 3}
+		second := &writer{name: "second", fault: cut, after: 5, overrun: true} // its five, then a cut before the finish
+		third := &writer{name: "third"}
+		obs := &outcomes{}
+		cfg := config()
+		cfg.Observer = obs
+		cfg.Routes = []router.Route{{Name: "chat", Targets: []router.Target{{Provider: "primary"}, {Provider: "second"}, {Provider: "third"}},
+			Continue: []router.Target{{Provider: "second"}, {Provider: "third"}}}}
+		g := newGateway(t, cfg, primary, second, third)
+		req := router.Request{Tenant: "acme", Chat: limited(t, `"max_tokens":8`)}
+		require.True(t, g.Resolve("chat", &req))
+		var text strings.Builder
+		var finishes []string
+		_, err := g.Stream(t.Context(), req, limits, func(c llm.Chunk) error {
+			p, err := chatapi.ReadPiece(c.Raw)
+			require.NoError(t, err)
+			text.WriteString(p.Text)
+			if p.Finish != "" {
+				finishes = append(finishes, p.Finish)
+			}
+			return nil
+		})
+		require.NoError(t, err)
+		assert.Equal(t, strings.Join(sixty[:8], ""), text.String(), "8 asked for, 8 read")
+		assert.Equal(t, []string{"length"}, finishes)
+		assert.Empty(t, third.calls(), "nothing was left to ask for")
+		assert.Equal(t, []string{"primary:at_limit"}, obs.list())
+	})
+}
