@@ -301,6 +301,9 @@ func next(ctx context.Context, s Stream, idle time.Duration) (Chunk, error) {
 		defer cancel()
 	}
 	c, err := s.Next(ctx)
+	if err == nil {
+		err = ctx.Err() // a stream that answers after its context ended: the end comes first
+	}
 	if err != nil {
 		return Chunk{}, limitOr(ctx, err)
 	}
