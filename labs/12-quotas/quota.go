@@ -74,7 +74,8 @@ type Config struct {
 	// DefaultPrefix. It must not contain braces.
 	Prefix string
 	// SettleWindow is how long a reservation waits for its Settle; 0 means
-	// DefaultSettleWindow, and it must be at least a millisecond. A Settle
+	// DefaultSettleWindow, and it must be a whole number of milliseconds
+	// (Redis' clock, as the script reads it, counts no finer). A Settle
 	// SettleWindow or more after its Reserve applies nothing: the
 	// reservation stays charged its estimate. Make it longer than the
 	// longest request.

@@ -71,7 +71,8 @@ type Config struct {
 	// DefaultPrefix. It must not contain braces.
 	Prefix string
 	// SettleWindow is how long a reservation waits for its Settle; 0 means
-	// DefaultSettleWindow, and it must be at least a millisecond. A Settle
+	// DefaultSettleWindow, and it must be a whole number of milliseconds
+	// (Redis' clock, as the script reads it, counts no finer). A Settle
 	// SettleWindow or more after its Reserve applies nothing: the
 	// reservation stays charged its estimate. Make it longer than the
 	// longest request.
@@ -113,8 +114,8 @@ func New(rdb redis.Scripter, cfg Config) (*Quota, error) {
 		return nil, fmt.Errorf("%w: no Redis client", ErrInvalidConfig)
 	case strings.ContainsAny(cfg.Prefix, "{}"):
 		return nil, fmt.Errorf("%w: prefix %q must not contain braces: it is inside the keys' hash tag", ErrInvalidConfig, cfg.Prefix)
-	case cfg.SettleWindow < 0 || cfg.SettleWindow > 0 && cfg.SettleWindow < time.Millisecond:
-		return nil, fmt.Errorf("%w: settle window %s must be 0 or at least 1ms", ErrInvalidConfig, cfg.SettleWindow)
+	case cfg.SettleWindow < 0 || cfg.SettleWindow%time.Millisecond != 0:
+		return nil, fmt.Errorf("%w: settle window %s must be 0 or a whole number of milliseconds", ErrInvalidConfig, cfg.SettleWindow)
 	case cfg.DebtMinutes < 0 || cfg.DebtMinutes > MaxDebtMinutes:
 		return nil, fmt.Errorf("%w: debt of %d minutes is outside [0, %d]", ErrInvalidConfig, cfg.DebtMinutes, MaxDebtMinutes)
 	}
@@ -193,6 +194,9 @@ func check(tenant, id string, perMinute, n int) error {
 func (q *Quota) run(ctx context.Context, tenant, op string, perMinute int, id string, n int) ([3]int64, error) {
 	var out [3]int64
 	reply, err := quotaScript.Run(ctx, q.rdb, q.Keys(tenant), op, perMinute, id, n, q.window.Milliseconds(), q.debt).Result()
+	if errors.Is(err, redis.Nil) {
+		return out, fmt.Errorf("%w: nil", ErrUnexpectedReply) // go-redis gives a nil reply as this error
+	}
 	if err != nil {
 		return out, err
 	}
