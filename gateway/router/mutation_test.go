@@ -378,3 +378,80 @@ func TestAnAnswerAContinuationWroteToItsLimitEndsThere(t *testing.T) {
 		assert.Equal(t, []string{"primary:at_limit"}, obs.list())
 	})
 }
+
+// New refuses each Retry and Health setting that cannot work, on its own
+// (every other field good), and takes the bounds themselves.
+func TestNewRefusesEachBadRetryAndHealthSettingAlone(t *testing.T) {
+	for name, mutate := range map[string]func(*router.Config){
+		"no attempt timeout":            func(c *router.Config) { c.Retry.AttemptTimeout = 0 },
+		"negative attempt timeout":      func(c *router.Config) { c.Retry.AttemptTimeout = -time.Second },
+		"negative base backoff":         func(c *router.Config) { c.Retry.BaseBackoff = -time.Millisecond },
+		"base backoff above the max":    func(c *router.Config) { c.Retry.BaseBackoff = c.Retry.MaxBackoff + time.Millisecond },
+		"no failure threshold":          func(c *router.Config) { c.Health.FailureThreshold = 0 },
+		"probe max below the interval":  func(c *router.Config) { c.Health.ProbeInterval, c.Health.ProbeMaxInterval = time.Second, time.Second-1 },
+		"negative probe interval alone": func(c *router.Config) { c.Health.ProbeInterval = -1 },
+	} {
+		cfg := config()
+		mutate(&cfg)
+		_, err := router.New(cfg, newUpstream("up"))
+		assert.ErrorIs(t, err, router.ErrInvalidConfig, name)
+	}
+	for name, mutate := range map[string]func(*router.Config){
+		"base backoff at the max":      func(c *router.Config) { c.Retry.BaseBackoff = c.Retry.MaxBackoff },
+		"no backoff at all":            func(c *router.Config) { c.Retry.BaseBackoff, c.Retry.MaxBackoff = 0, 0 },
+		"one attempt":                  func(c *router.Config) { c.Retry.MaxAttempts = 1 },
+		"probe max equal to interval":  func(c *router.Config) { c.Health.ProbeInterval, c.Health.ProbeMaxInterval = time.Second, time.Second },
+		"probe interval, no max (0)":   func(c *router.Config) { c.Health.ProbeInterval, c.Health.ProbeMaxInterval = time.Second, 0 },
+		"a threshold of one":           func(c *router.Config) { c.Health.FailureThreshold = 1 },
+		"a nanosecond attempt timeout": func(c *router.Config) { c.Retry.AttemptTimeout = 1 },
+	} {
+		cfg := config()
+		mutate(&cfg)
+		g, err := router.New(cfg, newUpstream("up"))
+		require.NoError(t, err, name)
+		require.NoError(t, g.Close(t.Context()), name)
+	}
+}
+
+// HasProvider reports exactly the providers the router was given.
+func TestHasProviderIsTrueOnlyForAGivenProvider(t *testing.T) {
+	g := newGateway(t, config(), newUpstream("up"), newUpstream("other"))
+	assert.True(t, g.HasProvider("up"))
+	assert.True(t, g.HasProvider("other"))
+	assert.False(t, g.HasProvider("nobody"))
+	assert.False(t, g.HasProvider(""))
+}
+
+// A span says why an attempt failed, and only a failed one: an answered
+// attempt carries no failure reason.
+func TestOnlyAFailedAttemptsSpanCarriesAFailureReason(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		exp := tracetest.NewInMemoryExporter()
+		tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
+		defer func() { _ = tp.Shutdown(context.Background()) }()
+		up := newUpstream("up")
+		up.script("primary", status(http.StatusInternalServerError, "", 0))
+		cfg := config()
+		cfg.Tracer = tp
+		g := newGateway(t, cfg, up)
+		_, err := g.Generate(t.Context(), ask(route("primary", "secondary")))
+		require.NoError(t, err)
+		reasons := map[string]string{}
+		for _, s := range exp.GetSpans() {
+			if s.Name != "gateway.attempt" {
+				continue
+			}
+			model, reason := "", "(none)"
+			for _, a := range s.Attributes {
+				switch a.Key {
+				case "gen_ai.request.model":
+					model = a.Value.AsString()
+				case "gateway.failure_reason":
+					reason = a.Value.AsString()
+				}
+			}
+			reasons[model] = reason
+		}
+		assert.Equal(t, map[string]string{"primary": "server_error", "secondary": "(none)"}, reasons)
+	})
+}
