@@ -117,8 +117,8 @@ type Result struct {
 // chunks after it; a limit that runs out is reported as ErrFirstToken
 // or ErrIdle (not as a bare context.DeadlineExceeded). A chunk that says
 // nothing yet — no text, nothing else, no finish reason: the role — does
-// not count as the first to reach the caller: it is held back until one
-// that does, and goes with it.
+// not count as the first to reach the caller: it is held back, with any
+// others like it, until one that does, and they go with it, in order.
 //
 // A chunk with a finish reason ends the answer: what follows it is read
 // only for the usage (with it, the relay is done), and an end of any

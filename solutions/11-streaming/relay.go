@@ -117,8 +117,8 @@ type Result struct {
 // chunks after it; a limit that runs out is reported as ErrFirstToken
 // or ErrIdle (not as a bare context.DeadlineExceeded). A chunk that says
 // nothing yet — no text, nothing else, no finish reason: the role — does
-// not count as the first to reach the caller: it is held back until one
-// that does, and goes with it.
+// not count as the first to reach the caller: it is held back, with any
+// others like it, until one that does, and they go with it, in order.
 //
 // A chunk with a finish reason ends the answer: what follows it is read
 // only for the usage (with it, the relay is done), and an end of any
@@ -218,8 +218,8 @@ func (r *relay) read(ctx context.Context, t Target, s Stream, firstToken *time.T
 	heard := ""               // what it said while it might be repeating: held back
 	var limit time.Duration   // none of its own before the first chunk: firstToken is the limit
 	served := false
-	var held *Chunk // a chunk that says nothing yet (the role), kept until one does
-	var used *Usage // the stream's last report: a running usage (vLLM's) is cumulative
+	var held []Chunk // chunks that say nothing yet (the role), kept until one does
+	var used *Usage  // the stream's last report: a running usage (vLLM's) is cumulative
 	defer func() {
 		if used != nil {
 			r.res.Usage.PromptTokens += used.PromptTokens
@@ -264,12 +264,12 @@ func (r *relay) read(ctx context.Context, t Target, s Stream, firstToken *time.T
 			case hadUsage && r.res.FinishReason != "":
 				return nil // the usage after the last choice: the answer is whole
 			case !hadUsage && !r.sent:
-				held = &c // the role chunk: sent with the first that says something
+				held = append(held, c) // the role chunk: sent with the first that says something
 			}
 			continue // or a usage-only chunk, or one the echo used up
 		}
-		if held != nil && !r.sent {
-			if err := r.emit(*held); err != nil {
+		for _, h := range held { // only ever before the first chunk reached the caller
+			if err := r.emit(h); err != nil {
 				return fmt.Errorf("%w: %w", errCallerGone, err)
 			}
 		}

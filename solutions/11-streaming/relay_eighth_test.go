@@ -515,3 +515,23 @@ func TestAChunkThatComesAfterTheFirstTokenLimitIsNotPassedOn(t *testing.T) {
 		assert.Equal(t, []string{"next"}, res.Served)
 	})
 }
+
+// 'A chunk that says nothing yet ... is held back, with any others like it,
+// until one that does, and they go with it, in order': a role chunk and an
+// empty one after it both reach the caller, before the first text.
+func TestEveryChunkThatSaysNothingYetGoesWithTheFirstThatDoes(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+		defer cancel()
+		role := step{chunk: Chunk{Raw: []byte("raw:role")}}
+		empty := step{chunk: Chunk{Raw: []byte("raw:empty")}}
+		up := plays("up", role, empty, say(0, "Hi"), finish(0, "stop"), fail(0, io.EOF))
+		cl := newCaller()
+		_, err := Relay(ctx, limits, targets(up), cl.emit)
+		require.NoError(t, err)
+		require.Len(t, cl.chunks, 4)
+		assert.Equal(t, "raw:role", string(cl.chunks[0].Raw), "the role first: nothing of it is lost")
+		assert.Equal(t, "raw:empty", string(cl.chunks[1].Raw))
+		assert.Equal(t, "Hi", cl.chunks[2].Text)
+	})
+}
