@@ -185,7 +185,9 @@ func (st *streamer) continueOn(ctx context.Context, run *run, from step, t *step
 	}
 	run.continuations++
 	n := run.continuations
-	actx, span := r.attemptSpan(ctx, t.target, n)
+	// A call of its own: its span is the request's child, like every
+	// attempt's, not the broken attempt's.
+	actx, span := r.attemptSpan(trace.ContextWithSpan(ctx, trace.SpanFromContext(run.caller)), t.target, n)
 	start := time.Now()
 	l := &leg{from: &from, to: t, prefill: prefill, deciding: prefill != ""}
 	c, err := st.once(actx, r, *t, llm.Request{Chat: chat, Model: t.target.Model, Meter: run.req.Meter}, l)

@@ -113,8 +113,9 @@ type run struct {
 	// continueAfter): the attempt succeeded for the caller, and failed for
 	// its target's health.
 	broke         error
-	continuedOn   *step // the target that finished a broken stream
-	continuations int   // attempts that continued a broken stream
+	continuedOn   *step     // the target that finished a broken stream
+	continuations int       // attempts that continued a broken stream
+	brokeAt       time.Time // when the attempt a continuation took over broke
 	// prior is what the attempts that failed before the answer were
 	// charged (llm.Completion.Charged): the caller is told it with the
 	// answer's own usage, so it reads what the tenant pays.
@@ -195,8 +196,12 @@ func (run *run) attempt(ctx context.Context, n int) error {
 		run.prior = addUsage(run.prior, *c.Charged)
 	}
 	run.lastEnd = time.Now()
+	run.upstream += run.lastEnd.Sub(start)
 	took := run.lastEnd.Sub(start)
-	run.upstream += took
+	if !run.brokeAt.IsZero() {
+		took = run.brokeAt.Sub(start) // its own call, not the continuations observed on their own
+		run.brokeAt = time.Time{}
+	}
 	run.r.obs.Attempt(s.target, n, took, outcome)
 	if outcome == nil {
 		done(nil)

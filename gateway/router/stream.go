@@ -121,6 +121,7 @@ func (st *streamer) attempt(ctx context.Context, run *run, s step, req llm.Reque
 		// The client has part of an answer: only a target that continues
 		// it may add to it, and no other target may start over.
 		st.reported = reported(c, l)
+		run.brokeAt = time.Now() // this call's own duration ends here, whatever continues it
 		if c, err, handled := st.continueAfter(ctx, run, s, err, addUsage(run.prior, spent(c, l))); handled {
 			if err != nil {
 				return c, timeouts.Permanent(fmt.Errorf("%w: %s: %w", ErrAfterFirstByte, s.target, err))
