@@ -161,12 +161,15 @@ type Prober interface {
 var ErrNoProbe = errors.New("llm: the provider cannot be probed")
 
 // Probe asks p whether its upstream answers for model; ErrNoProbe when p
-// is not a Prober.
-func Probe(ctx context.Context, p Provider, model string) error {
-	if pr, ok := p.(Prober); ok {
-		return pr.Probe(ctx, model)
+// is not a Prober. A panic in the probe comes back as an error wrapping
+// ErrPanic, as in Generate.
+func Probe(ctx context.Context, p Provider, model string) (err error) {
+	pr, ok := p.(Prober)
+	if !ok {
+		return ErrNoProbe
 	}
-	return ErrNoProbe
+	defer recovered(p, &err)
+	return pr.Probe(ctx, model)
 }
 
 // Prefiller is a Provider whose upstream continues an assistant prefill

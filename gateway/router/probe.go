@@ -7,6 +7,7 @@ import (
 
 	"github.com/production-go/gateway-lab/gateway/llm"
 	breaker "github.com/production-go/gateway-lab/solutions/04-breaker"
+	bridge "github.com/production-go/gateway-lab/solutions/06-bridge"
 )
 
 // A breaker that opens waits out RecoveryTimeout before it lets one
@@ -75,9 +76,7 @@ func (r *Router) probeUntilUp(t Target, p llm.Provider) {
 		if b.State() == breaker.Closed {
 			return
 		}
-		ctx, cancel := context.WithTimeout(r.probeCtx, r.cfg.Retry.AttemptTimeout)
-		err := llm.Probe(ctx, p, t.Model)
-		cancel()
+		err := r.probeOnce(t, p)
 		if errors.Is(err, llm.ErrNoProbe) || r.probeCtx.Err() != nil {
 			return
 		}
@@ -123,4 +122,20 @@ func (r *Router) stopProbes() {
 		stop()
 	}
 	r.probes.Wait()
+}
+
+// probeOnce runs one probe of t within Retry.AttemptTimeout. A provider
+// that does not honour its context is probed through the bridge, as its
+// requests are: the probe's wait ends at the timeout or at Close, and the
+// call it left behind is the bridge's to wait for (MaxProviderCalls).
+func (r *Router) probeOnce(t Target, p llm.Provider) error {
+	ctx, cancel := context.WithTimeout(r.probeCtx, r.cfg.Retry.AttemptTimeout)
+	defer cancel()
+	if llm.HonoursContext(p) {
+		return llm.Probe(ctx, p, t.Model)
+	}
+	_, err := bridge.Call(ctx, r.calls, func(context.Context) (struct{}, error) {
+		return struct{}{}, llm.Probe(ctx, p, t.Model)
+	})
+	return err
 }
