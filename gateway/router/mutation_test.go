@@ -455,3 +455,76 @@ func TestOnlyAFailedAttemptsSpanCarriesAFailureReason(t *testing.T) {
 		assert.Equal(t, map[string]string{"primary": "server_error", "secondary": "(none)"}, reasons)
 	})
 }
+
+// Response.Model: 'the upstream model that answered', and with none said,
+// the model the target asked for — for a whole answer as for a stream.
+func TestAWholeAnswerThatNamesNoModelIsTheTargetsModel(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		up := newUpstream("up")
+		up.script("quiet", func(context.Context) (llm.Completion, error) { return answer("", "hi"), nil })
+		g := newGateway(t, config(), up)
+		resp, err := g.Generate(t.Context(), ask(route("quiet")))
+		require.NoError(t, err)
+		assert.Equal(t, "quiet", resp.Model)
+	})
+}
+
+// echoing writes "Hello " and breaks; sent a prefill, it answers with one
+// raw chunk that repeats the prefill and goes on, carrying a field of its
+// own, then finishes.
+type echoing struct{ name, raw string }
+
+func (e echoing) Name() string         { return e.name }
+func (e echoing) HonoursContext() bool { return true }
+func (e echoing) Generate(context.Context, llm.Request) (llm.Completion, error) {
+	return llm.Completion{}, errors.New("unused")
+}
+
+func (e echoing) Stream(_ context.Context, req llm.Request, emit func(llm.Chunk) error) (llm.Completion, error) {
+	msgs := req.Chat.Get("messages").Array()
+	f := chatapi.NewFrame(e.name)
+	if msgs[len(msgs)-1].Get("role").Str != "assistant" {
+		hello := "Hello "
+		if err := emit(llm.Chunk{Raw: f.Chunk(chatapi.Delta{Content: &hello}, "")}); err != nil {
+			return llm.Completion{}, err
+		}
+		return llm.Completion{}, fmt.Errorf("%s: connection reset by peer", e.name)
+	}
+	if err := emit(llm.Chunk{Raw: []byte(e.raw)}); err != nil {
+		return llm.Completion{}, err
+	}
+	if err := emit(llm.Chunk{Raw: f.Chunk(chatapi.Delta{}, "stop")}); err != nil {
+		return llm.Completion{}, err
+	}
+	return llm.Completion{Model: e.name}, nil
+}
+
+// 'A gateway forwards what it is given': a continuation's chunk whose
+// repeat of the prefill is cut keeps every other field it carried.
+func TestAContinuationChunkCutForItsRepeatKeepsItsOtherFields(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		raw := `{"id":"c1","object":"chat.completion.chunk","model":"fallback","system_fingerprint":"fp_kept",` +
+			`"choices":[{"index":0,"delta":{"content":"Hello world"},"logprobs":null}]}`
+		cfg := config()
+		cfg.Routes = []router.Route{{Name: "chat", Targets: []router.Target{{Provider: "primary"}, {Provider: "fallback"}},
+			Continue: []router.Target{{Provider: "fallback"}}}}
+		g := newGateway(t, cfg, echoing{name: "primary"}, echoing{name: "fallback", raw: raw})
+		req := router.Request{Tenant: "acme", Chat: chatapi.NewRequest("tell me", true)}
+		require.True(t, g.Resolve("chat", &req))
+		var got []string
+		_, err := g.Stream(t.Context(), req, limits, func(c llm.Chunk) error {
+			got = append(got, string(c.Raw))
+			return nil
+		})
+		require.NoError(t, err)
+		var cut string
+		for _, c := range got {
+			if strings.Contains(c, "world") {
+				cut = c
+			}
+		}
+		require.NotEmpty(t, cut, "the continuation's own text reached the caller: %q", got)
+		assert.Equal(t, "world", gjson.Get(cut, "choices.0.delta.content").Str, "the repeat is cut")
+		assert.Equal(t, "fp_kept", gjson.Get(cut, "system_fingerprint").Str, "and nothing else of the chunk is lost")
+	})
+}
