@@ -272,6 +272,10 @@ func (r *relay) read(ctx context.Context, t Target, s Stream, firstToken *time.T
 			if err := r.emit(h); err != nil {
 				return fmt.Errorf("%w: %w", errCallerGone, err)
 			}
+			if !served { // its role reached the caller: t served, whatever comes next
+				r.res.Served = append(r.res.Served, t.Name)
+				served = true
+			}
 		}
 		held = nil
 		if err := r.emit(c); err != nil {
