@@ -10,7 +10,9 @@ const DefaultAnswerTokens = 1024
 // at four bytes a token (promptBytes/4, rounded down; a negative size is
 // 0 — an overestimate for most text, an underestimate for some scripts:
 // Settle corrects either way), plus choices answers of up to maxTokens
-// each (DefaultAnswerTokens when ≤ 0). choices ≤ 0 means one.
+// each (DefaultAnswerTokens when ≤ 0). choices ≤ 0 means one. It never
+// wraps: an estimate too large for an int is math.MaxInt, which no quota
+// holds.
 //
 // TODO(lab 12): write it.
 func Estimate(promptBytes, maxTokens, choices int) int {

@@ -1,5 +1,7 @@
 package quotas
 
+import "math"
+
 // DefaultAnswerTokens is the answer Estimate reserves for a request that
 // sets no limit on it. A gateway that reserved it should also send it
 // upstream as the limit (max_completion_tokens), or the answer may run
@@ -10,12 +12,17 @@ const DefaultAnswerTokens = 1024
 // at about four bytes a token (an overestimate for most text, an
 // underestimate for some scripts: Settle corrects either way), plus
 // choices answers of up to maxTokens each (DefaultAnswerTokens when ≤ 0).
-// choices ≤ 0 means one.
+// choices ≤ 0 means one. It never wraps: an estimate too large for an int
+// is math.MaxInt, which no quota holds.
 func Estimate(promptBytes, maxTokens, choices int) int {
 	if maxTokens <= 0 {
 		maxTokens = DefaultAnswerTokens
 	}
-	return max(promptBytes, 0)/4 + max(choices, 1)*maxTokens
+	prompt, n := max(promptBytes, 0)/4, max(choices, 1)
+	if maxTokens > (math.MaxInt-prompt)/n {
+		return math.MaxInt // max_tokens and n are the caller's: never wrap round to a small estimate
+	}
+	return prompt + n*maxTokens
 }
 
 // Outcome is how an upstream call ended, as far as the bill goes.

@@ -34,6 +34,7 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
+	"reflect"
 	"strings"
 	"time"
 
@@ -110,8 +111,8 @@ type Quota struct {
 // (a *redis.Client, *redis.ClusterClient or *redis.Ring).
 func New(rdb redis.Scripter, cfg Config) (*Quota, error) {
 	switch {
-	case rdb == nil:
-		return nil, fmt.Errorf("%w: no Redis client", ErrInvalidConfig)
+	case rdb == nil || reflect.ValueOf(rdb).Kind() == reflect.Pointer && reflect.ValueOf(rdb).IsNil():
+		return nil, fmt.Errorf("%w: no Redis client", ErrInvalidConfig) // a nil *redis.Client too
 	case strings.ContainsAny(cfg.Prefix, "{}"):
 		return nil, fmt.Errorf("%w: prefix %q must not contain braces: it is inside the keys' hash tag", ErrInvalidConfig, cfg.Prefix)
 	case cfg.SettleWindow < 0 || cfg.SettleWindow%time.Millisecond != 0:
@@ -152,6 +153,9 @@ func (q *Quota) Reserve(ctx context.Context, tenant, id string, perMinute, estim
 	r, err := q.run(ctx, tenant, "reserve", perMinute, id, estimate)
 	if err != nil {
 		return Decision{}, fmt.Errorf("quotas: reserve for %s: %w", tenant, err)
+	}
+	if r[0] == 1 && r[2] != 0 {
+		return Decision{}, fmt.Errorf("quotas: reserve for %s: %w: allowed, with a wait of %d ms", tenant, ErrUnexpectedReply, r[2])
 	}
 	return Decision{Allowed: r[0] == 1, Remaining: int(r[1]), RetryAfter: time.Duration(r[2]) * time.Millisecond}, nil
 }
