@@ -237,8 +237,10 @@ func (r *relay) read(ctx context.Context, t Target, s Stream, firstToken *time.T
 			return fmt.Errorf("%s: %w", t.Name, err)
 		}
 		if c.Text != "" || c.Other || c.FinishReason != "" {
-			firstToken.Stop() // the upstream has said something: from now on, the idle limit
-			limit = r.cfg.Idle
+			if !firstToken.Stop() && limit == 0 { // the limit ran out as this chunk came: it is late
+				return fmt.Errorf("%s: %w", t.Name, ErrFirstToken)
+			}
+			limit = r.cfg.Idle // the upstream has said something: from now on, the idle limit
 		}
 		hadUsage := c.Usage != nil
 		if hadUsage {
