@@ -326,12 +326,12 @@ func TestSpansCarryNoTextOfAFailedAttemptsError(t *testing.T) {
 			var all []string
 			all = append(all, s.Name, s.Status.Description)
 			for _, a := range s.Attributes {
-				all = append(all, a.Value.Emit())
+				all = append(all, a.Value.String())
 			}
 			for _, e := range s.Events {
 				all = append(all, e.Name)
 				for _, a := range e.Attributes {
-					all = append(all, a.Value.Emit())
+					all = append(all, a.Value.String())
 				}
 			}
 			assert.NotContains(t, strings.Join(all, " | "), "hunter2", "span %s carries the prompt's text", s.Name)
