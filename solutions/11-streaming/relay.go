@@ -270,14 +270,8 @@ func (r *relay) read(ctx context.Context, t Target, s Stream, firstToken *time.T
 			}
 			continue // or a usage-only chunk, or one the echo used up
 		}
-		for _, h := range held { // only ever before the first chunk reached the caller
-			if err := r.emit(h); err != nil {
-				return fmt.Errorf("%w: %w", errCallerGone, err)
-			}
-			if !served { // its role reached the caller: t served, whatever comes next
-				r.res.Served = append(r.res.Served, t.Name)
-				served = true
-			}
+		if err := r.release(t, held, &served); err != nil {
+			return err
 		}
 		held = nil
 		if err := r.emit(c); err != nil {
@@ -297,6 +291,22 @@ func (r *relay) read(ctx context.Context, t Target, s Stream, firstToken *time.T
 			return nil // the usage came with the finish: nothing is left to read
 		}
 	}
+}
+
+// release sends the chunks held back before t's first that says something
+// (only ever before the first chunk reached the caller); once one is taken,
+// t has served.
+func (r *relay) release(t Target, held []Chunk, served *bool) error {
+	for _, h := range held {
+		if err := r.emit(h); err != nil {
+			return fmt.Errorf("%w: %w", errCallerGone, err)
+		}
+		if !*served { // its role reached the caller, whatever comes next
+			r.res.Served = append(r.res.Served, t.Name)
+			*served = true
+		}
+	}
+	return nil
 }
 
 // next reads one chunk, within the idle limit if there is one.
