@@ -99,7 +99,10 @@ var quotaLua string
 var quotaScript = redis.NewScript(quotaLua)
 
 // Quota is a token bucket per tenant of perMinute tokens, refilled
-// continuously at perMinute/60 a second, in Redis. Safe for concurrent use.
+// continuously at perMinute/60 a second of Redis' clock, in Redis. A clock
+// that steps back refills nothing until it passes the latest time the
+// bucket has counted, and Remaining never falls without a charge. Safe for
+// concurrent use.
 type Quota struct {
 	rdb    redis.Scripter
 	prefix string
