@@ -29,7 +29,7 @@ import (
 const (
 	vecSeed1, vecSeed2 = 11, 20260101
 	vecCandidates      = 6000
-	vecKeep            = 400
+	vecKeep            = 500
 	vecRepeats         = 20
 )
 
@@ -274,6 +274,10 @@ func (g *vecGen) scenario() vecScenario {
 		return s // no targets
 	}
 	n := 1 + g.r.IntN(4)
+	chain := g.p(35) // an answer that breaks and is continued, maybe more than once
+	if chain {
+		n = 2 + g.r.IntN(3)
+	}
 	names := []string{"a", "b", "c", "d"}
 	for i := 0; i < n; i++ {
 		t := vecTarget{Name: names[i]}
@@ -281,6 +285,9 @@ func (g *vecGen) scenario() vecScenario {
 			t.Name = names[g.r.IntN(i)] // the same name twice
 		}
 		t.Can = g.p(30 + 20*min(i, 2))
+		if chain && i > 0 {
+			t.Can = g.p(85)
+		}
 		switch x := g.r.IntN(100); {
 		case x < 12:
 			t.OpenMS = g.nearLimit(s.FirstTokenMS, 0)
@@ -303,7 +310,12 @@ func (g *vecGen) scenario() vecScenario {
 			t.OnEnd = "eof"
 		}
 		t.CloseErr = g.p(6)
-		t.Steps = g.steps(s, t)
+		t.Bound = g.p(10)
+		if chain && i == 0 {
+			t.Steps = g.starter(s)
+		} else {
+			t.Steps = g.steps(s, t)
+		}
 		s.Targets = append(s.Targets, t)
 	}
 	return s
@@ -341,6 +353,41 @@ func (g *vecGen) delay(s vecScenario, said bool, elapsed int) int {
 	return g.pick(s.IdleMS/2, s.FirstTokenMS/2, s.IdleMS-g.pick(3, 10))
 }
 
+// starter is a stream that says something and breaks.
+func (g *vecGen) starter(s vecScenario) []vecStep {
+	var steps []vecStep
+	if g.p(30) {
+		steps = append(steps, vecStep{After: g.pick(0, 10)})
+	}
+	for range 1 + g.r.IntN(3) {
+		st := vecStep{After: g.pick(0, 0, 10, 50), Text: g.word()}
+		if g.p(15) {
+			st.Usage = g.usage()
+		}
+		if g.p(7) {
+			st.Other = true
+		}
+		steps = append(steps, st)
+	}
+	return append(steps, g.breaking(s)...)
+}
+
+// breaking is how a stream breaks: an error, an early end, or silence
+// past the idle limit.
+func (g *vecGen) breaking(s vecScenario) []vecStep {
+	switch g.r.IntN(6) {
+	case 0:
+		return []vecStep{{After: g.pick(0, 5, 20), Err: "reset"}}
+	case 1:
+		return []vecStep{{After: g.pick(0, 5, 20), Err: "eof"}}
+	case 2:
+		return []vecStep{{After: g.pick(0, 5, 20), Err: "malformed"}}
+	case 3:
+		return []vecStep{{After: s.IdleMS + g.pick(3, 10, 50), Text: " late", Late: g.p(50)}}
+	}
+	return nil // silence
+}
+
 func (g *vecGen) usage() []int { return []int{1 + g.r.IntN(20), g.r.IntN(10)} }
 
 func (g *vecGen) steps(s vecScenario, t vecTarget) []vecStep {
@@ -360,6 +407,9 @@ func (g *vecGen) steps(s vecScenario, t vecTarget) []vecStep {
 		if g.p(5) {
 			st.NoRaw = true
 		}
+		if st.Err == "" && st.After > 0 && g.r.IntN(1000) < 15 {
+			st.Late = true
+		}
 		steps = append(steps, st)
 	}
 	// The start: role chunks, an early usage report.
@@ -372,7 +422,38 @@ func (g *vecGen) steps(s vecScenario, t vecTarget) []vecStep {
 	// A continuation may repeat its prefill, all or in part.
 	if t.Can && g.p(65) {
 		k := g.pick(1, 2, 3, 5, 8)
-		switch g.r.IntN(9) {
+		switch g.r.IntN(18) {
+		case 9:
+			add(vecStep{Echo: []int{0, -1}, Finish: "stop", Usage: g.maybeUsage()})
+		case 10:
+			add(vecStep{Echo: []int{0, -1}})
+			add(vecStep{Echo: []int{0, k}})
+		case 11:
+			add(vecStep{Lead: g.word2("Yes: ", "I said ", "T"), Echo: []int{0, -1}, Text: g.word()})
+		case 12:
+			add(vecStep{Echo: []int{0, k}})
+			add(vecStep{Echo: []int{k, -1}, Other: true})
+		case 13:
+			add(vecStep{Other: true})
+			add(vecStep{Echo: []int{0, k}})
+		case 14:
+			add(vecStep{Echo: []int{0, k}, Usage: g.usage()})
+			for _, st := range g.breaking(s) {
+				add(st)
+			}
+			return steps
+		case 15:
+			add(vecStep{Echo: []int{0, k}})
+			for _, st := range g.breaking(s) {
+				add(st)
+			}
+			return steps
+		case 16:
+			add(vecStep{Echo: []int{0, -1}, Text: g.word(), Finish: "stop", Usage: g.usage()})
+			return steps
+		case 17:
+			add(vecStep{Echo: []int{0, -1}})
+			add(vecStep{Echo: []int{0, -1}, Text: g.word()})
 		case 0:
 			add(vecStep{Echo: []int{0, -1}})
 		case 1:
@@ -457,6 +538,12 @@ func (g *vecGen) steps(s vecScenario, t vecTarget) []vecStep {
 				add(vecStep{Usage: g.usage()})
 			}
 		}
+		if g.p(30) { // after the usage: nothing is read, whatever comes
+			add(vecStep{Usage: g.usage()})
+			if g.p(50) {
+				add(vecStep{Text: g.word()})
+			}
+		}
 		switch g.r.IntN(5) {
 		case 0, 1:
 			add(vecStep{Err: "eof"})
@@ -479,6 +566,13 @@ func (g *vecGen) steps(s vecScenario, t vecTarget) []vecStep {
 	return steps
 }
 
+func (g *vecGen) maybeUsage() []int {
+	if g.p(50) {
+		return g.usage()
+	}
+	return nil
+}
+
 func (g *vecGen) word2(xs ...string) string { return xs[g.r.IntN(len(xs))] }
 
 // callerActs gives the caller something to do, at times taken from a run
@@ -495,6 +589,14 @@ func (g *vecGen) callerActs(s *vecScenario, base vecOutcome) {
 	}
 	end := int(base.end / time.Millisecond)
 	marks = append(marks, end)
+	if !vecTimed(*s) || g.p(10) {
+		// Times are not the contract's here: only a caller who takes the
+		// chunks that say nothing and refuses the first that says something.
+		if s.SlowMS == 0 && g.p(30) {
+			s.GoneMS, s.GoneOnWords = 1, true
+		}
+		return
+	}
 	at := func() int {
 		m := marks[g.r.IntN(len(marks))]
 		switch g.r.IntN(4) {
@@ -513,14 +615,18 @@ func (g *vecGen) callerActs(s *vecScenario, base vecOutcome) {
 	case x < 38:
 		s.CancelMS, s.DeadlineMS = at(), at()
 	case x < 50:
+		s.GoneOnWords = g.p(30)
 		if len(marks) > 1 && g.p(70) {
 			s.GoneMS = 1 + marks[g.r.IntN(len(marks)-1)] // from a chunk's arrival on
 		} else {
 			s.GoneMS = 1 + at()
 		}
 		return
-	case x < 60:
+	case x < 62:
 		s.SlowMS = g.pick(20, 150, s.IdleMS+g.pick(5, 30), s.FirstTokenMS+10)
+		if g.p(25) {
+			s.GoneMS, s.GoneOnWords = 1, true
+		}
 		return
 	default:
 		return
@@ -532,9 +638,6 @@ func (g *vecGen) callerActs(s *vecScenario, base vecOutcome) {
 			if e := s.Targets[i].Steps[j].Err; e == "deadline" || e == "canceled" {
 				s.Targets[i].Steps[j].Err = "reset"
 			}
-		}
-		if s.Targets[i].OnEnd == "canceled" {
-			s.Targets[i].OnEnd = ""
 		}
 	}
 }
@@ -562,14 +665,18 @@ func vecTags(s vecScenario, o vecOutcome) []string {
 	tag(s.Cause, "cause")
 	tag(s.GoneMS > 0, "hangs-up")
 	tag(s.SlowMS > 0, "slow-caller")
+	tag(s.GoneOnWords, "refuses-words")
+	tag(!vecTimed(s), "untimed")
 	for _, t := range s.Targets {
 		tag(t.Refuse, "open-fails")
 		tag(t.OpenMS > 0 && !t.Refuse, "open-slow")
 		tag(t.Stubborn, "open-ignores-ctx")
 		tag(t.OnEnd != "", "ends-"+t.OnEnd)
 		tag(t.CloseErr, "close-fails")
+		tag(t.Bound, "bound-to-open")
 		for _, st := range t.Steps {
 			tag(len(st.Echo) == 2, "echo")
+			tag(st.Late, "late-chunk")
 			tag(st.Other, "other")
 			tag(len(st.Usage) == 2 && st.Text == "" && st.Finish == "" && !st.Other, "usage-chunk")
 			tag(len(st.Usage) == 2 && (st.Text != "" || st.Finish != "" || st.Other), "usage-with-more")
@@ -605,7 +712,7 @@ func vecNameTags(tags []string) []string {
 	for _, x := range tags {
 		switch {
 		case strings.HasPrefix(x, "err-"), x == "ok", x == "continued", x == "continued-twice", x == "cancel", x == "deadline",
-			x == "hangs-up", x == "slow-caller", x == "echo", x == "no-continue", x == "open-fails", x == "open-ignores-ctx",
+			x == "hangs-up", x == "refuses-words", x == "late-chunk", x == "slow-caller", x == "echo", x == "no-continue", x == "open-fails", x == "open-ignores-ctx",
 			x == "other", x == "invalid-config", x == "no-targets", x == "malformed", x == "usage-with-more":
 			out = append(out, x)
 		}
