@@ -28,8 +28,8 @@ import (
 
 const (
 	vecSeed1, vecSeed2 = 11, 20260101
-	vecCandidates      = 6000
-	vecKeep            = 500
+	vecCandidates      = 8000
+	vecKeep            = 800
 	vecRepeats         = 20
 )
 
@@ -314,7 +314,7 @@ func (g *vecGen) scenario() vecScenario {
 		if chain && i == 0 {
 			t.Steps = g.starter(s)
 		} else {
-			t.Steps = g.steps(s, t)
+			t.Steps = g.steps(s, &t)
 		}
 		s.Targets = append(s.Targets, t)
 	}
@@ -390,12 +390,14 @@ func (g *vecGen) breaking(s vecScenario) []vecStep {
 
 func (g *vecGen) usage() []int { return []int{1 + g.r.IntN(20), g.r.IntN(10)} }
 
-func (g *vecGen) steps(s vecScenario, t vecTarget) []vecStep {
+func (g *vecGen) steps(s vecScenario, t *vecTarget) []vecStep {
 	var steps []vecStep
 	said := false
 	elapsed := t.OpenMS
 	add := func(st vecStep) {
-		st.After = g.delay(s, said, elapsed)
+		if st.After == 0 { // else set by the caller of add
+			st.After = g.delay(s, said, elapsed)
+		}
 		if said {
 			elapsed = 0
 		} else {
@@ -422,7 +424,9 @@ func (g *vecGen) steps(s vecScenario, t vecTarget) []vecStep {
 	// A continuation may repeat its prefill, all or in part.
 	if t.Can && g.p(65) {
 		k := g.pick(1, 2, 3, 5, 8)
-		switch g.r.IntN(18) {
+		shape := g.r.IntN(18)
+		t.shape = fmt.Sprintf("repeat-shape-%d", shape)
+		switch shape {
 		case 9:
 			add(vecStep{Echo: []int{0, -1}, Finish: "stop", Usage: g.maybeUsage()})
 		case 10:
@@ -495,8 +499,13 @@ func (g *vecGen) steps(s vecScenario, t vecTarget) []vecStep {
 			st.Other, st.Text = true, g.word()
 		case x < 80:
 			st.Text, st.Usage = g.word(), g.usage()
-		case x < 87:
+		case x < 84:
 			// a keep-alive: says nothing
+		case x < 87:
+			// a gap longer than Idle, split by a chunk that says nothing
+			gap := s.IdleMS * g.pick(55, 70) / 100
+			add(vecStep{After: gap, Usage: g.maybeUsage()})
+			st.After, st.Text = gap, g.word()
 		case x < 92:
 			st.Usage = g.usage()
 		case x < 96:
@@ -675,6 +684,17 @@ func vecTags(s vecScenario, o vecOutcome) []string {
 		tag(t.CloseErr, "close-fails")
 		tag(t.Bound, "bound-to-open")
 		for _, st := range t.Steps {
+			if st.Err != "" {
+				break
+			}
+			if st.Text != "" || st.Other || st.Finish != "" || len(st.Echo) == 2 {
+				tag(st.Finish != "" && st.Text == "" && len(st.Echo) == 0, "first-is-a-bare-finish")
+				tag(st.Other && st.Text == "" && len(st.Echo) == 0, "first-is-a-bare-other")
+				break
+			}
+		}
+		for j, st := range t.Steps {
+			tag(j > 0 && st.After > 0 && st.After == t.Steps[j-1].After && st.Text != "" && t.Steps[j-1].Text == "", "gap-split-by-nothing")
 			tag(len(st.Echo) == 2, "echo")
 			tag(st.Late, "late-chunk")
 			tag(st.Other, "other")
@@ -691,6 +711,10 @@ func vecTags(s vecScenario, o vecOutcome) []string {
 	for _, op := range o.Opens {
 		if !strings.HasSuffix(op, `""`) {
 			continued++
+			var i int
+			if _, err := fmt.Sscanf(op, "t%d", &i); err == nil && s.Targets[i].shape != "" {
+				tag(true, s.Targets[i].shape)
+			}
 		}
 	}
 	tag(continued == 1, "continued")

@@ -65,6 +65,8 @@ type vecTarget struct {
 	CloseErr bool      `json:"ce,omitempty"` // Close fails
 	Bound    bool      `json:"b,omitempty"`  // the stream also ends when the context Open was given ends (an HTTP body)
 	Steps    []vecStep `json:"s,omitempty"`
+
+	shape string // the generator's name for how it repeats a prefill
 }
 
 // vecScenario is one generated scenario. Times are virtual milliseconds.
