@@ -413,7 +413,7 @@ type vecStream struct {
 	vt      vecTarget
 	prefill string
 	i       int
-	said    bool // it sent a chunk that says something: a limit now is the idle limit
+	said    bool            // it sent a chunk that says something: a limit now is the idle limit
 	open    context.Context // the context Open was given, for a stream bound to it
 	ended   func(said bool)
 	note    func(string)
