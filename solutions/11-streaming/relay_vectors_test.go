@@ -9,9 +9,10 @@ package streaming
 // Only what the contract settles is recorded: the chunks the caller is
 // given (their fields, their raw bytes or none, and the virtual time each
 // arrives), the prefill of every Open in order, that every stream opened is
-// closed exactly once before Relay returns, the Result, and which sentinels
-// the error matches. Left open, and not recorded: when a stream is closed,
-// how many times Next is called, goroutines, error messages, whether a chunk
+// closed exactly once before Relay returns (and before the next Open, as
+// TestAReplacedStreamIsClosedBeforeTheNextOpens requires), the Result, and
+// which sentinels the error matches. Left open, and not recorded: the exact
+// moment a stream is closed, how many times Next is called, goroutines, error messages, whether a chunk
 // that says nothing after the answer has started is passed on, and how text
 // held back as a possible repeat is split across the chunks that carry it.
 // The generator drops every scenario in which two events of different
