@@ -110,6 +110,7 @@ type vEv struct {
 	Gap int    `json:"g,omitempty"`
 	K   string `json:"k"`
 	T   string `json:"t,omitempty"`
+	N   int    `json:"n,omitempty"` // sent N times (at once after the first); 0 is once
 }
 
 type vTarget struct {
@@ -137,6 +138,7 @@ type vReq struct {
 	CancelMs   int    `json:"cancel,omitempty"`   // the caller cancels this long after it asked
 	DeadlineMs int    `json:"deadline,omitempty"` // the caller's deadline, after it asked
 	LeaveAfter int    `json:"leave,omitempty"`    // the caller's emit fails on this chunk (1-based)
+	ZeroIdle   bool   `json:"zeroIdle,omitempty"` // asks with an idle limit of 0
 }
 
 func (r vReq) chat() *chatapi.Request {
@@ -190,7 +192,7 @@ func (p vecProber) Probe(ctx context.Context, model string) error {
 	r.mu.Lock()
 	target := router.Target{Provider: p.name, Model: model}.String()
 	r.wake(now, "probe-tick:"+target)
-	r.log("probe", fmt.Sprintf("%s up=%v", target, now >= p.down))
+	r.log("probe", fmt.Sprintf("%s at=%s up=%v", target, now, now >= p.down))
 	r.mu.Unlock()
 	if now < p.down {
 		return chatapi.NewUpstreamError(p.name, 503, []byte(`{"error":{"message":"down"}}`), 0)
@@ -313,8 +315,10 @@ func (p *vecUp) Stream(ctx context.Context, req llm.Request, emit func(llm.Chunk
 		default:
 			panic("vecUp: unknown event kind " + e.K)
 		}
-		if err := send(raw, saying); err != nil {
-			return llm.Completion{}, err
+		for range max(1, e.N) {
+			if err := send(raw, saying); err != nil {
+				return llm.Completion{}, err
+			}
 		}
 	}
 	switch script.End {
@@ -613,7 +617,11 @@ func runScenario(t *testing.T, s vScenario) (lines []string, conflicts []string)
 				t.Fatal("no route chat")
 			}
 			n := 0
-			resp, err := g.Stream(dctx, req, limits, func(c llm.Chunk) error {
+			lim := limits
+			if q.ZeroIdle {
+				lim.Idle = 0
+			}
+			resp, err := g.Stream(dctx, req, lim, func(c llm.Chunk) error {
 				n++
 				r.mu.Lock()
 				r.log("chunk", chunkLine(c.Raw))
@@ -1037,8 +1045,8 @@ func genScenario(rng *rand.Rand) vScenario {
 	}
 	if chance(0.4) {
 		s.Cfg.ProbeMs = pick(40, 100, 300)
-		if chance(0.5) {
-			s.Cfg.ProbeMaxMs = s.Cfg.ProbeMs * pick(1, 2, 4)
+		if chance(0.7) {
+			s.Cfg.ProbeMaxMs = s.Cfg.ProbeMs * pick(1, 2, 4, 8)
 		}
 	}
 	s.Cfg.Isolate = chance(0.2)
@@ -1090,7 +1098,7 @@ func genScenario(rng *rand.Rand) vScenario {
 			q.MaxTok = pick(1, 2, 3, 4)
 		}
 		q.Usage = chance(0.4)
-		q.N2 = chance(0.04)
+		q.N2 = chance(0.1)
 		q.OwnPrefill = chance(0.04)
 		q.NoCont = chance(0.08)
 		if chance(0.04) {
@@ -1101,9 +1109,10 @@ func genScenario(rng *rand.Rand) vScenario {
 			q.CancelMs = pick(near(ft), near(ft+idle), 30, 120, 400)
 		case x < 0.2:
 			q.DeadlineMs = pick(near(ft), near(2*ft), 60, 250, 700)
-		case x < 0.25:
-			q.LeaveAfter = pick(1, 2, 3)
+		case x < 0.3:
+			q.LeaveAfter = pick(1, 2, 3, 4, 5, 6)
 		}
+		q.ZeroIdle = chance(0.02)
 		s.Reqs = append(s.Reqs, q)
 		_ = i
 		at += pick(0, 0, 30, 200, near(s.Cfg.RecoveryMs), s.Cfg.RecoveryMs+pick(40, 300))
@@ -1121,9 +1130,17 @@ func genCall(rng *rand.Rand, prov, k, ft, idle int, near func(int) int) vCall {
 	pick := func(xs ...int) int { return xs[rng.IntN(len(xs))] }
 	chance := func(p float64) bool { return rng.Float64() < p }
 	word := 0
+	long := pick(0, 0, 1, 2) // words of 4 bytes, or of 2 (a token a chunk), or of 14 (four bytes a token)
 	text := func() vEv {
 		word++
-		return vEv{Gap: pick(0, 5, 10, 20), K: "t", T: fmt.Sprintf("%c%d%d ", 'a'+prov, k, word)}
+		w := fmt.Sprintf("%c%d%d ", 'a'+prov, k, word)
+		switch long {
+		case 1:
+			w = fmt.Sprintf("%c%d", 'a'+prov, word%10)
+		case 2:
+			w = fmt.Sprintf("%c%d%d-longer-w ", 'a'+prov, k, word)
+		}
+		return vEv{Gap: pick(0, 5, 10, 20), K: "t", T: w}
 	}
 	texts := func(n int) []vEv {
 		var out []vEv
@@ -1192,7 +1209,7 @@ func genCall(rng *rand.Rand, prov, k, ft, idle int, near func(int) int) vCall {
 		if chance(0.15) {
 			c.Ev[len(c.Ev)-1].K = "tu"
 		}
-		c.End = pick2(rng, "reset", "reset", "eof", "bad", "err500", "stall")
+		c.End = pick2(rng, "reset", "reset", "eof", "eof", "bad", "err500", "stall")
 	case x < 0.72: // goes silent for about a limit
 		c.Ev = append(head(), texts(1+rng.IntN(2))...)
 		c.Ev = append(c.Ev, vEv{Gap: near(idle), K: "t", T: fmt.Sprintf("%c%dz ", 'a'+prov, k)})
@@ -1204,13 +1221,22 @@ func genCall(rng *rand.Rand, prov, k, ft, idle int, near func(int) int) vCall {
 		} else {
 			finish(&c)
 		}
-	case x < 0.9: // a continuation that repeats its prefill
+	case x < 0.86: // a continuation that repeats its prefill
 		c.Echo = true
 		c.Ev = texts(1 + rng.IntN(2))
 		if chance(0.3) {
-			c.End = pick2(rng, "reset", "stall")
+			c.End = pick2(rng, "reset", "stall", "eof")
 		} else {
 			finish(&c)
+		}
+	case x < 0.9: // chunks that say nothing: a role alone, or many
+		c.Ev = []vEv{{Gap: 5, K: "role"}}
+		if chance(0.5) {
+			c.Ev = append(c.Ev, vEv{Gap: 5, K: "ann", N: pick(62, 63, 64)})
+			if chance(0.6) {
+				c.Ev = append(c.Ev, text())
+				finish(&c)
+			}
 		}
 	default: // opens, then nothing
 		c.Ev = head()
