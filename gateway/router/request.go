@@ -222,7 +222,7 @@ func (run *run) attempt(ctx context.Context, n int) error {
 	}
 	run.plan.last = k
 	next := run.plan.decide(run.caller, k, err, run.deadline, run.r.policy(run.plan.pinned, 0).MaxAttempts-n)
-	if _, fo := next.(failover); run.r.cfg.RetryBudget != nil && !errors.Is(err, ErrAfterFirstByte) &&
+	if _, fo := next.(failover); run.r.cfg.RetryBudget != nil && !errors.Is(err, ErrAfterFirstByte) && !errors.Is(err, errClientGone) &&
 		(fo || !llm.CallersFault(err) && !errors.Is(err, llm.ErrNotSent)) { // the loop would try again
 		next = run.budget(n, next)
 	}
@@ -303,6 +303,9 @@ func (p *plan) decide(caller context.Context, k int, err error, deadline time.Ti
 	}
 	if errors.Is(err, llm.ErrNotSent) {
 		return timeouts.Permanent(err) // a middleware ended the request before asking anyone
+	}
+	if errors.Is(err, errClientGone) {
+		return timeouts.Permanent(err) // the caller stopped reading (its emit failed): nobody is left to answer
 	}
 	if llm.CallersFault(err) {
 		if j := p.next(); j >= 0 && !p.tried[j] && fallsBackOn(err, p.fallbackOn) {
