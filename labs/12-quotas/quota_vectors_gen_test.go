@@ -66,7 +66,7 @@ func generateTrace(t *testing.T, rng *rand.Rand) vectorTrace {
 	cfg.SettleWindow = time.Duration(window) * time.Millisecond
 	g := &gen{t: t, rng: rng, r: &rig{fixture: newFixture(t, cfg)}, window: cmp.Or(window, DefaultSettleWindow.Milliseconds()),
 		tr: vectorTrace{cfg: cfg}, tags: map[string]bool{}}
-	names := []string{"acme", "Acme", "acme:eu", "b"}
+	names := []string{"acme", "Acme", "acme ", "acme:eu", "b"}
 	rng.Shuffle(len(names), func(i, j int) { names[i], names[j] = names[j], names[i] })
 	for _, name := range names[:1+rng.IntN(3)] {
 		per := genQuotas[rng.IntN(len(genQuotas))]
@@ -132,6 +132,8 @@ func (g *gen) newID(tn *genTenant) string {
 		id = last + ":" + strings.Repeat("x", 300)
 	case 4:
 		id = strings.ToUpper(last)
+	case 5:
+		id = last + " "
 	}
 	if _, dup := tn.ids[id]; dup {
 		id = fmt.Sprintf("r%d", g.next)

@@ -3,4477 +3,4387 @@
 package quotas
 
 // quotaVectors are the conformance traces quota_vectors_test.go replays.
-const quotaVectors = `trace w60000-d3-1tenants-debt-back-lowered-edge-again-bad "q-2" 60000 3
-R "acme:eu" "r1" 2 1 = allowed=true remaining=1 retry=0ms
-S "acme:eu" "r1" 2 2 = applied=true
-R "acme:eu" "r2" 2 2 = allowed=false remaining=0 retry=60000ms
-R "acme:eu" "r1" 2 0 = allowed=true remaining=0 retry=0ms
+const quotaVectors = `trace w60000-d3-1tenants-debt-back-again-bad "q-2" 60000 3
 + 1
-R "acme:eu" "r2:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 2 0 = allowed=true remaining=0 retry=0ms
-S "acme:eu" "r2:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 2 1 = applied=true
-R "acme:eu" "r4" 2 1 = allowed=false remaining=0 retry=59999ms
-+ 108059
-R "acme:eu" "r5" 2 0 = allowed=true remaining=2 retry=0ms
-+ 60000
-R "acme:eu" "bad" 2 -1 = ErrInvalidArgument
-S "acme:eu" "r5" 2 4 = applied=false
 + 1
-R "acme:eu" "bad" 1000000001 1 = ErrInvalidArgument
-- 1
-R "acme:eu" "open:r5" 2 0 = allowed=true remaining=2 retry=0ms
 + 1
-R "acme:eu" "r7" 2 2 = allowed=true remaining=0 retry=0ms
-S "acme:eu" "r7" 2 1 = applied=true
-R "acme:eu" "{r8}" 2 0 = allowed=true remaining=1 retry=0ms
 - 60000
-- 1
-S "acme:eu" "{r8}" 2 4 = applied=true
-R "acme:eu" "r2" 2 0 = allowed=false remaining=0 retry=150001ms
-R "acme:eu" "r7" 2 0 = allowed=true remaining=0 retry=0ms
-R "acme:eu" "open:{r8}" 2 0 = allowed=false remaining=0 retry=150001ms
-+ 60000
-S "acme:eu" "{r8}" 1 0 = applied=false
-- 60000
-R "acme:eu" "open:open:{r8}" 1 1 = allowed=false remaining=0 retry=300001ms
-R "acme:eu" "settled:open:open:{r8}" 1 0 = allowed=false remaining=0 retry=240001ms
+R "" "bad" 1000000 1 = ErrInvalidArgument
 + 1
-S "acme:eu" "open:r5" 1 0 = applied=true
-S "acme:eu" "open:r5" 1 0 = applied=false
-R "acme:eu" "r12" 1 0 = allowed=false remaining=0 retry=240000ms
-+ 1
-R "acme:eu" "r13" 1 1 = allowed=false remaining=0 retry=299999ms
-+ 786
-R "acme:eu" "r14" 1 0 = allowed=false remaining=0 retry=239213ms
-trace w61000-d2-1tenants-debt-back-lowered-edge-again-bad "" 61000 2
-R "acme:eu" "r1" 2 0 = allowed=true remaining=2 retry=0ms
-+ 61000
-+ 1
-S "acme:eu" "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 2 2 = applied=false
-R "acme:eu" "r3" 2 2 = allowed=true remaining=0 retry=0ms
-R "acme:eu" "r4" 2 2 = allowed=false remaining=0 retry=60000ms
-R "acme:eu" "r5" 2 0 = allowed=true remaining=0 retry=0ms
-S "acme:eu" "r6" 2 2 = applied=false
-R "acme:eu" "r7" 2 0 = allowed=true remaining=0 retry=0ms
-S "acme:eu" "r3" 2 6 = applied=true
-R "acme:eu" "r8" 2 0 = allowed=false remaining=0 retry=120000ms
-S "acme:eu" "r1" 2 0 = applied=false
-R "acme:eu" "bad" 2 3 = ErrEstimateTooLarge
-R "acme:eu" "{r9}" 2 2 = allowed=false remaining=0 retry=180000ms
-S "acme:eu" "r6" 2 2 = applied=false
-R "acme:eu{x}" "bad" 2 1 = ErrInvalidArgument
+R "acme " "r1 " 1000000 1000000 = allowed=true remaining=0 retry=0ms
+S "acme " "r1 " 1000000 3000000 = applied=true
+R "acme " "r2" 1000000 1000000 = allowed=false remaining=0 retry=180000ms
 + 179999
-R "acme:eu" "r10" 2 2 = allowed=false remaining=1 retry=1ms
-- 60000
-R "acme:eu" "r11" 2 0 = allowed=true remaining=1 retry=0ms
-S "acme:eu" "r5" 2 0 = applied=false
-S "acme:eu" "r7" 2 1 = applied=false
-R "acme:eu" "r11:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1 0 = allowed=true remaining=1 retry=0ms
-R "acme:eu" "r13" 1 0 = allowed=true remaining=1 retry=0ms
-S "acme:eu" "r13" 1 1000000000 = applied=true
-+ 9542
-+ 1
-R "acme:eu" "{r14}" 1 0 = allowed=false remaining=0 retry=110457ms
-S "acme:eu" "r13" 1 0 = applied=false
-S "acme:eu" "r11:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1 0 = applied=true
-S "acme:eu" "r11" 1 0 = applied=true
-+ 1
-+ 110457
 - 1
-R "acme:eu" "{r14}:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1 0 = allowed=true remaining=0 retry=0ms
-trace w3600001-d0-2tenants-debt-back-edge-again "q-2" 3600001 0
-R "acme:eu" "r1" 3 0 = allowed=true remaining=3 retry=0ms
-+ 3600000
++ 180000
++ 179999
+R "acme " "bad" 1000000 -1 = ErrInvalidArgument
++ 893
+R "acme " "r2" 1000000 0 = allowed=true remaining=1000000 retry=0ms
+R "acme " "settled:r2" 1000000 999999 = allowed=true remaining=1 retry=0ms
+R "acme " "r4" 1000000 0 = allowed=true remaining=1 retry=0ms
+S "acme " "{r5}" 1000000 528014 = applied=false
+R "acme " "r6" 1000000 2 = allowed=false remaining=1 retry=1ms
++ 2
+R "acme " "{r7}" 1000000 0 = allowed=true remaining=34 retry=0ms
+- 60000
+- 1
+S "acme " "{r7}" 1000000 1840862 = applied=true
+R "acme " "r2" 1000000 33 = allowed=true remaining=0 retry=0ms
+trace w61000-d1-1tenants-debt-back-edge-again-bad "tq" 61000 1
+R "acme" "r1" 1 0 = allowed=true remaining=1 retry=0ms
+R "acme" "r2" 1 1 = allowed=true remaining=0 retry=0ms
+R "acme" "r1" 1 1 = allowed=true remaining=0 retry=0ms
+S "acme" "r2" 1 0 = applied=true
+R "acme" "settled:r2" 1 0 = allowed=true remaining=1 retry=0ms
++ 61000
+- 1
+R "acme" "open:settled:r2" 1 1 = allowed=true remaining=0 retry=0ms
+S "acme" "open:settled:r2" 1 2 = applied=true
+R "acme" "r5" 1 0 = allowed=false remaining=0 retry=60000ms
++ 1
+R "acme" "r6" 1 1 = allowed=false remaining=0 retry=119999ms
++ 786
+R "acme" "r6 " 1 0 = allowed=false remaining=0 retry=59213ms
+S "acme" "settled:r2" 1 1 = applied=false
+R "acme" "r8" 1 0 = allowed=false remaining=0 retry=59213ms
+R "acme" "settled:r8" 1 0 = allowed=false remaining=0 retry=59213ms
+S "acme" "open:settled:r2" 1 1 = applied=false
+S "acme" "bad" 1 1000000001 = ErrInvalidArgument
++ 59212
++ 59214
++ 1
+R "acme" "r10" 1 0 = allowed=true remaining=0 retry=0ms
+S "acme" "open:settled:r2" 1 1 = applied=false
++ 61000
+S "acme" "r10" 1 1 = applied=false
++ 1
+R "acme" "settled:r10" 1 0 = allowed=true remaining=1 retry=0ms
+R "acme" "SETTLED:R10" 1 0 = allowed=true remaining=1 retry=0ms
+trace w0-d1-1tenants-debt-back-lowered-again-bad "q-2" 0 1
++ 1
+R "acme " "r1" 1000000 1000000 = allowed=true remaining=0 retry=0ms
+R "acme " "r2" 1000000 1000000 = allowed=false remaining=0 retry=60000ms
+- 60000
+R "acme " "r3" 1000000 88551 = allowed=false remaining=0 retry=65314ms
+S "acme " "r1" 1000000 1000000 = applied=true
++ 1
+R "acme " "r3:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 7919 0 = allowed=true remaining=0 retry=0ms
+R "acme " "r3:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx " 7919 143 = allowed=false remaining=0 retry=61083ms
+S "acme " "r3:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 7919 1000000000 = applied=true
++ 9542
++ 61083
+R "acme " "open:r3:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx " 7919 7919 = allowed=false remaining=0 retry=109374ms
+R "acme " "" 7919 1 = ErrInvalidArgument
+R "acme " "r3:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 7919 0 = allowed=true remaining=0 retry=0ms
+- 60000
+R "acme " "r7" 7919 3250 = allowed=false remaining=0 retry=133999ms
++ 98436
+R "acme " "r2" 7919 0 = allowed=false remaining=0 retry=10938ms
+R "acme " "r2" 7919 1 = allowed=false remaining=0 retry=10946ms
+R "acme " "r3" 2 1 = allowed=false remaining=0 retry=90000ms
+R "acme " "r8" 1 1 = allowed=false remaining=0 retry=120000ms
++ 120000
 + 96127
-R "acme:eu" "R1" 3 3 = allowed=true remaining=0 retry=0ms
+trace w1-d2-2tenants-debt-back-edge-again-bad "q-2" 1 2
+R "acme" "bad" 1000 1001 = ErrEstimateTooLarge
+R "acme" "{r1}" 1000 999 = allowed=true remaining=1 retry=0ms
+S "acme:eu" "r2:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1 0 = applied=false
+R "acme" "{r1}" 1000 1 = allowed=true remaining=1 retry=0ms
+R "acme:eu" "r3" 1 1 = allowed=true remaining=0 retry=0ms
 + 1
-+ 3600000
-R "Acme" "settled:r3" 1000000 0 = allowed=true remaining=1000000 retry=0ms
-S "acme:eu" "r1" 3 1 = applied=false
-R "Acme" "r4" 1000000 1000000 = allowed=true remaining=0 retry=0ms
-+ 1
-S "acme:eu" "R1" 3 4 = applied=false
-+ 3599999
-R "Acme" "r5" 1000000 0 = allowed=true remaining=1000000 retry=0ms
-R "acme:eu" "r6" 3 3 = allowed=true remaining=0 retry=0ms
-R "acme:eu" "r6:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 3 0 = allowed=true remaining=0 retry=0ms
-R "acme:eu" "r6:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 3 3 = allowed=false remaining=0 retry=60000ms
+S "acme" "{r1}" 1000 0 = applied=false
+S "acme:eu" "r3" 1 1000000000 = applied=false
+R "acme" "r4" 1000 1000 = allowed=false remaining=1 retry=59939ms
+R "acme" "r4:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000 0 = allowed=true remaining=1 retry=0ms
+R "acme" "r4:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000 1000 = allowed=false remaining=1 retry=59939ms
 + 2601
 - 1773
++ 59938
++ 1
+R "acme:eu" "open:r3" 1 1 = allowed=true remaining=0 retry=0ms
+R "acme" "r8" 1000 0 = allowed=true remaining=1000 retry=0ms
+R "acme:eu" "r9" 1 0 = allowed=true remaining=0 retry=0ms
+R "acme:eu" "r10" 1 0 = allowed=true remaining=0 retry=0ms
++ 1
+S "acme:eu" "open:r3" 1 1 = applied=false
+S "acme" "r8" 1000 1412 = applied=false
+R "acme:eu" "" 1 1 = ErrInvalidArgument
+S "acme:eu" "open:r3" 1 1 = applied=false
+R "acme:eu" "R10" 1 1 = allowed=false remaining=0 retry=59999ms
+- 1091
++ 44920
+R "acme:eu" "R10 " 1 0 = allowed=true remaining=0 retry=0ms
++ 1
+S "acme:eu" "r9" 1 0 = applied=false
+R "acme" "bad" 1000 1001 = ErrEstimateTooLarge
+trace w59999-d1-3tenants-debt-lowered-edge-again-bad "tq" 59999 1
+R "acme " "r1 " 600 0 = allowed=true remaining=600 retry=0ms
++ 1787
+R "acme " "r2" 600 600 = allowed=true remaining=0 retry=0ms
+R "Acme" "{r3}" 1000000 1000000 = allowed=true remaining=0 retry=0ms
+R "Acme" "settled:{r3}" 1000000 1 = allowed=false remaining=0 retry=1ms
 + 59999
-R "Acme" "r5" 1000000 0 = allowed=true remaining=1000000 retry=0ms
-R "Acme" "r9" 1000000 1 = allowed=true remaining=999999 retry=0ms
-+ 3539174
-+ 60827
-R "acme:eu" "settled:r6:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 3 0 = allowed=true remaining=3 retry=0ms
-+ 7474
-trace w21323-d60-3tenants-debt-lowered-edge-again-bad "q-2" 21323 60
-+ 3600000
-R "acme" "r1" 1000000000 999999999 = allowed=true remaining=1 retry=0ms
-S "acme" "open:r1" 1000000000 365061744 = applied=false
-R "Acme" "r3" 1000000000 1000000000 = allowed=true remaining=0 retry=0ms
-R "b" "r4" 60 59 = allowed=true remaining=1 retry=0ms
-S "acme" "r1" 1000000000 999999999 = applied=true
-R "b" "R4" 60 1 = allowed=true remaining=0 retry=0ms
-R "Acme" "bad" 1000000000 1000000001 = ErrEstimateTooLarge
-R "b" "r4" 60 0 = allowed=true remaining=0 retry=0ms
-S "b" "R4" 60 2 = applied=true
-S "b" "r4" 60 60 = applied=true
-+ 21322
-+ 1
-S "Acme" "r3" 1000000000 1000000000 = applied=false
 + 1
 + 1
-R "b" "r6" 60 60 = allowed=false remaining=19 retry=40675ms
-+ 40675
-R "Acme" "open:r3" 1000000000 1000000000 = allowed=true remaining=0 retry=0ms
-+ 21323
-S "Acme" "open:r3" 1000000000 0 = applied=false
-R "b" "r8" 60 1 = allowed=true remaining=59 retry=0ms
-R "Acme" "r9" 1000000000 0 = allowed=true remaining=355383333 retry=0ms
-R "acme" "bad" 0 0 = ErrInvalidArgument
-R "b" "settled:r8" 60 0 = allowed=true remaining=59 retry=0ms
-S "b" "r8" 60 1 = applied=true
-+ 21322
+R "b" "r5:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 3 3 = allowed=true remaining=0 retry=0ms
+S "b" "r5:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 3 3 = applied=true
+R "Acme" "r6" 1000000 1 = allowed=true remaining=999999 retry=0ms
+S "Acme" "{r3}" 1000000 0 = applied=false
+R "acme " "r7" 600 1 = allowed=true remaining=599 retry=0ms
+R "Acme" "r8" 1000000 0 = allowed=true remaining=999999 retry=0ms
 R "b" "bad" 0 0 = ErrInvalidArgument
-trace w59999-d1-3tenants-debt-lowered-again-bad "q-2" 59999 1
-R "Acme" "{r1}" 1000000000 0 = allowed=true remaining=1000000000 retry=0ms
-R "acme:eu" "{r2}" 3 3 = allowed=true remaining=0 retry=0ms
-R "acme:eu{x}" "bad" 3 1 = ErrInvalidArgument
-R "Acme" "{r1}" 1000000000 14962671 = allowed=true remaining=1000000000 retry=0ms
-R "b" "r3" 60 60 = allowed=true remaining=0 retry=0ms
-S "acme:eu" "{r2}" 3 3 = applied=true
-R "" "bad" 3 1 = ErrInvalidArgument
-+ 1132
-R "b" "r4" 60 1 = allowed=true remaining=0 retry=0ms
-R "b" "R4" 59 1 = allowed=false remaining=0 retry=883ms
-R "acme:eu" "{r6}" 3 1 = allowed=false remaining=0 retry=18868ms
-R "acme:eu" "settled:{r6}" 3 3 = allowed=false remaining=0 retry=58868ms
-R "b" "bad" 59 -1 = ErrInvalidArgument
-R "b" "open:R4" 59 1 = allowed=false remaining=0 retry=883ms
-S "Acme" "{r1}" 2 6 = applied=true
+R "acme " "settled:r7" 600 0 = allowed=true remaining=599 retry=0ms
+S "acme " "r1 " 600 0 = applied=false
++ 59998
+R "acme " "bad" 0 0 = ErrInvalidArgument
+R "Acme" "r6" 1000000 1000000 = allowed=true remaining=1000000 retry=0ms
 R "Acme" "bad" 0 0 = ErrInvalidArgument
-+ 3518
-R "Acme" "settled:{r1}" 2 2 = allowed=false remaining=0 retry=116482ms
-R "Acme" "open:settled:{r1}" 2 2 = allowed=false remaining=0 retry=116482ms
-S "b" "r3" 59 11 = applied=true
-+ 116481
-R "b" "r11" 59 0 = allowed=true remaining=59 retry=0ms
-R "Acme" "open:settled:{r1}" 1 0 = allowed=true remaining=0 retry=0ms
-S "b" "r3" 59 43 = applied=false
-R "Acme" "r12" 1 0 = allowed=true remaining=0 retry=0ms
-S "Acme" "r12" 1 3 = applied=true
-R "Acme" "r13" 1 1 = allowed=false remaining=0 retry=120000ms
-+ 120001
-R "Acme" "r14" 1 1 = allowed=true remaining=0 retry=0ms
-trace w112042-d1-2tenants-debt-back-edge-again-bad "" 112042 1
-R "acme" "R1" 59 0 = allowed=true remaining=59 retry=0ms
-S "acme" "R1" 59 0 = applied=true
-R "acme" "r2" 59 1 = allowed=true remaining=58 retry=0ms
-R "acme:eu{x}" "bad" 1000 1 = ErrInvalidArgument
-R "acme:eu" "{r3}" 1000 1000 = allowed=true remaining=0 retry=0ms
+R "Acme" "{r10}" 1000000 0 = allowed=true remaining=1000000 retry=0ms
+R "acme " "{r11}" 600 599 = allowed=true remaining=1 retry=0ms
+R "acme {x}" "bad" 600 1 = ErrInvalidArgument
+R "Acme" "r6" 1000000 14962 = allowed=true remaining=1000000 retry=0ms
+R "b" "r12" 1 0 = allowed=true remaining=0 retry=0ms
+S "acme " "r7" 600 1 = applied=true
+R "" "bad" 600 1 = ErrInvalidArgument
+S "acme " "r2" 600 599 = applied=false
++ 1
+R "Acme" "open:{r10}" 3 1 = allowed=true remaining=2 retry=0ms
+S "b" "r12" 1 1000000000 = applied=true
+R "b" "r14" 1 0 = allowed=false remaining=0 retry=60000ms
+R "b" "{r15}" 1 0 = allowed=false remaining=0 retry=60000ms
+R "acme " "{r11}" 600 100 = allowed=true remaining=1 retry=0ms
++ 59998
+trace w1000-d60-3tenants-debt-lowered-again-bad "tq" 1000 60
++ 1
++ 1
+S "acme" "bad" 7919 1000000001 = ErrInvalidArgument
+R "b" "r1" 1000 0 = allowed=true remaining=1000 retry=0ms
++ 1
+R "Acme" "r2:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 59 0 = allowed=true remaining=59 retry=0ms
++ 1
+R "Acme" "r2:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 59 0 = allowed=true remaining=59 retry=0ms
+S "acme" "r3" 7919 5770 = applied=false
+R "Acme" "r2:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx " 59 59 = allowed=true remaining=0 retry=0ms
+S "Acme" "r2:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx " 59 177 = applied=true
+R "Acme" "r2:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx  " 59 1 = allowed=false remaining=0 retry=121017ms
+S "b" "r1" 1000 0 = applied=true
++ 1
++ 1
+trace w403494-d2-1tenants-debt-back-edge-again-bad "tq" 403494 2
+R "acme" "r1" 1 1 = allowed=true remaining=0 retry=0ms
+R "acme{x}" "bad" 1 1 = ErrInvalidArgument
+R "acme" "{r2}" 1 1 = allowed=false remaining=0 retry=60000ms
 + 3062
-R "acme" "r2:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 59 57 = allowed=true remaining=2 retry=0ms
-R "acme:eu" "r5" 1000 80 = allowed=false remaining=51 retry=1738ms
-R "acme:eu" "r6" 1000 50 = allowed=true remaining=1 retry=0ms
-R "acme" "open:r2:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 59 43 = allowed=false remaining=2 retry=41695ms
-+ 41696
-R "acme" "r8" 59 0 = allowed=true remaining=43 retry=0ms
-R "acme" "r2:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 59 1 = allowed=true remaining=43 retry=0ms
-S "acme:eu" "{r3}" 1000 769 = applied=true
-R "acme:eu" "r9" 1000 0 = allowed=true remaining=926 retry=0ms
-S "acme" "r2" 59 1 = applied=true
+R "acme" "{r2}:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1 0 = allowed=true remaining=0 retry=0ms
+R "acme" "r4" 1 0 = allowed=true remaining=0 retry=0ms
+R "acme" "r5" 1 0 = allowed=true remaining=0 retry=0ms
+R "acme" "open:r5" 1 0 = allowed=true remaining=0 retry=0ms
++ 400432
+R "acme" "r7" 1 0 = allowed=true remaining=1 retry=0ms
+R "acme" "r5" 1 0 = allowed=true remaining=1 retry=0ms
+S "acme" "r7" 1 1 = applied=true
+R "acme" "r8" 1 0 = allowed=true remaining=0 retry=0ms
+S "acme" "{r2}:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1 0 = applied=true
 + 1
-S "acme" "r2:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 59 57 = applied=true
-+ 112040
-S "acme:eu" "r9" 1000 718 = applied=true
-S "acme" "r8" 59 0 = applied=true
-R "acme" "open:r8" 59 44 = allowed=true remaining=15 retry=0ms
+S "acme" "r1" 1 1 = applied=false
++ 3060
+S "acme" "r8" 1 1 = applied=true
+S "acme" "r5" 1 0 = applied=true
+R "acme" "open:r8" 1 1 = allowed=false remaining=0 retry=116939ms
 + 94953
-R "acme:eu" "r11" 1000 1000 = allowed=true remaining=0 retry=0ms
-S "acme:eu" "r6" 1000 31 = applied=false
-+ 112041
+R "acme" "r10" 1 1 = allowed=false remaining=0 retry=21986ms
+S "acme" "r4" 1 0 = applied=false
++ 21986
 - 2196
-S "acme" "open:r8" 59 0 = applied=false
-R "acme:eu{x}" "bad" 1000 1 = ErrInvalidArgument
-S "acme:eu" "r11" 1000 1001 = applied=true
-R "acme" "open:r2:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 59 59 = allowed=true remaining=0 retry=0ms
-S "acme" "open:r2:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 59 177 = applied=true
-R "acme:eu" "open:r11" 1000 0 = allowed=true remaining=999 retry=0ms
-trace w301700-d3-2tenants-debt-back-lowered-again-bad "q-2" 301700 3
-R "acme:eu{x}" "bad" 2 1 = ErrInvalidArgument
-+ 1
-+ 2065
-S "Acme" "R1" 59 30 = applied=false
-R "acme:eu" "{r2}" 2 1 = allowed=true remaining=1 retry=0ms
-R "Acme" "settled:R1" 3 0 = allowed=true remaining=3 retry=0ms
-S "acme:eu" "{r2}" 2 2 = applied=true
-S "Acme" "settled:R1" 3 0 = applied=true
-R "Acme" "r4" 3 3 = allowed=true remaining=0 retry=0ms
-R "Acme" "r5" 3 0 = allowed=true remaining=0 retry=0ms
+S "acme" "open:r5" 1 0 = applied=false
+R "acme{x}" "bad" 1 1 = ErrInvalidArgument
+trace w369194-d60-3tenants-back-lowered-edge-again-bad "tq" 369194 60
+R "acme" "open:r1" 7919 0 = allowed=true remaining=7919 retry=0ms
++ 369194
+S "b" "r2:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 2 0 = applied=false
+R "b" "R2:XXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXX" 2 2 = allowed=true remaining=0 retry=0ms
+R "acme{x}" "bad" 7919 1 = ErrInvalidArgument
+S "acme" "open:r1" 7919 0 = applied=false
+S "b" "R2:XXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXX" 2 1 = applied=true
+R "acme:eu" "r4 " 1000000 1000000 = allowed=true remaining=0 retry=0ms
+R "acme:eu" "r5" 1000000 0 = allowed=true remaining=0 retry=0ms
++ 2675
+R "acme" "open:r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 7919 7919 = allowed=true remaining=0 retry=0ms
++ 369193
+S "acme" "open:r1" 7919 1305 = applied=false
++ 369194
+R "acme:eu" "settled:r5" 1000000 896927 = allowed=true remaining=103073 retry=0ms
 - 60000
-S "acme:eu" "bad" 2 1000000001 = ErrInvalidArgument
-R "acme:eu" "r6" 2 1 = allowed=false remaining=0 retry=90000ms
-R "Acme" "settled:r5" 3 0 = allowed=true remaining=0 retry=0ms
-R "Acme" "bad" 3 4 = ErrEstimateTooLarge
-R "Acme" "bad" 3 4 = ErrEstimateTooLarge
-R "Acme" "{r8}" 3 0 = allowed=true remaining=0 retry=0ms
-R "acme:eu" "r6" 2 0 = allowed=true remaining=0 retry=0ms
-R "acme:eu" "r9" 2 1 = allowed=false remaining=0 retry=90000ms
+S "acme" "open:r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 7919 7919 = applied=false
+R "acme:eu" "settled:settled:r5" 1000000 103072 = allowed=true remaining=1 retry=0ms
+R "acme" "bad" 7919 7920 = ErrEstimateTooLarge
+R "acme" "bad" 7919 7920 = ErrEstimateTooLarge
+R "b" "{r9}" 1 0 = allowed=true remaining=1 retry=0ms
+R "b" "{r9}" 1 0 = allowed=true remaining=1 retry=0ms
+R "acme" "r10" 7919 1 = allowed=true remaining=7918 retry=0ms
 + 4969
 + 1
 + 3600000
-R "Acme" "settled:{r8}" 3 2 = allowed=true remaining=1 retry=0ms
-trace w257327-d60-2tenants-debt-back-lowered-again-bad "q-2" 257327 60
-R "b" "r1" 1000000 0 = allowed=true remaining=1000000 retry=0ms
-R "b" "bad" 1000000 -1 = ErrInvalidArgument
-R "acme:eu" "r2" 1 1 = allowed=true remaining=0 retry=0ms
-S "b" "r1" 1000000 1307669 = applied=true
-R "acme:eu" "r3" 1 0 = allowed=true remaining=0 retry=0ms
-S "b" "R1" 1000000 223326 = applied=false
-R "acme:eu" "r5" 1 1 = allowed=false remaining=0 retry=60000ms
-R "acme:eu" "r6" 1 0 = allowed=true remaining=0 retry=0ms
-R "b" "r7" 1000000 1000000 = allowed=false remaining=0 retry=78461ms
-+ 78460
-R "b" "r8" 1000000 0 = allowed=true remaining=999997 retry=0ms
-- 1
-S "b" "r8" 1000000 1829074 = applied=true
-R "acme:eu" "r6" 1 0 = allowed=true remaining=1 retry=0ms
-S "acme:eu" "bad" 1 1000000001 = ErrInvalidArgument
-S "acme:eu" "r3" 1 3 = applied=true
-R "acme:eu" "r6" 1 0 = allowed=true remaining=0 retry=0ms
-+ 1
-R "acme:eu" "r9" 1 1 = allowed=false remaining=0 retry=179999ms
-R "acme:eu" "" 1 1 = ErrInvalidArgument
-R "acme:eu" "r9:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1 0 = allowed=false remaining=0 retry=119999ms
-R "b" "r11" 60 59 = allowed=false remaining=0 retry=3659000ms
-+ 3525
-R "b" "r11" 60 0 = allowed=false remaining=0 retry=3596475ms
-S "acme:eu" "r2" 1 1 = applied=true
-R "acme:eu{x}" "bad" 1 1 = ErrInvalidArgument
-R "acme:eu" "r6" 1 0 = allowed=true remaining=0 retry=0ms
-trace w60000-d1-3tenants-debt-edge-again-bad "tq" 60000 1
-+ 1
-R "acme:eu" "{r1}" 60 60 = allowed=true remaining=0 retry=0ms
-+ 60000
-R "acme:eu" "r2" 60 0 = allowed=true remaining=60 retry=0ms
-S "Acme" "{r3}" 1000000000 826297700 = applied=false
-R "Acme" "r4" 1000000000 1000000000 = allowed=true remaining=0 retry=0ms
-R "" "bad" 60 1 = ErrInvalidArgument
-S "acme:eu" "r2" 60 0 = applied=true
-R "acme" "r5" 1000000000 43557756 = allowed=true remaining=956442244 retry=0ms
-+ 1
-R "Acme" "r6" 1000000000 1000000000 = allowed=false remaining=16666 retry=59999ms
-+ 1
-R "Acme" "r6" 1000000000 16667 = allowed=true remaining=16666 retry=0ms
-+ 1
-R "acme" "r7" 1000000000 0 = allowed=true remaining=956492244 retry=0ms
-S "Acme" "r6" 1000000000 1000000000 = applied=true
-R "acme" "r7:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000000 1 = allowed=true remaining=956492243 retry=0ms
-S "acme:eu" "{r1}" 60 0 = applied=false
-R "acme:eu" "{r9}" 60 60 = allowed=true remaining=0 retry=0ms
-R "Acme" "r6:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000000 14993150 = allowed=false remaining=0 retry=60897ms
-S "Acme" "{r3}" 1000000000 851564597 = applied=false
-S "Acme" "bad" 1000000000 -1 = ErrInvalidArgument
-R "acme:eu" "{r11}" 60 0 = allowed=true remaining=0 retry=0ms
-+ 60896
-R "acme" "{r12}" 1000000000 956492242 = allowed=true remaining=43507758 retry=0ms
-S "Acme" "r4" 1000000000 1000000000 = applied=false
-R "Acme" "r13" 1000000000 0 = allowed=true remaining=14983333 retry=0ms
-S "Acme" "bad" 1000000000 -1 = ErrInvalidArgument
-R "acme:eu" "r14" 60 0 = allowed=true remaining=60 retry=0ms
-+ 59999
-S "acme" "r5" 1000000000 43557756 = applied=false
-trace w7-d60-3tenants-debt-back-lowered-again "tq" 7 60
-R "b" "r1" 61 1 = allowed=true remaining=60 retry=0ms
-R "b" "r2" 61 60 = allowed=true remaining=0 retry=0ms
-S "acme" "open:r3" 61 32 = applied=false
-S "acme" "r4" 61 53 = applied=false
-S "b" "r5" 61 5 = applied=false
-R "acme" "r6" 61 0 = allowed=true remaining=61 retry=0ms
-R "acme" "r7" 61 61 = allowed=true remaining=0 retry=0ms
-R "acme" "r7" 61 0 = allowed=true remaining=0 retry=0ms
-R "b" "r8" 61 5 = allowed=false remaining=0 retry=4919ms
-R "b" "r2" 61 0 = allowed=true remaining=0 retry=0ms
-S "b" "r2" 61 183 = applied=true
-R "b" "R8" 61 0 = allowed=false remaining=0 retry=120984ms
-R "acme:eu" "R10" 600 600 = allowed=true remaining=0 retry=0ms
-R "acme:eu" "r11" 600 0 = allowed=true remaining=0 retry=0ms
-+ 97710
-R "acme:eu" "r12" 600 400 = allowed=true remaining=200 retry=0ms
-R "b" "r13" 61 61 = allowed=false remaining=0 retry=83274ms
-S "acme:eu" "r12" 600 399 = applied=true
-S "acme:eu" "R10" 600 1800 = applied=false
-- 1
-+ 83274
-S "acme" "r7" 7 61 = applied=false
-- 1
-+ 3600000
-S "acme" "r6" 7 0 = applied=false
-R "b" "{r14}" 60 0 = allowed=true remaining=60 retry=0ms
-trace w0-d0-3tenants-debt-back-lowered-edge-again-bad "" 0 0
-S "b" "open:r1" 1000 384 = applied=false
-R "b" "open:open:r1" 1000 12 = allowed=true remaining=988 retry=0ms
-R "Acme" "{r3}" 3 0 = allowed=true remaining=3 retry=0ms
-S "Acme" "{r3}" 3 1 = applied=true
-R "acme:eu" "r4" 7 0 = allowed=true remaining=7 retry=0ms
-R "acme:eu" "r5" 7 0 = allowed=true remaining=7 retry=0ms
-+ 1
-R "b" "bad" 1000 -1 = ErrInvalidArgument
-R "acme:eu" "r6" 7 0 = allowed=true remaining=7 retry=0ms
-+ 1
-R "Acme" "{r7}" 3 3 = allowed=false remaining=2 retry=19998ms
-R "acme:eu" "settled:r6" 7 6 = allowed=true remaining=1 retry=0ms
-R "b" "r9" 1000 95 = allowed=true remaining=893 retry=0ms
-S "acme:eu" "r10" 7 3 = applied=false
-S "acme:eu" "settled:r6" 7 6 = applied=true
-S "acme:eu" "r4" 7 0 = applied=true
-+ 19997
-+ 1
-+ 19998
-R "acme:eu" "r11" 7 2 = allowed=true remaining=3 retry=0ms
-S "acme:eu" "r11" 7 0 = applied=true
-R "acme:eu" "R11" 7 0 = allowed=true remaining=5 retry=0ms
-R "Acme" "open:{r7}" 3 1 = allowed=true remaining=2 retry=0ms
-S "b" "open:open:r1" 1000 0 = applied=true
-R "b" "r14" 1000 600 = allowed=true remaining=400 retry=0ms
-+ 3560001
-S "Acme" "open:{r7}" 3 2 = applied=true
-- 1
-S "acme:eu" "settled:r6" 7 7 = applied=false
-+ 116763
-+ 1
-S "b" "r14" 1 600 = applied=false
-S "b" "r9" 1 3 = applied=false
-trace w238695-d0-3tenants-debt-back-edge-again "q-2" 238695 0
-R "b" "r1" 60 59 = allowed=true remaining=1 retry=0ms
-S "b" "r1" 60 59 = applied=true
-R "Acme" "r2" 2 1 = allowed=true remaining=1 retry=0ms
-S "Acme" "{r3}" 2 0 = applied=false
-+ 238695
-R "acme:eu" "settled:r4" 1 0 = allowed=true remaining=1 retry=0ms
-S "acme:eu" "settled:r4" 1 0 = applied=true
-S "Acme" "r2" 2 2 = applied=false
-+ 4592
-R "Acme" "open:{r3}" 2 0 = allowed=true remaining=2 retry=0ms
-R "Acme" "r6" 2 0 = allowed=true remaining=2 retry=0ms
-- 60000
-+ 109251
-R "b" "r7" 60 1 = allowed=true remaining=59 retry=0ms
-+ 238694
-R "acme:eu" "open:settled:r4" 1 0 = allowed=true remaining=1 retry=0ms
-S "b" "r7" 60 1 = applied=true
-R "Acme" "r9" 2 0 = allowed=true remaining=2 retry=0ms
-S "acme:eu" "open:settled:r4" 1 2 = applied=true
-R "Acme" "r10" 2 0 = allowed=true remaining=2 retry=0ms
-trace w170649-d0-3tenants-back-edge-again "q-2" 170649 0
-R "b" "settled:r1" 59 59 = allowed=true remaining=0 retry=0ms
-R "acme" "r2" 3 3 = allowed=true remaining=0 retry=0ms
-+ 53822
-R "acme" "r2" 3 2 = allowed=true remaining=2 retry=0ms
-+ 1
-S "acme" "r2" 3 2 = applied=true
-R "Acme" "r3" 1000000 1000000 = allowed=true remaining=0 retry=0ms
-+ 106271
-R "b" "SETTLED:R1" 59 0 = allowed=true remaining=59 retry=0ms
-R "acme" "r5" 3 0 = allowed=true remaining=3 retry=0ms
-R "acme" "r6" 3 1 = allowed=true remaining=2 retry=0ms
-+ 10554
-S "b" "settled:r1" 59 59 = applied=true
-R "acme" "r7" 3 3 = allowed=false remaining=2 retry=9446ms
-R "Acme" "open:r3" 1000000 0 = allowed=true remaining=1000000 retry=0ms
-R "Acme" "{r9}" 1000000 9760 = allowed=true remaining=990240 retry=0ms
-S "Acme" "r10" 1000000 316980 = applied=false
-S "b" "r11" 59 55 = applied=false
-R "Acme" "settled:r10" 1000000 41274 = allowed=true remaining=948966 retry=0ms
-R "b" "r13" 59 58 = allowed=true remaining=1 retry=0ms
-S "b" "r13" 59 37 = applied=true
-- 60000
-+ 1
-+ 1
-S "Acme" "r3" 1000000 1000000 = applied=true
-S "Acme" "open:r3" 1000000 0 = applied=true
-+ 1
-trace w394207-d1-1tenants-debt-edge-again-bad "tq" 394207 1
-+ 1
-+ 1
-R "" "bad" 1000 1 = ErrInvalidArgument
-R "acme" "r1" 1000 1000 = allowed=true remaining=0 retry=0ms
-+ 394207
-S "acme" "r1" 1000 1000 = applied=false
-R "acme" "r2" 1000 1 = allowed=true remaining=999 retry=0ms
-+ 394206
-R "acme" "r3" 1000 0 = allowed=true remaining=1000 retry=0ms
-S "acme" "r3" 1000 0 = applied=true
-R "acme" "r3" 1000 0 = allowed=true remaining=1000 retry=0ms
-+ 1
-S "acme" "r2" 1000 0 = applied=false
-R "acme" "r3" 1000 1000 = allowed=true remaining=1000 retry=0ms
-R "acme" "r4" 1000 84 = allowed=true remaining=916 retry=0ms
-R "acme" "r4" 1000 1 = allowed=true remaining=916 retry=0ms
-R "acme" "r5" 1000 0 = allowed=true remaining=916 retry=0ms
-R "acme" "r6" 1000 72 = allowed=true remaining=844 retry=0ms
-S "acme" "r6" 1000 1624 = applied=true
-R "acme" "r6" 1000 0 = allowed=true remaining=0 retry=0ms
-R "acme" "{r7}" 1000 0 = allowed=false remaining=0 retry=42480ms
-R "acme" "r8" 1000 0 = allowed=false remaining=0 retry=42480ms
-R "acme" "r9" 1000 0 = allowed=false remaining=0 retry=42480ms
-R "acme" "r10" 1000 0 = allowed=false remaining=0 retry=42480ms
-R "acme" "r8" 1000 0 = allowed=false remaining=0 retry=42480ms
-+ 42480
-R "acme" "r11" 1000 0 = allowed=true remaining=0 retry=0ms
-S "acme" "r11" 1000 0 = applied=true
-R "acme" "open:r11" 1000 0 = allowed=true remaining=0 retry=0ms
-S "acme" "r4" 1000 84 = applied=true
-R "acme" "r13" 1000 0 = allowed=true remaining=0 retry=0ms
-R "acme" "r14" 1000 0 = allowed=true remaining=0 retry=0ms
-R "acme" "open:r11" 1000 51 = allowed=true remaining=0 retry=0ms
-R "acme" "r9" 1000 1 = allowed=false remaining=0 retry=60ms
-trace w59999-d0-1tenants-debt-back-edge-again-bad "" 59999 0
-R "b" "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1 1 = allowed=true remaining=0 retry=0ms
-+ 59998
-S "b" "bad" 1 1000000001 = ErrInvalidArgument
-R "b" "open:r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1 0 = allowed=true remaining=0 retry=0ms
-R "b" "r3" 1 1 = allowed=false remaining=0 retry=2ms
-R "b" "r4" 1 0 = allowed=true remaining=0 retry=0ms
-S "b" "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1 0 = applied=true
-S "b" "open:r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1 0 = applied=true
-S "b" "r4" 1 0 = applied=true
-R "b" "r5" 1 0 = allowed=true remaining=1 retry=0ms
-S "b" "r5" 1 1 = applied=true
-R "b" "r6" 1 1 = allowed=false remaining=0 retry=60000ms
-R "b" "r7" 1 0 = allowed=true remaining=0 retry=0ms
-R "b" "{r8}" 1 1 = allowed=false remaining=0 retry=60000ms
-S "b" "r7" 1 1 = applied=true
-R "b" "{R8}" 1 0 = allowed=false remaining=0 retry=60000ms
-R "b" "{R8}:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1 0 = allowed=false remaining=0 retry=60000ms
-R "b" "r11" 1 0 = allowed=false remaining=0 retry=60000ms
-R "b" "bad" 0 0 = ErrInvalidArgument
-R "b" "r3" 1 1 = allowed=false remaining=0 retry=120000ms
-+ 34372
-- 2251
-R "b" "r12" 1 0 = allowed=false remaining=0 retry=27879ms
-+ 1
-+ 27878
-S "b" "r7" 1 0 = applied=false
-R "b" "r13" 1 1 = allowed=false remaining=0 retry=60000ms
-+ 1717
-S "b" "r7" 1 0 = applied=false
-S "b" "bad" 1 -1 = ErrInvalidArgument
-+ 60000
-trace w3600001-d60-2tenants-back-lowered-edge-again-bad "" 3600001 60
-R "acme:eu" "r1" 600 1 = allowed=true remaining=599 retry=0ms
-S "acme:eu" "r1" 600 1 = applied=true
-+ 1
-+ 1
-+ 1
-R "Acme" "r2" 2 2 = allowed=true remaining=0 retry=0ms
-+ 3600001
-R "Acme" "{r3}" 2 2 = allowed=true remaining=0 retry=0ms
-- 1
-+ 1071
-+ 1
-R "acme:eu" "R1" 600 600 = allowed=true remaining=0 retry=0ms
-R "Acme" "{r3}:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 2 1 = allowed=false remaining=0 retry=28929ms
-R "acme:eu" "r6" 600 0 = allowed=true remaining=0 retry=0ms
-+ 3600001
-S "acme:eu" "bad" 600 -1 = ErrInvalidArgument
-R "acme:eu" "r7" 600 26 = allowed=true remaining=574 retry=0ms
-S "acme:eu" "r1" 600 115 = applied=false
-+ 1
-R "acme:eu" "r7:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 600 1 = allowed=true remaining=573 retry=0ms
-S "Acme" "bad" 2 1000000001 = ErrInvalidArgument
-R "acme:eu" "r9" 600 572 = allowed=true remaining=1 retry=0ms
-trace w3600001-d60-3tenants-debt-edge-again-bad "" 3600001 60
-+ 1
-S "acme:eu" "r1" 7 3 = applied=false
-R "acme:eu" "settled:r1" 7 6 = allowed=true remaining=1 retry=0ms
-R "acme:eu" "SETTLED:R1" 7 7 = allowed=false remaining=1 retry=51429ms
-R "acme:eu" "r4" 7 0 = allowed=true remaining=1 retry=0ms
-+ 1
-R "b" "bad" 0 0 = ErrInvalidArgument
-S "acme:eu" "settled:r1" 7 5 = applied=true
-S "acme:eu" "r4" 7 21 = applied=true
-R "b" "r5" 7919 7919 = allowed=true remaining=0 retry=0ms
-+ 3600001
-+ 1
-R "acme:eu" "{r6}" 7 7 = allowed=true remaining=0 retry=0ms
-+ 106478
-R "acme:eu" "r7" 7 0 = allowed=true remaining=7 retry=0ms
-+ 1
-+ 1
-S "acme:eu" "{r6}" 7 6 = applied=true
-R "b" "r8" 7919 0 = allowed=true remaining=7919 retry=0ms
-+ 3599999
-+ 1
-S "acme:eu" "r7" 7 21 = applied=false
-+ 77410
-+ 1
-R "Acme" "r9" 1000000 1000000 = allowed=true remaining=0 retry=0ms
-R "b" "settled:r8" 7919 0 = allowed=true remaining=7919 retry=0ms
-S "Acme" "r9" 1000000 0 = applied=true
-trace w373656-d0-3tenants-debt-lowered-again-bad "q-2" 373656 0
-+ 1
-R "acme" "open:r1" 7919 0 = allowed=true remaining=7919 retry=0ms
-+ 1
-R "" "bad" 7919 1 = ErrInvalidArgument
-S "acme" "open:r1" 7919 23757 = applied=true
-+ 1
-S "b" "{r2}" 600 510 = applied=false
-S "Acme" "R3" 59 49 = applied=false
-R "acme" "r4" 7919 7919 = allowed=false remaining=0 retry=119999ms
-R "b" "r5" 600 600 = allowed=true remaining=0 retry=0ms
-+ 119999
-R "b" "{r6}" 600 600 = allowed=true remaining=0 retry=0ms
-S "b" "r5" 600 1800 = applied=true
-+ 1
-R "Acme" "R3" 2 2 = allowed=true remaining=2 retry=0ms
-R "Acme" "{r7}" 2 2 = allowed=true remaining=0 retry=0ms
-S "b" "{r6}" 600 1800 = applied=true
-trace w360693-d0-3tenants-debt-lowered-edge-again-bad "q-2" 360693 0
-+ 15288
-+ 1
-R "acme" "r1" 3 1 = allowed=true remaining=2 retry=0ms
+R "b" "settled:{r9}" 1 0 = allowed=true remaining=1 retry=0ms
+S "acme" "bad" 7919 -1 = ErrInvalidArgument
+trace w7200000-d2-2tenants-debt-back-lowered-again-bad "q-2" 7200000 2
+S "Acme" "r1" 59 50 = applied=false
 R "Acme" "r2" 59 59 = allowed=true remaining=0 retry=0ms
-+ 360692
-R "acme" "r3" 3 1 = allowed=true remaining=2 retry=0ms
-S "b" "settled:r4" 60 5 = applied=false
-R "b" "r5" 60 0 = allowed=true remaining=60 retry=0ms
-R "acme" "r6" 3 2 = allowed=true remaining=0 retry=0ms
-R "Acme" "r7" 59 4 = allowed=true remaining=55 retry=0ms
-R "b" "r5:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 2 0 = allowed=true remaining=2 retry=0ms
-R "Acme" "r9" 59 56 = allowed=false remaining=55 retry=1017ms
-S "acme" "r1" 3 6 = applied=true
-R "Acme" "r10" 59 36 = allowed=true remaining=19 retry=0ms
-S "Acme" "R10" 59 20 = applied=false
-S "acme" "r3" 3 0 = applied=true
+S "acme:eu" "{r3}" 600 469 = applied=false
+R "acme:eu" "settled:{r3}" 600 600 = allowed=true remaining=0 retry=0ms
++ 1
+R "Acme" "r1" 59 0 = allowed=true remaining=0 retry=0ms
+R "acme:eu" "settled:{r3} " 600 15 = allowed=false remaining=0 retry=1499ms
 S "Acme" "r2" 59 58 = applied=true
-S "acme" "r6" 3 2 = applied=true
-R "acme" "r1" 3 3 = allowed=true remaining=0 retry=0ms
-R "Acme" "r12" 59 0 = allowed=true remaining=20 retry=0ms
-+ 360693
-R "Acme{x}" "bad" 59 1 = ErrInvalidArgument
-S "Acme" "r7" 59 3 = applied=false
-R "b" "open:r5:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 2 0 = allowed=true remaining=2 retry=0ms
-+ 7347
-R "Acme" "r14" 59 0 = allowed=true remaining=59 retry=0ms
-R "Acme" "r14" 59 4 = allowed=true remaining=59 retry=0ms
-trace w1000-d0-1tenants-debt-back-lowered-again-bad "q-2" 1000 0
-R "acme:eu" "r1" 2 1 = allowed=true remaining=1 retry=0ms
-S "acme:eu" "r1" 2 2 = applied=true
-R "acme:eu" "r2" 2 1 = allowed=false remaining=0 retry=30000ms
-R "acme:eu" "r2" 2 0 = allowed=true remaining=0 retry=0ms
-R "acme:eu" "R2" 2 2 = allowed=false remaining=0 retry=60000ms
-R "acme:eu" "r4" 2 1 = allowed=false remaining=0 retry=30000ms
-S "acme:eu" "r2" 2 3 = applied=true
-R "acme:eu" "open:r4" 1 0 = allowed=false remaining=0 retry=60000ms
-R "acme:eu" "r6" 1 0 = allowed=false remaining=0 retry=60000ms
-R "acme:eu" "r1" 1 0 = allowed=true remaining=0 retry=0ms
-R "acme:eu" "r4" 1 0 = allowed=false remaining=0 retry=60000ms
-R "acme:eu" "r7" 1 0 = allowed=false remaining=0 retry=60000ms
-+ 1
-R "acme:eu" "{r8}" 1 0 = allowed=false remaining=0 retry=59999ms
-R "acme:eu" "r9" 1 1 = allowed=false remaining=0 retry=119999ms
-R "acme:eu" "R9" 1 0 = allowed=false remaining=0 retry=59999ms
-+ 1
-+ 101022
-R "acme:eu" "bad" 1 2 = ErrEstimateTooLarge
-R "acme:eu" "R9" 1 0 = allowed=true remaining=0 retry=0ms
-- 2201
-R "acme:eu{x}" "bad" 1 1 = ErrInvalidArgument
-R "acme:eu" "r11" 1 0 = allowed=true remaining=0 retry=0ms
-R "acme:eu" "r12" 1 0 = allowed=true remaining=0 retry=0ms
-S "acme:eu" "R9" 1 0 = applied=true
-R "acme:eu" "bad" 1 2 = ErrEstimateTooLarge
-- 60000
-R "acme:eu" "r13" 1 0 = allowed=true remaining=0 retry=0ms
-R "acme:eu" "r14" 1 0 = allowed=true remaining=0 retry=0ms
-R "acme:eu" "{r15}" 1 1 = allowed=false remaining=0 retry=81177ms
-R "acme:eu" "bad" 1 2 = ErrEstimateTooLarge
-+ 81176
-S "acme:eu" "r12" 1 0 = applied=false
-R "acme:eu" "{r8}" 1 0 = allowed=true remaining=0 retry=0ms
-R "acme:eu" "r16" 1 0 = allowed=true remaining=0 retry=0ms
-S "acme:eu" "r11" 1 0 = applied=false
-trace w59999-d1-1tenants-debt-back-lowered-edge-again-bad "" 59999 1
-R "b" "settled:r1" 60 60 = allowed=true remaining=0 retry=0ms
-S "b" "settled:r1" 60 82 = applied=true
-+ 1
-+ 1
-- 60000
-R "b" "r2" 3 3 = allowed=false remaining=0 retry=179998ms
-+ 179998
-+ 3968
-R "b" "r2" 3 0 = allowed=true remaining=3 retry=0ms
-+ 59999
-S "b" "r2" 3 9 = applied=false
-R "b" "r3" 3 2 = allowed=true remaining=1 retry=0ms
-S "b" "r3" 3 1 = applied=true
-R "b" "open:r3" 3 0 = allowed=true remaining=2 retry=0ms
-S "b" "open:r3" 3 0 = applied=true
-R "b" "" 3 1 = ErrInvalidArgument
-R "b" "open:r3" 3 0 = allowed=true remaining=2 retry=0ms
-R "b" "open:r3" 3 0 = allowed=true remaining=2 retry=0ms
-R "b" "r5" 3 2 = allowed=true remaining=0 retry=0ms
-S "b" "r5" 3 1000000000 = applied=true
-R "b" "r6" 3 2 = allowed=false remaining=0 retry=100000ms
-+ 1
-R "b" "bad" 3 -1 = ErrInvalidArgument
-R "" "bad" 3 1 = ErrInvalidArgument
-R "b" "r7" 3 1 = allowed=false remaining=0 retry=79999ms
-+ 79999
-R "b" "r8" 3 0 = allowed=true remaining=1 retry=0ms
-+ 59999
-R "b" "r7" 3 0 = allowed=true remaining=3 retry=0ms
-R "b" "r7" 3 0 = allowed=true remaining=3 retry=0ms
-R "b" "r9" 3 1 = allowed=true remaining=2 retry=0ms
-+ 59999
-R "b" "r6" 3 1 = allowed=true remaining=2 retry=0ms
-S "b" "r6" 3 0 = applied=true
-R "b" "r6" 3 1 = allowed=true remaining=3 retry=0ms
-trace w59999-d3-2tenants-debt-back-again-bad "" 59999 3
-+ 59999
-+ 17928
-+ 1
-R "Acme" "r1" 1000 1000 = allowed=true remaining=0 retry=0ms
-+ 1
-+ 4077
-+ 107
-R "acme" "bad" 1000000001 1 = ErrInvalidArgument
-S "Acme" "r1" 1000 1000 = applied=true
-R "acme" "r2" 7 0 = allowed=true remaining=7 retry=0ms
-R "Acme" "r1" 1000 1 = allowed=true remaining=69 retry=0ms
-R "acme" "bad" 7 -1 = ErrInvalidArgument
-R "acme" "r3" 7 0 = allowed=true remaining=7 retry=0ms
-R "acme" "R3" 7 7 = allowed=true remaining=0 retry=0ms
-- 60000
-R "Acme" "{r5}" 1000 166 = allowed=false remaining=69 retry=65775ms
-R "acme" "r2" 7 0 = allowed=true remaining=0 retry=0ms
-S "acme" "r2" 7 0 = applied=true
-+ 1
-+ 787
-R "Acme" "{r5}:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000 70 = allowed=false remaining=69 retry=59227ms
-R "" "bad" 1000 1 = ErrInvalidArgument
-R "Acme" "r7" 1000 0 = allowed=true remaining=69 retry=0ms
-S "acme" "R3" 7 8 = applied=true
-trace w60000-d60-3tenants-debt-back-lowered-edge-again-bad "" 60000 60
-+ 1
-R "b" "r1" 1000000000 999999999 = allowed=true remaining=1 retry=0ms
-R "acme:eu" "r2" 1000000000 1000000000 = allowed=true remaining=0 retry=0ms
-+ 60000
-R "Acme" "R3" 1000000000 1 = allowed=true remaining=999999999 retry=0ms
-R "Acme" "r4" 1000000000 1 = allowed=true remaining=999999998 retry=0ms
-R "Acme" "r5" 1000000000 0 = allowed=true remaining=999999998 retry=0ms
-R "b" "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 59 0 = allowed=true remaining=59 retry=0ms
-S "b" "{r7}" 59 17 = applied=false
-S "acme:eu" "r2" 1000000000 1000000000 = applied=false
-S "b" "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 59 31 = applied=true
-+ 59999
-R "acme:eu" "r2:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000000 13571215 = allowed=true remaining=986428785 retry=0ms
-- 1872
-S "acme:eu" "r2:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000000 13571215 = applied=true
-S "Acme" "r4" 1000000000 1000000000 = applied=true
-R "b" "r9" 59 19 = allowed=true remaining=40 retry=0ms
+S "acme:eu" "settled:{r3}" 600 1800 = applied=true
 - 1
-S "Acme" "bad" 1000000000 1000000001 = ErrInvalidArgument
-R "b" "r10" 59 59 = allowed=false remaining=40 retry=19324ms
-+ 19325
-R "acme:eu" "settled:r2:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000000 1 = allowed=true remaining=999999999 retry=0ms
-S "acme:eu" "settled:r2:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000000 0 = applied=true
-R "acme:eu" "{r12}" 1000000000 1 = allowed=true remaining=999999999 retry=0ms
-S "acme:eu" "settled:r2:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000000 639010495 = applied=false
-S "Acme" "R3" 1000000000 0 = applied=false
+R "Acme" "r1" 59 1 = allowed=true remaining=1 retry=0ms
+R "Acme" "r6" 59 0 = allowed=true remaining=1 retry=0ms
+R "Acme" "r1" 59 0 = allowed=true remaining=1 retry=0ms
+S "Acme" "bad" 59 1000000001 = ErrInvalidArgument
+S "Acme" "r6" 59 177 = applied=true
+R "Acme" "r2" 59 4 = allowed=true remaining=0 retry=0ms
++ 1
+R "Acme" "r7" 59 1 = allowed=false remaining=0 retry=121017ms
+R "Acme" "" 59 1 = ErrInvalidArgument
+R "Acme" "r7:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 59 0 = allowed=false remaining=0 retry=120000ms
+R "acme:eu" "r9" 7 0 = allowed=false remaining=0 retry=120000ms
++ 3525
+R "acme:eu" "{r3}" 7 0 = allowed=true remaining=0 retry=0ms
+R "acme:eu" "{r3}" 7 0 = allowed=true remaining=0 retry=0ms
+R "acme:eu" "r10" 7 7 = allowed=false remaining=0 retry=176475ms
+trace w60000-d1-1tenants-debt-lowered-edge-again-bad "tq" 60000 1
++ 1
+R "b" "{r1}" 3 3 = allowed=true remaining=0 retry=0ms
+S "b" "{r1}" 3 3 = applied=true
+R "b" "open:{r1}" 3 0 = allowed=true remaining=0 retry=0ms
++ 59999
+R "b" "r3" 3 0 = allowed=true remaining=2 retry=0ms
+R "b" "open:{r1}" 3 0 = allowed=true remaining=2 retry=0ms
+S "b" "r3" 3 0 = applied=true
+R "b" "r4" 3 0 = allowed=true remaining=2 retry=0ms
++ 1
+R "b" "bad" 1000000001 1 = ErrInvalidArgument
+S "b" "open:{r1}" 3 0 = applied=false
+R "b" "" 3 1 = ErrInvalidArgument
+R "b" "r5" 3 1 = allowed=true remaining=2 retry=0ms
++ 349
+S "b" "r5" 3 4 = applied=true
+R "b" "r5:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 3 1 = allowed=false remaining=0 retry=39651ms
+S "b" "r4" 3 0 = applied=true
+R "b" "{r7}" 3 0 = allowed=false remaining=0 retry=19651ms
+R "b" "{r7}:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 3 0 = allowed=false remaining=0 retry=19651ms
+S "b" "r5" 3 1 = applied=false
+R "b" "{r9}" 3 0 = allowed=false remaining=0 retry=19651ms
++ 19650
+R "b" "{r10}" 3 0 = allowed=false remaining=0 retry=1ms
++ 1
+R "b" "r11" 3 0 = allowed=true remaining=0 retry=0ms
+S "b" "bad" 3 -1 = ErrInvalidArgument
+R "b" "r12" 3 0 = allowed=true remaining=0 retry=0ms
++ 59999
+S "b" "r11" 3 0 = applied=true
+S "b" "r12" 3 1 = applied=true
+trace w0-d60-1tenants-debt-back-lowered-edge-again-bad "tq" 0 60
+S "Acme" "open:r1" 600 313 = applied=false
+S "Acme" "r2" 600 520 = applied=false
+S "Acme" "r2 " 600 215 = applied=false
+R "Acme" "r4" 600 0 = allowed=true remaining=600 retry=0ms
+R "Acme" "r5" 600 600 = allowed=true remaining=0 retry=0ms
+R "Acme" "open:r1" 600 0 = allowed=true remaining=0 retry=0ms
+R "Acme" "r6" 600 47 = allowed=false remaining=0 retry=4700ms
+R "Acme" "r2 " 600 0 = allowed=true remaining=0 retry=0ms
+S "Acme" "r5" 7 21 = applied=true
+R "Acme" "R6" 7 0 = allowed=true remaining=7 retry=0ms
+R "Acme" "r8" 7 7 = allowed=true remaining=0 retry=0ms
+R "Acme" "r9" 7 0 = allowed=true remaining=0 retry=0ms
++ 97710
+R "Acme" "r10" 7 7 = allowed=true remaining=0 retry=0ms
+R "Acme" "r11" 7 7 = allowed=false remaining=0 retry=60000ms
+S "Acme" "r10" 7 6 = applied=true
+S "Acme" "r8" 7 21 = applied=true
+- 1
 + 60000
-R "acme:eu" "r13" 1000000000 407540090 = allowed=true remaining=592459910 retry=0ms
-R "acme:eu" "open:r13" 1000000000 0 = allowed=true remaining=592459910 retry=0ms
-S "Acme" "r5" 1000000000 0 = applied=false
-R "b" "r10" 59 59 = allowed=true remaining=0 retry=0ms
-R "Acme" "r15" 1000000000 0 = allowed=true remaining=1000000000 retry=0ms
-S "Acme" "r15" 1000000000 434990486 = applied=true
-S "acme:eu" "open:r13" 1000000000 1000000000 = applied=true
-+ 5586
-R "acme:eu" "r16" 1000000000 1000000000 = allowed=false remaining=0 retry=78867ms
-R "b" "r10:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 59 2 = allowed=true remaining=3 retry=0ms
-+ 1
-R "b" "r18" 59 51 = allowed=false remaining=3 retry=48312ms
-S "b" "r9" 59 9 = applied=false
-S "Acme" "r15" 1000000000 529497269 = applied=false
-trace w59999-d0-3tenants-back-lowered-edge-again "" 59999 0
-+ 66918
-R "acme:eu" "open:r1" 600 0 = allowed=true remaining=600 retry=0ms
-R "acme:eu" "open:open:r1" 600 0 = allowed=true remaining=600 retry=0ms
-R "acme" "settled:r3" 7919 1 = allowed=true remaining=7918 retry=0ms
-+ 59998
-R "acme:eu" "open:r1" 600 600 = allowed=true remaining=600 retry=0ms
-+ 1
+S "Acme" "R6" 7 0 = applied=true
+- 1
++ 3600000
+S "Acme" "r9" 3 0 = applied=false
+R "Acme" "{r12}" 3 0 = allowed=true remaining=3 retry=0ms
+R "Acme" "{r13}" 3 1 = allowed=true remaining=2 retry=0ms
++ 3599999
++ 3168
+S "Acme" "{r13}" 3 1 = applied=false
+S "Acme" "r4" 3 1 = applied=false
+R "Acme" "r6" 3 0 = allowed=true remaining=3 retry=0ms
+R "Acme" "bad" 0 0 = ErrInvalidArgument
+trace w3600000-d1-1tenants-debt-back-edge-again-bad "" 3600000 1
+R "acme " "r1" 1 1 = allowed=true remaining=0 retry=0ms
+R "acme " "r1" 1 0 = allowed=true remaining=0 retry=0ms
+R "acme " "open:r1" 1 0 = allowed=true remaining=0 retry=0ms
+S "acme " "open:r1" 1 0 = applied=true
+S "acme " "settled:open:r1" 1 1 = applied=false
++ 3600000
+R "acme " "r4" 1 0 = allowed=true remaining=1 retry=0ms
+S "acme " "open:r4" 1 0 = applied=false
+R "acme " "open:r4:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1 1 = allowed=true remaining=0 retry=0ms
+R "acme " "r4" 1 0 = allowed=true remaining=0 retry=0ms
 + 3600000
 + 1
-R "acme:eu" "{r4}" 600 0 = allowed=true remaining=600 retry=0ms
-S "b" "open:r5" 2 1 = applied=false
-S "acme:eu" "open:r1" 600 0 = applied=false
-+ 3155
 + 1
-+ 814
-S "acme" "settled:r3" 7919 0 = applied=false
-R "acme:eu" "{r4}" 600 0 = allowed=true remaining=600 retry=0ms
+R "acme " "{r7}" 1 0 = allowed=true remaining=1 retry=0ms
+R "acme " "r8" 1 0 = allowed=true remaining=1 retry=0ms
+R "acme " "" 1 1 = ErrInvalidArgument
+S "acme " "r8" 1 0 = applied=true
+R "acme " "r9" 1 1 = allowed=true remaining=0 retry=0ms
++ 3600000
 + 1
-+ 56028
+S "acme " "{r7}" 1 0 = applied=false
+S "acme " "r1" 1 2 = applied=false
+S "acme " "r9" 1 3 = applied=false
+S "acme " "open:r4:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1 0 = applied=false
+S "acme " "r4" 1 0 = applied=false
++ 1
+R "acme " "r10" 1 0 = allowed=true remaining=1 retry=0ms
+S "acme " "r10" 1 0 = applied=true
+S "acme " "r10" 1 0 = applied=false
+- 2309
+R "acme " "r11" 1 0 = allowed=true remaining=1 retry=0ms
+R "acme " "r12" 1 1 = allowed=true remaining=0 retry=0ms
+R "acme " "r13" 1 0 = allowed=true remaining=0 retry=0ms
+trace w1-d1-1tenants-debt-back-lowered-edge-again "" 1 1
+R "b" "r1" 59 59 = allowed=true remaining=0 retry=0ms
++ 106203
+R "b" "r2" 59 3 = allowed=true remaining=56 retry=0ms
++ 1
++ 14785
+R "b" "r3" 59 59 = allowed=true remaining=0 retry=0ms
++ 4702
+S "b" "r3" 59 54 = applied=false
+R "b" "open:r3" 59 0 = allowed=true remaining=4 retry=0ms
++ 1
++ 1
+R "b" "open:r3 " 7 0 = allowed=true remaining=4 retry=0ms
+S "b" "open:r3" 7 13 = applied=false
+R "b" "r6" 7 0 = allowed=true remaining=4 retry=0ms
+R "b" "r7" 7 3 = allowed=true remaining=1 retry=0ms
+R "b" "r7" 7 0 = allowed=true remaining=1 retry=0ms
+- 1
+R "b" "r8" 7 1 = allowed=true remaining=0 retry=0ms
++ 1
+S "b" "r9" 7 0 = applied=false
+S "b" "open:r3 " 7 0 = applied=true
+S "b" "r1" 7 21 = applied=false
+R "b" "r9" 7 0 = allowed=true remaining=0 retry=0ms
++ 73958
++ 106271
+R "b" "R9" 7 0 = allowed=true remaining=7 retry=0ms
+R "b" "r11" 7 0 = allowed=true remaining=7 retry=0ms
+R "b" "r12" 7 1 = allowed=true remaining=6 retry=0ms
++ 1
+S "b" "r7" 7 3 = applied=false
+R "b" "r13" 7 7 = allowed=false remaining=6 retry=8571ms
+R "b" "open:r13" 7 0 = allowed=true remaining=6 retry=0ms
+R "b" "{r15}" 7 0 = allowed=true remaining=6 retry=0ms
+trace w92099-d3-3tenants-edge-again-bad "q-2" 92099 3
+R "acme " "open:r1" 60 3 = allowed=true remaining=57 retry=0ms
+R "acme " "open:r1 " 60 0 = allowed=true remaining=57 retry=0ms
++ 92098
++ 3547
+R "b" "r3" 1 1 = allowed=true remaining=0 retry=0ms
+R "b" "bad" 1 -1 = ErrInvalidArgument
+R "acme " "r4" 60 0 = allowed=true remaining=60 retry=0ms
++ 1
++ 92098
+S "acme" "r5" 2 1 = applied=false
+R "b" "r6" 1 0 = allowed=true remaining=1 retry=0ms
+R "b" "r7" 1 0 = allowed=true remaining=1 retry=0ms
++ 92098
++ 1
++ 19186
+S "acme " "open:r1 " 60 0 = applied=false
++ 1
+R "b" "r8" 1 1 = allowed=true remaining=0 retry=0ms
++ 1
++ 101084
+R "b" "r9" 1 0 = allowed=true remaining=1 retry=0ms
+R "acme " "r4:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 60 0 = allowed=true remaining=60 retry=0ms
+R "acme" "r11" 2 2 = allowed=true remaining=0 retry=0ms
+S "b" "r6" 1 0 = applied=false
+R "b" "r9" 1 1 = allowed=true remaining=1 retry=0ms
+R "b" "r12" 1 0 = allowed=true remaining=1 retry=0ms
+R "acme" "r11" 2 1 = allowed=true remaining=0 retry=0ms
+R "b" "r13" 1 0 = allowed=true remaining=1 retry=0ms
+trace w61000-d0-3tenants-back-lowered-again "" 61000 0
+R "b" "open:r1" 7 1 = allowed=true remaining=6 retry=0ms
+R "acme " "r2" 7919 0 = allowed=true remaining=7919 retry=0ms
++ 1
 - 60000
-S "acme:eu" "open:r1" 600 65 = applied=false
-R "acme" "r6" 7919 702 = allowed=true remaining=7217 retry=0ms
-+ 3079
-R "acme:eu" "r7" 600 600 = allowed=true remaining=0 retry=0ms
-+ 59999
++ 1
+R "Acme" "r3" 1 1 = allowed=true remaining=0 retry=0ms
+R "acme " "R2" 7919 5 = allowed=true remaining=7914 retry=0ms
+R "acme " "r5" 7919 0 = allowed=true remaining=7914 retry=0ms
+S "Acme" "r3" 1 1 = applied=true
+R "b" "open:open:r1" 7 6 = allowed=true remaining=0 retry=0ms
+S "acme " "R2" 7919 5 = applied=true
+R "b" "r7" 7 0 = allowed=true remaining=0 retry=0ms
+R "b" "settled:r7" 7 5 = allowed=false remaining=0 retry=102856ms
+S "b" "open:open:r1" 1 5 = applied=true
++ 3883
+R "Acme" "{r9}" 1 1 = allowed=false remaining=0 retry=56117ms
+S "acme " "r5" 7919 0 = applied=true
+R "Acme" "{r9}" 1 0 = allowed=true remaining=0 retry=0ms
+R "acme " "open:r5" 7919 1839 = allowed=true remaining=6080 retry=0ms
+R "b" "r11" 1 1 = allowed=true remaining=0 retry=0ms
+R "acme " "r12" 7919 6080 = allowed=true remaining=0 retry=0ms
+trace w1-d2-2tenants-debt-lowered-again-bad "tq" 1 2
+R "acme " "open:r1" 1000000 1000000 = allowed=true remaining=0 retry=0ms
+R "acme" "r2" 1000000000 1000000000 = allowed=true remaining=0 retry=0ms
+S "acme" "r2" 1000000000 999999999 = applied=true
+R "acme" "r2" 1000000000 0 = allowed=true remaining=1 retry=0ms
+R "acme " "OPEN:R1" 1000000 0 = allowed=true remaining=0 retry=0ms
+R "acme" "{r4}" 1000 166 = allowed=false remaining=1 retry=9900ms
+R "acme " "OPEN:R1 " 1000000 0 = allowed=true remaining=0 retry=0ms
+R "acme" "{r4}" 1000 1000 = allowed=false remaining=1 retry=59940ms
+S "acme " "open:r1" 1000000 0 = applied=true
+R "acme" "r6" 1000 6 = allowed=false remaining=1 retry=300ms
+R "acme " "bad" 0 0 = ErrInvalidArgument
+S "acme " "OPEN:R1" 1000000 0 = applied=true
+R "acme" "r6" 1000 28 = allowed=false remaining=1 retry=1620ms
++ 4857
++ 1
++ 1
++ 48524
++ 1619
+S "acme " "OPEN:R1" 1000000 608070 = applied=false
+R "acme" "{r4}" 1000 2 = allowed=true remaining=915 retry=0ms
+S "acme " "OPEN:R1 " 1000000 0 = applied=false
+S "acme" "r2" 1000 640 = applied=false
+R "acme " "OPEN:R1 :xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000 26269 = allowed=true remaining=973731 retry=0ms
++ 1
++ 1
+R "acme " "r8" 1000000 0 = allowed=true remaining=973764 retry=0ms
++ 1
+S "acme" "{r4}" 1000 1548 = applied=false
+R "acme " "open:r8" 1000000 973765 = allowed=true remaining=16 retry=0ms
+trace w60000-d1-1tenants-lowered-edge-again-bad "" 60000 1
++ 1
++ 1
+R "acme " "r1" 1000000 1000000 = allowed=true remaining=0 retry=0ms
++ 60000
+S "acme " "r1" 1000000 999999 = applied=false
+R "acme " "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000 0 = allowed=true remaining=1000000 retry=0ms
++ 96302
+S "acme " "r1" 1000000 623312 = applied=false
+R "acme " "R1:XXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXX" 1000000 1000000 = allowed=true remaining=0 retry=0ms
+R "acme " "R1:XXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXX:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000 1 = allowed=false remaining=0 retry=1ms
+R "acme " "R1:XXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXX:XXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXX" 1000000 0 = allowed=true remaining=0 retry=0ms
++ 60000
+S "acme " "bad" 1000000 -1 = ErrInvalidArgument
+R "acme " "r6" 1000000 43835 = allowed=true remaining=956165 retry=0ms
+S "acme " "r1" 1000000 192770 = applied=false
++ 1
+R "acme " "r6:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000 1 = allowed=true remaining=956180 retry=0ms
+S "acme " "bad" 1000000 1000000001 = ErrInvalidArgument
+R "acme " "r8" 1000000 956179 = allowed=true remaining=1 retry=0ms
++ 21175
+R "acme " "r8 " 1000000 1 = allowed=true remaining=352917 retry=0ms
+S "acme " "R1:XXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXX" 1000000 1000000 = applied=false
+R "acme " "r6:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000 0 = allowed=true remaining=352917 retry=0ms
++ 38825
+S "acme " "r1" 7919 2593 = applied=false
+R "acme " "r10" 7919 245 = allowed=true remaining=7674 retry=0ms
+trace w61000-d1-2tenants-debt-back-again-bad "q-2" 61000 1
+R "Acme" "r1" 7 0 = allowed=true remaining=7 retry=0ms
++ 61000
+S "Acme" "r1" 7 1 = applied=false
+R "Acme" "r2" 7 0 = allowed=true remaining=7 retry=0ms
+- 1
+S "Acme" "r2" 7 21 = applied=true
++ 1
+R "acme:eu" "settled:r3" 1 1 = allowed=true remaining=0 retry=0ms
++ 1
+S "acme:eu" "settled:r3" 1 1 = applied=true
++ 16200
+R "Acme" "bad" 7 8 = ErrEstimateTooLarge
+S "Acme" "r1" 7 4 = applied=false
+S "acme:eu" "settled:r3" 1 0 = applied=false
+R "acme:eu" "{r4}" 1 1 = allowed=false remaining=0 retry=43799ms
++ 1
+R "Acme" "settled:r2" 7 0 = allowed=false remaining=0 retry=43797ms
+R "Acme" "r6" 7 0 = allowed=false remaining=0 retry=43797ms
+R "Acme" "R6" 7 1 = allowed=false remaining=0 retry=52369ms
++ 1
++ 52369
+R "Acme" "bad" 1000000001 1 = ErrInvalidArgument
+R "Acme" "settled:r2" 7 0 = allowed=true remaining=1 retry=0ms
+trace w2-d1-3tenants-debt-lowered-edge-again-bad "" 2 1
+R "acme:eu" "R1" 1 1 = allowed=true remaining=0 retry=0ms
++ 2966
+S "acme:eu" "{r2}" 1 0 = applied=false
+S "b" "R3" 1000000000 827638780 = applied=false
+R "acme " "r4" 59 59 = allowed=true remaining=0 retry=0ms
+R "acme:eu" "{r2} " 1 1 = allowed=false remaining=0 retry=57034ms
+S "acme " "r4" 59 0 = applied=true
+R "b" "R3:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 600 600 = allowed=true remaining=0 retry=0ms
++ 82613
+S "b" "R3" 600 421 = applied=false
+R "acme:eu" "{R2} " 1 0 = allowed=true remaining=1 retry=0ms
+R "acme:eu" "settled:{R2} " 1 0 = allowed=true remaining=1 retry=0ms
++ 2
++ 1
+S "acme:eu" "{r2}" 1 1 = applied=false
++ 6957
+R "acme:eu" "open:settled:{R2} " 1 1 = allowed=true remaining=0 retry=0ms
+S "b" "R3:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 59 601 = applied=false
+R "acme " "r10" 59 0 = allowed=true remaining=59 retry=0ms
+S "acme:eu" "settled:{R2} " 1 0 = applied=false
+S "acme:eu" "bad" 1 -1 = ErrInvalidArgument
+R "acme " "r11" 59 21 = allowed=true remaining=38 retry=0ms
+S "acme:eu" "settled:{R2} " 1 0 = applied=false
+R "acme " "r12" 59 10 = allowed=true remaining=28 retry=0ms
+trace w395353-d2-3tenants-debt-lowered-again-bad "" 395353 2
+R "acme:eu" "settled:r1" 1 1 = allowed=true remaining=0 retry=0ms
+R "acme:eu" "bad" 1 -1 = ErrInvalidArgument
+S "acme:eu" "settled:r1" 1 2 = applied=true
+R "b" "r2" 59 36 = allowed=true remaining=23 retry=0ms
+S "b" "R2" 59 20 = applied=false
+S "acme:eu" "open:settled:r1" 1 1 = applied=false
+S "b" "r2" 59 21 = applied=true
+R "acme:eu" "bad" 1000000001 1 = ErrInvalidArgument
+R "b" "bad" 59 60 = ErrEstimateTooLarge
+R "acme" "r5" 59 0 = allowed=true remaining=59 retry=0ms
+S "b" "r2" 59 1 = applied=false
++ 1
+R "acme" "r5" 59 59 = allowed=true remaining=59 retry=0ms
++ 4006
+S "acme" "r5" 59 1000000000 = applied=true
++ 7347
+R "b" "r6" 59 0 = allowed=true remaining=49 retry=0ms
+R "b" "r6" 59 4 = allowed=true remaining=49 retry=0ms
+R "acme:eu" "open:settled:r1 " 1 0 = allowed=false remaining=0 retry=48646ms
+R "b" "settled:r6" 59 59 = allowed=false remaining=49 retry=10002ms
+R "acme:eu" "r9" 1 1 = allowed=false remaining=0 retry=108646ms
+S "b" "r6" 59 1 = applied=true
+trace w7200000-d1-1tenants-debt-back-lowered-edge-again-bad "tq" 7200000 1
+R "b" "open:r1" 1000000000 0 = allowed=true remaining=1000000000 retry=0ms
++ 7199999
+R "b" "" 1000000000 1 = ErrInvalidArgument
+S "b" "open:r1" 1000000000 1000000000 = applied=true
+R "b" "open:open:r1" 60 60 = allowed=false remaining=0 retry=60000ms
+R "b" "r3" 60 0 = allowed=true remaining=0 retry=0ms
+R "b" "open:r1" 60 0 = allowed=true remaining=0 retry=0ms
+S "b" "r3" 60 0 = applied=true
+- 1
+R "b" "r4" 60 1 = allowed=false remaining=0 retry=1001ms
+R "b" "r5" 60 1 = allowed=false remaining=0 retry=1001ms
+R "b" "r3" 60 2 = allowed=true remaining=0 retry=0ms
+S "b" "bad" 60 -1 = ErrInvalidArgument
+S "b" "r5 " 60 44 = applied=false
++ 1
++ 1
+R "b" "R5 " 60 1 = allowed=false remaining=0 retry=999ms
++ 1
+R "b{x}" "bad" 60 1 = ErrInvalidArgument
+R "b" "r8" 60 0 = allowed=true remaining=0 retry=0ms
+R "b" "r9" 60 0 = allowed=true remaining=0 retry=0ms
+S "b" "r8" 60 0 = applied=true
+R "b" "bad" 60 61 = ErrEstimateTooLarge
+S "b" "r9" 60 0 = applied=true
++ 1
+R "b" "r10" 60 0 = allowed=true remaining=0 retry=0ms
+S "b" "r10" 60 0 = applied=true
+R "b" "r5" 60 0 = allowed=true remaining=0 retry=0ms
+S "b" "r5" 60 0 = applied=true
+R "b" "open:r10" 60 33 = allowed=false remaining=0 retry=32997ms
++ 32997
+R "b" "open:r10" 60 0 = allowed=true remaining=33 retry=0ms
+R "b" "r12" 60 5 = allowed=true remaining=28 retry=0ms
+S "b" "open:r10" 60 0 = applied=true
+R "b" "R5 " 60 44 = allowed=false remaining=28 retry=16000ms
+R "b" "r12 " 60 1 = allowed=true remaining=27 retry=0ms
+S "b" "r12" 60 0 = applied=true
+trace w0-d0-3tenants-debt-lowered-edge-again-bad "q-2" 0 0
++ 14915
+R "acme" "r1" 1 0 = allowed=true remaining=1 retry=0ms
+R "acme " "open:r2" 61 48 = allowed=true remaining=13 retry=0ms
+R "acme" "r1" 1 0 = allowed=true remaining=1 retry=0ms
++ 1
+R "acme " "bad" 0 0 = ErrInvalidArgument
+R "Acme" "open:r3" 61 0 = allowed=true remaining=61 retry=0ms
++ 1
++ 3599998
+S "acme " "open:r2" 61 49 = applied=false
+R "acme " "bad" 61 -1 = ErrInvalidArgument
+R "acme" "r4" 1 0 = allowed=true remaining=1 retry=0ms
+R "acme " "open:r2 " 61 2 = allowed=true remaining=59 retry=0ms
+S "acme " "open:r2 " 61 2 = applied=true
++ 1
+S "acme" "r4" 1 0 = applied=true
+trace w2-d0-1tenants-debt-lowered-edge-bad "tq" 2 0
+R "Acme" "bad" 60 -1 = ErrInvalidArgument
+R "" "bad" 60 1 = ErrInvalidArgument
+R "Acme" "r1" 60 1 = allowed=true remaining=59 retry=0ms
++ 1
+R "Acme" "r1 " 60 59 = allowed=true remaining=0 retry=0ms
++ 2
+R "Acme" "open:r1 " 60 1 = allowed=false remaining=0 retry=997ms
++ 1
+R "Acme" "open:r1 :xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 60 0 = allowed=true remaining=0 retry=0ms
++ 464
+R "Acme" "OPEN:R1 :XXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXX" 60 2 = allowed=false remaining=0 retry=1532ms
+S "Acme" "r1 " 60 58 = applied=false
+R "Acme" "r6" 60 1 = allowed=false remaining=0 retry=532ms
+R "Acme" "r7" 60 60 = allowed=false remaining=0 retry=59532ms
+S "Acme" "r1" 60 2 = applied=false
++ 4865
++ 17928
++ 59533
+S "Acme" "open:r1 :xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 60 0 = applied=false
+R "Acme" "r7 " 60 0 = allowed=true remaining=60 retry=0ms
++ 4417
++ 3637
++ 1
+trace w60000-d1-1tenants-debt-back-lowered-again-bad "" 60000 1
++ 1
+S "Acme" "r1" 3 2 = applied=false
++ 1
+S "Acme" "R1" 3 0 = applied=false
+- 60000
+R "Acme" "{r3}" 3 2 = allowed=true remaining=1 retry=0ms
+R "Acme" "R1" 3 0 = allowed=true remaining=1 retry=0ms
+R "Acme" "{r3} " 3 2 = allowed=false remaining=1 retry=20000ms
++ 787
+R "Acme" "{r3} :xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 3 2 = allowed=false remaining=1 retry=19213ms
+R "" "bad" 3 1 = ErrInvalidArgument
+R "Acme" "r6" 3 0 = allowed=true remaining=1 retry=0ms
+S "Acme" "r6" 3 1 = applied=true
+R "Acme" "bad" 3 -1 = ErrInvalidArgument
+R "Acme" "r6 " 3 0 = allowed=true remaining=0 retry=0ms
+S "Acme" "bad" 3 1000000001 = ErrInvalidArgument
++ 1
+R "Acme" "r8" 3 0 = allowed=true remaining=0 retry=0ms
+R "Acme" "r8 " 3 0 = allowed=true remaining=0 retry=0ms
++ 1
++ 1
+S "Acme" "r8" 3 0 = applied=true
++ 1
+R "Acme" "r10" 1 0 = allowed=true remaining=0 retry=0ms
+R "Acme" "r10:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1 0 = allowed=true remaining=0 retry=0ms
+S "Acme" "r8" 1 1 = applied=false
++ 77233
+R "Acme" "r12" 1 1 = allowed=true remaining=0 retry=0ms
+R "Acme" "r13" 1 1 = allowed=false remaining=0 retry=60000ms
+R "Acme" "r14" 1 1 = allowed=false remaining=0 retry=60000ms
+R "Acme" "{r3} :xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1 0 = allowed=true remaining=0 retry=0ms
+S "Acme" "r12" 1 1 = applied=true
+R "Acme" "bad" 1 -1 = ErrInvalidArgument
+trace w7-d2-1tenants-debt-back-lowered-again-bad "" 7 2
++ 1
++ 1
+R "acme" "r1" 1000000000 0 = allowed=true remaining=1000000000 retry=0ms
+R "acme" "r2" 1000000000 0 = allowed=true remaining=1000000000 retry=0ms
++ 4583
++ 1
+R "acme" "settled:r2" 1000000000 0 = allowed=true remaining=1000000000 retry=0ms
+R "acme" "SETTLED:R2" 1000000000 600979474 = allowed=true remaining=399020526 retry=0ms
+R "acme" "bad" 1000000001 1 = ErrInvalidArgument
+R "acme" "settled:r2" 1000000000 1000000000 = allowed=true remaining=399020526 retry=0ms
+R "acme" "open:SETTLED:R2" 1000000000 1 = allowed=true remaining=399020525 retry=0ms
+R "acme" "{r6}" 1000000000 1 = allowed=true remaining=399020524 retry=0ms
+- 1
+R "acme" "{r7}" 1000000000 1 = allowed=true remaining=399020523 retry=0ms
++ 1
+R "acme" "settled:{r7}" 3 3 = allowed=true remaining=0 retry=0ms
+R "acme" "settled:{r7}:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 3 1 = allowed=false remaining=0 retry=20000ms
++ 1058
+S "acme" "settled:r2" 3 0 = applied=false
++ 907
+S "acme" "r2" 3 1 = applied=false
++ 1
+R "acme" "r10" 3 0 = allowed=true remaining=0 retry=0ms
+S "acme" "open:SETTLED:R2" 3 4 = applied=false
+S "acme" "r10" 3 0 = applied=true
+S "acme" "SETTLED:R2" 3 9 = applied=false
+R "acme" "r11" 3 0 = allowed=true remaining=0 retry=0ms
+- 60000
+R "acme" "settled:{r7}:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 3 0 = allowed=true remaining=0 retry=0ms
+S "acme" "r11" 3 0 = applied=true
+R "acme" "r12" 3 0 = allowed=true remaining=0 retry=0ms
+R "acme" "r11" 3 0 = allowed=true remaining=0 retry=0ms
+R "acme" "r10" 3 1 = allowed=true remaining=0 retry=0ms
+R "acme" "r10" 3 3 = allowed=true remaining=0 retry=0ms
+R "acme" "" 3 1 = ErrInvalidArgument
+R "acme" "bad" 3 4 = ErrEstimateTooLarge
+R "acme" "open:r12" 3 0 = allowed=true remaining=0 retry=0ms
+S "acme" "r11" 3 0 = applied=false
+R "acme" "r14" 3 1 = allowed=false remaining=0 retry=78034ms
+R "acme" "r15" 3 2 = allowed=false remaining=0 retry=98034ms
+R "acme" "r16" 3 0 = allowed=true remaining=0 retry=0ms
+R "acme" "r16:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 3 0 = allowed=true remaining=0 retry=0ms
+trace w0-d0-1tenants-debt-back-lowered-again-bad "" 0 0
+R "acme " "bad" 1000000 1000001 = ErrEstimateTooLarge
+S "acme " "r1" 1000000 109697 = applied=false
+R "acme " "r1" 1000000 0 = allowed=true remaining=1000000 retry=0ms
++ 1
+R "acme " "r2" 600 600 = allowed=true remaining=0 retry=0ms
++ 3600000
 + 1
 + 41340
 - 2601
-R "b" "r8" 2 0 = allowed=true remaining=2 retry=0ms
-S "b" "r8" 2 0 = applied=true
-R "acme" "r9" 7919 4039 = allowed=true remaining=3880 retry=0ms
-R "b" "r10" 2 0 = allowed=true remaining=2 retry=0ms
+R "acme " "r3" 600 0 = allowed=true remaining=600 retry=0ms
+S "acme " "r2" 600 464 = applied=false
+R "acme " "r4" 600 306 = allowed=true remaining=294 retry=0ms
+R "acme " "r5" 600 0 = allowed=true remaining=294 retry=0ms
 - 333
-S "acme:eu" "r11" 600 159 = applied=false
-R "acme" "r9:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 7919 3880 = allowed=true remaining=0 retry=0ms
-R "acme" "r9" 7919 4265 = allowed=true remaining=0 retry=0ms
-S "b" "r10" 2 0 = applied=true
-trace w2-d1-1tenants-back-lowered-edge-again-bad "tq" 2 1
-S "b" "r1" 600 315 = applied=false
-R "b" "r1" 600 600 = allowed=true remaining=600 retry=0ms
-R "b" "r2" 600 599 = allowed=true remaining=1 retry=0ms
-S "b" "r1" 600 120 = applied=false
-R "b" "r3" 600 1 = allowed=true remaining=0 retry=0ms
-R "b" "r3" 600 0 = allowed=true remaining=0 retry=0ms
-+ 2
-- 1
-R "b" "r4" 600 600 = allowed=false remaining=0 retry=59999ms
+S "acme " "r5:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 600 426 = applied=false
+R "acme " "r7" 600 420 = allowed=false remaining=294 retry=12933ms
+R "acme " "r8" 600 295 = allowed=false remaining=294 retry=433ms
+S "acme " "r5" 600 0 = applied=true
+R "acme " "r5" 600 167 = allowed=true remaining=294 retry=0ms
+R "acme " "r8 " 600 295 = allowed=false remaining=294 retry=433ms
+S "acme " "r5:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 600 184 = applied=false
++ 1
+S "acme " "r3" 600 102 = applied=true
+S "acme " "r5:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 600 421 = applied=false
++ 1
+R "acme " "r8 " 600 293 = allowed=false remaining=192 retry=10431ms
+trace w509962-d3-1tenants-back-lowered-edge-again-bad "" 509962 3
 + 77942
 - 567
-R "b" "r4:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 600 545 = allowed=true remaining=55 retry=0ms
-R "b" "r6" 600 471 = allowed=false remaining=55 retry=41600ms
-R "b" "bad" 0 0 = ErrInvalidArgument
-S "b" "r2" 600 0 = applied=false
+R "Acme" "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000 907591 = allowed=true remaining=92409 retry=0ms
+R "Acme" "r2" 1000000 785137 = allowed=false remaining=92409 retry=41564ms
+R "Acme" "bad" 0 0 = ErrInvalidArgument
+S "Acme" "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000 0 = applied=true
 + 759
-R "b" "r7" 600 54 = allowed=true remaining=8 retry=0ms
+R "Acme" "r2 " 1000000 92408 = allowed=true remaining=907592 retry=0ms
 + 2000
-R "b" "r7:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 59 59 = allowed=false remaining=10 retry=49265ms
-R "b" "bad" 0 0 = ErrInvalidArgument
-R "b" "r7:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 59 1 = allowed=true remaining=9 retry=0ms
-R "" "bad" 59 1 = ErrInvalidArgument
-R "b" "bad" 59 -1 = ErrInvalidArgument
-R "b" "bad" 1000000001 1 = ErrInvalidArgument
-R "b" "r10" 59 1 = allowed=true remaining=8 retry=0ms
-S "b" "r2" 59 29 = applied=false
-R "b" "r7:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 59 0 = allowed=true remaining=8 retry=0ms
-R "b" "r10" 59 1 = allowed=true remaining=8 retry=0ms
-S "b" "r7:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 59 0 = applied=true
-S "b" "r7:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 59 3 = applied=false
-R "b" "r4" 3 0 = allowed=true remaining=3 retry=0ms
-trace w591151-d1-2tenants-debt-back-lowered-edge-again-bad "" 591151 1
-+ 1
-R "Acme" "bad" 61 -1 = ErrInvalidArgument
-R "Acme" "r1" 61 1 = allowed=true remaining=60 retry=0ms
-R "acme:eu" "R2" 1 0 = allowed=true remaining=1 retry=0ms
-R "acme:eu" "bad" 1000000001 1 = ErrInvalidArgument
-S "acme:eu" "R2" 1 1 = applied=true
-R "Acme" "open:r1" 61 59 = allowed=true remaining=1 retry=0ms
-R "Acme" "OPEN:R1" 61 1 = allowed=true remaining=0 retry=0ms
-R "acme:eu" "r5" 1 0 = allowed=true remaining=0 retry=0ms
-R "Acme" "bad" 61 62 = ErrEstimateTooLarge
-R "Acme" "open:OPEN:R1" 61 0 = allowed=true remaining=0 retry=0ms
-R "Acme" "r1" 61 0 = allowed=true remaining=0 retry=0ms
-S "acme:eu" "r5" 1 0 = applied=true
-R "acme:eu" "{r7}" 1 1 = allowed=false remaining=0 retry=60000ms
-+ 591150
-R "acme:eu" "{r7}" 1 0 = allowed=true remaining=1 retry=0ms
-R "acme:eu" "{R7}" 1 1 = allowed=true remaining=0 retry=0ms
-R "Acme" "r9" 61 0 = allowed=true remaining=61 retry=0ms
-+ 591150
-S "Acme" "open:OPEN:R1" 60 0 = applied=false
-R "acme:eu" "r10" 1 1 = allowed=true remaining=0 retry=0ms
-- 58
-R "Acme" "r11" 60 0 = allowed=true remaining=60 retry=0ms
-+ 1
-trace w567933-d0-1tenants-debt-back-edge-again-bad "tq" 567933 0
-+ 2544
-R "acme" "bad" 3 -1 = ErrInvalidArgument
-R "acme" "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 3 3 = allowed=true remaining=0 retry=0ms
-+ 567933
-S "acme" "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 3 3 = applied=false
-+ 4219
-R "acme" "r2" 3 0 = allowed=true remaining=3 retry=0ms
-+ 567932
-R "acme" "open:r2" 3 0 = allowed=true remaining=3 retry=0ms
-R "acme" "r4" 3 1 = allowed=true remaining=2 retry=0ms
-+ 567933
-R "acme" "r5" 3 0 = allowed=true remaining=3 retry=0ms
-R "acme" "{r6}" 3 3 = allowed=true remaining=0 retry=0ms
-+ 567933
-R "" "bad" 3 1 = ErrInvalidArgument
-+ 1
-S "acme" "r7" 3 1 = applied=false
-S "acme" "r4" 3 9 = applied=false
-R "acme" "r8" 3 1 = allowed=true remaining=2 retry=0ms
-R "acme" "settled:r8" 3 0 = allowed=true remaining=2 retry=0ms
-R "acme" "r10" 3 0 = allowed=true remaining=2 retry=0ms
-R "acme" "r11" 3 0 = allowed=true remaining=2 retry=0ms
-- 1
-S "acme" "{r6}" 3 3 = applied=false
-S "acme" "open:r2" 3 1 = applied=false
-+ 1
-R "acme" "R11" 3 1 = allowed=true remaining=1 retry=0ms
-+ 591
-R "acme" "r13" 3 0 = allowed=true remaining=1 retry=0ms
-S "acme" "r10" 3 9 = applied=true
-S "acme" "r2" 3 9 = applied=false
-R "acme" "r13:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 3 0 = allowed=false remaining=0 retry=60000ms
-S "acme" "r11" 3 0 = applied=true
-trace w276809-d60-2tenants-debt-back-lowered-again-bad "tq" 276809 60
-R "acme:eu" "r1" 2 2 = allowed=true remaining=0 retry=0ms
-R "b" "r2" 60 60 = allowed=true remaining=0 retry=0ms
-+ 276809
+R "Acme" "r2 :xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 60 60 = allowed=true remaining=0 retry=0ms
+R "Acme" "bad" 0 0 = ErrInvalidArgument
+R "Acme" "r2 :xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 60 1 = allowed=false remaining=0 retry=1000ms
+R "" "bad" 60 1 = ErrInvalidArgument
+R "Acme" "bad" 60 -1 = ErrInvalidArgument
+R "Acme" "bad" 1000000001 1 = ErrInvalidArgument
+R "Acme" "r2 :xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx " 60 1 = allowed=false remaining=0 retry=1000ms
+S "Acme" "R2 :XXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXX:XXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXX " 60 30 = applied=false
+R "Acme" "r2 :xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 60 0 = allowed=true remaining=0 retry=0ms
+R "Acme" "R2 :XXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXX:XXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXX " 60 1 = allowed=true remaining=0 retry=0ms
+S "Acme" "r2 :xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 60 0 = applied=true
+S "Acme" "R2 :XXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXX:XXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXX " 60 3 = applied=false
+R "Acme" "r2" 59 3 = allowed=true remaining=56 retry=0ms
+R "Acme" "r2 :xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx " 59 55 = allowed=true remaining=1 retry=0ms
+R "Acme" "r8" 59 1 = allowed=true remaining=0 retry=0ms
++ 509961
+S "Acme" "r8" 59 1 = applied=true
+R "Acme" "r2 :xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 59 1 = allowed=true remaining=59 retry=0ms
+R "Acme" "r9" 59 59 = allowed=true remaining=0 retry=0ms
+S "Acme" "R2 :XXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXX:XXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXX " 59 11 = applied=false
+R "Acme" "settled:r9" 59 0 = allowed=true remaining=0 retry=0ms
+R "Acme" "r11" 59 0 = allowed=true remaining=0 retry=0ms
+S "Acme" "r2 :xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 59 0 = applied=true
+R "Acme" "open:r11" 59 0 = allowed=true remaining=0 retry=0ms
+trace w1-d1-2tenants-lowered-edge-again-bad "q-2" 1 1
 + 1
 + 1
+R "acme" "r1" 2 0 = allowed=true remaining=2 retry=0ms
++ 101052
+R "acme:eu" "open:r2" 1000000 999999 = allowed=true remaining=1 retry=0ms
+R "acme:eu" "settled:open:r2" 1000000 1 = allowed=true remaining=0 retry=0ms
+R "acme" "r4" 2 2 = allowed=true remaining=0 retry=0ms
++ 1
+S "acme:eu" "open:r2" 2 999998 = applied=false
+S "acme" "r4" 2 2 = applied=false
++ 44
+R "acme" "r5" 2 2 = allowed=false remaining=0 retry=59955ms
+R "acme:eu" "open:settled:open:r2" 2 1 = allowed=false remaining=0 retry=29955ms
++ 1
+R "acme:eu" "bad" 2 -1 = ErrInvalidArgument
+R "acme:eu" "open:settled:open:r2:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 2 2 = allowed=false remaining=0 retry=59954ms
++ 59955
+S "acme" "r1" 2 0 = applied=false
+R "acme" "r5" 2 2 = allowed=true remaining=0 retry=0ms
+S "acme:eu" "settled:open:r2" 2 0 = applied=false
+R "acme" "r5" 2 0 = allowed=true remaining=0 retry=0ms
++ 109149
+R "acme:eu" "open:settled:open:r2:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 2 0 = allowed=true remaining=2 retry=0ms
+trace w7-d2-3tenants-debt-edge-again-bad "q-2" 7 2
+R "acme:eu" "r1" 1000000 461704 = allowed=true remaining=538296 retry=0ms
+R "acme" "settled:r2" 3 3 = allowed=true remaining=0 retry=0ms
+S "b" "r3" 2 1 = applied=false
+R "b" "r3:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 2 0 = allowed=true remaining=2 retry=0ms
+R "" "bad" 1000000 1 = ErrInvalidArgument
+R "b" "r3:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 2 0 = allowed=true remaining=2 retry=0ms
+R "acme:eu" "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000 538297 = allowed=false remaining=538296 retry=1ms
+R "acme" "settled:r2 " 3 0 = allowed=true remaining=0 retry=0ms
+R "acme:eu" "r7" 1000000 0 = allowed=true remaining=538296 retry=0ms
+S "acme:eu" "r7" 1000000 0 = applied=true
+S "acme:eu" "r1" 1000000 461705 = applied=true
++ 7
+R "acme:eu" "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000 538295 = allowed=true remaining=116 retry=0ms
++ 1
+R "acme" "r8" 3 0 = allowed=true remaining=0 retry=0ms
+S "acme" "r8" 3 9 = applied=true
+S "acme" "settled:r2 " 3 9 = applied=false
+R "acme:eu" "r7:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000 1282 = allowed=false remaining=133 retry=69ms
+S "acme:eu" "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000 0 = applied=true
++ 4847
+R "b" "r3:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx " 2 0 = allowed=true remaining=2 retry=0ms
++ 1
+R "b" "r3:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx " 2 0 = allowed=true remaining=2 retry=0ms
+R "b" "R3:XXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXX " 2 0 = allowed=true remaining=2 retry=0ms
+trace w482296-d3-1tenants-debt-back-lowered-again-bad "q-2" 482296 3
 + 82524
 + 1
-R "b" "r3" 1 1 = allowed=true remaining=0 retry=0ms
-S "acme:eu" "r1" 2 1 = applied=false
+R "acme" "r1" 1 1 = allowed=true remaining=0 retry=0ms
+S "acme" "r1" 1 0 = applied=true
 - 1193
-R "acme:eu" "bad" 1000000001 1 = ErrInvalidArgument
-R "acme:eu" "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 2 2 = allowed=true remaining=0 retry=0ms
-R "acme:eu" "r5" 2 0 = allowed=true remaining=0 retry=0ms
-S "acme:eu" "r5" 2 0 = applied=true
-R "b" "R3" 1 0 = allowed=true remaining=0 retry=0ms
-+ 1
-S "b" "r3" 1 1 = applied=true
-R "b" "r7" 1 1 = allowed=false remaining=0 retry=61192ms
-S "acme:eu" "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 2 3 = applied=true
-R "b" "bad" 1 -1 = ErrInvalidArgument
-- 60000
-R "b" "r3" 1 0 = allowed=true remaining=0 retry=0ms
-+ 39350
-R "acme:eu" "r8" 2 0 = allowed=false remaining=0 retry=50649ms
-R "acme:eu" "r9" 2 2 = allowed=false remaining=0 retry=110649ms
-+ 98946
-+ 110649
-+ 40937
-R "acme:eu" "r10" 2 0 = allowed=true remaining=2 retry=0ms
-R "b" "r3" 1 0 = allowed=true remaining=1 retry=0ms
-S "acme:eu" "r5" 2 0 = applied=false
-R "b" "r11" 1 1 = allowed=true remaining=0 retry=0ms
-R "acme:eu" "r5" 2 2 = allowed=true remaining=2 retry=0ms
-R "acme:eu" "r12" 2 1 = allowed=true remaining=1 retry=0ms
-S "acme:eu" "r10" 2 1 = applied=true
-R "acme:eu" "settled:r12" 2 0 = allowed=true remaining=0 retry=0ms
-R "acme:eu" "bad" 1000000001 1 = ErrInvalidArgument
-trace w376229-d0-2tenants-again-bad "tq" 376229 0
-R "Acme" "{r1}" 600 413 = allowed=true remaining=187 retry=0ms
-S "Acme" "{r1}" 600 228 = applied=true
-+ 1
-+ 1
-R "Acme" "{r1}" 600 1 = allowed=true remaining=372 retry=0ms
-+ 1
-S "acme" "r2" 3 2 = applied=false
 R "acme" "bad" 1000000001 1 = ErrInvalidArgument
+R "acme" "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1 1 = allowed=true remaining=0 retry=0ms
+R "acme" "r3" 1 0 = allowed=true remaining=0 retry=0ms
+S "acme" "r3" 1 0 = applied=true
+R "acme" "R3" 1 0 = allowed=true remaining=0 retry=0ms
 + 1
-R "acme" "bad" 3 4 = ErrEstimateTooLarge
-R "Acme" "{r3}" 600 371 = allowed=true remaining=1 retry=0ms
-trace w3600000-d60-1tenants-debt-back-lowered-edge-again-bad "q-2" 3600000 60
-+ 1
+S "acme" "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1 1 = applied=true
+R "acme" "r5" 1 1 = allowed=false remaining=0 retry=59999ms
+S "acme" "R3" 1 2 = applied=true
+R "acme" "bad" 1 -1 = ErrInvalidArgument
+- 60000
+R "acme" "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1 0 = allowed=true remaining=0 retry=0ms
++ 39350
+R "acme" "r6" 1 0 = allowed=false remaining=0 retry=140649ms
+R "acme" "r7" 1 0 = allowed=false remaining=0 retry=140649ms
++ 98946
+trace w255186-d3-1tenants-debt-lowered-again-bad "" 255186 3
+R "acme " "r1" 7919 188 = allowed=true remaining=7731 retry=0ms
+R "acme " "r2" 7919 5226 = allowed=true remaining=2505 retry=0ms
+R "acme " "open:r2" 7919 0 = allowed=true remaining=2505 retry=0ms
+R "acme " "open:open:r2" 7919 1 = allowed=true remaining=2504 retry=0ms
+R "acme " "open:open:open:r2" 7919 1 = allowed=true remaining=2503 retry=0ms
+S "acme " "r1" 7919 0 = applied=true
+S "acme " "r2" 7919 5226 = applied=true
+R "acme " "r1" 7919 2503 = allowed=true remaining=2691 retry=0ms
+R "acme " "r6" 7919 0 = allowed=true remaining=2691 retry=0ms
+S "acme " "open:open:open:r2" 7919 1 = applied=true
+R "acme " "r7" 7919 0 = allowed=true remaining=2691 retry=0ms
+R "acme " "r8" 7919 2690 = allowed=true remaining=1 retry=0ms
+S "acme " "r7" 7919 0 = applied=true
+S "acme " "r6" 7919 12402 = applied=true
+R "acme " "r9" 7919 2282 = allowed=false remaining=0 retry=111249ms
+S "acme " "r8" 59 2690 = applied=true
++ 3600000
+R "acme " "r10" 59 0 = allowed=true remaining=59 retry=0ms
+R "acme " "bad" 59 60 = ErrEstimateTooLarge
+R "acme " "{r11}" 59 58 = allowed=true remaining=1 retry=0ms
+trace w7200000-d2-3tenants-debt-back-lowered-edge-again-bad "q-2" 7200000 2
+R "acme:eu" "r1" 60 60 = allowed=true remaining=0 retry=0ms
 + 37321
-R "" "bad" 7 1 = ErrInvalidArgument
+R "" "bad" 60 1 = ErrInvalidArgument
 + 67455
-R "b" "r1" 7 6 = allowed=true remaining=1 retry=0ms
-S "b" "r1" 7 6 = applied=true
-S "b" "settled:r1" 7 0 = applied=false
-R "b" "r3" 7 0 = allowed=true remaining=1 retry=0ms
-+ 3600000
-R "b" "r3:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 7 0 = allowed=true remaining=7 retry=0ms
-+ 3600000
-S "b" "settled:r1" 7 1 = applied=false
-R "b" "r5" 7 1 = allowed=true remaining=6 retry=0ms
-- 1090
-R "b" "r5:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 7 0 = allowed=true remaining=6 retry=0ms
-R "b" "r5:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 7 7 = allowed=true remaining=6 retry=0ms
-S "b" "r3" 7 8 = applied=false
-S "b" "r5:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 7 1000000000 = applied=true
-S "b" "r5" 7 8 = applied=true
+R "acme" "r2" 59 58 = allowed=true remaining=1 retry=0ms
+S "acme" "r2" 59 58 = applied=true
+S "b" "open:r3" 1000 93 = applied=false
+S "acme:eu" "r1" 60 77 = applied=true
 + 1
-R "b" "{r7}" 7 7 = allowed=false remaining=0 retry=3661089ms
-R "b" "open:{r7}" 7 0 = allowed=false remaining=0 retry=3601089ms
-+ 3601088
-S "b" "r3:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 3 0 = applied=false
-R "b" "r9" 3 0 = allowed=false remaining=0 retry=1ms
-R "b{x}" "bad" 3 1 = ErrInvalidArgument
-+ 22668
+- 1
+S "acme" "r2:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 59 42 = applied=false
+R "b" "r5" 1000 0 = allowed=true remaining=1000 retry=0ms
 + 1
+R "b" "{r6}" 1000 27 = allowed=true remaining=973 retry=0ms
+S "b" "{r6}" 1000 3000 = applied=true
+R "acme" "R2:XXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXX" 59 28 = allowed=false remaining=1 retry=27457ms
+S "b" "r5" 1000 0 = applied=true
+R "acme:eu" "r1 " 60 1 = allowed=true remaining=42 retry=0ms
+S "acme:eu" "bad" 60 -1 = ErrInvalidArgument
 + 1
-R "b" "bad" 0 0 = ErrInvalidArgument
-R "b" "r10" 3 0 = allowed=true remaining=1 retry=0ms
-S "b" "r10" 3 1 = applied=true
-R "b" "" 3 1 = ErrInvalidArgument
-+ 27759
-R "b" "{r7}" 3 1 = allowed=true remaining=0 retry=0ms
-R "b" "r11" 3 3 = allowed=false remaining=0 retry=49572ms
-S "b" "{r7}" 3 5 = applied=true
-trace w7200000-d60-2tenants-debt-lowered-edge-again "q-2" 7200000 60
-R "acme:eu" "r1" 61 60 = allowed=true remaining=1 retry=0ms
-S "acme:eu" "r1" 61 60 = applied=true
-R "Acme" "r2" 59 0 = allowed=true remaining=59 retry=0ms
+R "b" "{r9}" 1000 974 = allowed=false remaining=0 retry=178439ms
+R "acme" "open:R2:XXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXX" 59 0 = allowed=true remaining=1 retry=0ms
+S "acme" "open:R2:XXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXX" 59 0 = applied=true
++ 1
+R "b" "r11" 1000 1 = allowed=false remaining=0 retry=120058ms
+R "acme:eu" "r12" 60 2 = allowed=true remaining=40 retry=0ms
++ 7200000
+R "b" "r13" 1000 54 = allowed=true remaining=946 retry=0ms
+R "b" "settled:r13" 1000 1000 = allowed=false remaining=946 retry=3240ms
++ 1
++ 1599
+R "acme:eu" "settled:r12" 1 1 = allowed=true remaining=0 retry=0ms
+S "acme:eu" "settled:r12" 1 0 = applied=true
+R "b" "open:settled:r13" 1000 0 = allowed=true remaining=972 retry=0ms
+trace w59999-d2-3tenants-debt-back-lowered-again "tq" 59999 2
+R "acme" "r1 " 1000000000 1 = allowed=true remaining=999999999 retry=0ms
+R "acme:eu" "r2" 1000000000 999999999 = allowed=true remaining=1 retry=0ms
+S "acme" "r1 " 1000000000 1 = applied=true
+R "acme" "r3" 1000000000 0 = allowed=true remaining=999999999 retry=0ms
 + 1921
-R "acme:eu" "r1" 61 0 = allowed=true remaining=2 retry=0ms
-+ 1
-R "Acme" "r3" 3 3 = allowed=true remaining=0 retry=0ms
-R "acme:eu" "r4" 61 1 = allowed=true remaining=1 retry=0ms
+S "acme" "r3" 1000000000 1000000000 = applied=true
+R "acme:eu" "{r4}" 1000000000 0 = allowed=true remaining=32016667 retry=0ms
+R "acme " "r5" 1 1 = allowed=true remaining=0 retry=0ms
+R "acme" "r6" 1000000000 1 = allowed=false remaining=0 retry=1ms
 + 23175
-S "acme:eu" "r4" 61 183 = applied=true
-+ 7174903
-R "Acme" "r3" 3 0 = allowed=true remaining=3 retry=0ms
-R "Acme" "r3" 3 0 = allowed=true remaining=3 retry=0ms
-+ 1921
-R "acme:eu" "r5" 1 0 = allowed=true remaining=1 retry=0ms
-S "Acme" "r2" 3 0 = applied=false
-R "acme:eu" "r5:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1 1 = allowed=true remaining=0 retry=0ms
-S "Acme" "r3" 3 9 = applied=true
-S "acme:eu" "r5" 1 0 = applied=true
-R "acme:eu" "r7" 1 0 = allowed=true remaining=0 retry=0ms
-R "acme:eu" "r8" 1 0 = allowed=true remaining=0 retry=0ms
-trace w511905-d2-2tenants-debt-edge-again-bad "" 511905 2
-S "acme" "r1" 2 1 = applied=false
-R "b" "r2" 7 6 = allowed=true remaining=1 retry=0ms
-R "acme" "r3" 2 0 = allowed=true remaining=2 retry=0ms
-+ 511904
-S "acme" "r1" 2 2 = applied=false
-S "b" "r4" 7 6 = applied=false
-R "b" "r4:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 7 0 = allowed=true remaining=7 retry=0ms
-S "b" "r2" 7 6 = applied=true
-R "b" "r4:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 7 1 = allowed=true remaining=7 retry=0ms
+R "acme" "r7" 1000000000 0 = allowed=true remaining=386250000 retry=0ms
+- 60000
+R "acme" "r7:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000000 1393926 = allowed=true remaining=384856074 retry=0ms
+R "acme" "open:r7:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000000 1000000000 = allowed=false remaining=384856074 retry=96909ms
+S "acme " "r5" 1 1 = applied=true
++ 96910
+- 2946
+R "acme " "r5:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1 0 = allowed=true remaining=0 retry=0ms
+- 1670
+R "acme " "r5:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1 0 = allowed=true remaining=0 retry=0ms
 + 1
-R "b" "open:r4:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 7 0 = allowed=true remaining=7 retry=0ms
-R "acme" "r7" 2 0 = allowed=true remaining=2 retry=0ms
+S "acme" "r7" 1000000000 0 = applied=true
++ 1
+R "acme " "r5:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx " 1 1 = allowed=false remaining=0 retry=4529ms
+- 1353
+R "acme" "settled:open:r7:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000000 384856074 = allowed=true remaining=538250000 retry=0ms
++ 109698
+S "acme" "r7:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000000 1393926 = applied=false
+trace w60000-d1-3tenants-debt-edge-again-bad "q-2" 60000 1
+R "acme " "r1" 600 600 = allowed=true remaining=0 retry=0ms
+R "acme " "r2" 600 600 = allowed=false remaining=0 retry=60000ms
+R "acme:eu" "open:r3" 7919 7918 = allowed=true remaining=1 retry=0ms
++ 60000
++ 114895
+R "acme:eu" "r4" 7919 0 = allowed=true remaining=7919 retry=0ms
 + 3105
-R "b" "r4:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 7 7 = allowed=true remaining=7 retry=0ms
-R "b" "bad" 7 -1 = ErrInvalidArgument
-S "b" "open:r4:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 7 1 = applied=true
-S "acme" "r3" 2 1 = applied=false
-R "b" "r4" 7 6 = allowed=true remaining=6 retry=0ms
-+ 1367
-+ 507431
-R "b" "open:r4:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 7 5 = allowed=true remaining=2 retry=0ms
-trace w7200000-d3-1tenants-debt-edge-again "q-2" 7200000 3
+R "acme " "r2" 600 1 = allowed=true remaining=599 retry=0ms
+R "acme:eu" "bad" 7919 -1 = ErrInvalidArgument
++ 535
+R "acme " "r2" 600 600 = allowed=true remaining=600 retry=0ms
+R "acme " "r2" 600 600 = allowed=true remaining=600 retry=0ms
++ 4285
+R "Acme" "r5" 600 599 = allowed=true remaining=1 retry=0ms
+R "acme:eu" "r4:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 7919 7918 = allowed=true remaining=1 retry=0ms
++ 60000
+R "Acme" "r7" 600 2 = allowed=true remaining=598 retry=0ms
 + 1
-R "acme" "r1" 600 600 = allowed=true remaining=0 retry=0ms
++ 1
+R "acme:eu" "r4:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx " 7919 1 = allowed=true remaining=7918 retry=0ms
 + 4766
-S "acme" "open:r1" 600 264 = applied=false
-R "acme" "open:r1" 600 460 = allowed=true remaining=47 retry=0ms
-R "acme" "settled:open:r1" 600 47 = allowed=true remaining=0 retry=0ms
-+ 7200000
-R "acme" "r4" 600 600 = allowed=true remaining=0 retry=0ms
-+ 7199999
-R "acme" "r5" 600 0 = allowed=true remaining=600 retry=0ms
+S "acme:eu" "open:r4:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx " 7919 3483 = applied=false
+R "Acme" "r7" 600 460 = allowed=true remaining=600 retry=0ms
+R "acme:eu" "settled:open:r4:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx " 7919 7918 = allowed=true remaining=1 retry=0ms
++ 60000
+R "Acme" "r7 " 600 600 = allowed=true remaining=0 retry=0ms
++ 1
+S "acme " "r2" 600 2 = applied=false
 + 4592
-R "acme" "r6" 600 600 = allowed=true remaining=0 retry=0ms
-R "acme" "r6:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 600 0 = allowed=true remaining=0 retry=0ms
-R "acme" "r8" 600 1 = allowed=false remaining=0 retry=100ms
-R "acme" "r8" 600 600 = allowed=false remaining=0 retry=60000ms
-S "acme" "r1" 600 1800 = applied=false
-R "acme" "r8:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 600 0 = allowed=true remaining=0 retry=0ms
-S "acme" "r6" 600 599 = applied=true
-+ 7200000
+R "acme " "r12" 600 600 = allowed=true remaining=0 retry=0ms
+R "acme " "r12:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 600 0 = allowed=true remaining=0 retry=0ms
+R "acme:eu" "r14" 7919 2 = allowed=true remaining=7917 retry=0ms
+R "acme " "r12:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 600 600 = allowed=true remaining=0 retry=0ms
+S "acme " "r1" 600 1800 = applied=false
+R "acme:eu" "r14:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 7919 0 = allowed=true remaining=7917 retry=0ms
+S "acme " "r12:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 600 0 = applied=true
++ 59999
 + 113
-trace w3600000-d3-3tenants-debt-lowered-edge-again "" 3600000 3
-R "acme" "r1" 600 599 = allowed=true remaining=1 retry=0ms
-+ 1705
-R "b" "r2" 61 61 = allowed=true remaining=0 retry=0ms
-+ 3599999
-S "b" "r2" 61 183 = applied=true
-S "acme" "r1" 600 599 = applied=false
-R "acme" "r3" 600 1 = allowed=true remaining=599 retry=0ms
-+ 18864
-+ 3581136
-R "b" "r4" 59 1 = allowed=true remaining=58 retry=0ms
-+ 3599999
-S "b" "r4" 59 177 = applied=true
-+ 3600000
++ 3643
 + 1
-R "Acme" "settled:r5" 7919 7919 = allowed=true remaining=0 retry=0ms
-S "acme" "r6" 600 123 = applied=false
-S "acme" "r3" 600 1 = applied=false
-+ 1
-+ 1
-S "Acme" "settled:r5" 7919 618 = applied=true
-R "Acme" "r7" 7919 40 = allowed=true remaining=7261 retry=0ms
-S "Acme" "r7" 7919 41 = applied=true
-+ 1
-+ 1
-+ 4117
-+ 54385
-R "Acme" "{r8}" 7919 7261 = allowed=true remaining=658 retry=0ms
-+ 3600000
-R "b" "r9" 59 0 = allowed=true remaining=59 retry=0ms
-S "Acme" "{r8}" 7919 7261 = applied=false
-R "Acme" "r10" 7919 1 = allowed=true remaining=7918 retry=0ms
-trace w59999-d0-1tenants-debt-back-edge-again-bad "tq" 59999 0
-R "acme:eu" "r1" 600 29 = allowed=true remaining=571 retry=0ms
-R "acme:eu" "{r2}" 600 572 = allowed=false remaining=571 retry=100ms
-R "acme:eu" "open:{r2}" 600 59 = allowed=true remaining=512 retry=0ms
-+ 15323
-S "acme:eu" "r1" 600 29 = applied=true
-R "acme:eu" "open:{r2}:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 600 1 = allowed=true remaining=599 retry=0ms
-S "acme:eu" "open:{r2}" 600 59 = applied=true
-S "acme:eu" "open:{r2}:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 600 0 = applied=true
-+ 4448
-R "acme:eu{x}" "bad" 600 1 = ErrInvalidArgument
-R "acme:eu" "{r5}" 600 19 = allowed=true remaining=581 retry=0ms
-R "acme:eu" "r6" 600 97 = allowed=true remaining=484 retry=0ms
-R "acme:eu" "r6:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 600 483 = allowed=true remaining=1 retry=0ms
-R "acme:eu" "r8" 600 0 = allowed=true remaining=1 retry=0ms
-R "acme:eu" "r9" 600 11 = allowed=false remaining=1 retry=1000ms
-+ 1841
-S "acme:eu" "bad" 600 -1 = ErrInvalidArgument
-R "acme:eu" "r10" 600 1 = allowed=true remaining=18 retry=0ms
-S "acme:eu" "r8" 600 46 = applied=true
-+ 58158
-R "acme:eu" "open:r10" 600 17 = allowed=true remaining=536 retry=0ms
-R "acme:eu" "OPEN:R10" 600 0 = allowed=true remaining=536 retry=0ms
-- 60000
-S "acme:eu" "r8" 600 119 = applied=false
-+ 1
-+ 22445
-S "acme:eu" "OPEN:R10" 600 81 = applied=true
-R "acme:eu" "OPEN:R10:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 600 600 = allowed=false remaining=455 retry=51955ms
-+ 1
-+ 1
-S "acme:eu" "r10" 600 1 = applied=true
-+ 1
-R "acme:eu" "OPEN:R10:XXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXX" 600 1 = allowed=true remaining=454 retry=0ms
-S "acme:eu" "OPEN:R10:XXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXX" 600 1800 = applied=true
-R "acme:eu" "OPEN:R10:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 600 487 = allowed=false remaining=0 retry=146251ms
-R "acme:eu" "r15" 600 0 = allowed=false remaining=0 retry=97551ms
-R "acme:eu" "r16" 600 40 = allowed=false remaining=0 retry=101551ms
-R "acme:eu" "{r2}" 600 229 = allowed=false remaining=0 retry=120451ms
-R "acme:eu" "r10" 600 45 = allowed=true remaining=0 retry=0ms
-trace w3600000-d3-2tenants-debt-edge-again-bad "" 3600000 3
-S "b" "bad" 7919 1000000001 = ErrInvalidArgument
-S "acme:eu" "bad" 600 -1 = ErrInvalidArgument
-R "b" "bad" 1000000001 1 = ErrInvalidArgument
-S "acme:eu" "r1" 600 504 = applied=false
-R "acme:eu" "r2" 600 11 = allowed=true remaining=589 retry=0ms
-R "acme:eu" "r2" 600 588 = allowed=true remaining=589 retry=0ms
-R "b" "r3" 7919 7919 = allowed=true remaining=0 retry=0ms
-R "b" "r4" 7919 0 = allowed=true remaining=0 retry=0ms
-+ 3471
-R "b" "r4" 7919 7919 = allowed=true remaining=458 retry=0ms
-R "b" "settled:r4" 7919 283 = allowed=true remaining=175 retry=0ms
-S "acme:eu" "r2" 600 10 = applied=true
-S "b" "r4" 7919 10783 = applied=true
-+ 3596529
-+ 1
-+ 1
-R "acme:eu" "r6" 600 600 = allowed=true remaining=0 retry=0ms
-R "b" "bad" 0 0 = ErrInvalidArgument
-trace w533972-d60-1tenants-debt-back-lowered-again-bad "tq" 533972 60
-R "b" "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 7 7 = allowed=true remaining=0 retry=0ms
-R "b" "{r2}" 7 0 = allowed=true remaining=0 retry=0ms
-S "b" "{r2}" 7 1 = applied=true
-R "b" "{r3}" 7 0 = allowed=false remaining=0 retry=8572ms
-S "b" "r4" 7 5 = applied=false
-+ 118225
-S "b" "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 7 21 = applied=true
++ 2824
+trace w1000-d0-3tenants-debt-back-edge-again-bad "q-2" 1000 0
+R "acme" "r1" 3 3 = allowed=true remaining=0 retry=0ms
++ 999
+S "acme" "r1" 3 9 = applied=true
++ 181
+S "acme " "settled:r2" 1 1 = applied=false
+R "b" "r3" 1000 1000 = allowed=true remaining=0 retry=0ms
+R "acme" "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 3 0 = allowed=false remaining=0 retry=59819ms
+R "acme" "r5" 3 1 = allowed=false remaining=0 retry=79819ms
++ 79819
++ 3405
+R "acme " "r6" 1 0 = allowed=true remaining=1 retry=0ms
+R "b" "r7" 1000 0 = allowed=true remaining=1000 retry=0ms
+S "b" "r8" 1000 332 = applied=false
+R "acme" "r9" 3 0 = allowed=true remaining=1 retry=0ms
+R "acme " "r6" 1 1 = allowed=true remaining=1 retry=0ms
+S "b" "r3" 1000 3000 = applied=false
+S "acme " "r6" 1 0 = applied=true
+R "acme " "r10" 1 0 = allowed=true remaining=1 retry=0ms
+S "acme " "r10" 1 1 = applied=true
++ 999
+S "acme" "r9" 3 0 = applied=true
 - 1
-+ 100091
-+ 8571
-R "b" "settled:r4" 1 1 = allowed=false remaining=0 retry=371339ms
-R "b" "r6" 1 1 = allowed=false remaining=0 retry=371339ms
-R "b" "r7" 1 1 = allowed=false remaining=0 retry=371339ms
-S "b" "r4" 1 0 = applied=false
-R "b" "{r8}" 1 0 = allowed=false remaining=0 retry=311339ms
-R "b" "{R8}" 1 0 = allowed=false remaining=0 retry=311339ms
-S "b" "r10" 1 0 = applied=false
-R "b" "bad" 0 0 = ErrInvalidArgument
-R "b" "bad" 1 2 = ErrEstimateTooLarge
-+ 1
-R "b" "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1 1 = allowed=true remaining=0 retry=0ms
-R "b" "settled:r10" 1 1 = allowed=false remaining=0 retry=371338ms
-+ 3600000
-- 60000
-+ 1
-+ 1
-R "b" "settled:r4" 1 1 = allowed=true remaining=0 retry=0ms
-S "b" "settled:r4" 1 2 = applied=true
-R "b" "r12" 1 0 = allowed=false remaining=0 retry=60000ms
-R "b" "r13" 1 0 = allowed=false remaining=0 retry=60000ms
-trace w2-d0-1tenants-debt-back-edge-again-bad "tq" 2 0
-+ 1
-S "acme" "r1" 1000000 372315 = applied=false
-R "acme{x}" "bad" 1000000 1 = ErrInvalidArgument
-+ 1
-+ 1
-R "acme" "r2" 1000000 1 = allowed=true remaining=999999 retry=0ms
-+ 1
-R "acme" "r3" 1000000 55142 = allowed=true remaining=944858 retry=0ms
-+ 1
-R "acme" "r4" 1000000 0 = allowed=true remaining=944874 retry=0ms
-R "acme" "bad" 1000000 1000001 = ErrEstimateTooLarge
-+ 2752
-S "acme" "r2" 1000000 3000000 = applied=false
-R "acme" "open:r4" 1000000 944873 = allowed=true remaining=45868 retry=0ms
-R "acme" "r6" 1000000 1 = allowed=true remaining=45867 retry=0ms
-S "acme" "r3" 1000000 18052 = applied=false
-R "acme" "open:r4" 1000000 45866 = allowed=true remaining=45867 retry=0ms
-S "acme" "r4" 1000000 0 = applied=false
-- 2652
-R "acme" "r7" 1000000 45866 = allowed=true remaining=1 retry=0ms
-+ 115219
-R "acme" "r8" 1000000 1 = allowed=true remaining=999999 retry=0ms
-R "acme" "r9" 1000000 999998 = allowed=true remaining=1 retry=0ms
-R "acme" "r8" 1000000 1 = allowed=true remaining=1 retry=0ms
-S "acme" "open:r4" 1000000 766834 = applied=false
-+ 1
-R "acme{x}" "bad" 1000000 1 = ErrInvalidArgument
-S "acme" "r6" 1000000 1 = applied=false
-S "acme" "r7" 1000000 268499 = applied=false
-S "acme" "r8" 1000000 1 = applied=true
-R "acme" "r10" 1000000 815472 = allowed=false remaining=17 retry=48928ms
-+ 1
-trace w59999-d2-2tenants-debt-back-again-bad "" 59999 2
-+ 1
+R "acme " "r11" 1 0 = allowed=true remaining=0 retry=0ms
+R "acme" "r9 " 3 0 = allowed=true remaining=1 retry=0ms
 R "" "bad" 1000 1 = ErrInvalidArgument
-R "b" "bad" 1000000001 1 = ErrInvalidArgument
-+ 2091
-R "b" "r1" 1000 1000 = allowed=true remaining=0 retry=0ms
-S "b" "r1" 1000 1000 = applied=true
-S "b" "r1" 1000 372 = applied=false
-S "b" "{r2}" 1000 823 = applied=false
-+ 2473
-S "Acme" "r3" 1000000 251830 = applied=false
-+ 1
-+ 1
-R "Acme" "r4" 1000000 1000000 = allowed=true remaining=0 retry=0ms
-S "Acme" "r4" 1000000 3000000 = applied=true
-- 1
-R "b" "r5" 1000 1 = allowed=true remaining=40 retry=0ms
-R "b" "r5" 1000 1000 = allowed=true remaining=40 retry=0ms
+R "acme" "r5" 3 1 = allowed=true remaining=0 retry=0ms
+S "acme " "r11" 1 0 = applied=true
+R "acme " "r13" 1 1 = allowed=false remaining=0 retry=59002ms
+R "b" "r14" 1000 1000 = allowed=true remaining=0 retry=0ms
+R "acme " "r15" 1 0 = allowed=true remaining=0 retry=0ms
+S "acme" "r5" 3 9 = applied=true
+S "acme" "r5" 3 3 = applied=false
+S "acme " "bad" 1 1000000001 = ErrInvalidArgument
++ 15323
+S "acme" "r9 " 3 0 = applied=false
+trace w7-d0-1tenants-back-lowered-edge-again-bad "tq" 7 0
+R "acme:eu" "settled:r1" 7 1 = allowed=true remaining=6 retry=0ms
++ 16493
+R "acme:eu" "SETTLED:R1" 7 0 = allowed=true remaining=7 retry=0ms
++ 7
+R "acme:eu" "SETTLED:R1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 7 0 = allowed=true remaining=7 retry=0ms
+S "acme:eu" "settled:r1" 1 0 = applied=false
+R "acme:eu" "r4" 1 0 = allowed=true remaining=1 retry=0ms
++ 1841
+S "acme:eu" "bad" 1 -1 = ErrInvalidArgument
+R "acme:eu" "r5" 1 1 = allowed=true remaining=0 retry=0ms
+S "acme:eu" "SETTLED:R1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1 0 = applied=false
++ 7
+R "acme:eu" "open:r5" 1 0 = allowed=true remaining=0 retry=0ms
+R "acme:eu" "OPEN:R5" 1 0 = allowed=true remaining=0 retry=0ms
 - 60000
-R "Acme" "bad" 0 0 = ErrInvalidArgument
-S "Acme" "r3" 1000000 547127 = applied=false
-R "Acme" "R4" 1000000 0 = allowed=false remaining=0 retry=180001ms
-+ 180000
-R "Acme" "bad" 1000000001 1 = ErrInvalidArgument
-R "Acme" "r7" 1000000 1 = allowed=false remaining=0 retry=2ms
-R "Acme" "R7" 1000000 1 = allowed=false remaining=0 retry=2ms
-R "b" "open:r5" 1000 1000 = allowed=true remaining=0 retry=0ms
-R "Acme" "r10" 1000000 0 = allowed=false remaining=0 retry=1ms
+S "acme:eu" "SETTLED:R1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1 1 = applied=false
+R "acme:eu" "OPEN:R5 " 1 0 = allowed=true remaining=0 retry=0ms
+trace w40763-d1-1tenants-back-lowered-again-bad "" 40763 1
 + 1
-+ 99
++ 1
++ 82265
+R "acme:eu" "bad" 1 -1 = ErrInvalidArgument
+R "acme:eu" "" 1 1 = ErrInvalidArgument
++ 1
+- 60000
++ 1
+R "acme:eu" "r1" 1 0 = allowed=true remaining=1 retry=0ms
++ 1860
+R "acme:eu" "r2" 1 0 = allowed=true remaining=1 retry=0ms
+R "acme:eu" "r3" 1 1 = allowed=true remaining=0 retry=0ms
+S "acme:eu" "{r4}" 1 0 = applied=false
+S "acme:eu" "bad" 1 -1 = ErrInvalidArgument
+R "acme:eu" "bad" 1000000001 1 = ErrInvalidArgument
+S "acme:eu" "{r4}" 1 0 = applied=false
+R "acme:eu" "r5" 1 0 = allowed=true remaining=0 retry=0ms
+R "acme:eu" "settled:r5" 1 0 = allowed=true remaining=0 retry=0ms
++ 3193
+R "acme:eu" "r7" 1 0 = allowed=true remaining=0 retry=0ms
+- 60000
++ 1
+trace w3600001-d0-1tenants-debt-back-lowered-edge-again-bad "" 3600001 0
+S "b" "r1" 59 54 = applied=false
+R "b" "r2" 59 36 = allowed=true remaining=23 retry=0ms
+S "b" "r3" 59 4 = applied=false
++ 1
+R "b" "r3 " 59 59 = allowed=false remaining=23 retry=36610ms
+R "b" "bad" 0 0 = ErrInvalidArgument
+- 1
+R "b" "r3 :xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 2 1 = allowed=true remaining=1 retry=0ms
++ 1
++ 3600000
++ 1595
+R "b" "R3 :XXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXX" 2 1 = allowed=true remaining=1 retry=0ms
+R "b" "{r7}" 2 0 = allowed=true remaining=1 retry=0ms
+S "b" "r3" 2 0 = applied=false
++ 118225
+S "b" "R3 :XXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXX" 2 6 = applied=true
+S "b" "r2" 2 36 = applied=false
+R "b" "r8" 2 2 = allowed=false remaining=0 retry=120000ms
+- 1
+S "b" "{r7}" 2 1 = applied=true
+R "b" "{r9}" 2 0 = allowed=false remaining=0 retry=60001ms
+- 1887
+S "b" "r2" 2 2 = applied=false
+S "b" "r3 :xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 2 1 = applied=false
+S "b" "{r7}" 2 1 = applied=false
+R "b" "{r7}" 2 2 = allowed=true remaining=0 retry=0ms
+R "b" "r10" 2 0 = allowed=false remaining=0 retry=61888ms
+R "b" "bad" 0 0 = ErrInvalidArgument
++ 1
+R "b" "r3 " 1 1 = allowed=false remaining=0 retry=121887ms
+R "b" "settled:r10" 1 1 = allowed=false remaining=0 retry=121887ms
++ 3600000
+- 60000
+trace w423792-d3-2tenants-debt-lowered-edge-again-bad "q-2" 423792 3
+R "acme:eu" "open:r1" 60 0 = allowed=true remaining=60 retry=0ms
+S "acme:eu" "open:r1" 60 0 = applied=true
+R "Acme" "open:r2" 60 59 = allowed=true remaining=1 retry=0ms
+R "acme:eu" "r3" 60 60 = allowed=true remaining=0 retry=0ms
++ 423792
+S "Acme" "open:r2" 60 98 = applied=false
+S "acme:eu" "r3" 60 180 = applied=false
+R "acme:eu" "r4" 60 1 = allowed=true remaining=59 retry=0ms
+R "acme:eu" "r4" 60 60 = allowed=true remaining=59 retry=0ms
+S "acme:eu" "r4" 60 1 = applied=true
+R "acme:eu" "r5" 60 60 = allowed=false remaining=59 retry=1000ms
+R "acme:eu" "r6" 60 60 = allowed=false remaining=59 retry=1000ms
+R "Acme" "r7" 60 55 = allowed=true remaining=5 retry=0ms
+S "Acme" "r7" 60 54 = applied=true
+R "acme:eu" "{r8}" 60 58 = allowed=true remaining=1 retry=0ms
++ 2793
+R "acme:eu" "bad" 0 0 = ErrInvalidArgument
++ 1
+R "acme:eu" "{r8}:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 60 1 = allowed=true remaining=2 retry=0ms
++ 1999
+S "acme:eu" "{r8}" 60 57 = applied=true
+trace w3600001-d1-3tenants-debt-edge-again-bad "tq" 3600001 1
++ 1
+R "acme " "r1" 1000000000 999999999 = allowed=true remaining=1 retry=0ms
++ 1196
+S "acme " "r1" 1000000000 596881671 = applied=true
+R "b" "r2" 1 0 = allowed=true remaining=1 retry=0ms
++ 3600000
+R "Acme" "settled:r3" 1 1 = allowed=true remaining=0 retry=0ms
+S "Acme" "settled:r3" 1 1 = applied=true
+R "Acme" "r4" 1 1 = allowed=false remaining=0 retry=60000ms
++ 1
+R "acme " "r5" 1000000000 2 = allowed=true remaining=999999998 retry=0ms
 R "b" "bad" 1000000001 1 = ErrInvalidArgument
-+ 2
++ 3081
+S "b" "r2" 1 0 = applied=false
+S "Acme" "settled:r3" 1 0 = applied=false
+R "Acme" "settled:r4" 1 1 = allowed=false remaining=0 retry=56918ms
 + 1
-trace w60000-d3-3tenants-debt-back-lowered-edge-again-bad "q-2" 60000 3
-R "acme" "r1" 59 0 = allowed=true remaining=59 retry=0ms
 + 1
-R "acme:eu" "r2" 60 59 = allowed=true remaining=1 retry=0ms
-+ 60000
-R "Acme" "r3:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1 1 = allowed=true remaining=0 retry=0ms
-R "acme:eu" "r2:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 60 2 = allowed=true remaining=58 retry=0ms
+S "b" "r2" 1 0 = applied=false
+S "Acme" "{r7}" 1 1 = applied=false
++ 2473
+S "acme " "r5:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000000 16898056 = applied=false
+R "b" "r9" 1 1 = allowed=true remaining=0 retry=0ms
+S "acme " "r1" 1000000000 346880297 = applied=false
+R "b" "{r10}" 1 1 = allowed=false remaining=0 retry=60000ms
+R "b" "open:{r10}" 1 0 = allowed=true remaining=0 retry=0ms
+R "Acme" "{r7}:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1 1 = allowed=false remaining=0 retry=54443ms
+R "Acme" "{r7}:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx " 1 1 = allowed=false remaining=0 retry=54443ms
++ 3600000
+R "Acme" "r14" 1 1 = allowed=true remaining=0 retry=0ms
++ 3600001
+S "Acme" "r14" 1 3 = applied=false
+R "Acme" "r15" 1 1 = allowed=true remaining=0 retry=0ms
+R "Acme" "r16" 1 1 = allowed=false remaining=0 retry=60000ms
+R "acme " "R5:XXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXX" 1000000000 1 = allowed=true remaining=999999999 retry=0ms
+R "acme " "r18" 1000000000 1 = allowed=true remaining=999999998 retry=0ms
+R "Acme" "open:r16" 1 1 = allowed=false remaining=0 retry=60000ms
+R "acme " "r20" 1000000000 999999997 = allowed=true remaining=1 retry=0ms
++ 1
+trace w98085-d3-1tenants-back-lowered-edge-again-bad "" 98085 3
++ 75818
+S "acme" "r1" 59 36 = applied=false
++ 1
+R "acme" "R1" 59 59 = allowed=true remaining=0 retry=0ms
+R "acme" "bad" 0 0 = ErrInvalidArgument
+R "acme" "settled:R1" 59 0 = allowed=true remaining=0 retry=0ms
+R "" "bad" 59 1 = ErrInvalidArgument
++ 98084
++ 98085
+R "acme" "settled:R1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 59 59 = allowed=true remaining=0 retry=0ms
+R "acme" "settled:R1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 59 1 = allowed=false remaining=0 retry=1017ms
 + 136
-R "acme:eu" "{r5}" 60 57 = allowed=true remaining=1 retry=0ms
-R "Acme" "open:r3:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1 0 = allowed=true remaining=0 retry=0ms
-R "acme" "open:r1" 59 4 = allowed=true remaining=55 retry=0ms
-R "Acme" "open:r3:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1 1 = allowed=true remaining=0 retry=0ms
-R "acme:eu" "" 60 1 = ErrInvalidArgument
-R "acme" "open:open:r1" 7 0 = allowed=true remaining=7 retry=0ms
-R "acme:eu" "" 60 1 = ErrInvalidArgument
-+ 59864
-R "acme:eu" "{R5}" 60 1 = allowed=true remaining=59 retry=0ms
-+ 60000
+R "acme" "{r6}" 59 0 = allowed=true remaining=0 retry=0ms
+R "acme" "open:{r6}" 59 0 = allowed=true remaining=0 retry=0ms
+R "acme" "open:open:{r6}" 59 4 = allowed=false remaining=0 retry=3932ms
+R "acme" "open:open:{r6}" 59 1 = allowed=false remaining=0 retry=881ms
+R "acme" "" 7 1 = ErrInvalidArgument
+R "acme" "open:open:open:{r6}" 7 0 = allowed=true remaining=0 retry=0ms
+R "acme" "" 7 1 = ErrInvalidArgument
++ 97949
+R "acme" "OPEN:OPEN:OPEN:{R6}" 7 0 = allowed=true remaining=7 retry=0ms
++ 136
 + 1
-R "acme:eu" "r10" 60 0 = allowed=true remaining=60 retry=0ms
-S "acme" "r1" 7 0 = applied=false
-R "acme:eu" "{r11}" 60 60 = allowed=true remaining=0 retry=0ms
-R "Acme" "r12" 1 1 = allowed=true remaining=0 retry=0ms
-R "acme:eu" "r10" 60 1 = allowed=true remaining=0 retry=0ms
-+ 60000
+R "acme" "r11" 7 0 = allowed=true remaining=7 retry=0ms
+S "acme" "open:open:open:{r6}" 7 0 = applied=false
+R "acme" "{r12}" 7 7 = allowed=true remaining=0 retry=0ms
+R "acme" "{r12} " 7 1 = allowed=false remaining=0 retry=8572ms
+R "acme" "r11" 7 1 = allowed=true remaining=0 retry=0ms
++ 97947
 S "acme" "bad" 7 1000000001 = ErrInvalidArgument
-S "acme:eu" "{r11}" 60 59 = applied=false
+S "acme" "{r6}" 7 0 = applied=false
 + 51956
-R "acme" "open:open:r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 7 4 = allowed=true remaining=3 retry=0ms
+R "acme" "{r12} :xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 7 4 = allowed=true remaining=3 retry=0ms
 R "" "bad" 7 1 = ErrInvalidArgument
 - 60000
-R "acme" "r14" 7 7 = allowed=false remaining=3 retry=94286ms
-S "acme:eu" "{r11}" 60 3 = applied=false
-R "acme" "r15" 7 3 = allowed=true remaining=0 retry=0ms
-+ 3021
-S "acme:eu" "{R5}" 60 2 = applied=false
-trace w60000-d0-2tenants-back-lowered-again-bad "q-2" 60000 0
-S "acme" "settled:r1" 1000 468 = applied=false
-R "Acme" "R2" 61 60 = allowed=true remaining=1 retry=0ms
-R "acme" "r3" 1000 0 = allowed=true remaining=1000 retry=0ms
-R "acme" "r4" 1000 897 = allowed=true remaining=103 retry=0ms
-R "Acme" "bad" 61 62 = ErrEstimateTooLarge
-S "Acme" "R2" 61 23 = applied=true
-+ 2740
-S "acme" "r3" 2 0 = applied=true
+R "acme" "r15" 7 7 = allowed=false remaining=3 retry=94286ms
+S "acme" "r1" 7 6 = applied=false
+trace w170358-d1-2tenants-debt-back-again-bad "tq" 170358 1
+R "Acme" "bad" 600 -1 = ErrInvalidArgument
+S "acme" "bad" 7919 -1 = ErrInvalidArgument
++ 6683
+R "Acme" "r1 " 600 600 = allowed=true remaining=0 retry=0ms
++ 3829
+S "Acme" "r1 " 600 601 = applied=true
 - 60000
-S "acme" "r4" 2 4 = applied=true
-S "Acme" "r5" 61 39 = applied=false
-R "Acme" "r6" 61 0 = allowed=true remaining=38 retry=0ms
-+ 96548
-+ 64145
-S "Acme" "r6" 61 0 = applied=false
-R "acme{x}" "bad" 2 1 = ErrInvalidArgument
+R "Acme" "bad" 600 601 = ErrEstimateTooLarge
+R "Acme" "settled:r1 " 600 0 = allowed=true remaining=37 retry=0ms
+S "Acme" "r3" 600 462 = applied=false
+S "acme" "R4" 7919 4094 = applied=false
+S "acme" "bad" 7919 1000000001 = ErrInvalidArgument
+R "Acme" "settled:r1 " 600 231 = allowed=true remaining=37 retry=0ms
+R "Acme" "r5" 600 0 = allowed=true remaining=37 retry=0ms
+S "Acme" "r3" 600 379 = applied=false
+R "Acme" "r5 " 600 0 = allowed=true remaining=37 retry=0ms
+trace w59999-d2-2tenants-debt-again-bad "" 59999 2
+R "acme:eu" "{r1}" 61 1 = allowed=true remaining=60 retry=0ms
+R "b" "r2" 2 2 = allowed=true remaining=0 retry=0ms
+R "acme:eu" "{r1}" 61 2 = allowed=true remaining=60 retry=0ms
+S "acme:eu" "{r1}" 61 1 = applied=true
+R "b" "" 2 1 = ErrInvalidArgument
+R "b" "R2" 2 0 = allowed=true remaining=0 retry=0ms
+R "b" "r4" 2 2 = allowed=false remaining=0 retry=60000ms
+S "b" "r5" 2 1 = applied=false
++ 60000
 + 1
-R "Acme" "r6:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 61 61 = allowed=true remaining=0 retry=0ms
-R "Acme" "r6:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 61 0 = allowed=true remaining=0 retry=0ms
-R "Acme" "r6:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 61 5 = allowed=false remaining=0 retry=4919ms
-+ 4920
-R "acme" "r9" 2 2 = allowed=true remaining=0 retry=0ms
-R "Acme" "R6:XXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXX:XXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXX" 61 61 = allowed=false remaining=5 retry=55080ms
-R "acme" "r9" 2 1 = allowed=true remaining=0 retry=0ms
-S "Acme" "r5" 61 55 = applied=false
-+ 1
-S "acme" "r9" 2 0 = applied=true
-trace w3600001-d1-1tenants-debt-edge-again-bad "" 3600001 1
-S "acme" "R1" 7919 3561 = applied=false
-R "acme" "bad" 7919 -1 = ErrInvalidArgument
-R "acme" "r2" 7919 189 = allowed=true remaining=7730 retry=0ms
-R "acme" "r3" 7919 4283 = allowed=true remaining=3447 retry=0ms
-R "acme" "open:r3" 7919 0 = allowed=true remaining=3447 retry=0ms
-S "acme" "r2" 7919 188 = applied=true
-R "" "bad" 7919 1 = ErrInvalidArgument
-S "acme" "open:r3" 7919 0 = applied=true
-R "acme" "" 7919 1 = ErrInvalidArgument
-R "acme" "r3" 7919 0 = allowed=true remaining=3448 retry=0ms
-S "acme" "r3" 7919 23757 = applied=true
-R "acme" "r5" 7919 1 = allowed=false remaining=0 retry=60008ms
-+ 60008
-R "acme" "r6" 7919 615 = allowed=false remaining=1 retry=4652ms
-+ 1
-+ 1
-R "acme" "open:r6" 7919 0 = allowed=true remaining=1 retry=0ms
-R "acme" "r8" 7919 0 = allowed=true remaining=1 retry=0ms
-+ 3600001
-R "acme" "r9" 7919 740 = allowed=true remaining=7179 retry=0ms
-+ 3600001
-R "acme" "r6" 7919 0 = allowed=true remaining=7919 retry=0ms
-R "acme" "r9:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 7919 1 = allowed=true remaining=7918 retry=0ms
-+ 3600000
-S "acme" "r9:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 7919 1 = applied=true
-R "acme" "open:r9:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 7919 5796 = allowed=true remaining=2123 retry=0ms
-S "acme" "r9" 7919 173 = applied=false
-S "acme" "open:r6" 7919 0 = applied=false
-trace w593247-d1-3tenants-debt-back-lowered-again-bad "q-2" 593247 1
-R "acme:eu" "r1" 2 2 = allowed=true remaining=0 retry=0ms
-S "Acme" "r2" 60 29 = applied=false
-S "acme:eu" "r1" 2 1 = applied=true
-R "Acme" "r3" 60 59 = allowed=true remaining=1 retry=0ms
-R "acme:eu" "{r4}" 2 2 = allowed=false remaining=1 retry=30000ms
-R "b" "r5" 2 0 = allowed=true remaining=2 retry=0ms
-S "Acme" "r3" 60 9 = applied=true
-S "b" "bad" 2 1000000001 = ErrInvalidArgument
-R "b" "r6" 2 0 = allowed=true remaining=2 retry=0ms
-+ 2667
-R "b" "r7" 2 0 = allowed=true remaining=2 retry=0ms
-R "Acme" "r3" 60 0 = allowed=true remaining=53 retry=0ms
-- 60000
+S "b" "R2" 2 0 = applied=false
+R "b" "{r6}" 2 0 = allowed=true remaining=2 retry=0ms
+R "acme:eu" "{r1}:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 61 0 = allowed=true remaining=61 retry=0ms
+R "b" "{r6}" 2 1 = allowed=true remaining=2 retry=0ms
+R "b" "{r6}" 2 2 = allowed=true remaining=2 retry=0ms
+S "b" "r5" 2 1 = applied=false
 R "b" "r8" 2 2 = allowed=true remaining=0 retry=0ms
-R "acme:eu" "r1" 2 2 = allowed=true remaining=1 retry=0ms
-R "acme:eu" "r9" 2 0 = allowed=true remaining=1 retry=0ms
-S "b" "r5" 2 0 = applied=true
+S "acme:eu" "{r1}:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 61 183 = applied=true
+R "b" "r9" 2 0 = allowed=true remaining=0 retry=0ms
+S "b" "{r6}" 2 0 = applied=true
+R "acme:eu" "bad" 61 -1 = ErrInvalidArgument
 + 1
-S "acme:eu" "r9" 2 0 = applied=true
-S "Acme" "r3" 60 19 = applied=false
-R "" "bad" 2 1 = ErrInvalidArgument
-R "Acme" "r10" 60 52 = allowed=true remaining=1 retry=0ms
-R "acme:eu" "r11" 2 2 = allowed=false remaining=1 retry=87332ms
-R "Acme" "R10" 60 6 = allowed=false remaining=1 retry=64332ms
-R "b" "r13" 2 0 = allowed=true remaining=0 retry=0ms
-R "b" "r14" 2 0 = allowed=true remaining=0 retry=0ms
+R "acme:eu" "" 61 1 = ErrInvalidArgument
+R "b" "r8" 2 0 = allowed=true remaining=0 retry=0ms
+R "acme:eu" "{r1}:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 61 1 = allowed=true remaining=0 retry=0ms
 + 1
-R "acme:eu" "{r15}" 2 0 = allowed=true remaining=1 retry=0ms
-R "Acme{x}" "bad" 60 1 = ErrInvalidArgument
-S "Acme" "r10" 60 53 = applied=true
-R "acme:eu" "bad" 2 3 = ErrEstimateTooLarge
-trace w7-d0-2tenants-debt-lowered-again "q-2" 7 0
+R "acme:eu" "{r1}:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 61 1 = allowed=true remaining=0 retry=0ms
+R "b" "r10" 2 0 = allowed=true remaining=0 retry=0ms
 + 1
-R "b" "R1" 60 60 = allowed=true remaining=0 retry=0ms
-+ 7
-R "acme" "r2" 3 0 = allowed=true remaining=3 retry=0ms
-S "b" "R1" 60 43 = applied=false
-S "acme" "r2" 3 0 = applied=true
-R "b" "r3" 60 0 = allowed=true remaining=0 retry=0ms
 + 1
-S "b" "r3" 60 0 = applied=true
+R "b" "open:r10" 2 0 = allowed=true remaining=0 retry=0ms
+R "acme:eu" "r12" 61 0 = allowed=false remaining=0 retry=119996ms
+trace w230713-d60-3tenants-debt-back-lowered-edge-again-bad "q-2" 230713 60
 + 1
-R "acme" "r4" 3 0 = allowed=true remaining=3 retry=0ms
-R "acme" "settled:r4" 3 3 = allowed=true remaining=0 retry=0ms
-R "b" "R3" 60 60 = allowed=false remaining=0 retry=59991ms
-R "b" "r7" 60 0 = allowed=true remaining=0 retry=0ms
-R "acme" "settled:r4:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 3 0 = allowed=true remaining=0 retry=0ms
-S "b" "r7" 60 0 = applied=true
-R "b" "open:r7" 60 0 = allowed=true remaining=0 retry=0ms
-+ 2958
+- 60000
+S "acme " "r1" 60 58 = applied=false
 + 1
-R "b" "r10" 60 54 = allowed=false remaining=2 retry=51032ms
-S "acme" "settled:r4" 3 9 = applied=false
+R "acme:eu" "r2" 1 0 = allowed=true remaining=1 retry=0ms
 + 1
-S "acme" "r4" 3 0 = applied=false
+R "acme:eu" "bad" 0 0 = ErrInvalidArgument
+S "acme:eu" "r2:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1 0 = applied=false
 + 1
-S "b" "open:r7" 2 0 = applied=false
+S "acme:eu" "r2" 1 3 = applied=true
+R "acme" "settled:r4" 7919 1 = allowed=true remaining=7918 retry=0ms
+R "acme" "r5" 7919 305 = allowed=true remaining=7613 retry=0ms
+S "acme:eu" "r2:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1 0 = applied=false
++ 78201
+R "acme " "open:r1" 60 4 = allowed=true remaining=56 retry=0ms
++ 592
 + 1
-R "acme" "r11" 3 3 = allowed=false remaining=0 retry=57038ms
+S "acme" "r5" 7919 23757 = applied=true
++ 230119
+R "acme:eu" "settled:r2:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1 1 = allowed=true remaining=0 retry=0ms
+S "acme:eu" "settled:r2:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1 0 = applied=true
+S "acme " "open:r1" 2 6 = applied=true
+R "acme:eu" "settled:r2:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1 0 = allowed=true remaining=1 retry=0ms
+- 60000
++ 1
+S "acme:eu" "settled:r2:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1 0 = applied=true
++ 1
+- 1156
+R "acme " "settled:open:r1" 2 0 = allowed=true remaining=0 retry=0ms
+S "acme " "settled:open:r1" 2 0 = applied=true
+S "acme:eu" "settled:r2:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1 1 = applied=false
+R "acme:eu" "{r10}" 1 1 = allowed=true remaining=0 retry=0ms
+trace w1-d3-2tenants-debt-back-lowered-again-bad "tq" 1 3
++ 1
+S "b" "settled:r1" 2 0 = applied=false
+R "b" "{r2}" 1 0 = allowed=true remaining=1 retry=0ms
+R "b{x}" "bad" 1 1 = ErrInvalidArgument
+S "b" "{r2}" 1 1 = applied=true
+R "acme" "bad" 1000000 1000001 = ErrEstimateTooLarge
+R "acme" "r3:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 59 58 = allowed=true remaining=1 retry=0ms
+R "acme" "r4" 59 59 = allowed=false remaining=1 retry=58984ms
+S "acme" "r3:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 59 59 = applied=true
+R "b" "r5" 1 0 = allowed=true remaining=0 retry=0ms
+- 60000
+S "b" "r5" 1 0 = applied=true
+R "b" "{r2}" 1 0 = allowed=true remaining=0 retry=0ms
+R "acme" "r6" 59 2 = allowed=false remaining=0 retry=62034ms
++ 1
++ 1
+R "acme" "r7" 59 0 = allowed=true remaining=0 retry=0ms
+R "acme" "settled:r7" 59 57 = allowed=false remaining=0 retry=117965ms
+R "b" "R5" 1 1 = allowed=false remaining=0 retry=119998ms
+R "b" "r10" 1 0 = allowed=true remaining=0 retry=0ms
+R "acme" "settled:r7:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 59 0 = allowed=true remaining=0 retry=0ms
+R "b" "{r2}" 1 0 = allowed=true remaining=0 retry=0ms
+trace w3600000-d0-2tenants-debt-back-lowered-again-bad "" 3600000 0
+R "Acme" "r1" 1000000 889942 = allowed=true remaining=110058 retry=0ms
+R "acme:eu" "bad" 0 0 = ErrInvalidArgument
+R "Acme" "r2" 1000000 0 = allowed=true remaining=110058 retry=0ms
+S "Acme" "r1" 1000000 1794068 = applied=true
+S "acme:eu" "r3" 7919 5277 = applied=false
+R "Acme" "r1" 1000000 110058 = allowed=true remaining=0 retry=0ms
+R "acme:eu" "r4" 61 29 = allowed=true remaining=32 retry=0ms
 + 21114
-S "acme" "settled:r4:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 3 0 = applied=false
-R "acme" "r11" 3 0 = allowed=true remaining=1 retry=0ms
-trace w3600000-d1-1tenants-debt-lowered-edge-again-bad "tq" 3600000 1
-R "acme:eu" "bad" 0 0 = ErrInvalidArgument
-R "acme:eu" "r1" 1000 0 = allowed=true remaining=1000 retry=0ms
-R "acme:eu" "r1" 2 2 = allowed=true remaining=2 retry=0ms
-R "acme:eu" "" 2 1 = ErrInvalidArgument
-R "acme:eu" "bad" 0 0 = ErrInvalidArgument
-S "acme:eu" "r2" 2 1 = applied=false
-+ 3599999
-S "acme:eu" "r3" 2 1 = applied=false
-S "acme:eu" "r1" 2 1000000000 = applied=true
-R "acme:eu{x}" "bad" 2 1 = ErrInvalidArgument
-S "acme:eu" "r3" 2 2 = applied=false
-R "acme:eu" "r4" 1 0 = allowed=false remaining=0 retry=60000ms
+S "acme:eu" "r4" 61 0 = applied=true
+R "acme:eu" "r4" 61 0 = allowed=true remaining=61 retry=0ms
+R "Acme" "r5" 1000000 1000000 = allowed=false remaining=0 retry=86531ms
+R "Acme" "r6" 1000000 41664 = allowed=false remaining=0 retry=29030ms
++ 29031
+R "Acme" "r7" 1000000 1 = allowed=true remaining=41681 retry=0ms
+- 1458
+R "Acme" "" 1000000 1 = ErrInvalidArgument
+- 60000
 + 1
-R "acme:eu" "r5" 1 0 = allowed=false remaining=0 retry=59999ms
-R "acme:eu" "open:r5" 1 0 = allowed=false remaining=0 retry=59999ms
+R "acme:eu" "r3" 61 61 = allowed=true remaining=61 retry=0ms
+S "acme:eu" "r8" 61 18 = applied=false
+R "Acme" "r7 " 1000000 0 = allowed=true remaining=41681 retry=0ms
+R "Acme{x}" "bad" 1000000 1 = ErrInvalidArgument
+S "Acme" "r1" 1000000 710761 = applied=false
+trace w60000-d3-1tenants-lowered-edge-again-bad "q-2" 60000 3
+R "acme " "open:r1" 1000000 804079 = allowed=true remaining=195921 retry=0ms
+R "acme " "settled:open:r1" 1000000 8225 = allowed=true remaining=187696 retry=0ms
+S "acme " "open:r1" 1000000 804079 = applied=true
 + 207
-S "acme:eu" "bad" 1 1000000001 = ErrInvalidArgument
-R "acme:eu" "open:r5" 1 0 = allowed=false remaining=0 retry=59792ms
-R "acme:eu" "r7" 1 1 = allowed=false remaining=0 retry=119792ms
-R "acme:eu" "open:r5" 1 1 = allowed=false remaining=0 retry=119792ms
-S "acme:eu" "r1" 1 1 = applied=false
-+ 2908
-R "acme:eu" "settled:r7" 1 0 = allowed=false remaining=0 retry=56884ms
-+ 56883
-R "acme:eu" "" 1 1 = ErrInvalidArgument
-trace w152157-d2-1tenants-debt-back-lowered-again-bad "q-2" 152157 2
-R "acme" "r1" 600 0 = allowed=true remaining=600 retry=0ms
++ 59793
++ 1
+S "acme " "settled:open:r1" 3 0 = applied=false
++ 1
++ 1
+R "acme " "bad" 3 -1 = ErrInvalidArgument
+R "acme " "r3" 3 3 = allowed=true remaining=0 retry=0ms
+S "acme " "r3" 3 2 = applied=true
+R "acme " "r4" 3 0 = allowed=true remaining=1 retry=0ms
+R "acme " "r5" 3 1 = allowed=true remaining=0 retry=0ms
+S "acme " "r4" 3 0 = applied=true
+R "acme " "r6" 3 0 = allowed=true remaining=0 retry=0ms
++ 59999
 + 78512
-S "acme" "r2" 600 331 = applied=false
-+ 83940
-+ 1206
+S "acme " "settled:open:r1" 3 2 = applied=false
+R "acme " "r7" 3 3 = allowed=true remaining=0 retry=0ms
+S "acme " "r6" 3 0 = applied=false
+R "acme " "R7" 3 0 = allowed=true remaining=0 retry=0ms
+trace w3600000-d0-3tenants-debt-back-lowered-again-bad "" 3600000 0
 + 1
-S "acme" "r1" 600 0 = applied=false
-R "acme" "r3" 600 0 = allowed=true remaining=600 retry=0ms
-S "acme" "r3" 600 0 = applied=true
-R "acme" "r4" 600 443 = allowed=true remaining=157 retry=0ms
-S "acme" "r4" 600 442 = applied=true
-+ 350
-R "acme" "r3" 600 158 = allowed=true remaining=161 retry=0ms
 + 1
-R "acme" "r5" 600 1 = allowed=true remaining=160 retry=0ms
-R "acme" "r5:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 600 0 = allowed=true remaining=160 retry=0ms
-S "acme" "r5:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 600 1800 = applied=true
-S "acme" "r5" 600 1800 = applied=true
++ 3354
++ 1
++ 1
+R "acme" "r1" 7919 1 = allowed=true remaining=7918 retry=0ms
+R "acme:eu" "r2:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000 0 = allowed=true remaining=1000000 retry=0ms
+S "acme" "r1" 7919 23757 = applied=true
+S "acme:eu" "r2:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000 3000000 = applied=true
 + 4511
 - 60000
-R "acme" "bad" 3 -1 = ErrInvalidArgument
-R "acme" "r7" 3 3 = allowed=false remaining=0 retry=235489ms
-R "acme" "r7" 3 1 = allowed=false remaining=0 retry=195489ms
-R "acme" "r8" 3 3 = allowed=false remaining=0 retry=235489ms
-+ 235489
-R "acme" "settled:r8" 3 0 = allowed=true remaining=3 retry=0ms
-trace w3600000-d0-2tenants-back-lowered-again "" 3600000 0
+R "acme:eu" "bad" 7 -1 = ErrInvalidArgument
+R "acme:eu" "r3" 7 7 = allowed=false remaining=0 retry=175489ms
+R "acme" "{r4}" 7919 7918 = allowed=false remaining=0 retry=175482ms
+R "acme" "{r4} " 7919 7919 = allowed=false remaining=0 retry=175489ms
++ 175489
+R "acme:eu" "settled:r3" 7 0 = allowed=true remaining=7 retry=0ms
+R "acme:eu" "r7" 7 1 = allowed=true remaining=6 retry=0ms
+R "acme" "{r4}" 7919 1 = allowed=true remaining=7918 retry=0ms
++ 1
 + 3600000
 + 1
-R "acme:eu" "R1" 3 0 = allowed=true remaining=3 retry=0ms
-R "Acme" "open:r2" 600 600 = allowed=true remaining=0 retry=0ms
-R "acme:eu" "R1" 3 3 = allowed=true remaining=3 retry=0ms
+R "acme:eu" "R7" 7 0 = allowed=true remaining=7 retry=0ms
+R "acme " "open:r9" 2 2 = allowed=true remaining=0 retry=0ms
+R "acme:eu" "r3" 7 7 = allowed=true remaining=0 retry=0ms
 + 3600000
 + 3600000
-S "acme:eu" "R1" 3 0 = applied=false
-+ 3067
-S "Acme" "r3" 600 55 = applied=false
-S "Acme" "open:r2" 600 586 = applied=false
+trace w0-d2-3tenants-debt-back-lowered-edge-again "tq" 0 2
+R "acme " "r1 " 600 0 = allowed=true remaining=600 retry=0ms
+R "acme " "r2" 600 49 = allowed=true remaining=551 retry=0ms
+R "Acme" "r3:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 600 1 = allowed=true remaining=599 retry=0ms
+R "Acme" "{r4}" 600 43 = allowed=true remaining=556 retry=0ms
 + 3600000
-R "acme:eu" "R1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 3 1 = allowed=true remaining=2 retry=0ms
-- 1
-+ 94129
-R "acme:eu" "R1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 3 3 = allowed=true remaining=3 retry=0ms
++ 1
 - 60000
-R "acme:eu" "R1:XXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXX" 3 2 = allowed=true remaining=1 retry=0ms
-R "Acme" "r6" 60 1 = allowed=true remaining=59 retry=0ms
-R "acme:eu" "r7" 3 0 = allowed=true remaining=1 retry=0ms
-R "acme:eu" "settled:r7" 3 1 = allowed=true remaining=0 retry=0ms
-R "Acme" "r6" 60 60 = allowed=true remaining=59 retry=0ms
-R "acme:eu" "r9" 3 0 = allowed=true remaining=0 retry=0ms
-R "acme:eu" "R1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 3 1 = allowed=true remaining=0 retry=0ms
-+ 4002
-trace w300276-d3-3tenants-debt-back-lowered-edge-again-bad "q-2" 300276 3
-S "acme" "bad" 1000000000 -1 = ErrInvalidArgument
-R "acme:eu" "R1" 1000 1 = allowed=true remaining=999 retry=0ms
-R "acme:eu" "R1" 1000 1 = allowed=true remaining=999 retry=0ms
-R "acme" "r2" 1000000000 70456274 = allowed=true remaining=929543726 retry=0ms
-S "acme:eu" "R1" 1000 2 = applied=true
+R "Acme" "{R4}" 600 87 = allowed=true remaining=513 retry=0ms
+R "b" "r6" 1000 1 = allowed=true remaining=999 retry=0ms
+R "b" "r7" 1000 998 = allowed=true remaining=1 retry=0ms
+R "b" "settled:r7" 1000 1 = allowed=true remaining=0 retry=0ms
+R "Acme" "{R4}" 600 600 = allowed=true remaining=513 retry=0ms
+R "b" "r9" 1000 37 = allowed=false remaining=0 retry=2220ms
+R "b" "r10" 1000 232 = allowed=false remaining=0 retry=13920ms
++ 3339
++ 1
+R "b" "r11" 1000 990 = allowed=false remaining=55 retry=56060ms
+S "Acme" "{R4}" 600 62 = applied=true
+R "b" "R11" 1000 1 = allowed=true remaining=54 retry=0ms
+R "b" "r10" 1000 1 = allowed=true remaining=53 retry=0ms
+R "Acme" "r13" 600 42 = allowed=true remaining=529 retry=0ms
+S "b" "r10" 1000 2 = applied=true
 + 57852
 + 1
-- 1
-R "acme" "r2" 2 1 = allowed=true remaining=2 retry=0ms
-R "acme:eu" "r3" 1000 1 = allowed=true remaining=999 retry=0ms
+S "acme " "r2" 600 1092 = applied=false
+R "acme " "r14" 600 551 = allowed=true remaining=49 retry=0ms
+R "b" "{r15}" 1000 1 = allowed=true remaining=999 retry=0ms
+R "b" "r7" 1000 998 = allowed=true remaining=999 retry=0ms
+trace w7-d1-1tenants-back-lowered-again-bad "" 7 1
+R "Acme" "r1" 1000000000 1000000000 = allowed=true remaining=0 retry=0ms
+R "Acme" "r2" 1000000000 1 = allowed=false remaining=0 retry=1ms
 + 1
-R "acme:eu" "R1" 600 46 = allowed=true remaining=600 retry=0ms
-R "acme:eu" "r4" 600 600 = allowed=true remaining=0 retry=0ms
-R "b" "r5" 7919 7919 = allowed=true remaining=0 retry=0ms
-R "acme" "r6" 2 2 = allowed=true remaining=0 retry=0ms
-+ 300276
-S "acme:eu" "r4" 600 601 = applied=false
+S "Acme" "r1" 1000000000 1000000000 = applied=true
 + 1955
-S "acme" "r7" 2 0 = applied=false
-S "acme" "r8" 2 0 = applied=false
-R "acme" "r9" 2 0 = allowed=true remaining=2 retry=0ms
-S "b" "r5" 7919 7919 = applied=false
-R "acme" "{r10}" 2 2 = allowed=true remaining=0 retry=0ms
-+ 1
-S "acme:eu" "r3" 600 2 = applied=false
-+ 1
-trace w301057-d3-2tenants-back-lowered-edge-again-bad "q-2" 301057 3
-R "Acme" "bad" 1000000 1000001 = ErrEstimateTooLarge
-+ 1
-R "acme:eu" "r1" 59 0 = allowed=true remaining=59 retry=0ms
-R "Acme" "r2" 1000000 0 = allowed=true remaining=1000000 retry=0ms
-+ 301056
-R "acme:eu" "r3" 2 0 = allowed=true remaining=2 retry=0ms
+S "Acme" "r1" 1000000000 276655949 = applied=false
+S "Acme" "r3" 1000000000 256813753 = applied=false
+R "Acme" "r4" 1000000000 247681784 = allowed=false remaining=32600000 retry=12905ms
+R "Acme" "r5" 1000000000 99616622 = allowed=false remaining=32600000 retry=4021ms
+R "Acme" "r5 " 1000000000 32600001 = allowed=false remaining=32600000 retry=1ms
+R "Acme" "r2" 1000000000 1000000000 = allowed=false remaining=32600000 retry=58044ms
+R "Acme" "r7" 1000000000 32600001 = allowed=false remaining=32600000 retry=1ms
+R "Acme" "r8" 1000000000 32600001 = allowed=false remaining=32600000 retry=1ms
+R "Acme" "r8" 1000000000 1000000000 = allowed=false remaining=32600000 retry=58044ms
+R "Acme" "bad" 1000000000 1000000001 = ErrEstimateTooLarge
++ 58044
+S "Acme" "r1" 1000000000 620126234 = applied=false
+R "Acme" "r9" 1000000000 77674517 = allowed=true remaining=922325483 retry=0ms
+R "Acme" "r9 " 1000000000 922325483 = allowed=true remaining=0 retry=0ms
+R "Acme" "r11" 2 0 = allowed=true remaining=0 retry=0ms
 + 1783
 + 63679
-S "acme:eu" "r4" 2 2 = applied=false
-+ 235594
-- 1
-S "acme:eu" "r1" 2 0 = applied=false
+S "Acme" "r12" 2 2 = applied=false
+R "Acme" "{r13}" 2 0 = allowed=true remaining=2 retry=0ms
+S "Acme" "r9" 2 77674516 = applied=false
 - 1978
-R "Acme" "R2" 1000000 1000000 = allowed=true remaining=0 retry=0ms
+R "Acme" "{R13}" 2 2 = allowed=true remaining=0 retry=0ms
 + 1
 - 60000
-R "Acme" "settled:R2" 1000000 0 = allowed=true remaining=0 retry=0ms
+R "Acme" "settled:{R13}" 2 0 = allowed=true remaining=0 retry=0ms
 R "" "bad" 2 1 = ErrInvalidArgument
-S "acme:eu" "r3" 2 0 = applied=true
-R "Acme" "SETTLED:R2" 1000000 0 = allowed=true remaining=0 retry=0ms
-trace w59999-d0-1tenants-debt-lowered "" 59999 0
-R "acme:eu" "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 60 60 = allowed=true remaining=0 retry=0ms
-R "acme:eu" "r2" 60 1 = allowed=false remaining=0 retry=1000ms
-S "acme:eu" "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 60 0 = applied=true
-+ 999
-+ 1000
-R "acme:eu" "{r3}" 60 60 = allowed=true remaining=0 retry=0ms
-R "acme:eu" "settled:{r3}" 60 50 = allowed=false remaining=0 retry=50000ms
-R "acme:eu" "r5" 60 1 = allowed=false remaining=0 retry=1000ms
-R "acme:eu" "r6" 60 0 = allowed=true remaining=0 retry=0ms
-R "acme:eu" "r7" 60 0 = allowed=true remaining=0 retry=0ms
-R "acme:eu" "R7" 60 1 = allowed=false remaining=0 retry=1000ms
-R "acme:eu" "r9" 60 1 = allowed=false remaining=0 retry=1000ms
-S "acme:eu" "r6" 60 180 = applied=true
+S "Acme" "r11" 2 0 = applied=false
+R "Acme" "SETTLED:{R13}" 2 0 = allowed=true remaining=0 retry=0ms
+R "Acme" "SETTLED:{R13} " 2 1 = allowed=false remaining=0 retry=89999ms
+R "Acme" "SETTLED:{R13}  " 2 0 = allowed=true remaining=0 retry=0ms
+R "Acme" "r19" 2 0 = allowed=true remaining=0 retry=0ms
+R "Acme" "r19:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 2 2 = allowed=false remaining=0 retry=119999ms
+R "Acme" "{r21}" 2 2 = allowed=false remaining=0 retry=119999ms
+trace w3600000-d1-1tenants-debt-edge-again "q-2" 3600000 1
+R "Acme" "settled:r1" 1 0 = allowed=true remaining=1 retry=0ms
+R "Acme" "r2" 1 1 = allowed=true remaining=0 retry=0ms
+R "Acme" "r3" 1 0 = allowed=true remaining=0 retry=0ms
+R "Acme" "r4" 1 0 = allowed=true remaining=0 retry=0ms
+R "Acme" "R4" 1 1 = allowed=false remaining=0 retry=60000ms
+R "Acme" "r6" 1 1 = allowed=false remaining=0 retry=60000ms
+S "Acme" "r4" 1 3 = applied=true
 + 16490
-R "acme:eu" "r10" 60 0 = allowed=false remaining=0 retry=43510ms
-+ 755
-S "acme:eu" "{r3}" 1 60 = applied=true
-R "acme:eu" "R10" 1 1 = allowed=false remaining=0 retry=119245ms
-+ 119245
-+ 1
-S "acme:eu" "r7" 1 0 = applied=false
-trace w254731-d2-3tenants-back-lowered-edge-bad "q-2" 254731 2
-R "Acme" "settled:r1" 7 7 = allowed=true remaining=0 retry=0ms
-+ 1
-R "Acme" "SETTLED:R1" 7 0 = allowed=true remaining=0 retry=0ms
-+ 254730
-+ 335
-S "Acme" "SETTLED:R1" 7 0 = applied=false
-+ 1
-R "acme:eu" "r3" 3 3 = allowed=true remaining=0 retry=0ms
-+ 4827
-R "b" "{r4}" 2 0 = allowed=true remaining=2 retry=0ms
-S "acme:eu" "r3" 3 2 = applied=true
-S "Acme" "settled:r1" 7 6 = applied=false
-- 1
-R "Acme" "r5" 7 1 = allowed=true remaining=6 retry=0ms
-+ 1
-+ 3600000
-R "b" "r6" 1 0 = allowed=true remaining=1 retry=0ms
-+ 39075
-R "Acme" "open:r5" 7 7 = allowed=true remaining=0 retry=0ms
-S "Acme" "r5" 7 1 = applied=false
-R "b" "r6:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1 1 = allowed=true remaining=0 retry=0ms
-+ 1
-R "Acme" "bad" 7 8 = ErrEstimateTooLarge
-R "b" "{r9}" 1 0 = allowed=true remaining=0 retry=0ms
-trace w1-d3-2tenants-debt-back-lowered-edge-again-bad "" 1 3
-R "Acme" "bad" 3 -1 = ErrInvalidArgument
-R "Acme" "open:r1" 3 0 = allowed=true remaining=3 retry=0ms
-S "Acme" "open:r1" 3 0 = applied=true
-+ 1
-+ 1989
-+ 1
-+ 1
-R "b" "r2" 1 1 = allowed=true remaining=0 retry=0ms
-R "b" "{r3}" 1 0 = allowed=true remaining=0 retry=0ms
-R "b" "{R3}" 1 1 = allowed=false remaining=0 retry=60000ms
-+ 1
-S "b" "open:{R3}" 1 1 = applied=false
+R "Acme" "r7" 1 0 = allowed=false remaining=0 retry=43510ms
+R "Acme" "r8" 1 0 = allowed=false remaining=0 retry=43510ms
+S "Acme" "r3" 1 0 = applied=true
+S "Acme" "r3" 1 0 = applied=false
+S "Acme" "settled:r1" 1 0 = applied=true
++ 3583509
+R "Acme" "{r9}" 1 0 = allowed=true remaining=1 retry=0ms
+S "Acme" "r2" 1 2 = applied=true
++ 104516
+R "Acme" "open:{r9}" 1 1 = allowed=true remaining=0 retry=0ms
+R "Acme" "settled:open:{r9}" 1 1 = allowed=false remaining=0 retry=60000ms
++ 3495483
 R "Acme" "r6" 1 1 = allowed=true remaining=0 retry=0ms
-R "Acme" "{r7}" 1 0 = allowed=true remaining=0 retry=0ms
-S "b" "{r3}" 1 0 = applied=false
-R "b" "OPEN:{R3}" 1 1 = allowed=false remaining=0 retry=59999ms
-S "Acme" "r6" 1 0 = applied=true
-S "b" "r2" 1 3 = applied=false
-S "Acme" "{r7}" 1 3 = applied=true
-- 60000
-R "b" "r9" 1 1 = allowed=false remaining=0 retry=119999ms
-R "Acme" "bad" 1 2 = ErrEstimateTooLarge
-R "b" "R9" 1 1 = allowed=false remaining=0 retry=119999ms
-R "b" "r11" 1 0 = allowed=true remaining=0 retry=0ms
-trace w0-d3-1tenants-debt-back-again "q-2" 0 3
-R "acme:eu" "r1" 1000000 0 = allowed=true remaining=1000000 retry=0ms
-S "acme:eu" "r1" 1000000 0 = applied=true
-S "acme:eu" "r2" 1000000 545821 = applied=false
-+ 3214
-+ 3600000
-S "acme:eu" "r3" 1000000 719953 = applied=false
-R "acme:eu" "R3" 1000000 1000000 = allowed=true remaining=0 retry=0ms
-R "acme:eu" "open:R3" 1000000 169757 = allowed=false remaining=0 retry=10186ms
-S "acme:eu" "R3" 1000000 1000000000 = applied=true
-+ 10186
+S "Acme" "open:{r9}" 1 0 = applied=true
+trace w1000-d0-3tenants-debt-lowered-edge-bad "q-2" 1000 0
+R "Acme" "" 59 1 = ErrInvalidArgument
++ 4827
+R "acme " "{r1}" 1 0 = allowed=true remaining=1 retry=0ms
 + 1
-R "acme:eu" "r6" 1000000 67949 = allowed=false remaining=0 retry=173890ms
-R "acme:eu" "open:r6" 1000000 1 = allowed=false remaining=0 retry=169814ms
-R "acme:eu" "open:r6:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000 1000000 = allowed=false remaining=0 retry=229813ms
-R "acme:eu" "settled:open:r6:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000 243241 = allowed=false remaining=0 retry=184408ms
-R "acme:eu" "open:R3" 1000000 0 = allowed=false remaining=0 retry=169813ms
-R "acme:eu" "r10" 1000000 1 = allowed=false remaining=0 retry=169814ms
-S "acme:eu" "R3" 1000000 348352 = applied=false
-R "acme:eu" "r10:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000 1 = allowed=false remaining=0 retry=169814ms
-+ 169814
-+ 487
-R "acme:eu" "r12" 1000000 137589 = allowed=false remaining=8133 retry=7768ms
-R "acme:eu" "settled:r12" 1000000 1000000 = allowed=false remaining=8133 retry=59512ms
-R "acme:eu" "r14" 1000000 1000000 = allowed=false remaining=8133 retry=59512ms
-- 2440
-R "acme:eu" "open:r6" 1000000 8134 = allowed=false remaining=8133 retry=2441ms
-+ 1
-trace w515879-d2-3tenants-lowered-edge-again-bad "" 515879 2
-R "b" "r1" 1000 58 = allowed=true remaining=942 retry=0ms
-R "b" "r2" 1000 0 = allowed=true remaining=942 retry=0ms
-+ 86266
-+ 1
-R "acme" "r3:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 7919 66 = allowed=true remaining=7853 retry=0ms
-S "acme" "r3:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 7919 66 = applied=true
-R "b" "r4" 1000 942 = allowed=true remaining=58 retry=0ms
-R "b" "r5" 1000 57 = allowed=true remaining=1 retry=0ms
-R "" "bad" 1000000000 1 = ErrInvalidArgument
-R "b" "r6" 1000 0 = allowed=true remaining=1 retry=0ms
-R "acme:eu" "settled:r7" 59 4 = allowed=true remaining=55 retry=0ms
-R "acme" "r8" 7919 7852 = allowed=true remaining=1 retry=0ms
-R "b" "r9" 1000 645 = allowed=false remaining=1 retry=38640ms
-+ 515879
-S "acme" "open:r8" 7919 3904 = applied=false
-R "" "bad" 7 1 = ErrInvalidArgument
-trace w59999-d60-2tenants-debt-back-lowered-edge-again-bad "" 59999 60
-R "Acme" "r1" 61 0 = allowed=true remaining=61 retry=0ms
-S "Acme" "r2" 61 9 = applied=false
-R "b" "bad" 61 -1 = ErrInvalidArgument
-+ 59999
-R "Acme" "r3" 61 61 = allowed=true remaining=0 retry=0ms
-+ 59999
-S "Acme" "r3" 61 61 = applied=false
-+ 1
-S "Acme" "r1" 61 0 = applied=false
-+ 1
-- 407
-+ 1
-R "Acme" "r3:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 61 1 = allowed=true remaining=60 retry=0ms
-+ 3999
-S "Acme" "r3:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 3 1 = applied=true
-+ 1
-+ 4669
-R "Acme" "r5" 3 3 = allowed=true remaining=0 retry=0ms
-R "Acme" "r6" 3 1 = allowed=false remaining=0 retry=20000ms
-R "b" "r7:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 2 0 = allowed=true remaining=2 retry=0ms
-+ 103326
-R "b" "r8" 2 2 = allowed=true remaining=0 retry=0ms
-R "b" "r9" 2 2 = allowed=false remaining=0 retry=60000ms
-R "b" "r10" 2 0 = allowed=true remaining=0 retry=0ms
-R "Acme" "R6" 3 3 = allowed=true remaining=0 retry=0ms
-S "b" "r8" 2 2 = applied=true
-R "b" "r9" 2 0 = allowed=true remaining=0 retry=0ms
-+ 3557
-S "b" "r12" 2 2 = applied=false
-S "b" "r9" 2 2 = applied=true
-R "b" "R12" 2 0 = allowed=false remaining=0 retry=56443ms
-trace w2-d1-3tenants-back-lowered-again-bad "tq" 2 1
-+ 3600000
-R "b" "settled:r1" 600 600 = allowed=true remaining=0 retry=0ms
-- 1
-R "acme" "open:r2" 7919 7919 = allowed=true remaining=0 retry=0ms
-S "acme" "open:r2" 7919 0 = applied=true
-R "acme" "open:r2" 7919 7919 = allowed=true remaining=7919 retry=0ms
-R "b" "r3" 600 427 = allowed=false remaining=0 retry=42701ms
-S "acme:eu" "bad" 59 1000000001 = ErrInvalidArgument
-+ 1
-S "b" "bad" 600 -1 = ErrInvalidArgument
-S "b" "settled:r3" 600 417 = applied=false
-+ 73968
-+ 42702
-S "b" "SETTLED:R3" 600 414 = applied=false
-S "b" "settled:r1" 600 591 = applied=false
-+ 3600000
-+ 1
-R "b" "r3" 600 0 = allowed=true remaining=600 retry=0ms
-R "acme:eu" "settled:r6" 2 0 = allowed=true remaining=2 retry=0ms
-+ 1
-+ 2513
-R "acme:eu" "r7" 2 1 = allowed=true remaining=1 retry=0ms
-S "b" "r3" 600 0 = applied=false
-- 2713
-- 60000
-S "acme" "{r8}" 7919 7588 = applied=false
-R "acme" "{r9}" 7919 7918 = allowed=true remaining=1 retry=0ms
-S "acme:eu" "r7" 2 0 = applied=true
-trace w119556-d3-3tenants-debt-back-lowered-again-bad "q-2" 119556 3
-R "Acme" "settled:r1" 1000 0 = allowed=true remaining=1000 retry=0ms
-S "acme:eu" "r2" 1000000000 133906460 = applied=false
-+ 1
-R "acme:eu" "R2" 1000000000 10318908 = allowed=true remaining=989681092 retry=0ms
-R "b" "r4:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 2 1 = allowed=true remaining=1 retry=0ms
-S "b" "r4:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 2 1 = applied=true
-S "Acme" "r5" 1000 379 = applied=false
-R "acme:eu" "R2" 1000000000 60381565 = allowed=true remaining=989681092 retry=0ms
-S "acme:eu" "R2" 1000000000 10318907 = applied=true
-R "b" "open:r4:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 2 1 = allowed=true remaining=0 retry=0ms
-R "" "bad" 2 1 = ErrInvalidArgument
-S "b" "open:r4:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 2 6 = applied=true
-- 1
-S "Acme" "settled:r1" 1000 688 = applied=true
-R "acme:eu" "r7" 1000000000 1000000000 = allowed=false remaining=989681093 retry=621ms
-+ 1
-+ 1
-R "" "bad" 2 1 = ErrInvalidArgument
-R "b" "r8" 2 2 = allowed=false remaining=0 retry=209999ms
-R "acme:eu" "r7:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000000 1000000000 = allowed=false remaining=989697759 retry=619ms
-+ 1
-R "Acme" "r10" 1000 0 = allowed=true remaining=312 retry=0ms
-R "b" "bad" 2 -1 = ErrInvalidArgument
-R "b" "r4:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 2 0 = allowed=true remaining=0 retry=0ms
-R "b" "open:r4:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1 1 = allowed=true remaining=0 retry=0ms
-R "acme:eu" "r11" 1000000000 989697760 = allowed=true remaining=16666 retry=0ms
-R "Acme" "r10" 1000 38 = allowed=true remaining=312 retry=0ms
-S "acme:eu" "r11" 1000000000 803688482 = applied=true
-+ 1846
-trace w447987-d3-3tenants-debt-back-lowered-edge-again "tq" 447987 3
-R "Acme" "r1" 61 1 = allowed=true remaining=60 retry=0ms
-S "Acme" "r1" 61 2 = applied=true
-R "acme:eu" "r2" 61 61 = allowed=true remaining=0 retry=0ms
-R "Acme" "r3" 2 0 = allowed=true remaining=2 retry=0ms
-R "Acme" "r1" 2 0 = allowed=true remaining=2 retry=0ms
-R "b" "r4" 1000000 0 = allowed=true remaining=1000000 retry=0ms
-S "b" "r4" 1000000 0 = applied=true
-R "Acme" "r3" 2 2 = allowed=true remaining=2 retry=0ms
-S "acme:eu" "r2" 61 61 = applied=true
-+ 1475
-+ 1
-+ 446511
-+ 1
-R "Acme" "r5" 2 1 = allowed=true remaining=1 retry=0ms
-+ 447987
-S "Acme" "r3" 2 1 = applied=false
-- 60000
-R "b" "r6" 1000000 85214 = allowed=true remaining=914786 retry=0ms
-S "b" "r6" 1000000 913687 = applied=true
-R "acme:eu" "settled:r2" 61 0 = allowed=true remaining=61 retry=0ms
-+ 52794
-S "acme:eu" "r8" 61 1 = applied=false
-S "acme:eu" "settled:r2" 61 0 = applied=true
-trace w3600000-d2-3tenants-debt-edge-again-bad "q-2" 3600000 2
-R "Acme" "open:r1" 600 1 = allowed=true remaining=599 retry=0ms
-R "acme:eu" "settled:r2" 600 230 = allowed=true remaining=370 retry=0ms
-R "b" "r3:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1 0 = allowed=true remaining=1 retry=0ms
-+ 3600000
-+ 1
-R "b" "r4" 1 1 = allowed=true remaining=0 retry=0ms
-R "Acme" "settled:open:r1" 600 0 = allowed=true remaining=600 retry=0ms
-R "Acme" "{r6}" 600 0 = allowed=true remaining=600 retry=0ms
-S "Acme" "settled:open:r1" 600 0 = applied=true
-R "Acme" "{r7}" 600 599 = allowed=true remaining=1 retry=0ms
-S "acme:eu" "settled:r2" 600 231 = applied=false
-R "b" "open:r4" 1 0 = allowed=true remaining=0 retry=0ms
-R "Acme" "r9" 600 600 = allowed=false remaining=1 retry=59900ms
-+ 1
-+ 1
-R "Acme" "bad" 0 0 = ErrInvalidArgument
-R "acme:eu" "r10" 600 6 = allowed=true remaining=594 retry=0ms
-S "Acme" "{r6}" 600 0 = applied=true
-R "acme:eu" "r11" 600 600 = allowed=false remaining=594 retry=600ms
-S "acme:eu" "r10" 600 6 = applied=true
-+ 1
-S "acme:eu" "r10" 600 184 = applied=false
-R "acme:eu" "r11" 600 0 = allowed=true remaining=594 retry=0ms
-S "b" "r3:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1 2 = applied=false
-S "b" "open:r4" 1 1 = applied=true
-R "Acme" "{r12}" 600 0 = allowed=true remaining=1 retry=0ms
-R "Acme" "bad" 0 0 = ErrInvalidArgument
-S "b" "r4" 1 1 = applied=true
-S "Acme" "open:r1" 600 1800 = applied=false
-R "acme:eu" "R11" 600 1 = allowed=true remaining=593 retry=0ms
-R "b" "r14" 1 1 = allowed=false remaining=0 retry=119997ms
-R "acme:eu" "{r15}" 600 593 = allowed=true remaining=0 retry=0ms
-trace w1000-d60-3tenants-debt-back-lowered-edge-again-bad "tq" 1000 60
-R "Acme" "bad" 1000000 -1 = ErrInvalidArgument
-S "acme:eu" "settled:r1" 61 10 = applied=false
-R "acme:eu" "r2" 61 1 = allowed=true remaining=60 retry=0ms
-R "acme:eu" "r3" 61 60 = allowed=true remaining=0 retry=0ms
-+ 1
-S "acme:eu" "r3" 61 27 = applied=true
-R "" "bad" 61 1 = ErrInvalidArgument
-R "b" "settled:r4" 61 0 = allowed=true remaining=61 retry=0ms
-R "acme:eu" "r5" 61 1 = allowed=true remaining=32 retry=0ms
-- 2841
-R "b" "r6" 61 1 = allowed=true remaining=60 retry=0ms
-R "Acme" "r7" 2 1 = allowed=true remaining=1 retry=0ms
-R "acme:eu" "r8" 61 15 = allowed=true remaining=17 retry=0ms
-S "b" "r9" 61 36 = applied=false
-S "b" "settled:r4" 61 1 = applied=true
-S "b" "settled:r4" 61 32 = applied=false
-+ 60903
-R "b{x}" "bad" 61 1 = ErrInvalidArgument
-R "b" "r10" 61 61 = allowed=true remaining=0 retry=0ms
-R "b" "settled:r10" 61 0 = allowed=true remaining=0 retry=0ms
-R "acme:eu" "r8:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 61 16 = allowed=true remaining=45 retry=0ms
-+ 1
-S "acme:eu" "r2" 7 1 = applied=false
-R "acme:eu" "r8:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 7 6 = allowed=true remaining=7 retry=0ms
-S "acme:eu" "r5" 7 2 = applied=false
-+ 1
-R "b" "open:settled:r10" 61 4 = allowed=false remaining=0 retry=3933ms
-- 1
-+ 3932
-+ 3933
-S "b" "r6" 61 0 = applied=false
-S "acme:eu" "r2" 7 5 = applied=false
-R "acme:eu" "settled:r8:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 7 1 = allowed=true remaining=6 retry=0ms
+R "acme:eu" "r2" 2 1 = allowed=true remaining=1 retry=0ms
 + 1000
-R "b" "open:settled:r10" 61 0 = allowed=true remaining=9 retry=0ms
-trace w3600000-d1-2tenants-debt-back-lowered-again-bad "tq" 3600000 1
+S "acme " "{r1}" 1 3 = applied=false
 + 1
-R "Acme" "{r1}" 1000000000 1000000000 = allowed=true remaining=0 retry=0ms
-S "Acme" "{r1}" 1000000000 1000000000 = applied=true
-R "Acme" "r2" 1000000000 1 = allowed=false remaining=0 retry=1ms
+R "acme " "r3" 1 0 = allowed=true remaining=1 retry=0ms
++ 1
+S "acme " "bad" 1 -1 = ErrInvalidArgument
+R "Acme" "open:r4" 59 59 = allowed=true remaining=0 retry=0ms
+S "Acme" "open:r4" 59 59 = applied=true
+R "acme " "r3:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1 1 = allowed=true remaining=0 retry=0ms
++ 1
+R "Acme" "bad" 59 60 = ErrEstimateTooLarge
+R "acme " "{r6}" 1 0 = allowed=true remaining=0 retry=0ms
++ 999
++ 78229
++ 1
+R "acme:eu" "bad" 2 -1 = ErrInvalidArgument
+R "Acme" "open:open:r4" 59 50 = allowed=true remaining=9 retry=0ms
+S "Acme" "open:open:r4" 59 29 = applied=true
++ 1
+S "acme:eu" "r2" 1 0 = applied=false
+R "acme:eu" "settled:r2" 1 0 = allowed=true remaining=1 retry=0ms
+S "acme:eu" "settled:r2" 1 0 = applied=true
+R "acme:eu" "open:settled:r2" 1 0 = allowed=true remaining=1 retry=0ms
+R "acme:eu" "open:open:settled:r2" 1 0 = allowed=true remaining=1 retry=0ms
+trace w3600001-d60-2tenants-debt-back-edge-again-bad "tq" 3600001 60
+R "b" "{r1}" 3 0 = allowed=true remaining=3 retry=0ms
++ 1191
+R "b" "{r1}" 3 0 = allowed=true remaining=3 retry=0ms
+R "Acme" "r2:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000 49 = allowed=true remaining=951 retry=0ms
++ 3598809
+S "Acme" "r2:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000 3000 = applied=true
+S "b" "{r1}" 3 9 = applied=true
+- 60000
+R "Acme" "r3" 1000 952 = allowed=false remaining=0 retry=234180ms
+R "b" "bad" 3 4 = ErrEstimateTooLarge
+R "Acme" "R3" 1000 1 = allowed=false remaining=0 retry=177120ms
+R "Acme" "r5" 1000 77 = allowed=false remaining=0 retry=181680ms
+S "b" "{r1} " 3 1 = applied=false
++ 88565
+R "b" "settled:{r1} " 3 3 = allowed=false remaining=0 retry=151435ms
++ 1
+S "b" "bad" 3 -1 = ErrInvalidArgument
+S "b" "r8" 3 2 = applied=false
++ 1
++ 3600001
+S "Acme" "{r9}" 1000 420 = applied=false
+trace w323618-d0-2tenants-debt-back-lowered-again-bad "q-2" 323618 0
+R "Acme" "open:r1" 61 10 = allowed=true remaining=51 retry=0ms
+S "Acme" "open:r1" 61 1000000000 = applied=true
++ 1
++ 3152
+R "Acme" "r2" 61 4 = allowed=false remaining=0 retry=60782ms
+R "Acme" "open:r2" 61 1 = allowed=false remaining=0 retry=57831ms
+R "b" "r4:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000000 1000000000 = allowed=true remaining=0 retry=0ms
+R "b" "settled:r4:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000000 243241424 = allowed=false remaining=0 retry=14595ms
+R "b" "r4:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000000 0 = allowed=true remaining=0 retry=0ms
+R "Acme" "r6" 61 1 = allowed=false remaining=0 retry=57831ms
+S "b" "{r7}" 1000000000 176980851 = applied=false
+R "Acme" "r6:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 3 1 = allowed=false remaining=0 retry=80000ms
++ 80000
++ 487
+R "Acme" "r6:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx " 3 0 = allowed=true remaining=1 retry=0ms
+R "b" "settled:{r7}" 1000000000 1000000000 = allowed=true remaining=0 retry=0ms
+R "b" "settled:{r7} " 1000000000 1000000000 = allowed=false remaining=0 retry=60000ms
+- 2440
+S "Acme" "r6:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx " 3 2 = applied=true
++ 1
++ 1
+S "b" "bad" 1000000000 -1 = ErrInvalidArgument
+trace w2-d1-1tenants-debt-edge-again-bad "q-2" 2 1
++ 114842
+S "acme" "bad" 1 -1 = ErrInvalidArgument
++ 1
++ 1
++ 1
+R "acme" "r1" 1 1 = allowed=true remaining=0 retry=0ms
+R "acme" "{r2}" 1 0 = allowed=true remaining=0 retry=0ms
++ 2
+S "acme" "{r2}" 1 3 = applied=false
+R "acme" "{r3}" 1 1 = allowed=false remaining=0 retry=59998ms
+S "acme" "r1" 1 2 = applied=false
++ 3600000
+R "acme" "r4" 1 0 = allowed=true remaining=1 retry=0ms
+R "acme" "r5" 1 0 = allowed=true remaining=1 retry=0ms
+R "acme" "r5" 1 0 = allowed=true remaining=1 retry=0ms
+R "acme" "" 1 1 = ErrInvalidArgument
+S "acme" "r5" 1 0 = applied=true
+R "acme" "r5:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1 1 = allowed=true remaining=0 retry=0ms
+S "acme" "r5" 1 1 = applied=false
+R "acme" "bad" 1 -1 = ErrInvalidArgument
+S "acme" "r4" 1 0 = applied=true
+R "acme" "settled:r5:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1 1 = allowed=false remaining=0 retry=60000ms
+R "acme" "settled:r5:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx " 1 0 = allowed=true remaining=0 retry=0ms
++ 1
+R "acme" "settled:r5:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1 1 = allowed=false remaining=0 retry=59999ms
++ 1
+R "acme" "r9" 1 0 = allowed=true remaining=0 retry=0ms
++ 2
+R "acme" "{r3}" 1 1 = allowed=false remaining=0 retry=59996ms
+S "acme" "settled:r5:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx " 1 3 = applied=false
+R "acme" "r9:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1 1 = allowed=false remaining=0 retry=59996ms
++ 3999
+trace w217388-d2-3tenants-debt-lowered-edge-again-bad "tq" 217388 2
+R "Acme" "" 7919 1 = ErrInvalidArgument
+R "Acme" "r1" 7919 0 = allowed=true remaining=7919 retry=0ms
+R "Acme" "r2" 7919 7919 = allowed=true remaining=0 retry=0ms
+R "acme:eu" "r3:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 59 0 = allowed=true remaining=59 retry=0ms
++ 103326
+R "acme:eu" "r4" 59 59 = allowed=true remaining=0 retry=0ms
+R "acme:eu" "r5" 59 59 = allowed=false remaining=0 retry=60000ms
+R "b" "r6" 7 0 = allowed=true remaining=7 retry=0ms
+R "b" "R6" 7 7 = allowed=true remaining=0 retry=0ms
+S "acme:eu" "r3:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 59 0 = applied=true
+R "b" "r6" 7 0 = allowed=true remaining=0 retry=0ms
++ 3557
+S "acme:eu" "r8" 59 58 = applied=false
+S "acme:eu" "r4" 59 71 = applied=true
+R "acme:eu" "R8" 59 0 = allowed=false remaining=0 retry=8647ms
+R "b" "open:R6" 7 0 = allowed=true remaining=0 retry=0ms
++ 1
++ 1202
+R "Acme{x}" "bad" 7919 1 = ErrInvalidArgument
+R "acme:eu" "R8 " 59 1 = allowed=false remaining=0 retry=8461ms
+S "Acme" "r2" 7919 7920 = applied=true
+R "acme:eu" "r12" 59 0 = allowed=false remaining=0 retry=7444ms
++ 1965
+R "b" "" 7 1 = ErrInvalidArgument
+S "b" "open:R6 " 7 0 = applied=false
+R "acme:eu" "r14" 59 42 = allowed=false remaining=0 retry=48191ms
+S "b" "bad" 7 1000000001 = ErrInvalidArgument
++ 107337
++ 1
+R "b" "r15" 7 1 = allowed=true remaining=6 retry=0ms
+R "b" "R6" 7 0 = allowed=true remaining=6 retry=0ms
+S "acme:eu" "open:r14" 59 29 = applied=false
++ 1
++ 3600000
+S "Acme" "r1" 60 1 = applied=false
+trace w3600000-d60-2tenants-back-edge-again "tq" 3600000 60
+R "acme " "r1" 1 0 = allowed=true remaining=1 retry=0ms
+R "acme " "r2" 1 0 = allowed=true remaining=1 retry=0ms
+S "acme:eu" "R3" 60 41 = applied=false
++ 1
+- 2713
+S "acme " "r1" 1 0 = applied=true
++ 1
+S "acme:eu" "{r4}" 60 58 = applied=false
+R "acme:eu" "{r5}" 60 59 = allowed=true remaining=1 retry=0ms
+S "acme " "r2" 1 0 = applied=true
++ 4784
+R "acme:eu" "r6" 60 0 = allowed=true remaining=5 retry=0ms
+R "acme:eu" "r7" 60 60 = allowed=false remaining=5 retry=54216ms
+R "acme " "r2" 1 0 = allowed=true remaining=1 retry=0ms
+R "acme " "r2:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1 0 = allowed=true remaining=1 retry=0ms
++ 3600000
+R "acme:eu" "r7" 60 5 = allowed=true remaining=55 retry=0ms
+R "acme:eu" "settled:r7" 60 55 = allowed=true remaining=0 retry=0ms
+R "acme " "r10" 1 1 = allowed=true remaining=0 retry=0ms
+trace w90074-d3-3tenants-debt-back-lowered-again-bad "q-2" 90074 3
++ 1
+R "acme:eu" "open:r1" 61 61 = allowed=true remaining=0 retry=0ms
+R "" "bad" 61 1 = ErrInvalidArgument
+S "acme:eu" "open:r1" 61 183 = applied=true
+- 1
+R "acme:eu" "open:r1" 61 1 = allowed=true remaining=0 retry=0ms
++ 1
+R "acme " "r2" 1 1 = allowed=true remaining=0 retry=0ms
+- 60000
+S "acme " "r2" 1 2 = applied=true
+R "acme:eu" "open:r1 " 61 1 = allowed=false remaining=0 retry=180984ms
++ 1
+R "acme" "r4" 7919 0 = allowed=true remaining=7919 retry=0ms
+R "acme:eu" "bad" 61 -1 = ErrInvalidArgument
+R "acme:eu" "open:r1 " 61 1 = allowed=false remaining=0 retry=180983ms
+R "acme:eu" "open:r1 " 3 1 = allowed=false remaining=0 retry=259999ms
+R "acme " "r5" 1 1 = allowed=false remaining=0 retry=179999ms
+R "acme" "r4" 7919 301 = allowed=true remaining=7919 retry=0ms
+S "acme" "r4" 7919 0 = applied=true
+R "acme" "r4" 7919 7919 = allowed=true remaining=7919 retry=0ms
++ 1
++ 1
++ 1
+R "acme " "r6" 1 1 = allowed=false remaining=0 retry=179996ms
+trace w442257-d2-2tenants-debt-back-edge-again-bad "" 442257 2
+R "acme" "{r1}" 2 2 = allowed=true remaining=0 retry=0ms
+R "acme" "{R1}" 2 0 = allowed=true remaining=0 retry=0ms
++ 442256
+R "acme" "bad" 2 -1 = ErrInvalidArgument
+R "acme" "{R1}:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 2 0 = allowed=true remaining=2 retry=0ms
+- 1
++ 2218
+S "acme" "r4" 2 2 = applied=false
+R "acme:eu" "r5" 60 59 = allowed=true remaining=1 retry=0ms
+R "acme" "r6" 2 0 = allowed=true remaining=2 retry=0ms
+S "acme:eu" "r5" 60 59 = applied=true
++ 1
+R "acme:eu" "r5" 60 18 = allowed=true remaining=1 retry=0ms
+R "acme" "r7" 2 2 = allowed=true remaining=0 retry=0ms
+R "acme:eu" "r8" 60 53 = allowed=false remaining=1 retry=51999ms
+R "acme:eu" "r9" 60 5 = allowed=false remaining=1 retry=3999ms
+S "acme" "r7" 2 2 = applied=true
+R "acme" "settled:r7" 2 0 = allowed=true remaining=0 retry=0ms
++ 52794
+S "acme:eu" "r11" 60 1 = applied=false
+S "acme" "{R1}" 2 0 = applied=false
+R "acme:eu" "R11" 60 46 = allowed=true remaining=7 retry=0ms
+R "acme:eu" "r13" 60 0 = allowed=true remaining=7 retry=0ms
+R "acme" "settled:r7 " 2 0 = allowed=true remaining=1 retry=0ms
+S "acme:eu" "r13" 60 99 = applied=true
+- 60000
+S "acme:eu" "R11" 60 31 = applied=true
++ 2207
+R "acme:eu" "settled:r13" 60 2 = allowed=false remaining=0 retry=135998ms
+R "acme" "{r16}" 2 2 = allowed=false remaining=1 retry=64999ms
+R "acme" "{r16} " 2 1 = allowed=true remaining=0 retry=0ms
+S "acme" "{R1}:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 2 0 = applied=true
+R "acme" "bad" 2 -1 = ErrInvalidArgument
++ 442257
+R "acme" "open:{r16} " 2 0 = allowed=true remaining=2 retry=0ms
+R "acme" "r19" 2 2 = allowed=true remaining=0 retry=0ms
++ 442256
+trace w218318-d1-1tenants-back-again-bad "q-2" 218318 1
+R "acme" "r1 " 1000000000 1000000000 = allowed=true remaining=0 retry=0ms
+S "acme" "r1 " 1000000000 1000000000 = applied=true
++ 1
+S "acme" "r1 " 1000000000 766682623 = applied=false
+- 60000
++ 1
++ 1
++ 1
+R "acme" "r2" 1000000000 644703623 = allowed=false remaining=16666 retry=98679ms
+R "acme" "{r3}" 1000000000 0 = allowed=true remaining=16666 retry=0ms
+R "acme" "bad" 0 0 = ErrInvalidArgument
+S "acme" "{r3}" 1000000000 0 = applied=true
+R "acme" "r4" 1000000000 381467257 = allowed=false remaining=16666 retry=82885ms
+R "acme" "r4" 1000000000 16666 = allowed=true remaining=0 retry=0ms
++ 1
+S "acme" "r4" 1000000000 0 = applied=true
+R "acme" "open:r4" 1000000000 4229092 = allowed=false remaining=16666 retry=60249ms
+trace w234825-d0-3tenants-debt-back-lowered-again-bad "q-2" 234825 0
+R "acme " "R1" 7 0 = allowed=true remaining=7 retry=0ms
++ 1
+S "acme " "R1" 7 0 = applied=true
+R "" "bad" 7919 1 = ErrInvalidArgument
+R "acme" "settled:r2" 7919 0 = allowed=true remaining=7919 retry=0ms
+R "acme " "r3" 7 7 = allowed=true remaining=0 retry=0ms
+- 2841
+R "acme" "settled:r2 " 7919 1 = allowed=true remaining=7918 retry=0ms
+R "b" "r5" 2 1 = allowed=true remaining=1 retry=0ms
+R "acme " "r6" 7 3 = allowed=false remaining=0 retry=28556ms
+S "acme" "settled:r2  " 7919 4685 = applied=false
+S "b" "r5" 2 6 = applied=true
+S "acme " "r3" 7 6 = applied=true
++ 60903
+R "acme{x}" "bad" 7919 1 = ErrInvalidArgument
+R "acme" "r8" 7919 7919 = allowed=true remaining=0 retry=0ms
+R "acme" "settled:r8" 7919 0 = allowed=true remaining=0 retry=0ms
+R "acme " "r6:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 7 0 = allowed=true remaining=7 retry=0ms
+trace w60000-d60-3tenants-debt-back-lowered-edge-again-bad "tq" 60000 60
+S "Acme" "r1" 7 6 = applied=false
+R "Acme" "r2" 7 7 = allowed=true remaining=0 retry=0ms
+R "Acme" "open:r2" 7 0 = allowed=true remaining=0 retry=0ms
+R "b" "r4" 1000 1000 = allowed=true remaining=0 retry=0ms
++ 59999
+S "Acme" "open:r2" 7 0 = applied=true
+S "b" "r5" 1000 224 = applied=false
+R "b" "" 1000 1 = ErrInvalidArgument
+R "b" "settled:r5" 1000 1 = allowed=true remaining=998 retry=0ms
++ 1
+R "acme " "r7" 7 7 = allowed=true remaining=0 retry=0ms
++ 1
+S "acme " "r7" 7 1000000000 = applied=true
++ 1
+R "acme " "{r8}" 7 0 = allowed=false remaining=0 retry=3599999ms
+S "Acme" "r2" 7 7 = applied=false
+R "acme " "r9" 7 1 = allowed=false remaining=0 retry=3608571ms
 R "Acme" "bad" 0 0 = ErrInvalidArgument
-R "Acme" "{r1}" 1000000000 505813252 = allowed=true remaining=0 retry=0ms
-R "b" "r3" 7 0 = allowed=true remaining=7 retry=0ms
+R "b" "r5" 1000 506 = allowed=true remaining=999 retry=0ms
+R "Acme" "r10" 7 0 = allowed=true remaining=7 retry=0ms
 R "Acme" "bad" 1000000001 1 = ErrInvalidArgument
-R "b" "r3" 7 7 = allowed=true remaining=7 retry=0ms
-- 1639
-S "b" "r3" 7 1 = applied=true
-R "b" "r4" 7 7 = allowed=false remaining=6 retry=8572ms
-R "Acme" "r5" 1000000000 905518687 = allowed=false remaining=0 retry=55971ms
+R "Acme" "r10" 7 7 = allowed=true remaining=7 retry=0ms
+S "b" "settled:r5" 1000 1 = applied=true
++ 1673
+R "acme " "r11" 7 7 = allowed=false remaining=0 retry=3658326ms
+R "Acme" "r12" 7 0 = allowed=true remaining=7 retry=0ms
 + 446
-R "Acme" "r6" 1000000000 43198673 = allowed=false remaining=0 retry=3785ms
-R "Acme" "bad" 1000000000 1000000001 = ErrEstimateTooLarge
-R "b" "settled:r4" 7 1 = allowed=true remaining=5 retry=0ms
-S "b" "settled:r4" 7 2 = applied=true
-R "b" "r8" 7 6 = allowed=false remaining=4 retry=16697ms
-R "b" "r9" 7 1 = allowed=true remaining=3 retry=0ms
-S "b" "r9" 7 0 = applied=true
-R "b" "r10" 7 2 = allowed=true remaining=2 retry=0ms
-R "Acme" "R6" 1000000000 1000000000 = allowed=false remaining=0 retry=61193ms
-S "b" "r10" 7 2 = applied=true
-R "Acme" "bad" 0 0 = ErrInvalidArgument
-R "b" "r12" 7 2 = allowed=true remaining=0 retry=0ms
-R "Acme" "r13" 7 3 = allowed=false remaining=0 retry=26908ms
-+ 4938
-R "b" "r4" 7 0 = allowed=true remaining=0 retry=0ms
-S "Acme" "{r1}" 7 0 = applied=false
-trace w16734-d0-2tenants-back-lowered "q-2" 16734 0
-+ 116912
+S "Acme" "r10" 7 0 = applied=true
+- 1
+trace w7-d2-3tenants-debt-again-bad "tq" 7 2
+R "acme:eu" "settled:r1" 1000000000 1 = allowed=true remaining=999999999 retry=0ms
+S "acme" "r2" 1000000000 268274516 = applied=false
+R "b" "bad" 0 0 = ErrInvalidArgument
+R "acme:eu" "bad" 1000000000 1000000001 = ErrEstimateTooLarge
+R "b" "R3" 1 1 = allowed=true remaining=0 retry=0ms
+S "b" "R3" 1 1 = applied=true
+R "acme" "bad" 0 0 = ErrInvalidArgument
+R "b" "r4" 1 0 = allowed=true remaining=0 retry=0ms
+S "b" "r4" 1 1 = applied=true
+R "b" "R3" 1 0 = allowed=true remaining=0 retry=0ms
+S "acme" "r2" 1000000000 337843562 = applied=false
+R "b" "R4" 1 0 = allowed=false remaining=0 retry=60000ms
+S "acme:eu" "settled:r1" 1000000000 0 = applied=true
+S "acme:eu" "r6" 1000000000 974262351 = applied=false
 + 1
-R "acme:eu" "r1" 2 0 = allowed=true remaining=2 retry=0ms
-S "acme:eu" "r1" 2 0 = applied=true
-+ 4236
+R "acme:eu" "r7" 1000000000 56129366 = allowed=true remaining=943870634 retry=0ms
++ 1
+R "acme" "R2" 1000000000 722552776 = allowed=true remaining=277447224 retry=0ms
 + 1722
 + 1
 + 4539
-+ 1
-R "acme:eu" "r2" 2 1 = allowed=true remaining=1 retry=0ms
+S "acme:eu" "r7" 1000000000 1000000000 = applied=false
+R "acme" "r9" 1000000000 1 = allowed=true remaining=381813889 retry=0ms
++ 7179
 + 4146
-R "acme:eu" "r3" 1 0 = allowed=true remaining=1 retry=0ms
-- 371
-S "acme:eu" "r2" 1 1 = applied=true
+S "acme" "r9" 1000000000 0 = applied=false
+R "b" "R4 " 1 0 = allowed=false remaining=0 retry=42411ms
+R "b" "r11" 1 1 = allowed=false remaining=0 retry=102411ms
+trace w189010-d60-2tenants-back-lowered-again "tq" 189010 60
 + 1
-trace w60000-d3-1tenants-debt-back-lowered-edge-again-bad "q-2" 60000 3
+R "b" "R1" 7 7 = allowed=true remaining=0 retry=0ms
 + 1
-R "b" "R1" 2 2 = allowed=true remaining=0 retry=0ms
-+ 60000
-R "b" "r2" 2 0 = allowed=true remaining=2 retry=0ms
-S "b" "R1" 2 0 = applied=false
-+ 2412
-S "b" "open:r2" 2 0 = applied=false
+S "acme" "settled:r2" 3 0 = applied=false
+R "acme" "settled:r2" 3 3 = allowed=true remaining=3 retry=0ms
+R "b" "open:R1" 7 0 = allowed=true remaining=0 retry=0ms
+S "acme" "open:settled:r2" 3 3 = applied=false
 - 1
 - 60000
 + 1
-R "b" "r4" 1 0 = allowed=true remaining=1 retry=0ms
-S "b" "r2" 1 3 = applied=true
-R "b" "open:r4" 1 0 = allowed=false remaining=0 retry=120000ms
-R "b" "OPEN:R4" 1 1 = allowed=false remaining=0 retry=180000ms
-R "b" "r7" 1 0 = allowed=false remaining=0 retry=120000ms
-R "b" "OPEN:R4" 1 0 = allowed=false remaining=0 retry=120000ms
-R "b" "bad" 1 2 = ErrEstimateTooLarge
-R "b" "bad" 0 0 = ErrInvalidArgument
-R "b" "open:r7" 1 0 = allowed=false remaining=0 retry=120000ms
-+ 120000
-+ 120000
-S "b" "r4" 1 0 = applied=false
-+ 4624
-trace w0-d0-1tenants-debt-again "tq" 0 0
-S "acme" "r1" 7919 7131 = applied=false
+R "b" "r5" 1 0 = allowed=true remaining=0 retry=0ms
+S "b" "R1" 1 3 = applied=true
+R "b" "open:r5" 1 0 = allowed=true remaining=1 retry=0ms
+R "b" "OPEN:R5" 1 1 = allowed=true remaining=0 retry=0ms
+R "b" "OPEN:R5 " 1 0 = allowed=true remaining=0 retry=0ms
+S "b" "r5" 1 0 = applied=true
 + 1
-R "acme" "r2" 7919 5759 = allowed=true remaining=2160 retry=0ms
-R "acme" "r3" 7919 2161 = allowed=false remaining=2160 retry=8ms
-R "acme" "r4" 7919 0 = allowed=true remaining=2160 retry=0ms
-R "acme" "settled:r4" 7919 519 = allowed=true remaining=1641 retry=0ms
-S "acme" "r4" 7919 1 = applied=true
++ 3600000
+R "acme" "open:settled:r2:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 3 3 = allowed=true remaining=0 retry=0ms
+S "b" "open:r5" 1 0 = applied=false
+R "acme" "open:open:settled:r2:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 3 0 = allowed=true remaining=0 retry=0ms
+R "acme" "r11" 3 3 = allowed=false remaining=0 retry=60000ms
+S "acme" "open:open:settled:r2:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 3 0 = applied=true
+R "b" "r12" 1 1 = allowed=true remaining=0 retry=0ms
+- 60000
++ 1
+R "b" "r13" 1 1 = allowed=false remaining=0 retry=119999ms
+R "b" "r13 " 1 1 = allowed=false remaining=0 retry=119999ms
+trace w3600000-d1-1tenants-debt-back-again-bad "q-2" 3600000 1
++ 1
++ 1
 + 394
-R "acme" "settled:r4:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 7919 0 = allowed=true remaining=1692 retry=0ms
-S "acme" "r2" 7919 4507 = applied=true
-R "acme" "{r7}" 7919 1693 = allowed=true remaining=1251 retry=0ms
-R "acme" "r8" 7919 1251 = allowed=true remaining=0 retry=0ms
-S "acme" "{r7}" 7919 1042 = applied=true
-R "acme" "r9" 7919 0 = allowed=true remaining=651 retry=0ms
-R "acme" "r10" 7919 651 = allowed=true remaining=0 retry=0ms
-R "acme" "r9" 7919 168 = allowed=true remaining=0 retry=0ms
-S "acme" "r4" 7919 4549 = applied=false
-R "acme" "r10:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 7919 0 = allowed=true remaining=0 retry=0ms
-+ 89449
-trace w488902-d3-1tenants-debt-back-again-bad "" 488902 3
-+ 1
-+ 68167
-- 1025
-R "acme:eu" "r1" 3 0 = allowed=true remaining=3 retry=0ms
+R "acme:eu" "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 61 0 = allowed=true remaining=61 retry=0ms
+S "acme:eu" "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 61 0 = applied=true
+R "acme:eu" "{r2}" 61 61 = allowed=true remaining=0 retry=0ms
+R "acme:eu" "r3" 61 0 = allowed=true remaining=0 retry=0ms
+S "acme:eu" "{r2}" 61 38 = applied=true
+R "acme:eu" "r4" 61 0 = allowed=true remaining=23 retry=0ms
+R "acme:eu" "r5" 61 23 = allowed=true remaining=0 retry=0ms
+R "acme:eu" "r5" 61 1 = allowed=true remaining=0 retry=0ms
+S "acme:eu" "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 61 57 = applied=false
+S "acme:eu" "r4" 61 36 = applied=true
++ 4178
+R "acme:eu" "r6" 61 7 = allowed=false remaining=0 retry=38118ms
+S "acme:eu" "r3" 61 1 = applied=true
+R "acme:eu" "r7" 61 1 = allowed=false remaining=0 retry=33200ms
+S "acme:eu" "r5" 61 23 = applied=true
+R "acme:eu" "r5" 61 0 = allowed=true remaining=0 retry=0ms
+R "acme:eu" "r7" 61 0 = allowed=false remaining=0 retry=32216ms
+R "acme:eu" "bad" 61 62 = ErrEstimateTooLarge
+R "acme:eu" "r7 " 61 1 = allowed=false remaining=0 retry=33200ms
+R "acme:eu" "r3" 61 0 = allowed=true remaining=0 retry=0ms
 - 1
-R "acme:eu" "r1" 3 3 = allowed=true remaining=3 retry=0ms
-- 1
-R "acme:eu" "r1" 3 3 = allowed=true remaining=3 retry=0ms
-S "acme:eu" "r1" 3 0 = applied=true
-R "acme:eu" "r2" 3 0 = allowed=true remaining=3 retry=0ms
-S "acme:eu" "r2" 3 2 = applied=true
+R "acme:eu" "r7" 61 0 = allowed=false remaining=0 retry=32217ms
++ 32217
+R "acme:eu" "bad" 0 0 = ErrInvalidArgument
+R "acme:eu" "r9" 61 61 = allowed=false remaining=0 retry=60000ms
+R "acme:eu" "bad" 61 -1 = ErrInvalidArgument
 + 1
 + 1
 - 1
-R "acme:eu" "bad" 3 4 = ErrEstimateTooLarge
-R "acme:eu" "open:r2" 3 1 = allowed=true remaining=0 retry=0ms
-R "acme:eu" "open:r2:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 3 0 = allowed=true remaining=0 retry=0ms
-S "acme:eu" "open:r2" 3 1 = applied=true
-S "acme:eu" "open:r2" 3 0 = applied=false
-R "acme:eu" "r5" 3 1 = allowed=false remaining=0 retry=19999ms
-S "acme:eu" "open:r2" 3 1 = applied=false
-+ 64125
+R "acme:eu" "bad" 61 62 = ErrEstimateTooLarge
+R "acme:eu" "open:r9" 61 1 = allowed=false remaining=0 retry=983ms
+trace w7-d0-2tenants-back-lowered-again "q-2" 7 0
++ 341
 + 1
-S "acme:eu" "open:r2:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 3 0 = applied=true
+R "b" "r1" 600 526 = allowed=true remaining=74 retry=0ms
+S "acme:eu" "r2" 600 537 = applied=false
 + 1
-trace w59999-d1-3tenants-debt-back-lowered-edge-again-bad "" 59999 1
-R "b" "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 7 0 = allowed=true remaining=7 retry=0ms
-R "acme" "r2" 7 7 = allowed=true remaining=0 retry=0ms
-R "b" "r3" 7 0 = allowed=true remaining=7 retry=0ms
-S "acme" "r4" 7 5 = applied=false
-S "acme" "r4" 7 7 = applied=false
-S "b" "r3" 7 1 = applied=true
-R "acme:eu" "bad" 7 8 = ErrEstimateTooLarge
-+ 1886
-R "acme:eu" "r5" 7 0 = allowed=true remaining=7 retry=0ms
-+ 58113
-S "b" "bad" 7 -1 = ErrInvalidArgument
-R "acme:eu" "r5" 7 7 = allowed=true remaining=7 retry=0ms
-+ 9201
-S "acme:eu" "open:r5" 7 3 = applied=false
-- 60000
-R "b" "r7" 7 6 = allowed=true remaining=1 retry=0ms
 + 1
-R "b" "settled:r7" 7 0 = allowed=true remaining=1 retry=0ms
++ 1
+S "b" "r1" 600 406 = applied=true
++ 1
+R "b" "r3" 600 600 = allowed=false remaining=194 retry=40596ms
++ 1
+R "b" "r1" 600 193 = allowed=true remaining=194 retry=0ms
+R "acme:eu" "R2" 600 600 = allowed=true remaining=0 retry=0ms
+R "b" "R3" 600 194 = allowed=true remaining=0 retry=0ms
+S "b" "R3" 600 111 = applied=true
+S "acme:eu" "R2" 2 599 = applied=true
+- 1
++ 1
++ 1
++ 1
+trace w3600001-d1-2tenants-debt-back-lowered-edge-again-bad "" 3600001 1
+R "acme:eu" "R1" 7919 7918 = allowed=true remaining=1 retry=0ms
+R "acme:eu" "R1" 7919 0 = allowed=true remaining=1 retry=0ms
+R "acme" "r2" 60 60 = allowed=true remaining=0 retry=0ms
+R "acme:eu" "r3" 59 0 = allowed=true remaining=1 retry=0ms
+S "acme:eu" "r3" 59 1 = applied=true
+R "acme:eu" "settled:r3" 59 0 = allowed=true remaining=0 retry=0ms
 + 4092
 + 8430
++ 3587478
++ 1
 + 1
 - 1
-R "acme:eu" "r9" 7 0 = allowed=true remaining=7 retry=0ms
-R "b" "r10" 7 7 = allowed=false remaining=2 retry=38906ms
-- 2126
-S "acme" "bad" 7 1000000001 = ErrInvalidArgument
-R "acme" "r4:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 7 1 = allowed=true remaining=6 retry=0ms
-R "acme" "r4:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 7 2 = allowed=true remaining=6 retry=0ms
-S "acme" "r4:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 7 1 = applied=true
-S "acme:eu" "r9" 7 21 = applied=true
-R "b" "r12" 7 7 = allowed=false remaining=2 retry=41032ms
-S "acme" "bad" 7 -1 = ErrInvalidArgument
-trace w7200000-d3-2tenants-debt-back-lowered-edge-again "" 7200000 3
 + 1
-R "acme:eu" "r1" 600 600 = allowed=true remaining=0 retry=0ms
-R "acme:eu" "r2" 600 600 = allowed=false remaining=0 retry=60000ms
-+ 7199999
-R "Acme" "r3" 7 0 = allowed=true remaining=7 retry=0ms
-S "Acme" "r3" 7 21 = applied=true
-R "acme:eu" "r2:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 600 0 = allowed=true remaining=600 retry=0ms
-R "Acme" "R3" 7 7 = allowed=false remaining=0 retry=180000ms
-R "Acme" "r6" 7 0 = allowed=false remaining=0 retry=120000ms
-R "Acme" "r7" 7 1 = allowed=false remaining=0 retry=128572ms
-R "acme:eu" "settled:r2:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 600 1 = allowed=true remaining=599 retry=0ms
-R "Acme" "r6" 7 6 = allowed=false remaining=0 retry=171429ms
-R "Acme" "r6" 7 4 = allowed=false remaining=0 retry=154286ms
-R "Acme" "r9" 7 7 = allowed=false remaining=0 retry=180000ms
-R "acme:eu" "{r10}" 600 598 = allowed=true remaining=1 retry=0ms
++ 85035
+R "acme" "bad" 1000000001 1 = ErrInvalidArgument
+R "acme:eu" "r5" 59 0 = allowed=true remaining=59 retry=0ms
+R "acme:eu" "settled:r5" 59 59 = allowed=true remaining=0 retry=0ms
+R "acme:eu" "open:settled:r5" 59 0 = allowed=true remaining=0 retry=0ms
+S "acme" "r2" 60 180 = applied=false
+R "acme:eu" "r8" 59 59 = allowed=false remaining=0 retry=60000ms
+S "acme:eu" "bad" 59 -1 = ErrInvalidArgument
+S "acme:eu" "R1" 59 177 = applied=false
+R "acme:eu" "R8" 59 0 = allowed=true remaining=0 retry=0ms
 - 60000
-R "acme:eu" "open:{r10}" 600 0 = allowed=true remaining=1 retry=0ms
-+ 2302
 + 1
-S "acme:eu" "settled:r2:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 600 1 = applied=true
-S "Acme" "r3" 7 4 = applied=false
+S "acme" "r2" 60 57 = applied=false
+R "acme:eu" "open:settled:r5" 59 0 = allowed=true remaining=0 retry=0ms
++ 1
+S "acme:eu" "r5" 1 0 = applied=true
+R "acme" "" 60 1 = ErrInvalidArgument
 - 1
+S "acme" "{r10}" 60 17 = applied=false
+R "acme" "{r10}" 60 0 = allowed=true remaining=60 retry=0ms
++ 1
+R "acme:eu" "R8:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1 1 = allowed=false remaining=0 retry=119998ms
+S "acme:eu" "r5" 1 1 = applied=false
+R "acme:eu" "open:R8:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1 1 = allowed=false remaining=0 retry=119998ms
++ 119998
+trace w60000-d1-3tenants-debt-edge-again-bad "tq" 60000 1
+R "acme:eu" "r1" 1 1 = allowed=true remaining=0 retry=0ms
+R "acme" "r2 " 7 0 = allowed=true remaining=7 retry=0ms
+R "acme:eu" "r3" 1 0 = allowed=true remaining=0 retry=0ms
++ 1
++ 59998
+S "acme" "r2 " 7 0 = applied=true
+S "acme" "r2 " 7 7 = applied=false
+R "acme:eu" "bad" 1000000001 1 = ErrInvalidArgument
 + 1659
-R "acme:eu" "r12" 600 0 = allowed=true remaining=1 retry=0ms
+R "acme " "r4" 60 59 = allowed=true remaining=1 retry=0ms
 + 1
 + 2518
 + 1
-S "acme:eu" "r1" 600 601 = applied=true
-trace w0-d3-3tenants-edge-again-bad "" 0 3
-S "Acme" "bad" 1 -1 = ErrInvalidArgument
+S "acme " "r4" 60 60 = applied=true
+S "acme:eu" "{r5}" 1 1 = applied=false
+R "acme:eu" "{r5}" 1 0 = allowed=true remaining=1 retry=0ms
+S "acme:eu" "r1" 1 1 = applied=false
 + 1
 + 81485
-R "acme:eu" "r1" 7919 0 = allowed=true remaining=7919 retry=0ms
-+ 1
+S "acme:eu" "r3" 1 0 = applied=false
++ 27920
 + 1155
 + 1
-+ 3598843
-R "Acme" "bad" 0 0 = ErrInvalidArgument
 + 1
-R "Acme" "open:r2" 1 1 = allowed=true remaining=0 retry=0ms
-R "acme:eu" "r3" 7919 1 = allowed=true remaining=7918 retry=0ms
-R "Acme" "open:r2" 1 0 = allowed=true remaining=0 retry=0ms
-R "acme:eu" "r4" 7919 7919 = allowed=false remaining=7918 retry=8ms
-R "acme" "settled:r5" 59 59 = allowed=true remaining=0 retry=0ms
+R "acme:eu" "r6" 1 0 = allowed=true remaining=1 retry=0ms
+R "acme:eu" "{r7}" 1 1 = allowed=true remaining=0 retry=0ms
+R "acme:eu" "{r7}" 1 0 = allowed=true remaining=0 retry=0ms
+R "acme:eu" "{R7}" 1 0 = allowed=true remaining=0 retry=0ms
+S "acme:eu" "{r7}" 1 0 = applied=true
+R "acme " "settled:r4" 60 1 = allowed=true remaining=59 retry=0ms
++ 60000
++ 1
+trace w3600001-d3-2tenants-debt-back-lowered-edge-again-bad "" 3600001 3
++ 1
+R "acme:eu" "r1" 60 60 = allowed=true remaining=0 retry=0ms
+R "acme:eu" "" 60 1 = ErrInvalidArgument
 + 3600000
-+ 8
-R "acme:eu" "r6" 7919 7918 = allowed=true remaining=1 retry=0ms
-+ 2906
-S "acme" "settled:r5" 59 28 = applied=false
-R "Acme" "settled:open:r2" 1 0 = allowed=true remaining=1 retry=0ms
-trace w60000-d3-3tenants-debt-again-bad "tq" 60000 3
-+ 1
-+ 1
-R "acme" "bad" 0 0 = ErrInvalidArgument
-+ 587
-R "b" "settled:r1" 59 59 = allowed=true remaining=0 retry=0ms
-+ 1572
-R "Acme" "{r2}" 1000000 0 = allowed=true remaining=1000000 retry=0ms
-S "Acme" "{r2}" 1000000 0 = applied=true
-R "b" "settled:r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 59 1 = allowed=true remaining=0 retry=0ms
-+ 1
-R "Acme" "{r2}" 1000000 1000000 = allowed=true remaining=1000000 retry=0ms
-R "Acme" "settled:{r2}" 1000000 0 = allowed=true remaining=1000000 retry=0ms
+R "Acme" "r2" 1000000 57415 = allowed=true remaining=942585 retry=0ms
+R "acme:eu" "r1" 60 0 = allowed=true remaining=60 retry=0ms
+R "Acme" "r3" 1000000 1 = allowed=true remaining=942584 retry=0ms
+R "acme:eu" "settled:r1" 60 60 = allowed=true remaining=0 retry=0ms
++ 3600000
+R "Acme" "R3" 1000000 1000000 = allowed=true remaining=0 retry=0ms
+R "acme:eu" "bad" 60 61 = ErrEstimateTooLarge
+R "Acme" "R3" 1000000 1 = allowed=true remaining=0 retry=0ms
+S "Acme" "r3" 1000000 1 = applied=true
+S "Acme" "R3" 1000000 1000000000 = applied=true
 + 64406
-S "Acme" "settled:{r2}" 1000000 1 = applied=false
-R "acme" "bad" 1000000001 1 = ErrInvalidArgument
-R "b" "open:settled:r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 59 1 = allowed=true remaining=58 retry=0ms
-S "b" "settled:r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 59 1 = applied=false
-trace w61000-d2-1tenants-debt-back-lowered-edge-again-bad "" 61000 2
+S "acme:eu" "settled:r1" 60 61 = applied=false
+S "acme:eu" "r1" 60 0 = applied=false
++ 1
+R "acme:eu" "r6" 60 35 = allowed=true remaining=25 retry=0ms
+R "Acme" "r7" 1000000 0 = allowed=false remaining=0 retry=115593ms
+- 2483
+R "acme:eu" "open:r6" 60 60 = allowed=false remaining=25 retry=37483ms
 + 1
 + 1
-R "acme" "{r1}" 3 2 = allowed=true remaining=1 retry=0ms
-R "acme" "{R1}" 3 0 = allowed=true remaining=1 retry=0ms
-R "acme" "r3" 3 1 = allowed=true remaining=0 retry=0ms
-R "acme" "r4" 3 0 = allowed=true remaining=0 retry=0ms
-R "acme" "r5" 2 0 = allowed=true remaining=0 retry=0ms
-R "acme" "{r6}" 2 1 = allowed=false remaining=0 retry=30000ms
-R "acme" "r5" 2 2 = allowed=true remaining=0 retry=0ms
-R "acme" "r5" 2 0 = allowed=true remaining=0 retry=0ms
-R "acme" "{r6}" 2 0 = allowed=true remaining=0 retry=0ms
-S "acme" "{r6}" 2 0 = applied=true
+R "acme:eu" "{r9}" 60 24 = allowed=true remaining=1 retry=0ms
+R "Acme" "R7" 1000000 0 = allowed=false remaining=0 retry=118074ms
+R "acme:eu" "{R9}" 60 37 = allowed=false remaining=1 retry=38481ms
+R "acme:eu" "r12" 60 0 = allowed=true remaining=1 retry=0ms
+R "Acme" "R7 " 1000000 0 = allowed=false remaining=0 retry=118074ms
+trace w0-d0-3tenants-debt-back-lowered-again-bad "tq" 0 0
++ 1
 - 1
-R "acme" "" 2 1 = ErrInvalidArgument
-R "acme" "bad" 2 3 = ErrEstimateTooLarge
-S "acme" "r3" 2 6 = applied=true
-R "acme" "{R6}" 2 0 = allowed=false remaining=0 retry=120001ms
-R "acme" "open:{R6}" 2 0 = allowed=false remaining=0 retry=120001ms
-R "acme" "{r9}" 2 0 = allowed=false remaining=0 retry=120001ms
-S "acme" "{r1}" 2 3 = applied=true
-S "acme" "r5" 2 6 = applied=true
-+ 3118
-R "acme" "open:{R6}" 2 0 = allowed=false remaining=0 retry=116883ms
-+ 57883
-S "acme" "r4" 2 0 = applied=false
-S "acme" "{R1}" 2 0 = applied=false
-R "acme" "r10" 2 0 = allowed=false remaining=0 retry=59000ms
-R "acme" "open:r10" 2 1 = allowed=false remaining=0 retry=89000ms
-trace w407233-d3-2tenants-back-edge-again "" 407233 3
-R "b" "r1" 600 579 = allowed=true remaining=21 retry=0ms
-+ 407233
-R "b" "R1" 600 377 = allowed=true remaining=223 retry=0ms
-S "b" "R1" 600 16 = applied=true
-S "b" "r1" 600 578 = applied=false
++ 1
+R "b" "r1 " 7919 7918 = allowed=true remaining=1 retry=0ms
+R "acme" "r2" 60 1 = allowed=true remaining=59 retry=0ms
+R "b" "" 7919 1 = ErrInvalidArgument
+R "acme" "bad" 60 61 = ErrEstimateTooLarge
+S "b" "r1 " 7919 23757 = applied=true
+R "acme" "R2" 60 0 = allowed=true remaining=59 retry=0ms
+R "acme" "open:R2" 60 58 = allowed=true remaining=1 retry=0ms
+R "acme " "{r5}" 7919 0 = allowed=true remaining=7919 retry=0ms
+S "acme " "{r5}" 7919 1 = applied=true
+R "b" "r1 " 7919 281 = allowed=true remaining=0 retry=0ms
++ 1
+R "b" "r1 " 7919 0 = allowed=true remaining=0 retry=0ms
 + 1
 + 1
-S "b" "R1" 600 597 = applied=false
-R "b" "r3" 600 222 = allowed=true remaining=362 retry=0ms
-S "b" "r3" 600 222 = applied=true
-R "acme:eu" "R4" 1000000000 999999999 = allowed=true remaining=1 retry=0ms
-S "acme:eu" "R4:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000000 259116093 = applied=false
-R "acme:eu" "r6" 1000000000 730192811 = allowed=false remaining=1 retry=43812ms
++ 1
+S "b" "r6" 7919 4393 = applied=false
+R "acme" "{r7}" 60 1 = allowed=true remaining=0 retry=0ms
+R "acme" "settled:{r7}" 60 4 = allowed=false remaining=0 retry=3996ms
+R "acme" "bad" 60 -1 = ErrInvalidArgument
++ 1
++ 1
+trace w60000-d1-3tenants-debt-back-lowered-again-bad "tq" 60000 1
+R "Acme" "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 7919 7919 = allowed=true remaining=0 retry=0ms
+S "Acme" "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 7919 7919 = applied=true
+R "Acme" "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 7919 0 = allowed=true remaining=0 retry=0ms
+R "b" "r2" 1000 1000 = allowed=true remaining=0 retry=0ms
++ 1
++ 1
+S "b" "r2" 1000 3000 = applied=true
+R "acme {x}" "bad" 1000000000 1 = ErrInvalidArgument
+R "acme " "" 1000000000 1 = ErrInvalidArgument
++ 1
+R "b" "r3" 1000 0 = allowed=false remaining=0 retry=59999ms
+R "b" "R3" 1000 0 = allowed=false remaining=0 retry=59999ms
+S "acme " "r5:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000000 259116093 = applied=false
+R "Acme" "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx " 7919 5783 = allowed=false remaining=0 retry=43814ms
 + 1
 - 218
 + 1
-trace w371953-d1-1tenants-debt-back-lowered-edge-again-bad "q-2" 371953 1
-R "acme:eu" "r1" 1000000000 1000000000 = allowed=true remaining=0 retry=0ms
-+ 371952
-S "acme:eu" "r1" 1000000000 1000000000 = applied=true
-R "acme:eu" "r2" 1000000000 0 = allowed=true remaining=1000000000 retry=0ms
-R "acme:eu" "{r3}" 1000000000 52739057 = allowed=true remaining=947260943 retry=0ms
-R "acme:eu" "r1" 1000000000 947260943 = allowed=true remaining=947260943 retry=0ms
-R "" "bad" 1000000000 1 = ErrInvalidArgument
-R "acme:eu" "{r3}" 1 0 = allowed=true remaining=1 retry=0ms
+R "Acme" "r7" 7919 490 = allowed=false remaining=0 retry=3926ms
+R "b" "{r8}" 1000 55 = allowed=false remaining=0 retry=63515ms
+R "acme " "r5:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000000 0 = allowed=true remaining=1000000000 retry=0ms
+R "b" "r9" 1000 0 = allowed=false remaining=0 retry=60215ms
+R "Acme" "r10" 7919 0 = allowed=true remaining=0 retry=0ms
+R "Acme" "{r11}" 7919 417 = allowed=false remaining=0 retry=3373ms
+R "acme " "r5:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000000 1000000000 = allowed=true remaining=1000000000 retry=0ms
+R "" "bad" 7919 1 = ErrInvalidArgument
+R "b" "{r8}" 3 0 = allowed=false remaining=0 retry=60216ms
 + 1092
-R "acme:eu" "r4" 1 1 = allowed=true remaining=0 retry=0ms
-+ 370860
-R "acme:eu" "r4" 1 0 = allowed=true remaining=1 retry=0ms
-R "acme:eu" "r4" 1 1 = allowed=true remaining=1 retry=0ms
-S "acme:eu" "r2" 1 2 = applied=true
-R "acme:eu" "r5" 1 0 = allowed=false remaining=0 retry=60000ms
+R "b" "r12" 3 0 = allowed=false remaining=0 retry=59124ms
++ 3372
+trace w3600000-d1-3tenants-debt-back-edge-again "" 3600000 1
+R "acme " "r1" 7 7 = allowed=true remaining=0 retry=0ms
+R "b" "r2" 7 0 = allowed=true remaining=7 retry=0ms
 + 62596
 + 69173
-R "acme:eu" "r6" 1 1 = allowed=true remaining=0 retry=0ms
+R "acme:eu" "r3 " 7919 7919 = allowed=true remaining=0 retry=0ms
 - 1
 + 1
-S "acme:eu" "{r3}" 1 0 = applied=false
-R "acme:eu" "open:r6" 1 1 = allowed=false remaining=0 retry=60000ms
-R "acme:eu" "r8" 1 0 = allowed=true remaining=0 retry=0ms
+S "b" "r2" 7 3 = applied=true
+R "acme:eu" "open:r3 " 7919 7919 = allowed=false remaining=0 retry=60000ms
+R "b" "r5" 7 0 = allowed=true remaining=4 retry=0ms
 + 59608
-S "acme:eu" "r8" 1 0 = applied=true
-R "acme:eu" "R8" 1 1 = allowed=false remaining=0 retry=392ms
-+ 312345
-S "acme:eu" "r4" 1 3 = applied=false
-+ 1
-R "acme:eu" "r10" 1 0 = allowed=true remaining=1 retry=0ms
-R "acme:eu" "r11" 1 1 = allowed=true remaining=0 retry=0ms
-- 60000
-trace w59999-d1-3tenants-debt-lowered-edge-again "q-2" 59999 1
-R "Acme" "r1" 7 0 = allowed=true remaining=7 retry=0ms
-R "Acme" "R1" 7 7 = allowed=true remaining=0 retry=0ms
-R "Acme" "R1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 7 0 = allowed=true remaining=0 retry=0ms
-+ 1883
-+ 1
-+ 58115
-R "Acme" "{r4}" 7 2 = allowed=true remaining=4 retry=0ms
-+ 3326
-R "acme" "r5" 600 0 = allowed=true remaining=600 retry=0ms
-S "Acme" "r1" 7 1 = applied=false
-+ 56672
-S "acme" "open:r5" 600 552 = applied=false
-R "b" "r7:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 3 3 = allowed=true remaining=0 retry=0ms
-S "acme" "r5" 600 0 = applied=true
-R "b" "R7:XXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXX" 3 0 = allowed=true remaining=0 retry=0ms
-R "b" "open:R7:XXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXX" 3 0 = allowed=true remaining=0 retry=0ms
+S "acme " "r1" 7 7 = applied=true
+R "acme " "R1" 7 5 = allowed=true remaining=2 retry=0ms
 + 3600000
-S "Acme" "{r4}" 7 0 = applied=false
+S "b" "r5" 7 21 = applied=false
 + 1
-+ 112611
+R "acme:eu" "OPEN:R3 " 7919 0 = allowed=true remaining=7919 retry=0ms
+R "acme:eu" "r8" 7919 7919 = allowed=true remaining=0 retry=0ms
+- 60000
+R "b" "r5 " 7 4 = allowed=true remaining=3 retry=0ms
 + 1
-R "acme" "r10" 600 600 = allowed=true remaining=0 retry=0ms
-R "b" "r11" 2 0 = allowed=true remaining=2 retry=0ms
-+ 59999
-S "b" "R7:XXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXX" 2 0 = applied=false
-R "b" "r12" 2 0 = allowed=true remaining=2 retry=0ms
-S "b" "open:R7:XXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXX" 2 6 = applied=false
-R "b" "r13" 2 2 = allowed=true remaining=0 retry=0ms
-R "b" "{r14}" 2 0 = allowed=true remaining=0 retry=0ms
+R "b" "r10" 7 0 = allowed=true remaining=3 retry=0ms
+R "b" "settled:r10" 7 7 = allowed=false remaining=3 retry=34285ms
+S "b" "r2" 7 7 = applied=false
+R "acme:eu" "open:r8" 7919 7842 = allowed=false remaining=0 retry=119416ms
+R "b" "r5 " 7 0 = allowed=true remaining=3 retry=0ms
+R "b" "SETTLED:R10" 7 0 = allowed=true remaining=3 retry=0ms
+R "acme " "r14" 7 0 = allowed=true remaining=7 retry=0ms
++ 2665
 + 1
-trace w2-d60-3tenants-again-bad "" 2 60
+S "acme " "r14" 7 1 = applied=true
+S "b" "r5 " 7 5 = applied=true
 + 1
-S "b" "open:r1" 1000000000 829406420 = applied=false
-S "b" "open:r1" 1000000000 155162970 = applied=false
-R "acme" "r2" 1 1 = allowed=true remaining=0 retry=0ms
-S "acme" "r3" 1 1 = applied=false
-R "b" "r4" 1000000000 1000000000 = allowed=true remaining=0 retry=0ms
-R "acme" "r5" 1 1 = allowed=false remaining=0 retry=60000ms
-S "b" "r4" 1000000000 1000000000 = applied=true
+S "acme:eu" "OPEN:R3 " 7919 23757 = applied=true
+R "acme:eu" "open:r8:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 7919 0 = allowed=false remaining=0 retry=117332ms
+trace w197228-d0-1tenants-back-lowered-edge-again-bad "" 197228 0
+R "acme " "r1" 61 61 = allowed=true remaining=0 retry=0ms
+R "acme " "bad" 61 -1 = ErrInvalidArgument
++ 197227
+R "acme " "r2" 61 58 = allowed=true remaining=3 retry=0ms
+R "acme " "r2" 61 11 = allowed=true remaining=3 retry=0ms
+S "acme " "r3" 61 24 = applied=false
+R "acme " "r2" 60 60 = allowed=true remaining=3 retry=0ms
+S "acme " "r2" 60 5 = applied=true
+S "acme " "r1" 60 0 = applied=true
+S "acme " "r3:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 60 1 = applied=false
+R "acme " "r3:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 60 4 = allowed=true remaining=56 retry=0ms
+S "acme " "r3:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 60 4 = applied=true
+R "acme " "R3:XXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXX:XXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXX" 60 0 = allowed=true remaining=56 retry=0ms
+S "acme " "R3:XXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXX:XXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXX" 60 0 = applied=true
+- 1
 + 1
-S "Acme" "{r6}" 600 571 = applied=false
-R "acme" "R5" 1 1 = allowed=false remaining=0 retry=59999ms
-R "acme" "settled:R5" 1 0 = allowed=true remaining=0 retry=0ms
+R "acme {x}" "bad" 60 1 = ErrInvalidArgument
++ 1
+S "acme " "R3:XXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXX:XXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXX" 60 43 = applied=false
++ 1
+R "acme " "r7" 60 60 = allowed=false remaining=56 retry=3998ms
+S "acme " "R3:XXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXX:XXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXX" 60 30 = applied=false
+trace w61000-d3-1tenants-debt-again-bad "" 61000 3
+R "acme" "r1" 61 61 = allowed=true remaining=0 retry=0ms
+S "acme" "{r2}" 61 58 = applied=false
+R "acme" "{R2}" 61 35 = allowed=false remaining=0 retry=34427ms
+R "acme" "settled:{R2}" 61 0 = allowed=true remaining=0 retry=0ms
 + 2077
-R "b" "open:r4" 1000000000 77324835 = allowed=false remaining=34633333 retry=2562ms
-R "b" "open:r4" 1000000000 43671785 = allowed=false remaining=34633333 retry=543ms
+R "acme" "open:settled:{R2}" 61 5 = allowed=false remaining=2 retry=2842ms
+R "acme" "open:settled:{R2}" 61 3 = allowed=false remaining=2 retry=874ms
 + 1
 + 1
-S "Acme" "bad" 600 -1 = ErrInvalidArgument
-S "acme" "settled:R5" 1 0 = applied=false
-R "Acme" "r10" 600 600 = allowed=true remaining=0 retry=0ms
-trace w2-d2-1tenants-debt-back-lowered-again-bad "q-2" 2 2
-S "b" "{r1}" 61 46 = applied=false
-R "b" "r2" 61 61 = allowed=true remaining=0 retry=0ms
-R "b" "{r1}" 61 2 = allowed=true remaining=0 retry=0ms
-R "b" "r2" 61 1 = allowed=true remaining=0 retry=0ms
-R "b" "r2:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 61 3 = allowed=false remaining=0 retry=2951ms
-R "b" "open:r2:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 61 61 = allowed=false remaining=0 retry=60000ms
+S "acme" "bad" 61 -1 = ErrInvalidArgument
+S "acme" "settled:{R2}" 61 0 = applied=true
+R "acme" "r1" 61 6 = allowed=true remaining=2 retry=0ms
+S "acme" "r1" 61 60 = applied=true
 + 1
-R "b" "r5" 61 0 = allowed=true remaining=0 retry=0ms
-S "b" "r5" 61 0 = applied=true
-R "b" "r2" 61 0 = allowed=true remaining=0 retry=0ms
-+ 817
-S "b" "r2" 61 61 = applied=false
-- 60000
 + 1
-R "b" "settled:r5" 7 0 = allowed=true remaining=0 retry=0ms
+R "acme" "r6" 61 2 = allowed=true remaining=1 retry=0ms
+S "acme" "r6" 61 3 = applied=true
+S "acme" "bad" 61 -1 = ErrInvalidArgument
 + 1
-R "b" "settled:r5:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 7 7 = allowed=false remaining=0 retry=112870ms
+R "acme" "r6:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 61 3 = allowed=false remaining=0 retry=2837ms
+trace w2-d0-2tenants-debt-back-lowered-again-bad "q-2" 2 0
 + 1
-R "b" "settled:r5:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 7 0 = allowed=true remaining=0 retry=0ms
-R "b" "r8" 7 1 = allowed=false remaining=0 retry=61441ms
-R "b" "open:r2:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 7 1 = allowed=false remaining=0 retry=61441ms
-R "b" "bad" 7 -1 = ErrInvalidArgument
++ 42146
++ 1
++ 1
+R "Acme" "r1" 3 1 = allowed=true remaining=2 retry=0ms
++ 46887
+S "b" "bad" 60 -1 = ErrInvalidArgument
++ 63713
+S "Acme" "r1" 3 1000000000 = applied=false
++ 2413
+R "Acme" "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 3 3 = allowed=true remaining=0 retry=0ms
++ 1
+R "Acme" "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 3 0 = allowed=true remaining=0 retry=0ms
+S "Acme" "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 3 0 = applied=true
+R "Acme" "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 3 1 = allowed=true remaining=3 retry=0ms
+R "b" "bad" 3 -1 = ErrInvalidArgument
 + 61712
-S "b" "settled:r5" 7 1 = applied=false
-R "b" "r9" 7 1 = allowed=true remaining=0 retry=0ms
-R "b" "bad" 1000000001 1 = ErrInvalidArgument
-R "b" "r10" 7 7 = allowed=false remaining=0 retry=59729ms
-R "b" "r11" 7 1 = allowed=false remaining=0 retry=8300ms
-R "b" "{r12}" 7 1 = allowed=false remaining=0 retry=8300ms
-R "b" "r9" 7 6 = allowed=true remaining=0 retry=0ms
-- 60000
-R "b" "r13" 7 0 = allowed=true remaining=0 retry=0ms
-R "b" "r14" 7 0 = allowed=true remaining=0 retry=0ms
+S "b" "r3" 3 0 = applied=false
 + 1
-R "b" "r11" 7 7 = allowed=false remaining=0 retry=119728ms
-S "b" "r9" 7 1 = applied=true
-trace w0-d60-2tenants-debt-back-lowered-edge-again-bad "q-2" 0 60
+R "b" "r4" 3 0 = allowed=true remaining=3 retry=0ms
+R "b" "settled:r4" 3 1 = allowed=true remaining=2 retry=0ms
+R "b" "open:settled:r4" 3 0 = allowed=true remaining=2 retry=0ms
+R "Acme" "settled:r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 3 0 = allowed=true remaining=3 retry=0ms
+R "Acme" "SETTLED:R1:XXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXX" 3 3 = allowed=true remaining=0 retry=0ms
+R "b" "r9" 3 0 = allowed=true remaining=2 retry=0ms
++ 2
 + 1
-S "acme:eu" "settled:r1" 2 0 = applied=false
-R "acme:eu" "r2" 2 0 = allowed=true remaining=2 retry=0ms
-+ 3600000
-R "acme" "settled:r3" 2 2 = allowed=true remaining=0 retry=0ms
-S "acme" "settled:r3" 2 2 = applied=true
-R "acme" "r4" 2 2 = allowed=false remaining=0 retry=60000ms
++ 1856
+R "b" "r10" 3 1 = allowed=true remaining=1 retry=0ms
+S "b" "r9" 3 0 = applied=false
+S "Acme" "settled:r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 3 0 = applied=false
+R "Acme" "r11" 3 0 = allowed=true remaining=0 retry=0ms
+- 280
 + 1
-+ 1698
-R "acme:eu" "r5" 2 0 = allowed=true remaining=2 retry=0ms
-R "acme:eu" "r6" 2 1 = allowed=true remaining=1 retry=0ms
-+ 1923
+trace w1-d3-3tenants-back-lowered-again-bad "q-2" 1 3
+R "b" "bad" 2 3 = ErrEstimateTooLarge
+R "acme:eu" "{r1}" 600 8 = allowed=true remaining=592 retry=0ms
+S "acme:eu" "{r1}" 600 8 = applied=true
+R "acme:eu" "{r1}" 600 43 = allowed=true remaining=592 retry=0ms
++ 1
+R "Acme" "r2" 3 2 = allowed=true remaining=1 retry=0ms
+R "Acme" "r2" 3 0 = allowed=true remaining=1 retry=0ms
+R "Acme" "settled:r2" 3 3 = allowed=false remaining=1 retry=40000ms
 + 1
 + 1
-R "acme" "r4" 1 0 = allowed=true remaining=0 retry=0ms
-R "acme:eu" "{r7}" 2 0 = allowed=true remaining=1 retry=0ms
-R "acme:eu" "r8" 1 0 = allowed=true remaining=1 retry=0ms
-R "acme" "" 1 1 = ErrInvalidArgument
-S "acme:eu" "r5" 1 3 = applied=true
-R "acme" "settled:r4" 1 0 = allowed=true remaining=0 retry=0ms
-+ 2932
-+ 3597068
 + 1
-R "acme" "r10" 1 1 = allowed=true remaining=0 retry=0ms
-R "acme:eu" "{r11}" 1 0 = allowed=true remaining=1 retry=0ms
-S "acme:eu" "r6" 1 2 = applied=false
++ 1
+R "acme:eu" "r4" 600 592 = allowed=true remaining=0 retry=0ms
++ 113709
++ 4488
+R "Acme" "settled:r2" 2 2 = allowed=true remaining=0 retry=0ms
+R "b" "r5" 2 0 = allowed=true remaining=2 retry=0ms
+R "b" "R5" 2 1 = allowed=true remaining=1 retry=0ms
++ 1
++ 1
+R "Acme" "r7" 2 2 = allowed=false remaining=0 retry=59998ms
+R "acme:eu" "{r8}" 600 0 = allowed=true remaining=600 retry=0ms
+R "acme:eu" "{r8}" 2 2 = allowed=true remaining=2 retry=0ms
 + 1
 - 2141
 + 1
-R "acme:eu" "r12" 1 0 = allowed=true remaining=1 retry=0ms
-S "acme:eu" "r12" 1 0 = applied=true
+R "Acme" "r9" 2 0 = allowed=true remaining=0 retry=0ms
+S "Acme" "r2" 2 0 = applied=false
 + 1
-S "acme" "r10" 1 1 = applied=true
-S "acme:eu" "r2" 1 0 = applied=false
-trace w0-d1-1tenants-debt-back-lowered-edge-again "q-2" 0 1
-R "Acme" "r1" 59 59 = allowed=true remaining=0 retry=0ms
-+ 3600000
-+ 4669
-R "Acme" "r2" 7 0 = allowed=true remaining=7 retry=0ms
-S "Acme" "r2" 7 0 = applied=true
+S "acme:eu" "r4" 2 277 = applied=false
+R "b" "r10" 2 0 = allowed=true remaining=1 retry=0ms
+R "b" "r11" 2 1 = allowed=true remaining=0 retry=0ms
+trace w3600001-d2-3tenants-debt-back-lowered-edge-again-bad "tq" 3600001 2
+R "acme:eu" "r1" 1000000000 45506746 = allowed=true remaining=954493254 retry=0ms
+S "acme:eu" "r1" 1000000000 45506746 = applied=true
 + 3401
-S "Acme" "r3" 7 1 = applied=false
-R "Acme" "{r4}" 7 1 = allowed=true remaining=6 retry=0ms
-R "Acme" "r5" 7 0 = allowed=true remaining=6 retry=0ms
-R "Acme" "settled:r5" 7 1 = allowed=true remaining=5 retry=0ms
-S "Acme" "r5" 7 0 = applied=true
-S "Acme" "r5" 7 6 = applied=false
-R "Acme" "open:settled:r5" 7 5 = allowed=true remaining=0 retry=0ms
-R "Acme" "r5" 7 0 = allowed=true remaining=0 retry=0ms
-R "Acme" "settled:open:settled:r5" 7 0 = allowed=true remaining=0 retry=0ms
-S "Acme" "settled:open:settled:r5" 7 0 = applied=true
-R "Acme" "settled:settled:open:settled:r5" 7 1 = allowed=false remaining=0 retry=8572ms
-- 60000
-S "Acme" "r3" 7 3 = applied=false
-S "Acme" "{r4}" 7 21 = applied=true
-- 60000
-R "Acme" "settled:open:settled:r5" 7 1 = allowed=true remaining=0 retry=0ms
-R "Acme" "open:settled:settled:open:settled:r5" 7 1 = allowed=false remaining=0 retry=188572ms
-S "Acme" "settled:r5" 1 0 = applied=true
-R "Acme" "r11" 1 0 = allowed=true remaining=0 retry=0ms
-S "Acme" "r11" 1 1 = applied=true
-trace w3600000-d0-1tenants-debt-back-lowered-again "q-2" 3600000 0
-S "b" "r1" 60 47 = applied=false
-+ 1
-+ 1
-R "b" "{r2}" 2 0 = allowed=true remaining=2 retry=0ms
-R "b" "r3" 2 2 = allowed=true remaining=0 retry=0ms
-R "b" "r4" 2 0 = allowed=true remaining=0 retry=0ms
-S "b" "{r2}" 2 0 = applied=true
-S "b" "r4" 2 3 = applied=true
-S "b" "r3" 2 1 = applied=true
-R "b" "r4:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 2 0 = allowed=false remaining=0 retry=30000ms
-+ 106629
-R "b" "r6" 2 1 = allowed=true remaining=1 retry=0ms
-S "b" "r6" 2 1 = applied=true
-R "b" "settled:r6" 2 0 = allowed=true remaining=1 retry=0ms
-S "b" "settled:r6" 2 1 = applied=true
-- 60000
-+ 3171
-+ 1
-+ 1
-R "b" "settled:r6:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 2 0 = allowed=true remaining=0 retry=0ms
-S "b" "settled:r6:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 2 0 = applied=true
-+ 116
-- 357
-trace w2-d3-2tenants-debt-lowered-edge-again-bad "tq" 2 3
-+ 1
-R "b" "r1" 60 60 = allowed=true remaining=0 retry=0ms
-S "b" "r1" 60 17 = applied=true
-+ 97371
-S "acme" "open:r2" 1000 841 = applied=false
-R "b" "r3" 60 0 = allowed=true remaining=60 retry=0ms
-R "b" "r4" 60 6 = allowed=true remaining=54 retry=0ms
-+ 1
-S "b" "r3" 1 0 = applied=true
-+ 1
-+ 1
-R "acme" "open:open:r2" 1000 124 = allowed=true remaining=876 retry=0ms
-S "b" "r1" 1 1 = applied=false
-R "acme" "r6" 7 0 = allowed=true remaining=7 retry=0ms
-R "b" "r4:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1 0 = allowed=true remaining=1 retry=0ms
-+ 487
-+ 1
-S "b" "r4" 1 6 = applied=false
-S "acme" "r6" 7 7 = applied=false
-S "b" "r4:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1 0 = applied=false
-+ 2343
-S "acme" "open:open:r2" 7 123 = applied=false
-R "b" "r4:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1 0 = allowed=true remaining=1 retry=0ms
-R "acme" "r9" 7 0 = allowed=true remaining=7 retry=0ms
-S "b" "r4:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1 0 = applied=true
-+ 1
-S "acme" "r9" 7 0 = applied=true
-R "acme" "" 7 1 = ErrInvalidArgument
-R "b" "r4:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1 1 = allowed=true remaining=1 retry=0ms
-+ 3858
-R "b{x}" "bad" 1 1 = ErrInvalidArgument
-S "acme" "bad" 7 1000000001 = ErrInvalidArgument
-trace w61000-d3-1tenants-debt-back-again-bad "" 61000 3
-+ 1
-R "b" "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 2 0 = allowed=true remaining=2 retry=0ms
-- 1
-R "b" "r2" 2 0 = allowed=true remaining=2 retry=0ms
-S "b" "r2" 2 0 = applied=true
-+ 1
-S "b" "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 2 1000000000 = applied=true
-+ 1
-+ 101862
-R "b" "R2" 2 0 = allowed=false remaining=0 retry=78137ms
-R "b" "R2" 2 0 = allowed=false remaining=0 retry=78137ms
-R "b{x}" "bad" 2 1 = ErrInvalidArgument
-+ 16302
-+ 78137
-+ 1
-+ 40388
-+ 78136
-R "b" "R2" 2 0 = allowed=true remaining=2 retry=0ms
-S "b" "R2" 2 6 = applied=true
-R "b" "R2:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 2 1 = allowed=false remaining=0 retry=150000ms
-+ 150001
-R "b" "settled:R2:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 2 1 = allowed=true remaining=0 retry=0ms
+S "b" "R2" 1000000000 604495734 = applied=false
+R "b" "settled:R2" 1000000000 999999999 = allowed=true remaining=1 retry=0ms
 R "b" "bad" 0 0 = ErrInvalidArgument
-S "b" "r2" 2 2 = applied=false
-R "b" "SETTLED:R2:XXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXX" 2 0 = allowed=true remaining=0 retry=0ms
-R "b" "SETTLED:R2:XXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXX:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 2 0 = allowed=true remaining=0 retry=0ms
-R "b" "r8" 2 0 = allowed=true remaining=0 retry=0ms
-R "b" "settled:R2:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 2 0 = allowed=true remaining=0 retry=0ms
-S "b" "r8" 2 0 = applied=true
-trace w7200000-d60-1tenants-back-again-bad "q-2" 7200000 60
-R "acme" "bad" 1000000001 1 = ErrInvalidArgument
+R "" "bad" 1000000000 1 = ErrInvalidArgument
+R "b" "r4" 1000000000 0 = allowed=true remaining=1 retry=0ms
+R "acme " "r5" 61 61 = allowed=true remaining=0 retry=0ms
+S "acme:eu" "r1" 1000000000 720947829 = applied=false
+- 1
 + 1
-R "acme" "open:r1" 1000000000 811203229 = allowed=true remaining=188796771 retry=0ms
-R "acme" "{r2}" 1000000000 188796770 = allowed=true remaining=1 retry=0ms
-R "acme" "r3" 1000000000 1 = allowed=true remaining=0 retry=0ms
-- 60000
+R "acme " "R5" 61 61 = allowed=false remaining=0 retry=60000ms
+R "acme:eu" "{r7}" 1000000000 0 = allowed=true remaining=1000000000 retry=0ms
+R "acme:eu" "bad" 1000000001 1 = ErrInvalidArgument
+S "acme:eu" "{r7}" 1000000000 0 = applied=true
+S "b" "r4:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000000 555316937 = applied=false
++ 4250
++ 3595750
+S "b" "r4" 1000000000 0 = applied=true
+R "acme " "open:R5" 61 0 = allowed=true remaining=61 retry=0ms
+R "acme " "r5" 61 1 = allowed=true remaining=61 retry=0ms
+R "acme " "open:open:R5" 61 61 = allowed=true remaining=0 retry=0ms
+S "b" "settled:R2" 1000000000 999999998 = applied=true
+R "acme " "r11" 61 0 = allowed=true remaining=0 retry=0ms
+S "acme " "r11" 61 76 = applied=true
+R "acme:eu" "r12" 2 2 = allowed=true remaining=0 retry=0ms
+R "acme " "r11 " 61 0 = allowed=false remaining=0 retry=74755ms
+S "acme " "r14" 61 19 = applied=false
+R "acme:eu" "R12" 2 0 = allowed=true remaining=0 retry=0ms
++ 1623
+S "acme " "open:open:R5" 61 62 = applied=true
+R "b" "open:r4:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000000 0 = allowed=true remaining=1000000000 retry=0ms
++ 74756
+trace w0-d60-3tenants-debt-lowered-edge "q-2" 0 60
 + 1
-S "acme" "open:r1" 1000000000 811203229 = applied=true
-R "acme" "{r2}" 1000000000 1000000000 = allowed=true remaining=0 retry=0ms
-S "acme" "{r2}" 1000000000 188796769 = applied=true
-R "acme" "r4" 1000000000 0 = allowed=true remaining=1 retry=0ms
-R "acme" "r5" 1000000000 1 = allowed=true remaining=0 retry=0ms
+R "acme:eu" "R1" 3 3 = allowed=true remaining=0 retry=0ms
+R "b" "r2" 600 0 = allowed=true remaining=600 retry=0ms
+R "acme:eu" "settled:R1" 3 0 = allowed=true remaining=0 retry=0ms
++ 106629
+R "b" "r4" 600 1 = allowed=true remaining=599 retry=0ms
+S "acme:eu" "R1" 3 9 = applied=true
+R "acme:eu" "SETTLED:R1" 3 3 = allowed=false remaining=0 retry=120000ms
 + 1
-S "acme" "{r2}" 1000000000 578613715 = applied=false
-R "acme" "r3" 1000000000 0 = allowed=true remaining=0 retry=0ms
-S "acme" "{r2}" 1000000000 67981254 = applied=false
-trace w3600000-d0-3tenants-debt-back-lowered-bad "tq" 3600000 0
+R "Acme" "r6" 1000 999 = allowed=true remaining=1 retry=0ms
++ 3171
+S "acme:eu" "settled:R1" 3 0 = applied=true
+S "b" "r2" 600 0 = applied=true
++ 119999
+S "b" "r4" 600 0 = applied=true
++ 116
+S "Acme" "r6" 1000 479 = applied=true
+R "b" "{r7}" 600 1 = allowed=true remaining=599 retry=0ms
++ 3728
+R "acme:eu" "settled:SETTLED:R1" 3 1 = allowed=true remaining=2 retry=0ms
++ 1
+S "acme:eu" "settled:SETTLED:R1" 3 2 = applied=true
++ 3596270
++ 1
+R "Acme" "open:r6" 1000 971 = allowed=true remaining=29 retry=0ms
++ 1
++ 108124
 + 1
 + 1
-R "b" "open:r1" 59 59 = allowed=true remaining=0 retry=0ms
-S "b" "open:r1" 59 1000000000 = applied=true
-R "b" "settled:open:r1" 59 59 = allowed=false remaining=0 retry=120000ms
-R "b" "r3" 59 1 = allowed=false remaining=0 retry=61017ms
-R "acme" "r4" 1000 1000 = allowed=true remaining=0 retry=0ms
-S "acme" "bad" 1000 -1 = ErrInvalidArgument
-R "acme" "r5" 1000 1 = allowed=false remaining=0 retry=60ms
-R "acme:eu" "r6" 60 60 = allowed=true remaining=0 retry=0ms
-- 60000
++ 94977
+S "Acme" "open:r6" 1000 181 = applied=true
+R "acme:eu" "r10" 2 2 = allowed=true remaining=0 retry=0ms
+trace w1-d60-3tenants-debt-back-again-bad "tq" 1 60
 + 1
-R "acme" "r7" 1000 13 = allowed=false remaining=0 retry=60779ms
-R "b" "r8" 59 0 = allowed=false remaining=0 retry=119999ms
-+ 60778
-R "b" "{r9}" 59 0 = allowed=false remaining=0 retry=59221ms
-+ 60779
-S "acme" "r4" 1000 1001 = applied=true
-R "b{x}" "bad" 59 1 = ErrInvalidArgument
-+ 60930
-R "acme" "r10" 1000 1 = allowed=true remaining=999 retry=0ms
-R "b" "r11" 59 0 = allowed=true remaining=59 retry=0ms
-trace w0-d3-2tenants-debt-edge-again-bad "tq" 0 3
 + 1
-R "acme:eu" "r1" 1 1 = allowed=true remaining=0 retry=0ms
-S "Acme" "open:r2" 61 16 = applied=false
 + 1
-R "acme:eu" "r3" 1 0 = allowed=true remaining=0 retry=0ms
-R "acme:eu" "r4" 1 1 = allowed=false remaining=0 retry=59999ms
-S "acme:eu" "r3" 1 3 = applied=true
-R "Acme" "open:r2:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 61 0 = allowed=true remaining=61 retry=0ms
-+ 3600000
-S "Acme" "open:r2:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 61 0 = applied=false
-R "Acme" "open:r2:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 61 61 = allowed=true remaining=0 retry=0ms
-S "acme:eu" "r1" 1 0 = applied=false
-R "acme:eu" "r7" 1 1 = allowed=true remaining=0 retry=0ms
-S "Acme" "bad" 61 1000000001 = ErrInvalidArgument
-S "acme:eu" "r3" 1 1 = applied=false
-S "Acme" "open:r2:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 61 62 = applied=true
-R "Acme" "r8" 61 1 = allowed=false remaining=0 retry=1968ms
-R "Acme" "r8" 61 0 = allowed=false remaining=0 retry=984ms
-S "acme:eu" "r3" 1 1 = applied=false
-+ 3600000
-R "acme:eu" "settled:r7" 1 1 = allowed=true remaining=0 retry=0ms
-S "acme:eu" "r3" 1 0 = applied=false
-R "Acme" "r10" 61 57 = allowed=true remaining=4 retry=0ms
-+ 3600000
-S "acme:eu" "r1" 1 1 = applied=false
-R "acme:eu" "open:settled:r7" 1 0 = allowed=true remaining=1 retry=0ms
-S "acme:eu" "settled:r7" 1 1 = applied=false
-R "acme:eu" "open:settled:r7" 1 1 = allowed=true remaining=1 retry=0ms
-R "acme:eu" "open:settled:r7" 1 1 = allowed=true remaining=1 retry=0ms
-R "Acme" "settled:r10" 61 1 = allowed=true remaining=60 retry=0ms
-trace w316181-d2-1tenants-lowered-again-bad "q-2" 316181 2
-R "b" "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000 51017 = allowed=true remaining=948983 retry=0ms
-S "b" "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000 51016 = applied=true
-R "b" "{r2}" 1000000 57798 = allowed=true remaining=891186 retry=0ms
-S "b" "{r2}" 1000000 4319 = applied=true
-R "b" "{r3}" 3 2 = allowed=true remaining=1 retry=0ms
-R "b" "r4" 3 3 = allowed=false remaining=1 retry=40000ms
-S "b" "{r3}" 3 2 = applied=true
-R "b" "r4:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 3 0 = allowed=true remaining=1 retry=0ms
-S "b" "r4:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 3 0 = applied=true
-R "b" "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 3 2 = allowed=true remaining=1 retry=0ms
-R "b" "{r3}" 3 0 = allowed=true remaining=1 retry=0ms
++ 1
+R "acme" "settled:r1" 3 3 = allowed=true remaining=0 retry=0ms
++ 1
++ 1
+S "acme:eu" "r2" 7 0 = applied=false
++ 4076
+R "Acme" "r3" 7 7 = allowed=true remaining=0 retry=0ms
+R "acme" "settled:r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 3 1 = allowed=false remaining=0 retry=15922ms
+R "acme" "open:settled:r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 3 0 = allowed=true remaining=0 retry=0ms
++ 1
+S "Acme" "r3" 7 1 = applied=false
+R "acme" "settled:r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 3 2 = allowed=false remaining=0 retry=35921ms
+R "acme" "open:settled:r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx " 3 1 = allowed=false remaining=0 retry=15921ms
+R "acme" "open:settled:r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx " 3 0 = allowed=true remaining=0 retry=0ms
++ 3858
+R "acme{x}" "bad" 3 1 = ErrInvalidArgument
+S "acme" "bad" 3 1000000001 = ErrInvalidArgument
+S "acme" "settled:r1" 3 4 = applied=false
+S "Acme" "open:r3" 7 1 = applied=false
+R "acme:eu" "r8" 7 0 = allowed=true remaining=7 retry=0ms
++ 1
+- 1
+R "acme" "settled:r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 3 0 = allowed=true remaining=0 retry=0ms
+R "acme" "settled:open:settled:r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx " 3 0 = allowed=true remaining=0 retry=0ms
+S "acme" "open:settled:r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx " 3 0 = applied=false
+R "acme" "{r10}" 3 3 = allowed=false remaining=0 retry=52063ms
++ 48478
+R "acme" "{r10}" 3 3 = allowed=false remaining=2 retry=3585ms
+S "acme:eu" "r11" 7 2 = applied=false
+R "acme:eu{x}" "bad" 7 1 = ErrInvalidArgument
++ 16302
++ 3585
+S "acme:eu" "r8" 7 21 = applied=false
+trace w3600000-d1-2tenants-lowered-edge-again-bad "q-2" 3600000 1
+R "acme:eu" "settled:r1" 7 7 = allowed=true remaining=0 retry=0ms
+R "acme:eu" "r2" 7 1 = allowed=false remaining=0 retry=8572ms
++ 4789
+R "acme:eu" "r3" 7 0 = allowed=true remaining=0 retry=0ms
++ 3595210
+S "b" "{r4}" 3 0 = applied=false
 S "b" "bad" 3 1000000001 = ErrInvalidArgument
-+ 316181
-R "b" "r6" 3 0 = allowed=true remaining=3 retry=0ms
-S "b" "r6" 3 0 = applied=true
-R "b" "r7" 3 2 = allowed=true remaining=1 retry=0ms
-R "b" "r8" 3 1 = allowed=true remaining=0 retry=0ms
-S "b" "r7" 3 2 = applied=true
-S "b" "r7" 3 0 = applied=false
-R "b" "settled:r8" 3 0 = allowed=true remaining=0 retry=0ms
-R "b" "SETTLED:R8" 3 1 = allowed=false remaining=0 retry=20000ms
-R "b" "settled:SETTLED:R8" 3 0 = allowed=true remaining=0 retry=0ms
-R "b" "SETTLED:SETTLED:R8" 3 0 = allowed=true remaining=0 retry=0ms
-R "b{x}" "bad" 3 1 = ErrInvalidArgument
-R "b" "settled:SETTLED:SETTLED:R8" 3 0 = allowed=true remaining=0 retry=0ms
-+ 2943
-R "b" "bad" 3 4 = ErrEstimateTooLarge
-R "b" "r14" 3 1 = allowed=false remaining=0 retry=17057ms
-S "b" "bad" 3 1000000001 = ErrInvalidArgument
-trace w268935-d1-3tenants-debt-lowered-again "q-2" 268935 1
+S "acme:eu" "r3" 7 0 = applied=true
+R "acme:eu" "r5" 7 0 = allowed=true remaining=7 retry=0ms
+R "acme:eu" "r2" 7 7 = allowed=true remaining=0 retry=0ms
+R "b" "{r4}" 3 0 = allowed=true remaining=3 retry=0ms
+S "acme:eu" "r5:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 7 7 = applied=false
++ 3600000
 + 1
 + 1
-+ 102707
+S "acme:eu" "r2" 7 7 = applied=false
+R "acme:eu" "" 7 1 = ErrInvalidArgument
++ 1424
+trace w565619-d1-3tenants-edge-again "tq" 565619 1
+R "acme:eu" "R1" 7919 1 = allowed=true remaining=7918 retry=0ms
+R "acme:eu" "r2" 7919 7918 = allowed=true remaining=0 retry=0ms
 + 1
-+ 268935
-S "Acme" "r1" 3 1 = applied=false
 + 1
-R "Acme" "r2" 3 0 = allowed=true remaining=3 retry=0ms
 + 1
-R "Acme" "r2:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 3 3 = allowed=true remaining=0 retry=0ms
+R "acme " "r3" 60 59 = allowed=true remaining=1 retry=0ms
+R "acme:eu" "r2" 7919 0 = allowed=true remaining=0 retry=0ms
+S "acme:eu" "r4" 7919 4582 = applied=false
+R "acme " "r3" 60 0 = allowed=true remaining=1 retry=0ms
+S "acme" "r5" 61 50 = applied=false
+R "acme" "r5" 61 60 = allowed=true remaining=61 retry=0ms
++ 4164
++ 561454
++ 1914
 + 1
-R "acme:eu" "r4" 1000000 1000000 = allowed=true remaining=0 retry=0ms
+S "acme " "r3" 60 0 = applied=false
+R "acme:eu" "R4" 7919 0 = allowed=true remaining=7919 retry=0ms
+R "acme" "r7" 61 0 = allowed=true remaining=61 retry=0ms
++ 565618
+R "acme:eu" "r8" 7919 213 = allowed=true remaining=7706 retry=0ms
+trace w59999-d0-3tenants-debt-lowered-edge-again "" 59999 0
+S "acme:eu" "r1" 2 0 = applied=false
 + 1
-R "acme:eu" "settled:r4" 1000000 0 = allowed=true remaining=16 retry=0ms
-R "acme:eu" "settled:r4" 1000000 1 = allowed=true remaining=16 retry=0ms
-S "acme:eu" "settled:r4" 1000000 1 = applied=true
-S "acme:eu" "r4" 1000000 1000001 = applied=true
-R "acme:eu" "r4" 1000000 15 = allowed=true remaining=14 retry=0ms
-R "acme" "R6" 61 61 = allowed=true remaining=0 retry=0ms
-S "acme" "open:R6" 61 47 = applied=false
-R "Acme" "r8" 3 0 = allowed=true remaining=0 retry=0ms
-R "acme:eu" "SETTLED:R4" 1000000 1000000 = allowed=false remaining=14 retry=60000ms
-R "Acme" "r10" 3 3 = allowed=false remaining=0 retry=59998ms
-R "acme:eu" "r11" 1000000 14 = allowed=true remaining=0 retry=0ms
-R "Acme" "r12" 3 0 = allowed=true remaining=0 retry=0ms
-S "acme:eu" "r11" 1000000 2 = applied=true
-+ 1
-R "Acme" "r12:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 3 1 = allowed=false remaining=0 retry=19997ms
-R "Acme" "r14" 3 0 = allowed=true remaining=0 retry=0ms
-trace w3600000-d2-3tenants-debt-again-bad "tq" 3600000 2
-R "b" "r1" 60 59 = allowed=true remaining=1 retry=0ms
-R "Acme" "bad" 60 -1 = ErrInvalidArgument
-R "acme:eu" "open:r2" 7 1 = allowed=true remaining=6 retry=0ms
-R "acme:eu" "open:r2" 7 7 = allowed=true remaining=6 retry=0ms
-+ 1
-S "acme:eu" "open:r2" 7 0 = applied=true
-S "b" "r1" 60 102 = applied=true
-S "acme:eu" "open:r2" 7 3 = applied=false
-R "Acme" "r3" 60 60 = allowed=true remaining=0 retry=0ms
-R "acme:eu" "{r4}" 7 1 = allowed=true remaining=6 retry=0ms
-R "b" "r1" 60 1 = allowed=true remaining=0 retry=0ms
-R "Acme" "bad" 0 0 = ErrInvalidArgument
-S "acme:eu" "{r4}" 7 0 = applied=true
-+ 64943
-R "acme:eu" "open:r2" 7 0 = allowed=true remaining=7 retry=0ms
-R "Acme" "r3" 60 1 = allowed=true remaining=60 retry=0ms
-R "b" "r5" 60 0 = allowed=true remaining=22 retry=0ms
-S "Acme" "r3" 60 0 = applied=true
-R "Acme" "r3" 60 37 = allowed=true remaining=60 retry=0ms
-R "Acme" "r6" 60 60 = allowed=true remaining=0 retry=0ms
-R "Acme" "r3" 60 0 = allowed=true remaining=0 retry=0ms
-S "acme:eu" "{r4}" 7 6 = applied=false
-+ 3269
-R "Acme" "r7" 60 0 = allowed=true remaining=3 retry=0ms
-S "b" "r5" 60 180 = applied=true
-trace w271359-d0-1tenants-debt-lowered-edge-again-bad "" 271359 0
-R "Acme" "r1" 1000 0 = allowed=true remaining=1000 retry=0ms
-R "Acme" "r2" 1000 1000 = allowed=true remaining=0 retry=0ms
-S "Acme" "r2" 1000 999 = applied=true
-S "Acme" "r3" 7 4 = applied=false
-S "Acme" "r1" 7 1 = applied=true
-R "Acme" "{r4}" 7 1 = allowed=false remaining=0 retry=8572ms
-S "Acme" "r1" 7 3 = applied=false
-R "Acme" "{R4}" 7 7 = allowed=false remaining=0 retry=60000ms
-+ 60000
-R "Acme" "r6" 1 0 = allowed=true remaining=1 retry=0ms
-R "Acme" "{r4}" 1 0 = allowed=true remaining=1 retry=0ms
-+ 81524
-R "Acme{x}" "bad" 1 1 = ErrInvalidArgument
-R "Acme" "r7" 1 0 = allowed=true remaining=1 retry=0ms
-S "Acme" "r1" 1 1 = applied=false
-+ 1
-+ 271357
-S "Acme" "r7" 1 0 = applied=true
-+ 1
-S "Acme" "bad" 1 1000000001 = ErrInvalidArgument
-S "Acme" "{r4}" 1 3 = applied=false
-S "Acme" "r6" 1 2 = applied=false
-R "Acme" "r8" 1 0 = allowed=true remaining=1 retry=0ms
-+ 1
-R "Acme" "{R4}" 1 1 = allowed=true remaining=0 retry=0ms
-+ 271357
-S "Acme" "r8" 1 1000000000 = applied=true
-S "Acme" "{R4}" 1 1 = applied=true
-R "Acme" "{r9}" 1 0 = allowed=false remaining=0 retry=60000ms
-+ 60000
-R "Acme" "{r9}:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1 0 = allowed=true remaining=0 retry=0ms
-S "Acme" "{r9}:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1 0 = applied=true
-R "Acme" "r11" 1 0 = allowed=true remaining=0 retry=0ms
-trace w59999-d0-1tenants-debt-back-lowered-edge-again-bad "tq" 59999 0
-R "b" "R1" 61 3 = allowed=true remaining=58 retry=0ms
+R "acme:eu" "r2" 2 0 = allowed=true remaining=2 retry=0ms
+R "Acme" "r3" 3 0 = allowed=true remaining=3 retry=0ms
 + 59999
-S "b" "R1" 61 2 = applied=false
+R "Acme" "{r4}" 3 0 = allowed=true remaining=3 retry=0ms
++ 1
+R "acme:eu" "r5" 2 2 = allowed=true remaining=0 retry=0ms
+R "Acme" "{r4}" 3 3 = allowed=true remaining=3 retry=0ms
++ 1
+R "acme:eu" "r5 " 2 1 = allowed=false remaining=0 retry=29999ms
+R "Acme" "r7" 3 0 = allowed=true remaining=3 retry=0ms
++ 59996
+R "Acme" "r7:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 3 3 = allowed=true remaining=0 retry=0ms
+R "Acme" "r9" 3 1 = allowed=false remaining=0 retry=20000ms
+R "b" "r10" 59 59 = allowed=true remaining=0 retry=0ms
+S "Acme" "open:r9" 3 1 = applied=false
+S "acme:eu" "r5" 2 1 = applied=true
+R "b" "r12" 59 0 = allowed=true remaining=0 retry=0ms
+R "b" "r13" 59 59 = allowed=false remaining=0 retry=60000ms
+S "Acme" "r7:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 3 9 = applied=true
+R "Acme" "open:r9:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 3 0 = allowed=false remaining=0 retry=60000ms
++ 3
+trace w59491-d1-1tenants-debt-back-lowered-again-bad "q-2" 59491 1
+R "Acme" "r1 " 3 2 = allowed=true remaining=1 retry=0ms
+S "Acme" "r1 " 3 6 = applied=true
 + 1
 + 1
-R "b" "R1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 61 6 = allowed=true remaining=55 retry=0ms
+R "Acme" "bad" 3 -1 = ErrInvalidArgument
+R "Acme" "r1 " 3 2 = allowed=true remaining=0 retry=0ms
+R "Acme" "settled:r1 " 3 1 = allowed=false remaining=0 retry=79998ms
++ 79998
+R "Acme" "open:settled:r1 " 1 0 = allowed=true remaining=0 retry=0ms
+R "Acme" "r4" 1 0 = allowed=true remaining=0 retry=0ms
+R "Acme" "{r5}" 1 1 = allowed=false remaining=0 retry=40002ms
+R "Acme" "r6" 1 0 = allowed=true remaining=0 retry=0ms
++ 3600000
+R "Acme" "{r7}" 1 0 = allowed=true remaining=1 retry=0ms
+S "Acme" "r4" 1 1 = applied=false
+- 1
+S "Acme" "open:settled:r1 " 1 0 = applied=false
+S "Acme" "r6" 1 0 = applied=false
+S "Acme" "{r7}" 1 0 = applied=true
+trace w0-d2-2tenants-debt-again-bad "" 0 2
+S "Acme" "bad" 7 -1 = ErrInvalidArgument
+R "Acme" "open:r1" 7 0 = allowed=true remaining=7 retry=0ms
+S "Acme" "open:r1" 7 21 = applied=true
+S "Acme" "r2" 7 7 = applied=false
+R "b" "R3" 2 1 = allowed=true remaining=1 retry=0ms
+R "Acme" "{r4}" 7 6 = allowed=false remaining=0 retry=171429ms
+R "Acme" "r5" 7 7 = allowed=false remaining=0 retry=180000ms
+S "b" "R3" 2 0 = applied=true
+R "Acme" "r5:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 7 4 = allowed=false remaining=0 retry=154286ms
+R "Acme" "bad" 1000000001 1 = ErrInvalidArgument
+R "b" "R3" 2 2 = allowed=true remaining=2 retry=0ms
+R "Acme" "{r4}" 7 0 = allowed=false remaining=0 retry=120000ms
+S "Acme" "bad" 7 1000000001 = ErrInvalidArgument
++ 3600000
+trace w583885-d0-2tenants-debt-lowered-edge-again-bad "tq" 583885 0
+R "acme:eu" "r1" 2 0 = allowed=true remaining=2 retry=0ms
+R "acme:eu" "r2" 2 2 = allowed=true remaining=0 retry=0ms
+S "acme:eu" "r2" 2 0 = applied=true
+R "acme:eu" "settled:r2" 2 0 = allowed=true remaining=2 retry=0ms
+R "acme:eu" "{r4}" 2 1 = allowed=true remaining=1 retry=0ms
+R "acme" "settled:r5" 1000000 0 = allowed=true remaining=1000000 retry=0ms
+S "acme:eu" "settled:{r4}" 2 1 = applied=false
+S "acme" "bad" 1000000 1000000001 = ErrInvalidArgument
+R "acme" "settled:r5" 1000000 1000000 = allowed=true remaining=1000000 retry=0ms
+R "acme" "settled:r5 " 1000000 999999 = allowed=true remaining=1 retry=0ms
+R "acme" "SETTLED:R5 " 1000000 2 = allowed=false remaining=1 retry=1ms
+R "acme:eu" "bad" 2 3 = ErrEstimateTooLarge
+R "acme" "r9" 1000000 2 = allowed=false remaining=1 retry=1ms
+S "acme" "bad" 1000000 1000000001 = ErrInvalidArgument
+R "acme:eu" "r10" 2 0 = allowed=true remaining=1 retry=0ms
+S "acme" "settled:r5" 1000000 0 = applied=true
+S "acme:eu" "settled:r2" 2 6 = applied=true
+S "acme:eu" "r10" 2 0 = applied=true
++ 2
++ 583882
+S "acme:eu" "{r4}" 2 2 = applied=true
++ 1
+R "acme:eu" "r11" 2 1 = allowed=true remaining=0 retry=0ms
+S "acme:eu" "r11" 2 0 = applied=true
++ 2716
+trace w7-d0-3tenants-debt-again "tq" 7 0
+R "acme" "r1 " 60 60 = allowed=true remaining=0 retry=0ms
++ 1
+R "acme" "settled:r1 " 60 0 = allowed=true remaining=0 retry=0ms
+R "acme" "settled:r1 " 60 1 = allowed=true remaining=0 retry=0ms
+S "acme" "settled:r1 " 60 1 = applied=true
+S "acme" "r1 " 60 61 = applied=true
+R "acme" "r1 " 60 0 = allowed=true remaining=0 retry=0ms
+R "b" "R3" 7919 7919 = allowed=true remaining=0 retry=0ms
+S "b" "open:R3" 7919 6125 = applied=false
+R "acme:eu" "r5" 1000000000 999999999 = allowed=true remaining=1 retry=0ms
+R "acme" "SETTLED:R1 " 60 60 = allowed=false remaining=0 retry=61999ms
+R "acme:eu" "r7" 1000000000 1000000000 = allowed=false remaining=1 retry=60000ms
+R "acme" "SETTLED:R1  " 60 0 = allowed=false remaining=0 retry=1999ms
+R "acme:eu" "r7 " 1000000000 0 = allowed=true remaining=1 retry=0ms
+S "b" "R3" 7919 7919 = applied=true
+R "acme" "settled:r1 " 60 1 = allowed=true remaining=0 retry=0ms
+S "acme" "r10" 60 20 = applied=false
++ 91617
++ 2159
+S "acme:eu" "r5" 1000000000 1000000000 = applied=false
+R "acme" "r11" 60 0 = allowed=true remaining=60 retry=0ms
+S "acme:eu" "r7 " 1000000000 1000000000 = applied=false
+R "acme" "r12" 60 60 = allowed=true remaining=0 retry=0ms
++ 90192
+R "acme:eu" "r7" 1000000000 2 = allowed=true remaining=999999998 retry=0ms
+trace w0-d3-2tenants-back-edge-again-bad "" 0 3
+R "acme:eu" "r1" 7 0 = allowed=true remaining=7 retry=0ms
+S "acme:eu" "r1" 7 0 = applied=true
++ 1
++ 3600000
+S "acme:eu" "r2" 7 6 = applied=false
+R "acme:eu" "r3" 7 0 = allowed=true remaining=7 retry=0ms
+R "acme:eu" "r4" 7 1 = allowed=true remaining=6 retry=0ms
+S "acme:eu" "r4" 7 0 = applied=true
+R "acme:eu" "R4" 7 6 = allowed=true remaining=1 retry=0ms
++ 82097
+R "Acme" "r6" 59 59 = allowed=true remaining=0 retry=0ms
+R "Acme" "r7" 59 0 = allowed=true remaining=0 retry=0ms
+R "Acme" "settled:r7" 59 0 = allowed=true remaining=0 retry=0ms
+S "acme:eu" "r9" 7 2 = applied=false
++ 3600000
+- 1
+S "acme:eu" "R4" 7 0 = applied=false
+S "acme:eu" "r3" 7 0 = applied=false
+R "Acme" "bad" 0 0 = ErrInvalidArgument
+R "Acme" "r10" 59 0 = allowed=true remaining=59 retry=0ms
+R "acme:eu" "r11" 7 7 = allowed=true remaining=0 retry=0ms
+S "acme:eu" "r11" 7 6 = applied=true
+trace w3600001-d60-1tenants-debt-back-edge-again-bad "tq" 3600001 60
+R "Acme" "{r1}" 59 1 = allowed=true remaining=58 retry=0ms
+S "Acme" "{R1}" 59 31 = applied=false
+R "Acme" "r3" 59 0 = allowed=true remaining=58 retry=0ms
+S "Acme" "{r1}" 59 1 = applied=true
++ 3600001
+R "Acme" "r4" 59 0 = allowed=true remaining=59 retry=0ms
+R "Acme" "r4" 59 0 = allowed=true remaining=59 retry=0ms
++ 81524
+R "Acme{x}" "bad" 59 1 = ErrInvalidArgument
+R "Acme" "r5" 59 1 = allowed=true remaining=58 retry=0ms
+S "Acme" "{r1}" 59 52 = applied=false
+S "Acme" "r5" 59 177 = applied=true
+R "Acme" "R5" 59 0 = allowed=false remaining=0 retry=120000ms
+S "Acme" "bad" 59 1000000001 = ErrInvalidArgument
+R "Acme" "r7" 59 5 = allowed=false remaining=0 retry=125085ms
+S "Acme" "r4" 59 111 = applied=true
+R "Acme" "r8" 59 44 = allowed=false remaining=0 retry=277628ms
+R "Acme" "r9" 59 2 = allowed=false remaining=0 retry=234916ms
++ 1
+R "Acme" "r4" 59 1 = allowed=true remaining=0 retry=0ms
++ 1
+- 1
+S "Acme" "r3" 59 0 = applied=false
+R "Acme" "r10" 59 0 = allowed=false remaining=0 retry=232881ms
++ 3600001
+R "Acme" "r11" 59 7 = allowed=true remaining=52 retry=0ms
+R "Acme" "{r12}" 59 59 = allowed=false remaining=52 retry=7119ms
+trace w59999-d60-2tenants-debt-back-edge-again-bad "" 59999 60
+R "acme:eu" "bad" 1000000000 -1 = ErrInvalidArgument
+S "acme " "{r1}" 1000000000 532199635 = applied=false
++ 1415
+R "acme " "open:{r1}" 1000000000 1000000000 = allowed=true remaining=0 retry=0ms
+R "acme " "r3" 1000000000 0 = allowed=true remaining=0 retry=0ms
+R "acme:eu" "r4" 1000000000 1000000000 = allowed=true remaining=0 retry=0ms
++ 59999
+R "acme:eu" "bad" 1000000000 1000000001 = ErrEstimateTooLarge
+S "acme " "open:{r1}" 1000000000 1000000000 = applied=false
 + 3757
 - 1952
-R "b" "r3" 61 55 = allowed=true remaining=1 retry=0ms
-S "b" "r3" 61 183 = applied=true
-R "b" "R1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 61 0 = allowed=true remaining=0 retry=0ms
-S "b" "R1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 61 183 = applied=true
-R "b" "r4" 61 0 = allowed=false remaining=0 retry=60000ms
-R "b" "settled:r4" 61 1 = allowed=false remaining=0 retry=60984ms
-S "b" "r3" 61 34 = applied=false
-R "b" "SETTLED:R4" 61 61 = allowed=false remaining=0 retry=120000ms
-R "b" "r7" 61 1 = allowed=false remaining=0 retry=60984ms
-R "b" "{r8}" 1 0 = allowed=false remaining=0 retry=60000ms
-+ 18661
-R "b{x}" "bad" 1 1 = ErrInvalidArgument
-+ 60001
-R "b" "r9" 1 0 = allowed=true remaining=0 retry=0ms
-R "b" "r9:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1 1 = allowed=false remaining=0 retry=41338ms
-S "b" "r11" 1 1 = applied=false
+R "acme:eu" "r5" 1000000000 0 = allowed=true remaining=1000000000 retry=0ms
+S "acme:eu" "r5" 1000000000 1000000000 = applied=true
+R "acme:eu" "r5" 1000000000 0 = allowed=true remaining=0 retry=0ms
+S "acme " "r3" 1000000000 1000000000 = applied=false
+R "acme " "r6" 1000000000 0 = allowed=true remaining=1000000000 retry=0ms
+R "acme:eu" "settled:r5" 1000000000 1 = allowed=false remaining=0 retry=1ms
+S "acme " "r3" 1000000000 549194621 = applied=false
+R "acme:eu" "SETTLED:R5" 1000000000 1000000000 = allowed=false remaining=0 retry=60000ms
+R "acme " "r9" 1000000000 1000000000 = allowed=true remaining=0 retry=0ms
+trace w316243-d60-2tenants-debt-back-edge-again-bad "" 316243 60
+R "acme:eu" "r1" 59 59 = allowed=true remaining=0 retry=0ms
+R "Acme" "r2" 2 0 = allowed=true remaining=2 retry=0ms
++ 316242
+S "Acme" "settled:r2" 2 0 = applied=false
+- 1
+R "acme:eu" "r4" 59 0 = allowed=true remaining=59 retry=0ms
 + 3319
-R "b" "open:r11" 1 1 = allowed=false remaining=0 retry=38019ms
-S "b" "bad" 1 1000000001 = ErrInvalidArgument
-R "b" "r13" 1 1 = allowed=false remaining=0 retry=38019ms
+R "acme:eu" "open:r4" 59 59 = allowed=true remaining=0 retry=0ms
+S "Acme" "bad" 2 1000000001 = ErrInvalidArgument
+R "Acme" "r6" 2 2 = allowed=true remaining=0 retry=0ms
 + 2890
-trace w153593-d2-2tenants-debt-back-edge-again "q-2" 153593 2
-R "Acme" "r1" 60 59 = allowed=true remaining=1 retry=0ms
-+ 153592
+S "Acme" "r2" 2 1 = applied=false
+S "Acme" "r6" 2 2 = applied=true
+S "acme:eu" "open:r4" 59 177 = applied=true
+R "acme:eu" "open:open:r4" 59 0 = allowed=false remaining=0 retry=117110ms
+R "Acme" "r8" 2 1 = allowed=false remaining=0 retry=27110ms
+R "acme:eu" "r4" 59 1 = allowed=true remaining=0 retry=0ms
++ 25345
+S "acme:eu" "r4" 59 0 = applied=true
 + 1
-R "Acme" "R1" 60 0 = allowed=true remaining=60 retry=0ms
-R "Acme" "R1" 60 0 = allowed=true remaining=60 retry=0ms
-R "b" "r3" 1000000000 999999999 = allowed=true remaining=1 retry=0ms
-S "b" "r3" 1000000000 999999999 = applied=true
-R "Acme" "r4" 60 1 = allowed=true remaining=59 retry=0ms
-S "Acme" "r1" 60 26 = applied=false
-- 2366
-S "Acme" "r4" 60 180 = applied=true
-R "b" "r5" 1000000000 821879265 = allowed=false remaining=1 retry=51679ms
-+ 42401
-S "Acme" "r4:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 60 56 = applied=false
-+ 113557
-R "Acme" "r7" 60 58 = allowed=false remaining=33 retry=24408ms
-R "b" "r5" 1000000000 15982947 = allowed=true remaining=984017053 retry=0ms
-trace w7200000-d3-3tenants-debt-back-lowered-edge-again-bad "tq" 7200000 3
-+ 112661
-+ 631
-R "acme:eu" "r1" 1000 1000 = allowed=true remaining=0 retry=0ms
-S "acme:eu" "r1" 1000 3000 = applied=true
-S "acme" "bad" 1 -1 = ErrInvalidArgument
-- 665
-R "b" "r2:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000000 1000000000 = allowed=true remaining=0 retry=0ms
-S "acme" "r3" 1 0 = applied=false
-- 60000
-R "b" "{r4}" 1000000000 0 = allowed=true remaining=0 retry=0ms
-R "acme:eu" "r1" 1000 1000 = allowed=true remaining=0 retry=0ms
-+ 7200000
+R "acme:eu" "open:open:open:r4" 59 55 = allowed=false remaining=0 retry=147697ms
+S "acme:eu" "r1" 59 60 = applied=false
+R "acme:eu" "settled:open:open:open:r4" 59 1 = allowed=false remaining=0 retry=92781ms
 + 1
-R "b" "r5" 1000000000 0 = allowed=true remaining=1000000000 retry=0ms
-+ 4276
-R "acme" "{r6}" 1 0 = allowed=true remaining=1 retry=0ms
-R "acme" "{r7}" 1 1 = allowed=true remaining=0 retry=0ms
+R "acme:eu" "open:settled:open:open:open:r4" 59 59 = allowed=false remaining=0 retry=151763ms
+R "Acme" "r12" 2 0 = allowed=true remaining=0 retry=0ms
+R "acme:eu" "r13" 59 1 = allowed=false remaining=0 retry=92780ms
+R "acme:eu" "open:settled:open:open:open:r4" 59 1 = allowed=false remaining=0 retry=92780ms
+R "Acme" "r14" 2 1 = allowed=false remaining=0 retry=1763ms
+R "acme:eu" "r15" 59 4 = allowed=false remaining=0 retry=95831ms
++ 101450
+R "" "bad" 59 1 = ErrInvalidArgument
+S "Acme" "bad" 2 1000000001 = ErrInvalidArgument
++ 29459
++ 1762
++ 1764
+trace w1000-d2-2tenants-debt-back-lowered-again-bad "q-2" 1000 2
+R "Acme" "r1" 60 0 = allowed=true remaining=60 retry=0ms
+R "Acme" "r1" 60 60 = allowed=true remaining=60 retry=0ms
++ 3151
+R "acme:eu" "r2" 1000000000 999999999 = allowed=true remaining=1 retry=0ms
+R "acme:eu" "R2" 1000000000 73068294 = allowed=false remaining=1 retry=4385ms
++ 4384
 + 1
-R "b" "r5:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000000 1 = allowed=true remaining=999999999 retry=0ms
-S "acme" "{r6}" 1 0 = applied=true
+R "acme:eu" "r4" 1000000000 863042072 = allowed=false remaining=73083334 retry=47398ms
+R "Acme" "{r5}" 60 0 = allowed=true remaining=60 retry=0ms
+R "Acme" "{r6}" 60 1 = allowed=true remaining=59 retry=0ms
++ 1
+R "Acme" "{r6}:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 60 1 = allowed=true remaining=58 retry=0ms
+S "acme:eu" "r2" 1000000000 999999998 = applied=false
 + 4967
-R "b" "R5:XXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXX" 1000000000 1 = allowed=true remaining=999999999 retry=0ms
-R "acme:eu" "{r10}" 1000 1000 = allowed=true remaining=0 retry=0ms
-R "acme" "r11" 1 0 = allowed=true remaining=0 retry=0ms
-S "b" "r12" 1000000000 889334654 = applied=false
-S "b" "r5:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000000 0 = applied=true
-+ 1772
+R "acme:eu" "R4" 1000000000 1 = allowed=true remaining=155883333 retry=0ms
+R "Acme" "{r9}" 60 60 = allowed=true remaining=0 retry=0ms
 - 1
-R "acme:eu{x}" "bad" 600 1 = ErrInvalidArgument
-R "b" "r5:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000000 1000000000 = allowed=true remaining=1000000000 retry=0ms
-R "acme:eu" "{r10}:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 600 1 = allowed=true remaining=16 retry=0ms
-S "acme:eu" "{r10}:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 600 1800 = applied=true
-+ 1
+R "Acme" "r10" 2 1 = allowed=false remaining=0 retry=30001ms
+S "acme:eu" "R4" 1000000000 2 = applied=true
+S "Acme" "{r9}" 1 3 = applied=true
+R "Acme" "R10" 1 1 = allowed=true remaining=0 retry=0ms
+R "acme:eu" "r12" 1000000000 155883332 = allowed=true remaining=0 retry=0ms
+S "Acme" "r13" 1 0 = applied=false
+S "Acme" "bad" 1 -1 = ErrInvalidArgument
+R "acme:eu" "r14" 1000000000 0 = allowed=true remaining=0 retry=0ms
 + 3600000
-+ 3588983
-R "acme:eu" "{r10}" 600 600 = allowed=true remaining=600 retry=0ms
-R "acme:eu" "settled:{r10}:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 600 599 = allowed=true remaining=1 retry=0ms
-trace w61000-d2-1tenants-debt-again-bad "tq" 61000 2
-R "acme:eu" "{r1}" 1 1 = allowed=true remaining=0 retry=0ms
-S "acme:eu" "{r1}" 1 3 = applied=true
-R "acme:eu" "r2" 1 0 = allowed=false remaining=0 retry=120000ms
+R "acme:eu" "{r15}" 1000000000 39468603 = allowed=true remaining=960531397 retry=0ms
+R "acme:eu" "r16" 1000000000 960531397 = allowed=true remaining=0 retry=0ms
+S "Acme" "{r9}" 1 1 = applied=false
+R "acme:eu" "{r17}" 1000000000 0 = allowed=true remaining=0 retry=0ms
+R "acme:eu" "{r18}" 1000000000 1 = allowed=false remaining=0 retry=1ms
+S "Acme" "{r6}" 1 3 = applied=false
+R "Acme" "r19" 1 0 = allowed=true remaining=1 retry=0ms
+trace w7-d2-3tenants-debt-lowered-again-bad "" 7 2
+S "b" "r1" 1000000000 561131434 = applied=false
+R "Acme" "bad" 1000000001 1 = ErrInvalidArgument
+R "acme " "open:r2" 2 0 = allowed=true remaining=2 retry=0ms
+R "Acme" "r3" 3 3 = allowed=true remaining=0 retry=0ms
+R "Acme" "open:r3" 3 1 = allowed=false remaining=0 retry=20000ms
++ 20000
+R "b" "r5" 7 7 = allowed=true remaining=0 retry=0ms
+S "acme " "open:r2" 2 0 = applied=false
+R "Acme" "r6" 3 0 = allowed=true remaining=1 retry=0ms
+S "Acme" "r3" 3 3 = applied=false
 + 1
-+ 120000
-R "acme:eu" "r3" 1 1 = allowed=false remaining=0 retry=59999ms
-R "acme:eu" "r4" 1 0 = allowed=true remaining=0 retry=0ms
-S "acme:eu" "r4" 1 0 = applied=true
-R "acme:eu" "{r5}" 1 1 = allowed=false remaining=0 retry=59999ms
-S "acme:eu" "{r1}" 1 0 = applied=false
-+ 1
-+ 59999
-R "acme:eu" "r6" 1 0 = allowed=true remaining=1 retry=0ms
-S "acme:eu" "r6" 1 0 = applied=true
-+ 1
-R "acme:eu" "r7" 1 1 = allowed=true remaining=0 retry=0ms
-S "acme:eu" "r7" 1 1 = applied=true
-+ 1
-R "acme:eu" "r3" 1 1 = allowed=false remaining=0 retry=59999ms
-+ 59998
-R "acme:eu" "R7" 1 1 = allowed=false remaining=0 retry=1ms
-R "acme:eu" "R7:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1 0 = allowed=true remaining=0 retry=0ms
-+ 3340
-+ 1
-S "acme:eu" "R7:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1 3 = applied=true
-R "acme:eu" "r10" 1 0 = allowed=false remaining=0 retry=120000ms
-R "acme:eu" "bad" 1 2 = ErrEstimateTooLarge
-R "acme:eu" "{r5}" 1 0 = allowed=false remaining=0 retry=120000ms
-+ 1
-+ 119999
-R "acme:eu" "r11" 1 1 = allowed=false remaining=0 retry=60000ms
-R "acme:eu" "r12" 1 1 = allowed=false remaining=0 retry=60000ms
-R "acme:eu" "r3" 1 1 = allowed=false remaining=0 retry=60000ms
-+ 60001
-trace w2-d1-1tenants-debt-back-edge-again-bad "q-2" 2 1
-+ 1
-R "acme:eu" "open:r1" 61 60 = allowed=true remaining=1 retry=0ms
-+ 1
-R "acme:eu" "" 61 1 = ErrInvalidArgument
-S "acme:eu" "open:r1" 61 53 = applied=true
-+ 1
-+ 1
-R "acme:eu" "{r2}" 61 22 = allowed=false remaining=8 retry=13768ms
-- 1
-+ 1
-R "acme:eu" "{R2}" 61 8 = allowed=true remaining=0 retry=0ms
-R "acme:eu" "{R2}:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 61 12 = allowed=false remaining=0 retry=11801ms
-R "acme:eu" "r5" 61 0 = allowed=true remaining=0 retry=0ms
-R "acme:eu" "r6" 61 1 = allowed=false remaining=0 retry=981ms
-S "acme:eu" "{R2}" 61 183 = applied=true
-R "acme:eu" "{r2}" 61 61 = allowed=false remaining=0 retry=120000ms
-S "acme:eu" "r5" 61 0 = applied=true
-R "acme:eu" "r7" 61 61 = allowed=false remaining=0 retry=120000ms
-R "acme:eu" "" 61 1 = ErrInvalidArgument
-R "acme:eu{x}" "bad" 61 1 = ErrInvalidArgument
-R "acme:eu" "r7" 61 0 = allowed=false remaining=0 retry=60000ms
-R "acme:eu" "r7:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 61 0 = allowed=false remaining=0 retry=60000ms
-trace w190435-d2-1tenants-debt-back-lowered-edge-again-bad "tq" 190435 2
-R "acme:eu" "open:r1" 2 1 = allowed=true remaining=1 retry=0ms
-R "acme:eu" "r2" 2 0 = allowed=true remaining=1 retry=0ms
-S "acme:eu" "r2" 2 6 = applied=true
-+ 190435
-R "acme:eu" "{r3}" 2 0 = allowed=true remaining=2 retry=0ms
-S "acme:eu" "open:r1" 2 6 = applied=false
-S "acme:eu" "{r3}" 2 0 = applied=true
-R "acme:eu" "{R3}" 2 2 = allowed=true remaining=0 retry=0ms
-+ 190435
-+ 1
-S "acme:eu" "{R3}" 2 2 = applied=false
-R "acme:eu" "r5" 2 0 = allowed=true remaining=2 retry=0ms
-S "acme:eu" "r2" 2 1 = applied=false
-+ 190434
-+ 1
-+ 1
-R "acme:eu" "r5:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 2 0 = allowed=true remaining=2 retry=0ms
-R "acme:eu" "r5:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 2 2 = allowed=true remaining=0 retry=0ms
-R "acme:eu" "r8" 2 0 = allowed=true remaining=0 retry=0ms
-- 1
-R "acme:eu" "{r9}" 2 0 = allowed=true remaining=0 retry=0ms
-S "acme:eu" "bad" 1 -1 = ErrInvalidArgument
-R "acme:eu" "r10" 1 0 = allowed=true remaining=0 retry=0ms
-S "acme:eu" "{r3}" 1 0 = applied=false
-+ 1
-S "acme:eu" "{r3}" 1 0 = applied=false
-S "acme:eu" "r5" 1 3 = applied=false
-R "acme:eu" "r11" 1 0 = allowed=true remaining=0 retry=0ms
-+ 190435
-S "acme:eu" "r10" 1 0 = applied=false
-trace w2-d1-2tenants-debt-back-again-bad "" 2 1
-+ 1
-- 2202
-S "Acme" "bad" 59 1000000001 = ErrInvalidArgument
-+ 3206
+R "b" "r5" 7 1 = allowed=true remaining=0 retry=0ms
+S "b" "r5" 7 21 = applied=true
+trace w0-d60-3tenants-debt-back-lowered-again-bad "tq" 0 60
++ 67237
 - 1
 R "acme" "" 7919 1 = ErrInvalidArgument
-R "Acme" "r1" 59 0 = allowed=true remaining=59 retry=0ms
-R "Acme" "r1" 59 4 = allowed=true remaining=59 retry=0ms
-R "Acme" "r1" 59 5 = allowed=true remaining=59 retry=0ms
-S "Acme" "r1" 59 177 = applied=true
-R "acme{x}" "bad" 7919 1 = ErrInvalidArgument
-+ 1
-trace w61000-d60-1tenants-debt-lowered-again "" 61000 60
-R "acme:eu" "open:r1" 3 0 = allowed=true remaining=3 retry=0ms
-S "acme:eu" "open:r1" 3 0 = applied=true
-S "acme:eu" "open:r1" 3 0 = applied=false
-+ 1
-R "acme:eu" "open:r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 3 0 = allowed=true remaining=3 retry=0ms
-S "acme:eu" "open:r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 3 4 = applied=true
-R "acme:eu" "open:r1" 3 1 = allowed=true remaining=0 retry=0ms
+- 1422
+R "b" "bad" 1000000000 1000000001 = ErrEstimateTooLarge
+R "Acme" "settled:r1" 7919 0 = allowed=true remaining=7919 retry=0ms
+R "acme" "r2" 7919 30 = allowed=true remaining=7889 retry=0ms
+R "Acme" "SETTLED:R1" 7919 7919 = allowed=true remaining=0 retry=0ms
+R "acme" "r2" 7919 0 = allowed=true remaining=7889 retry=0ms
 + 1
 + 1
-R "acme:eu" "{r3}" 3 1 = allowed=false remaining=0 retry=39998ms
-R "acme:eu" "r4" 3 0 = allowed=false remaining=0 retry=19998ms
-R "acme:eu" "R4" 3 1 = allowed=false remaining=0 retry=39998ms
-+ 5307
-S "acme:eu" "open:r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 3 2 = applied=false
+R "Acme" "r4" 3 0 = allowed=true remaining=0 retry=0ms
+S "Acme" "settled:r1" 3 0 = applied=true
+S "Acme" "SETTLED:R1" 3 9 = applied=true
+R "acme" "r5" 7919 0 = allowed=true remaining=7889 retry=0ms
+R "acme" "r5" 7919 7919 = allowed=true remaining=7889 retry=0ms
+R "acme" "r2" 7919 0 = allowed=true remaining=7889 retry=0ms
 + 1
-S "acme:eu" "open:r1" 3 2 = applied=false
-+ 39997
-R "acme:eu" "open:R4" 3 0 = allowed=true remaining=1 retry=0ms
-R "acme:eu" "{r7}" 3 3 = allowed=false remaining=1 retry=34693ms
-R "acme:eu" "r8" 3 3 = allowed=false remaining=1 retry=34693ms
-trace w215659-d1-2tenants-debt-back-again "tq" 215659 1
-S "Acme" "open:r1" 59 14 = applied=false
-R "Acme" "OPEN:R1" 59 0 = allowed=true remaining=59 retry=0ms
-S "acme" "r3" 3 2 = applied=false
-S "Acme" "open:r1" 59 19 = applied=false
-S "Acme" "OPEN:R1" 59 177 = applied=true
+R "Acme" "{r6}" 3 0 = allowed=true remaining=3 retry=0ms
+- 1
 + 1
-R "acme" "r3:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 3 3 = allowed=true remaining=0 retry=0ms
-R "acme" "r5" 3 1 = allowed=false remaining=0 retry=20000ms
-S "acme" "r3:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 3 0 = applied=true
-R "acme" "open:r5" 3 0 = allowed=true remaining=3 retry=0ms
+R "Acme" "{R6}" 3 3 = allowed=true remaining=0 retry=0ms
+R "Acme" "{R6}:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 3 1 = allowed=false remaining=0 retry=20000ms
+R "b" "r9" 1000000000 999999999 = allowed=true remaining=1 retry=0ms
+R "b" "r10" 1000000000 2 = allowed=false remaining=1 retry=1ms
+S "Acme" "r4" 3 9 = applied=true
+R "b" "r9" 1000000000 1000000000 = allowed=true remaining=1 retry=0ms
+S "Acme" "{r6}" 3 0 = applied=true
+R "Acme" "r11" 3 3 = allowed=false remaining=0 retry=240000ms
+S "acme" "r5" 7919 15198 = applied=true
+R "Acme" "R11" 3 0 = allowed=false remaining=0 retry=180000ms
+trace w325000-d0-2tenants-back-lowered-edge-again-bad "" 325000 0
+R "b" "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 600 156 = allowed=true remaining=444 retry=0ms
+R "acme" "r2" 600 0 = allowed=true remaining=600 retry=0ms
+R "acme" "r3" 600 3 = allowed=true remaining=597 retry=0ms
+R "acme" "r4" 600 1 = allowed=true remaining=596 retry=0ms
+R "b" "r5" 600 443 = allowed=true remaining=1 retry=0ms
+R "" "bad" 600 1 = ErrInvalidArgument
+R "b" "r6" 600 0 = allowed=true remaining=1 retry=0ms
+R "acme" "r7" 600 364 = allowed=true remaining=232 retry=0ms
+S "b" "r6" 600 0 = applied=true
+R "acme" "R7" 600 600 = allowed=false remaining=232 retry=36800ms
++ 325000
 + 1
-R "acme" "r7" 3 3 = allowed=true remaining=0 retry=0ms
-R "acme" "r8" 3 1 = allowed=false remaining=0 retry=20000ms
+S "b" "r5" 600 443 = applied=false
+R "acme" "r9" 600 0 = allowed=true remaining=600 retry=0ms
+S "acme" "settled:r9" 600 85 = applied=false
+S "acme" "r4" 600 1 = applied=false
++ 325000
 + 1
-S "acme" "r7" 3 2 = applied=true
+R "b" "r6:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 600 0 = allowed=true remaining=600 retry=0ms
+R "acme" "settled:r9:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 600 600 = allowed=true remaining=0 retry=0ms
+R "acme" "r13" 600 0 = allowed=true remaining=0 retry=0ms
+- 1
+R "acme" "{r14}" 600 0 = allowed=true remaining=0 retry=0ms
+S "b" "bad" 1 -1 = ErrInvalidArgument
+R "b" "r15" 1 0 = allowed=true remaining=1 retry=0ms
+S "acme" "settled:r9" 600 445 = applied=false
+R "acme" "r16" 600 0 = allowed=true remaining=0 retry=0ms
+S "acme" "{r14}" 600 0 = applied=true
+R "b" "{r17}" 1 0 = allowed=true remaining=1 retry=0ms
+trace w61000-d0-1tenants-debt-back-lowered-again-bad "q-2" 61000 0
+R "Acme" "r1" 60 60 = allowed=true remaining=0 retry=0ms
+S "Acme" "r1" 60 180 = applied=true
++ 1
++ 1
+- 2202
+S "Acme" "bad" 3 1000000001 = ErrInvalidArgument
++ 3206
+- 1
+R "Acme" "" 3 1 = ErrInvalidArgument
+R "Acme" "r2" 3 0 = allowed=false remaining=0 retry=58995ms
+R "Acme" "r2" 3 0 = allowed=false remaining=0 retry=58995ms
+R "Acme" "r2" 3 0 = allowed=false remaining=0 retry=58995ms
+R "Acme" "r3" 3 0 = allowed=false remaining=0 retry=58995ms
+R "Acme" "r3 " 3 0 = allowed=false remaining=0 retry=58995ms
+R "Acme" "r1" 3 0 = allowed=true remaining=0 retry=0ms
++ 1732
+trace w0-d0-1tenants-debt-lowered-edge-again "tq" 0 0
+R "acme" "r1" 3 3 = allowed=true remaining=0 retry=0ms
+R "acme" "settled:r1" 3 0 = allowed=true remaining=0 retry=0ms
+S "acme" "r1" 3 2 = applied=true
++ 3600000
+R "acme" "r3" 3 1 = allowed=true remaining=2 retry=0ms
+R "acme" "r3" 3 1 = allowed=true remaining=2 retry=0ms
++ 3599999
+S "acme" "settled:r1" 3 1 = applied=false
+S "acme" "r3" 3 1 = applied=true
+R "acme" "R3" 3 3 = allowed=true remaining=0 retry=0ms
+S "acme" "R3" 3 3 = applied=true
+S "acme" "R3" 1 0 = applied=false
+R "acme" "open:R3" 1 0 = allowed=true remaining=0 retry=0ms
+R "acme" "{r6}" 1 1 = allowed=false remaining=0 retry=60000ms
+R "acme" "r7" 1 1 = allowed=false remaining=0 retry=60000ms
+S "acme" "open:R3" 1 0 = applied=true
+R "acme" "r7" 1 1 = allowed=false remaining=0 retry=60000ms
+R "acme" "open:r7" 1 0 = allowed=true remaining=0 retry=0ms
+R "acme" "r3" 1 1 = allowed=true remaining=0 retry=0ms
+trace w61000-d1-1tenants-debt-back-lowered-edge-again-bad "" 61000 1
+R "acme " "R1" 1000 0 = allowed=true remaining=1000 retry=0ms
+S "acme " "R1" 1000 0 = applied=true
++ 1
+R "acme " "r2" 1000 1000 = allowed=true remaining=0 retry=0ms
++ 1
+R "acme " "r2 " 59 0 = allowed=true remaining=0 retry=0ms
++ 61000
+S "acme " "r2 " 59 0 = applied=false
+R "acme " "settled:r2 " 59 59 = allowed=true remaining=0 retry=0ms
++ 77931
+S "acme " "settled:r2 " 59 40 = applied=false
 + 1656
-R "acme" "r9" 3 1 = allowed=true remaining=0 retry=0ms
-R "acme" "r9:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 3 1 = allowed=false remaining=0 retry=18343ms
-R "Acme" "r11" 59 59 = allowed=false remaining=0 retry=118341ms
-R "acme" "r12" 3 0 = allowed=true remaining=0 retry=0ms
+R "acme " "r5" 59 1 = allowed=true remaining=58 retry=0ms
+R "acme " "r5:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 59 59 = allowed=false remaining=58 retry=1017ms
+R "acme " "r7" 59 58 = allowed=true remaining=0 retry=0ms
+R "acme " "r8" 59 0 = allowed=true remaining=0 retry=0ms
 - 60000
 + 1
-trace w61000-d3-1tenants-debt-back-lowered-edge-again-bad "q-2" 61000 3
-R "acme" "r1" 61 0 = allowed=true remaining=61 retry=0ms
-+ 60999
-- 583
-R "acme{x}" "bad" 61 1 = ErrInvalidArgument
-R "acme" "r1" 61 0 = allowed=true remaining=61 retry=0ms
-R "acme" "r2" 61 61 = allowed=true remaining=0 retry=0ms
-R "acme" "{r3}" 61 0 = allowed=true remaining=0 retry=0ms
-R "acme" "r1" 61 0 = allowed=true remaining=0 retry=0ms
-R "acme" "r4" 61 1 = allowed=false remaining=0 retry=984ms
-+ 35265
-R "acme" "r5" 61 61 = allowed=false remaining=35 retry=24735ms
-R "acme" "r6" 61 1 = allowed=true remaining=34 retry=0ms
-- 60000
-S "acme" "r6" 61 183 = applied=true
-R "acme" "r7" 61 1 = allowed=false remaining=0 retry=205719ms
-S "acme" "{r3}" 61 0 = applied=true
-+ 205719
-R "acme" "r8" 60 60 = allowed=false remaining=0 retry=61429ms
-R "acme" "r9" 60 0 = allowed=false remaining=0 retry=1429ms
-S "acme" "r1" 60 119 = applied=false
-R "acme" "bad" 60 61 = ErrEstimateTooLarge
-R "acme" "r5" 60 0 = allowed=false remaining=0 retry=1429ms
-S "acme" "r2" 60 61 = applied=false
-trace w2-d0-3tenants-debt-back-again-bad "" 2 0
-R "b" "bad" 1000000001 1 = ErrInvalidArgument
-R "b" "{r1}" 1 1 = allowed=true remaining=0 retry=0ms
++ 2598
+R "acme " "" 59 1 = ErrInvalidArgument
+S "acme " "r8" 59 1 = applied=true
+- 1
 + 1
++ 23319
+R "acme " "r8" 59 1 = allowed=true remaining=0 retry=0ms
++ 1
++ 1
+R "acme " "r9" 59 0 = allowed=false remaining=0 retry=35097ms
+R "acme " "r5" 59 59 = allowed=true remaining=0 retry=0ms
++ 1
+R "acme " "{r10}" 59 3 = allowed=false remaining=0 retry=38147ms
++ 4495
+S "acme " "r2" 59 0 = applied=false
+trace w3600001-d1-2tenants-debt-back-lowered-edge-again-bad "q-2" 3600001 1
++ 1
+R "b" "r1" 1000000000 1 = allowed=true remaining=999999999 retry=0ms
+S "b" "r1" 1000000000 0 = applied=true
++ 1
+R "b" "r2" 1000000000 1 = allowed=true remaining=999999999 retry=0ms
++ 3600001
+R "b" "r3" 60 4 = allowed=true remaining=56 retry=0ms
++ 1
++ 39479
+S "b" "r2" 60 2 = applied=false
+S "acme " "open:r4" 3 3 = applied=false
+R "acme " "open:r4" 3 2 = allowed=true remaining=3 retry=0ms
+R "b" "{r5}" 60 5 = allowed=true remaining=55 retry=0ms
+S "b" "r3" 60 5 = applied=true
+S "b" "{r5}" 60 6 = applied=true
 + 47344
-R "Acme" "" 1000000000 1 = ErrInvalidArgument
+R "acme " "" 3 1 = ErrInvalidArgument
 + 1
 - 1
-S "b" "{r1}" 1 2 = applied=false
-R "b" "settled:{r1}" 1 0 = allowed=true remaining=0 retry=0ms
-R "b" "SETTLED:{R1}" 1 0 = allowed=true remaining=0 retry=0ms
-- 60000
-R "b" "r4" 1 0 = allowed=true remaining=0 retry=0ms
-R "acme:eu" "r5" 2 0 = allowed=true remaining=2 retry=0ms
-R "b" "SETTLED:{R1}" 1 1 = allowed=true remaining=0 retry=0ms
+R "acme " "open:r4 " 3 0 = allowed=true remaining=3 retry=0ms
++ 1
+R "acme " "r7" 3 1 = allowed=true remaining=2 retry=0ms
+S "acme " "r8" 3 0 = applied=false
+S "acme " "r7" 3 9 = applied=true
+R "acme " "r9" 3 0 = allowed=false remaining=0 retry=60000ms
+R "acme " "r10" 3 0 = allowed=false remaining=0 retry=60000ms
+R "b" "{r5}" 60 1 = allowed=true remaining=60 retry=0ms
 + 4708
-trace w7200000-d2-1tenants-debt-back-edge-again-bad "" 7200000 2
+S "acme " "open:r4 " 3 0 = applied=true
+R "acme " "r9" 3 0 = allowed=false remaining=0 retry=55292ms
+trace w1-d2-3tenants-back-lowered-edge-again-bad "tq" 1 2
 + 1
-R "b" "r1" 7 0 = allowed=true remaining=7 retry=0ms
-R "b" "bad" 7 8 = ErrEstimateTooLarge
-R "" "bad" 7 1 = ErrInvalidArgument
-S "b" "r1" 7 0 = applied=true
-+ 105404
+S "acme:eu" "bad" 1000000000 -1 = ErrInvalidArgument
 + 1
-R "b" "r2" 7 7 = allowed=true remaining=0 retry=0ms
-+ 7199999
-S "b" "r2" 7 21 = applied=true
 + 1
-R "b" "R2" 7 1 = allowed=false remaining=0 retry=68571ms
+R "Acme" "r1" 1000 1000 = allowed=true remaining=0 retry=0ms
++ 1
+R "acme:eu" "bad" 1000000000 -1 = ErrInvalidArgument
+R "acme:eu" "R2" 1000000000 0 = allowed=true remaining=1000000000 retry=0ms
+R "acme:eu" "r3" 1000000000 1000000000 = allowed=true remaining=0 retry=0ms
 - 1
-S "b" "r4" 7 5 = applied=false
-- 1
-R "b" "R2" 7 0 = allowed=false remaining=0 retry=60001ms
-+ 60001
-S "b" "r4" 7 0 = applied=false
-S "b" "{r5}" 7 2 = applied=false
-R "b" "{r5}" 7 7 = allowed=true remaining=0 retry=0ms
-R "b" "settled:{r5}" 7 7 = allowed=false remaining=0 retry=60000ms
-+ 2638
-S "b" "{r5}" 7 0 = applied=false
-+ 59999
-+ 1
-+ 1
-R "b" "settled:settled:{r5}" 7 1 = allowed=true remaining=6 retry=0ms
-R "b" "settled:{r5}" 7 7 = allowed=false remaining=6 retry=8572ms
-S "b" "settled:settled:{r5}" 7 1 = applied=true
-R "b" "r8" 7 7 = allowed=false remaining=6 retry=8572ms
-R "b" "r9" 7 1 = allowed=true remaining=5 retry=0ms
-R "b" "{r10}" 7 4 = allowed=true remaining=1 retry=0ms
-+ 7199999
-R "b" "r11" 7 0 = allowed=true remaining=7 retry=0ms
-trace w59999-d1-2tenants-debt-back-lowered-edge-again-bad "tq" 59999 1
-R "acme" "r1" 60 60 = allowed=true remaining=0 retry=0ms
-R "acme" "r2" 60 0 = allowed=true remaining=0 retry=0ms
-S "acme" "r1" 59 58 = applied=true
-R "acme" "r2" 59 3 = allowed=true remaining=2 retry=0ms
-S "acme" "R2" 59 6 = applied=false
-+ 71912
-+ 2470
-R "acme:eu" "r4" 1000000000 1 = allowed=true remaining=999999999 retry=0ms
-R "acme:eu" "r4" 1000000000 999999998 = allowed=true remaining=999999999 retry=0ms
-+ 59999
-S "acme:eu" "r4" 1000000000 0 = applied=false
-S "acme" "r2" 59 1000000000 = applied=false
-R "acme{x}" "bad" 59 1 = ErrInvalidArgument
-R "acme:eu" "r5" 1000000000 0 = allowed=true remaining=1000000000 retry=0ms
-R "acme" "r6" 3 0 = allowed=true remaining=3 retry=0ms
-- 2556
-R "acme" "r7" 3 0 = allowed=true remaining=3 retry=0ms
-R "acme" "{r8}" 3 0 = allowed=true remaining=3 retry=0ms
-R "acme" "settled:{r8}" 3 3 = allowed=true remaining=0 retry=0ms
-R "acme:eu" "settled:r5" 60 27 = allowed=true remaining=33 retry=0ms
-R "acme:eu" "SETTLED:R5" 60 0 = allowed=true remaining=33 retry=0ms
-R "acme" "r12" 3 0 = allowed=true remaining=0 retry=0ms
-S "acme" "settled:{r8}" 3 3 = applied=true
-R "acme:eu" "r13" 2 0 = allowed=true remaining=2 retry=0ms
-R "acme" "" 3 1 = ErrInvalidArgument
-+ 72563
-S "acme:eu" "r5" 2 6 = applied=false
-R "acme" "open:r12" 3 0 = allowed=true remaining=3 retry=0ms
-R "acme" "r15" 3 3 = allowed=true remaining=0 retry=0ms
-R "acme" "r16" 3 3 = allowed=false remaining=0 retry=60000ms
-R "acme:eu" "settled:r13" 2 0 = allowed=true remaining=2 retry=0ms
-R "acme:eu" "r18" 2 0 = allowed=true remaining=2 retry=0ms
-R "acme:eu" "open:r18" 2 1 = allowed=true remaining=1 retry=0ms
-R "acme" "bad" 3 -1 = ErrInvalidArgument
-trace w59999-d3-1tenants-debt-back-again-bad "q-2" 59999 3
-R "b" "r1" 1000 1000 = allowed=true remaining=0 retry=0ms
-+ 2672
-R "b" "r2" 1000 1 = allowed=true remaining=43 retry=0ms
-+ 3180
-+ 119744
-+ 66680
-+ 1
-S "b" "r1" 1000 1420 = applied=false
-S "b" "r2" 1000 2 = applied=false
-S "b" "bad" 1000 1000000001 = ErrInvalidArgument
-R "b" "r3" 1000 44 = allowed=true remaining=956 retry=0ms
-- 1
-R "b" "r4" 1000 950 = allowed=true remaining=6 retry=0ms
-- 1
-S "b" "r2" 1000 533 = applied=false
-R "b" "r5" 1000 0 = allowed=true remaining=6 retry=0ms
-+ 1
-S "b" "r3" 1000 44 = applied=true
-+ 1
-S "b" "r5" 1000 3000 = applied=true
-S "b" "r4" 1000 3000 = applied=true
-S "b" "r4" 1000 886 = applied=false
-R "b" "{r6}" 1000 7 = allowed=false remaining=0 retry=180420ms
-trace w1000-d3-3tenants-debt-back-again-bad "q-2" 1000 3
-R "acme:eu" "open:r1" 7919 7919 = allowed=true remaining=0 retry=0ms
-R "acme" "r2:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000 38 = allowed=true remaining=962 retry=0ms
-S "acme:eu" "open:r1" 7919 2362 = applied=true
-R "acme" "r3" 1000 963 = allowed=false remaining=962 retry=60ms
-R "acme:eu" "open:r1" 7919 0 = allowed=true remaining=5557 retry=0ms
-S "acme" "r2:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000 1000000000 = applied=true
-R "acme:eu" "open:r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 7919 7919 = allowed=false remaining=5557 retry=17897ms
-+ 56914
+S "Acme" "r4" 1000 802 = applied=false
 - 60000
-R "acme" "r3" 1000 0 = allowed=false remaining=0 retry=183086ms
+R "Acme" "settled:r4" 1000 330 = allowed=false remaining=0 retry=79800ms
++ 79800
+S "Acme" "r4" 1000 189 = applied=false
 + 1
-S "b" "bad" 1000000 -1 = ErrInvalidArgument
-R "acme:eu" "open:r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 7919 7919 = allowed=true remaining=0 retry=0ms
-R "acme:eu" "r5" 7919 81 = allowed=false remaining=0 retry=614ms
-+ 6818
-R "acme:eu" "{r6}" 7919 0 = allowed=true remaining=899 retry=0ms
-trace w7-d3-2tenants-debt-back-again "q-2" 7 3
+R "Acme" "r6" 1000 1 = allowed=true remaining=329 retry=0ms
+R "Acme" "settled:r6" 1000 1000 = allowed=false remaining=329 retry=40259ms
++ 2638
+S "Acme" "r4" 1000 937 = applied=false
+R "acme" "R8" 59 0 = allowed=true remaining=59 retry=0ms
+S "acme" "R8" 59 0 = applied=true
+R "Acme" "settled:settled:r6" 1000 330 = allowed=true remaining=42 retry=0ms
+S "acme:eu" "R2" 1000000000 0 = applied=false
+R "acme:eu" "r10" 1000000000 1000000000 = allowed=false remaining=373966666 retry=37562ms
+R "Acme" "r11" 1000 777 = allowed=false remaining=42 retry=44041ms
+R "acme:eu" "{r12}" 1000000000 373966665 = allowed=true remaining=1 retry=0ms
 + 1
-- 627
-R "acme:eu" "r1" 3 3 = allowed=true remaining=0 retry=0ms
-R "b" "r2" 61 5 = allowed=true remaining=56 retry=0ms
-R "b" "r3" 61 0 = allowed=true remaining=56 retry=0ms
+R "acme" "R8 " 59 59 = allowed=true remaining=0 retry=0ms
+S "Acme" "r6" 1000 1 = applied=false
+- 1
++ 55301
+trace w51691-d0-3tenants-debt-back-lowered-again-bad "tq" 51691 0
+R "acme " "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000000 0 = allowed=true remaining=1000000000 retry=0ms
+S "acme " "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000000 1000000000 = applied=true
 + 1
-R "acme:eu" "open:r1" 3 2 = allowed=false remaining=0 retry=39999ms
-R "b" "R3" 61 1 = allowed=true remaining=55 retry=0ms
-R "acme:eu" "r6" 3 0 = allowed=true remaining=0 retry=0ms
+- 1
+R "acme " "r2" 1000000000 717708491 = allowed=false remaining=0 retry=43063ms
 + 1
-R "acme:eu" "settled:r6" 3 0 = allowed=true remaining=0 retry=0ms
-R "acme:eu" "open:r1" 3 0 = allowed=true remaining=0 retry=0ms
-R "b" "r8" 61 61 = allowed=false remaining=55 retry=5900ms
-R "b" "r9" 61 0 = allowed=true remaining=55 retry=0ms
-R "b" "r9:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 61 1 = allowed=true remaining=54 retry=0ms
+R "acme:eu" "R3" 7919 7918 = allowed=true remaining=1 retry=0ms
++ 1
+R "acme " "r4" 1000000000 1 = allowed=true remaining=33332 retry=0ms
+S "acme:eu" "R3" 7919 1000000000 = applied=true
+R "acme:eu{x}" "bad" 7919 1 = ErrInvalidArgument
+R "acme " "r4 " 1000000000 0 = allowed=true remaining=33332 retry=0ms
+R "acme:eu" "R3" 1 1 = allowed=true remaining=0 retry=0ms
+S "acme:eu" "bad" 1 1000000001 = ErrInvalidArgument
++ 1
+R "acme:eu" "r6" 1 0 = allowed=false remaining=0 retry=59999ms
+R "acme " "{r7}" 1000000000 0 = allowed=true remaining=49999 retry=0ms
+R "b" "settled:r8" 1000 1000 = allowed=true remaining=0 retry=0ms
+R "acme " "settled:{r7}" 60 27 = allowed=true remaining=33 retry=0ms
+R "b" "SETTLED:R8" 1000 0 = allowed=true remaining=0 retry=0ms
+R "b" "r11" 1000 0 = allowed=true remaining=0 retry=0ms
+S "acme " "settled:{r7}" 2 27 = applied=true
+R "acme " "SETTLED:{R7}" 2 0 = allowed=true remaining=2 retry=0ms
+R "acme " "" 2 1 = ErrInvalidArgument
++ 72563
+S "acme " "r4" 2 6 = applied=false
+R "acme " "open:SETTLED:{R7}" 2 0 = allowed=true remaining=2 retry=0ms
+trace w59999-d1-2tenants-back-again-bad "q-2" 59999 1
+R "acme:eu" "settled:r1" 1000 0 = allowed=true remaining=1000 retry=0ms
+R "acme:eu" "r2" 1000 9 = allowed=true remaining=991 retry=0ms
+R "acme:eu" "open:r2" 1000 513 = allowed=true remaining=478 retry=0ms
+R "acme " "bad" 600 -1 = ErrInvalidArgument
++ 1
+R "acme:eu" "r4" 1000 477 = allowed=true remaining=1 retry=0ms
+R "acme " "settled:r5" 600 0 = allowed=true remaining=600 retry=0ms
+S "acme " "settled:r5" 600 0 = applied=true
+R "acme:eu" "r6" 1000 273 = allowed=false remaining=1 retry=16319ms
+S "acme:eu" "R6" 1000 754 = applied=false
+S "acme " "bad" 600 -1 = ErrInvalidArgument
++ 1
++ 1
++ 1
+R "acme:eu" "r8" 1000 606 = allowed=false remaining=1 retry=36296ms
+R "acme:eu" "r8" 1000 97 = allowed=false remaining=1 retry=5756ms
+R "acme " "r9" 600 600 = allowed=true remaining=0 retry=0ms
+- 1
+R "acme " "r10" 600 570 = allowed=false remaining=0 retry=57001ms
+- 1
+S "acme " "settled:r5" 600 47 = applied=false
+R "" "bad" 1000 1 = ErrInvalidArgument
+S "acme " "r9" 600 599 = applied=true
+R "acme " "r9" 600 96 = allowed=true remaining=1 retry=0ms
+R "acme " "settled:r5" 600 2 = allowed=true remaining=1 retry=0ms
+S "acme " "r9" 600 294 = applied=false
+S "acme:eu" "open:r2" 1000 513 = applied=true
+R "acme " "bad" 600 601 = ErrEstimateTooLarge
+trace w3600001-d60-2tenants-debt-back-again-bad "q-2" 3600001 60
+R "acme:eu" "bad" 60 61 = ErrEstimateTooLarge
++ 1
++ 83160
+- 60000
+R "b" "R1" 1000000000 1000000000 = allowed=true remaining=0 retry=0ms
+R "b" "r2" 1000000000 1 = allowed=false remaining=0 retry=1ms
+R "b" "r3" 1000000000 0 = allowed=true remaining=0 retry=0ms
+R "b" "{r4}" 1000000000 1 = allowed=false remaining=0 retry=1ms
+R "acme:eu" "r5 " 60 60 = allowed=true remaining=0 retry=0ms
+R "b" "r3" 1000000000 0 = allowed=true remaining=0 retry=0ms
++ 1
+S "acme:eu" "r5 " 60 60 = applied=true
+S "b" "{r4} " 1000000000 454707311 = applied=false
++ 1
+- 60000
+R "acme:eu" "r5 " 60 0 = allowed=true remaining=0 retry=0ms
++ 1
+S "b" "bad" 1000000000 -1 = ErrInvalidArgument
+S "b" "r3" 1000000000 0 = applied=true
+R "b" "{r4}  " 1000000000 0 = allowed=true remaining=16666 retry=0ms
+R "b" "r8" 1000000000 59317292 = allowed=false remaining=16666 retry=63557ms
+R "b" "r8:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000000 1 = allowed=true remaining=16665 retry=0ms
+R "acme:eu" "bad" 60 61 = ErrEstimateTooLarge
+S "b" "R1" 1000000000 1000000000 = applied=true
+R "b" "r10" 1000000000 1000000000 = allowed=false remaining=16665 retry=119998ms
+R "b" "r10 " 1000000000 205801756 = allowed=false remaining=16665 retry=72346ms
+S "b" "{r4}  " 1000000000 0 = applied=true
+R "" "bad" 60 1 = ErrInvalidArgument
+S "b" "{r4}  " 1000000000 714885742 = applied=false
+R "acme:eu" "open:r5 " 60 0 = allowed=true remaining=0 retry=0ms
+R "b" "open:r10 " 1000000000 369218036 = allowed=false remaining=16665 retry=82151ms
+S "b" "r8:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000000 856916583 = applied=true
++ 1
+R "b" "settled:open:r10 " 1000000000 48104679 = allowed=false remaining=0 retry=114298ms
+R "b" "r10 " 1000000000 39725171 = allowed=false remaining=0 retry=113795ms
+S "acme:eu" "open:r5 " 60 1 = applied=true
+trace w1000-d1-1tenants-debt-lowered-edge-again "" 1000 1
+R "acme " "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 2 1 = allowed=true remaining=1 retry=0ms
 + 687
 + 2033
 + 25721
-R "acme:eu" "r11" 3 0 = allowed=true remaining=1 retry=0ms
-S "acme:eu" "r11" 3 6 = applied=true
-trace w1000-d2-2tenants-debt-lowered-edge-again "q-2" 1000 2
-+ 55488
-R "acme:eu" "r1" 60 17 = allowed=true remaining=43 retry=0ms
-+ 1000
-R "Acme" "r2" 2 1 = allowed=true remaining=1 retry=0ms
-R "Acme" "{r3}" 1 0 = allowed=true remaining=1 retry=0ms
-R "acme:eu" "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 60 0 = allowed=true remaining=44 retry=0ms
+R "acme " "r2" 2 0 = allowed=true remaining=1 retry=0ms
+S "acme " "r2" 2 4 = applied=true
+S "acme " "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 2 1 = applied=false
+R "acme " "r3" 2 1 = allowed=false remaining=0 retry=90000ms
+R "acme " "r3 " 2 0 = allowed=false remaining=0 retry=60000ms
++ 60000
+R "acme " "r3  " 2 0 = allowed=true remaining=0 retry=0ms
+R "acme " "{r6}" 1 0 = allowed=true remaining=0 retry=0ms
+R "acme " "{r6}:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1 0 = allowed=true remaining=0 retry=0ms
 + 1190
 + 1
 + 1
-S "Acme" "r2" 1 1 = applied=false
-R "Acme" "r5" 1 1 = allowed=true remaining=0 retry=0ms
-R "acme:eu" "R1:XXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXX" 60 45 = allowed=true remaining=0 retry=0ms
-R "Acme" "r5" 1 0 = allowed=true remaining=0 retry=0ms
+S "acme " "r3  " 1 0 = applied=false
+R "acme " "r8" 1 1 = allowed=false remaining=0 retry=58808ms
+R "acme " "R8" 1 1 = allowed=false remaining=0 retry=58808ms
+R "acme " "R8" 1 0 = allowed=true remaining=0 retry=0ms
 + 1000
-S "acme:eu" "r1" 60 18 = applied=false
-S "acme:eu" "R1:XXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXX" 60 44 = applied=false
-R "acme:eu" "r7" 60 1 = allowed=true remaining=0 retry=0ms
-R "acme:eu" "r8" 60 1 = allowed=false remaining=0 retry=808ms
+S "acme " "{r6}" 1 1 = applied=false
+S "acme " "R8" 1 0 = applied=false
+R "acme " "R8 " 1 1 = allowed=false remaining=0 retry=57808ms
+trace w59999-d0-2tenants-debt-back-lowered-edge-again-bad "tq" 59999 0
 + 1
-trace w7200000-d0-1tenants-debt-back-edge-again-bad "" 7200000 0
-+ 7200000
-R "Acme" "r1" 2 0 = allowed=true remaining=2 retry=0ms
-+ 7199999
-R "Acme" "r2" 2 1 = allowed=true remaining=1 retry=0ms
-S "Acme" "r1" 2 6 = applied=true
-R "Acme" "r3" 2 0 = allowed=false remaining=0 retry=60000ms
-+ 60000
-S "Acme" "r2" 2 0 = applied=true
-R "Acme" "r2" 2 1 = allowed=true remaining=1 retry=0ms
-R "Acme" "r4" 2 0 = allowed=true remaining=1 retry=0ms
-+ 7200000
+R "acme:eu" "settled:r1" 7 6 = allowed=true remaining=1 retry=0ms
+R "" "bad" 7 1 = ErrInvalidArgument
++ 59998
+R "acme:eu" "settled:r1 " 7 1 = allowed=true remaining=6 retry=0ms
+- 2312
+S "acme:eu" "settled:r1" 7 14 = applied=true
 + 1
-R "Acme" "{r5}" 2 0 = allowed=true remaining=2 retry=0ms
-R "Acme" "r6" 2 2 = allowed=true remaining=0 retry=0ms
-S "Acme" "{r5}" 2 1 = applied=true
-R "Acme" "" 2 1 = ErrInvalidArgument
-R "Acme" "" 2 1 = ErrInvalidArgument
-R "Acme" "bad" 1000000001 1 = ErrInvalidArgument
-S "Acme" "r4" 2 0 = applied=false
-- 1726
+S "acme:eu" "settled:r1 " 7 1 = applied=true
+- 1
+R "Acme" "" 1 1 = ErrInvalidArgument
+R "acme:eu" "r3" 7 5 = allowed=false remaining=0 retry=62312ms
+S "Acme" "r4" 1 1 = applied=false
+R "acme:eu" "{r5}" 7 2 = allowed=false remaining=0 retry=36598ms
+R "Acme" "r6" 1 1 = allowed=true remaining=0 retry=0ms
+S "Acme" "r6" 1 0 = applied=true
+R "Acme" "" 1 1 = ErrInvalidArgument
+R "acme:eu" "" 7 1 = ErrInvalidArgument
+R "acme:eu" "bad" 1000000001 1 = ErrInvalidArgument
+R "acme:eu" "{R5}" 7 0 = allowed=false remaining=0 retry=19455ms
++ 1052
+R "Acme" "open:r6" 1 1 = allowed=true remaining=0 retry=0ms
 + 1
-R "Acme" "open:r6" 2 1 = allowed=false remaining=0 retry=61725ms
-trace w7-d3-2tenants-debt-back-lowered-again-bad "tq" 7 3
-R "acme:eu" "r1" 600 12 = allowed=true remaining=588 retry=0ms
-R "acme:eu" "r2" 600 600 = allowed=false remaining=588 retry=1200ms
-S "acme:eu" "{r3}" 600 568 = applied=false
+R "Acme" "r9" 1 1 = allowed=false remaining=0 retry=59999ms
+R "acme:eu" "settled:r1 " 7 1 = allowed=true remaining=0 retry=0ms
+S "Acme" "r6" 1 0 = applied=false
 + 1
-S "acme:eu" "r1" 600 12 = applied=true
-S "acme:eu" "{r3}" 600 393 = applied=false
-R "acme" "r4" 7 1 = allowed=true remaining=6 retry=0ms
-R "acme:eu" "r5" 600 0 = allowed=true remaining=588 retry=0ms
-S "acme" "r4" 7 0 = applied=true
-R "acme:eu" "r6" 600 600 = allowed=false remaining=588 retry=1199ms
-R "acme" "open:r4" 7 5 = allowed=true remaining=2 retry=0ms
-R "acme" "bad" 0 0 = ErrInvalidArgument
-R "acme:eu" "r8" 600 0 = allowed=true remaining=588 retry=0ms
-S "acme:eu" "r8" 600 0 = applied=true
-S "acme:eu" "r5" 600 0 = applied=true
+S "acme:eu" "settled:r1" 1 1 = applied=false
+R "Acme" "r10" 1 1 = allowed=false remaining=0 retry=59998ms
+R "acme:eu" "{r11}" 1 0 = allowed=false remaining=0 retry=61258ms
+- 1956
+S "acme:eu" "settled:r1 " 1 1 = applied=false
+R "Acme" "" 1 1 = ErrInvalidArgument
+R "acme:eu" "r12" 1 0 = allowed=false remaining=0 retry=63214ms
+S "Acme" "open:r6" 1 0 = applied=true
+trace w247563-d1-3tenants-debt-back-lowered-edge-again-bad "tq" 247563 1
+R "acme:eu" "{r1}" 7919 0 = allowed=true remaining=7919 retry=0ms
+R "acme" "{r2}" 1 0 = allowed=true remaining=1 retry=0ms
+R "acme:eu" "open:{r1}" 7919 7918 = allowed=true remaining=1 retry=0ms
 + 17433
-+ 1
-S "acme" "open:r4" 7 6 = applied=false
-R "acme" "open:open:r4" 7 7 = allowed=false remaining=4 retry=25424ms
++ 230129
+R "acme:eu" "OPEN:{R1}" 7919 2 = allowed=true remaining=7917 retry=0ms
+R "acme:eu" "open:OPEN:{R1}" 7919 7919 = allowed=false remaining=7917 retry=16ms
 - 2292
 + 3539
-R "acme" "settled:open:open:r4" 7 0 = allowed=true remaining=4 retry=0ms
-R "acme" "open:open:r4" 7 1 = allowed=true remaining=3 retry=0ms
-S "acme" "open:open:r4" 7 2 = applied=true
-trace w60000-d0-2tenants-debt-back-lowered-edge-again-bad "q-2" 60000 0
-S "Acme" "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000000 542360976 = applied=false
-R "acme" "r2" 1000000000 1000000000 = allowed=true remaining=0 retry=0ms
-R "Acme" "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000000 0 = allowed=true remaining=1000000000 retry=0ms
-R "Acme" "r3" 1000000000 1 = allowed=true remaining=999999999 retry=0ms
-R "acme" "r4" 1000000000 1 = allowed=false remaining=0 retry=1ms
+R "b" "settled:r6" 59 0 = allowed=true remaining=59 retry=0ms
+S "acme" "{r2}" 1 0 = applied=false
+R "b" "bad" 59 -1 = ErrInvalidArgument
++ 246316
++ 15
++ 4742
+S "acme:eu" "bad" 7919 1000000001 = ErrInvalidArgument
++ 1
+S "b" "settled:r6" 59 0 = applied=false
+R "acme:eu" "r7" 7919 7916 = allowed=true remaining=3 retry=0ms
+S "acme:eu" "{r1}" 7919 1 = applied=false
+R "acme:eu" "open:OPEN:{R1}" 7919 2 = allowed=true remaining=1 retry=0ms
+S "acme" "{r2}" 1 0 = applied=false
++ 1
++ 4928
+S "acme:eu" "open:OPEN:{R1}" 7919 10034 = applied=true
+R "b" "r8" 59 1 = allowed=true remaining=58 retry=0ms
+R "acme" "r9" 1 1 = allowed=true remaining=0 retry=0ms
+R "b" "r10" 59 59 = allowed=false remaining=58 retry=1017ms
+S "acme:eu" "r7" 7919 12561 = applied=true
+R "acme" "r11" 1 0 = allowed=true remaining=0 retry=0ms
 + 1
-R "Acme" "r5" 1000000000 999999998 = allowed=true remaining=2 retry=0ms
-S "acme" "r2" 1000000000 1000000000 = applied=true
-R "acme" "settled:r4" 1000000000 1 = allowed=true remaining=16665 retry=0ms
-+ 59999
-S "Acme" "r5" 1000000000 999999999 = applied=true
-R "acme" "settled:r4" 1000000000 390711713 = allowed=true remaining=999999999 retry=0ms
-- 60000
 + 1
-R "Acme" "r7" 1000000000 877811762 = allowed=true remaining=122171572 retry=0ms
-- 1
-+ 1
-+ 1
-R "acme" "bad" 0 0 = ErrInvalidArgument
-R "Acme" "{r8}" 7919 7919 = allowed=true remaining=0 retry=0ms
-R "Acme" "r9" 7919 2476 = allowed=false remaining=0 retry=78758ms
-+ 102283
-R "Acme{x}" "bad" 7919 1 = ErrInvalidArgument
-S "acme" "settled:r4" 60 57 = applied=false
-+ 78759
-R "acme" "r10" 60 0 = allowed=true remaining=60 retry=0ms
-R "Acme" "bad" 1000000001 1 = ErrInvalidArgument
-R "Acme" "r11" 7919 0 = allowed=true remaining=7919 retry=0ms
-R "Acme" "r12" 7919 1 = allowed=true remaining=7918 retry=0ms
-+ 3707
-+ 31730
-S "Acme" "r5" 7919 4580 = applied=false
-R "Acme" "R12" 7919 4970 = allowed=true remaining=2949 retry=0ms
-+ 24563
-R "acme{x}" "bad" 60 1 = ErrInvalidArgument
-+ 1
-+ 1
-+ 35435
-+ 68888
-+ 1
-R "acme" "r10:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 60 0 = allowed=true remaining=60 retry=0ms
-trace w422069-d2-3tenants-lowered-edge-again-bad "q-2" 422069 2
-R "acme:eu" "r1" 7919 7919 = allowed=true remaining=0 retry=0ms
-+ 422069
-R "acme:eu" "r2" 7919 0 = allowed=true remaining=7919 retry=0ms
-R "acme:eu" "" 7919 1 = ErrInvalidArgument
-R "b" "r3" 1000000000 1000000000 = allowed=true remaining=0 retry=0ms
-S "acme:eu" "r2" 7919 0 = applied=true
-R "Acme" "R4" 2 2 = allowed=true remaining=0 retry=0ms
-R "acme:eu" "r5" 7919 432 = allowed=true remaining=7487 retry=0ms
-S "acme:eu" "r1" 7919 7919 = applied=false
-R "b{x}" "bad" 1000000000 1 = ErrInvalidArgument
-S "Acme" "R4" 2 2 = applied=true
-+ 422068
-S "b" "r3" 1000000000 1000000000 = applied=true
-R "Acme" "R4" 2 0 = allowed=true remaining=2 retry=0ms
-R "Acme" "r6" 2 0 = allowed=true remaining=2 retry=0ms
-S "Acme" "r6" 2 0 = applied=true
-+ 1
-R "acme:eu" "r7" 7919 0 = allowed=true remaining=7919 retry=0ms
-+ 422069
-+ 1
-trace w453125-d0-1tenants-debt-back-lowered-edge-again "" 453125 0
-+ 453125
-S "acme" "R1" 600 33 = applied=false
-- 60000
-S "acme" "R1" 600 164 = applied=false
-R "acme" "r2" 2 0 = allowed=true remaining=2 retry=0ms
-+ 1
-R "acme" "r3" 2 0 = allowed=true remaining=2 retry=0ms
-S "acme" "r2" 2 0 = applied=true
-+ 1
-S "acme" "r3" 2 3 = applied=true
-R "acme" "{r4}" 2 1 = allowed=false remaining=0 retry=60000ms
-+ 60001
-R "acme" "{r4}" 2 1 = allowed=true remaining=0 retry=0ms
-S "acme" "{r4}" 2 2 = applied=true
-R "acme" "settled:{r4}" 2 2 = allowed=false remaining=0 retry=89999ms
-R "acme" "r6" 2 2 = allowed=false remaining=0 retry=89999ms
-S "acme" "r2" 2 2 = applied=false
-R "acme" "open:r6" 2 2 = allowed=false remaining=0 retry=89999ms
-R "acme" "settled:open:r6" 2 0 = allowed=false remaining=0 retry=29999ms
-R "acme" "r9" 2 1 = allowed=false remaining=0 retry=59999ms
-+ 1
-R "acme" "r3" 2 2 = allowed=true remaining=0 retry=0ms
-R "acme" "R9" 2 0 = allowed=false remaining=0 retry=29998ms
-R "acme" "R9:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 2 0 = allowed=false remaining=0 retry=29998ms
-+ 3600000
-S "acme" "r3" 2 2 = applied=false
-R "acme" "open:R9:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 2 0 = allowed=true remaining=2 retry=0ms
-+ 453124
-- 60000
-S "acme" "open:R9:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 2 0 = applied=true
-R "acme" "r9" 2 2 = allowed=true remaining=0 retry=0ms
-trace w344022-d1-2tenants-back-lowered-again-bad "q-2" 344022 1
-R "acme:eu" "r1" 7919 0 = allowed=true remaining=7919 retry=0ms
-R "acme:eu" "r1" 7919 1 = allowed=true remaining=7919 retry=0ms
-+ 19517
-+ 36001
-R "acme:eu" "r2" 61 61 = allowed=true remaining=0 retry=0ms
-R "acme:eu" "r3" 61 5 = allowed=false remaining=0 retry=4919ms
-R "acme:eu" "r4" 61 54 = allowed=false remaining=0 retry=53115ms
-S "Acme" "bad" 1000 1000000001 = ErrInvalidArgument
-S "acme:eu" "bad" 61 1000000001 = ErrInvalidArgument
-R "acme:eu" "r1" 61 0 = allowed=true remaining=0 retry=0ms
-R "Acme" "bad" 1000000001 1 = ErrInvalidArgument
-R "acme:eu" "settled:r4" 61 1 = allowed=false remaining=0 retry=984ms
-R "acme:eu" "settled:r4" 61 0 = allowed=true remaining=0 retry=0ms
-R "Acme" "" 1000 1 = ErrInvalidArgument
-+ 1
-S "acme:eu" "r6" 61 37 = applied=false
-- 1
-+ 1
-+ 1
-R "acme:eu" "r7" 61 0 = allowed=true remaining=0 retry=0ms
-R "Acme" "open:r8" 1000 24 = allowed=true remaining=976 retry=0ms
-R "Acme" "open:open:r8" 1000 1000 = allowed=false remaining=976 retry=1440ms
-R "acme:eu" "r10" 61 61 = allowed=false remaining=0 retry=59998ms
-R "acme:eu" "r11" 61 0 = allowed=true remaining=0 retry=0ms
-R "Acme" "r12" 1000 975 = allowed=true remaining=1 retry=0ms
-R "Acme" "bad" 1000 1001 = ErrEstimateTooLarge
-S "Acme" "r12:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000 159 = applied=false
-R "acme:eu" "r14" 61 0 = allowed=true remaining=0 retry=0ms
-R "Acme" "r15" 1000 1 = allowed=true remaining=0 retry=0ms
-R "Acme" "open:r15" 1000 0 = allowed=true remaining=0 retry=0ms
-+ 2493
-trace w7-d2-3tenants-back-lowered-again-bad "q-2" 7 2
-R "acme" "r1" 59 58 = allowed=true remaining=1 retry=0ms
-R "Acme" "settled:r2" 600 0 = allowed=true remaining=600 retry=0ms
-+ 95262
-R "acme" "r3" 59 1 = allowed=true remaining=58 retry=0ms
-R "acme" "r4" 59 1 = allowed=true remaining=57 retry=0ms
-R "acme:eu" "r5" 600 1 = allowed=true remaining=599 retry=0ms
-+ 4031
-S "acme:eu" "settled:r5" 600 468 = applied=false
-S "acme:eu" "settled:r5" 600 587 = applied=false
-- 60000
-S "acme" "r1" 59 57 = applied=false
-R "acme:eu" "r7" 600 359 = allowed=true remaining=241 retry=0ms
-+ 1
-R "acme:eu" "" 600 1 = ErrInvalidArgument
-R "Acme" "r8" 600 600 = allowed=true remaining=0 retry=0ms
-R "Acme" "bad" 0 0 = ErrInvalidArgument
-- 60000
-R "acme:eu" "settled:r5" 600 0 = allowed=true remaining=241 retry=0ms
-S "acme" "r1" 59 7 = applied=false
-R "acme" "r4:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 59 56 = allowed=true remaining=3 retry=0ms
-R "Acme" "r8:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 600 0 = allowed=true remaining=0 retry=0ms
-R "acme" "r11" 59 2 = allowed=true remaining=1 retry=0ms
-R "Acme" "r12" 600 442 = allowed=false remaining=0 retry=104200ms
-R "Acme" "r13" 600 0 = allowed=true remaining=0 retry=0ms
-R "acme" "r14" 59 2 = allowed=false remaining=1 retry=1017ms
-trace w2-d1-2tenants-debt-back-lowered-again-bad "" 2 1
-R "acme:eu" "r1" 7919 7919 = allowed=true remaining=0 retry=0ms
-R "acme:eu" "r2" 7919 1 = allowed=false remaining=0 retry=8ms
-+ 7
-S "acme:eu" "r1" 7919 23757 = applied=false
-R "b" "r3" 2 2 = allowed=true remaining=0 retry=0ms
-R "acme:eu" "r4" 7919 0 = allowed=true remaining=0 retry=0ms
-R "b" "r5" 2 2 = allowed=false remaining=0 retry=60000ms
-S "b" "r3" 2 3 = applied=true
-+ 3600000
-R "" "bad" 600 1 = ErrInvalidArgument
-R "b" "R5" 2 0 = allowed=true remaining=2 retry=0ms
-R "b" "r7" 2 0 = allowed=true remaining=2 retry=0ms
-R "b" "r8" 2 2 = allowed=true remaining=0 retry=0ms
-R "acme:eu" "r2" 600 0 = allowed=true remaining=600 retry=0ms
-S "acme:eu" "r2" 600 0 = applied=true
-S "b" "r8" 2 1 = applied=true
-S "acme:eu" "r4" 600 1 = applied=false
-- 1
-S "acme:eu" "r2" 600 175 = applied=false
-R "b" "r9" 2 0 = allowed=true remaining=1 retry=0ms
-R "acme:eu" "r2" 600 600 = allowed=true remaining=600 retry=0ms
-R "acme:eu" "r10" 600 1 = allowed=true remaining=599 retry=0ms
-R "acme:eu" "r10" 600 598 = allowed=true remaining=599 retry=0ms
-trace w61000-d0-2tenants-debt-back-lowered-again "" 61000 0
-R "acme:eu" "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 600 600 = allowed=true remaining=0 retry=0ms
-+ 1
-+ 4576
-R "acme:eu" "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 600 51 = allowed=true remaining=45 retry=0ms
-S "acme:eu" "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 600 52 = applied=true
-S "acme" "r2" 59 50 = applied=false
-R "acme:eu" "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 600 0 = allowed=true remaining=593 retry=0ms
-R "acme" "r2:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 59 2 = allowed=true remaining=57 retry=0ms
-S "acme" "r2:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 59 3 = applied=true
-+ 61000
-+ 1
-+ 2788
-+ 9680
-+ 1
-S "acme:eu" "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 3 3 = applied=false
-+ 1
-+ 1
-- 60000
-R "acme:eu" "r4" 1 0 = allowed=true remaining=1 retry=0ms
-- 1
-+ 1
-trace w3600001-d0-3tenants-debt-lowered-edge-again "tq" 3600001 0
-R "acme:eu" "r1" 61 0 = allowed=true remaining=61 retry=0ms
-R "Acme" "r2" 59 0 = allowed=true remaining=59 retry=0ms
-R "acme:eu" "r3" 61 41 = allowed=true remaining=20 retry=0ms
-+ 3600001
-+ 1
-+ 1
-+ 1
-+ 3600001
-S "acme:eu" "r4" 61 30 = applied=false
-S "acme:eu" "r1" 61 1000000000 = applied=false
-+ 40248
-R "Acme" "settled:r2" 1 0 = allowed=true remaining=1 retry=0ms
-+ 1
-R "Acme" "r6" 1 1 = allowed=true remaining=0 retry=0ms
-S "Acme" "r7" 1 0 = applied=false
-trace w7-d0-1tenants-debt-lowered-again-bad "" 7 0
-+ 1448
-R "acme:eu" "r1" 7 7 = allowed=true remaining=0 retry=0ms
-R "acme:eu" "r2" 7 0 = allowed=true remaining=0 retry=0ms
-+ 77522
-+ 1
-R "acme:eu" "" 7 1 = ErrInvalidArgument
-+ 3012
-S "acme:eu" "r1" 7 21 = applied=false
-+ 44051
-S "acme:eu" "r2" 7 21 = applied=false
-R "acme:eu" "{r3}" 7 1 = allowed=true remaining=6 retry=0ms
-+ 3114
-S "acme:eu" "{r3}" 7 21 = applied=false
-+ 1
-+ 1
-R "acme:eu" "{R3}" 1 0 = allowed=true remaining=1 retry=0ms
-S "acme:eu" "{R3}" 1 1 = applied=true
-R "acme:eu" "{r5}" 1 0 = allowed=true remaining=0 retry=0ms
-R "acme:eu" "{R3}" 1 1 = allowed=true remaining=0 retry=0ms
-R "acme:eu" "open:{r5}" 1 0 = allowed=true remaining=0 retry=0ms
-trace w493230-d1-2tenants-debt-back-lowered-again-bad "" 493230 1
-R "Acme" "r1" 7 7 = allowed=true remaining=0 retry=0ms
-S "Acme" "{r2}" 7 0 = applied=false
-R "b" "R3" 1000000000 0 = allowed=true remaining=1000000000 retry=0ms
-S "Acme" "r1" 7 14 = applied=true
-+ 2837
-R "Acme" "r4" 7 1 = allowed=false remaining=0 retry=65735ms
-R "b" "r5" 1 0 = allowed=true remaining=1 retry=0ms
-- 1
-S "b" "r6" 1 0 = applied=false
-R "Acme" "r4:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 7 1 = allowed=false remaining=0 retry=65736ms
-S "b" "r5" 1 1000000000 = applied=true
-S "b" "R3" 1 0 = applied=true
-+ 110009
-- 2371
-+ 65737
-R "Acme" "r8" 7 1 = allowed=true remaining=6 retry=0ms
-S "Acme" "r8" 7 1 = applied=true
-R "b" "{r9}" 1 1 = allowed=true remaining=0 retry=0ms
-S "b" "{r9}" 1 1 = applied=true
-+ 1
-- 1
-R "b" "r10" 1 1 = allowed=false remaining=0 retry=60000ms
-R "Acme" "{r11}" 7 0 = allowed=true remaining=6 retry=0ms
-R "Acme" "r12" 7 3 = allowed=true remaining=3 retry=0ms
-R "Acme" "r12:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 7 0 = allowed=true remaining=3 retry=0ms
-S "Acme" "{r11}" 7 0 = applied=true
-R "Acme" "bad" 7 8 = ErrEstimateTooLarge
-R "Acme" "r12:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 7 0 = allowed=true remaining=3 retry=0ms
-R "Acme" "{r2}" 7 7 = allowed=true remaining=3 retry=0ms
-+ 1
-R "b" "r10:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1 0 = allowed=true remaining=0 retry=0ms
-R "Acme" "R12:XXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXX" 1 1 = allowed=true remaining=0 retry=0ms
-S "b" "r10:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1 0 = applied=true
-S "Acme" "r12" 1 1 = applied=true
-R "b" "r16" 1 1 = allowed=false remaining=0 retry=59999ms
-trace w70853-d1-3tenants-debt-back-lowered-again "q-2" 70853 1
-+ 84119
-R "b" "r1" 1000 1 = allowed=true remaining=999 retry=0ms
-R "acme" "r2" 2 2 = allowed=true remaining=0 retry=0ms
-- 2899
-R "b" "r3" 59 0 = allowed=true remaining=59 retry=0ms
-R "b" "r4" 59 1 = allowed=true remaining=58 retry=0ms
-R "acme" "r5" 2 0 = allowed=true remaining=0 retry=0ms
-R "acme" "r6" 2 2 = allowed=false remaining=0 retry=62899ms
-R "acme" "{r7}" 2 0 = allowed=true remaining=0 retry=0ms
-+ 108732
-+ 711
-R "b" "r8" 59 59 = allowed=true remaining=0 retry=0ms
-S "b" "r1" 59 177 = applied=false
-- 1620
-- 1
-+ 3600000
-S "acme" "r2" 2 6 = applied=false
-+ 1
-R "b" "r9" 59 4 = allowed=true remaining=55 retry=0ms
-S "b" "r9" 59 4 = applied=true
-R "b" "r10" 59 54 = allowed=true remaining=1 retry=0ms
-S "acme" "r2" 2 2 = applied=false
-S "b" "r4" 59 38 = applied=false
-R "b" "r10:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 59 2 = allowed=false remaining=1 retry=1017ms
-trace w530030-d3-2tenants-debt-back-lowered-edge-again-bad "" 530030 3
-S "b" "r1" 61 9 = applied=false
-R "b" "r1" 61 61 = allowed=true remaining=61 retry=0ms
-R "b" "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 61 0 = allowed=true remaining=61 retry=0ms
-S "b" "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 61 0 = applied=true
-+ 3600000
-- 1
-+ 1
-+ 1583
-R "Acme" "{r3}" 1 1 = allowed=true remaining=0 retry=0ms
-R "b" "bad" 61 62 = ErrEstimateTooLarge
-R "Acme" "{R3}" 1 1 = allowed=false remaining=0 retry=60000ms
-S "Acme" "{r3}" 1 0 = applied=true
-R "b" "{r5}" 61 1 = allowed=true remaining=60 retry=0ms
-R "b" "r6" 2 1 = allowed=true remaining=1 retry=0ms
-R "b" "r7" 2 1 = allowed=true remaining=0 retry=0ms
-R "b" "open:r7" 2 0 = allowed=true remaining=0 retry=0ms
-S "b" "{r5}" 2 6 = applied=true
-R "Acme" "settled:{R3}" 1 1 = allowed=true remaining=0 retry=0ms
-S "Acme" "settled:{R3}" 1 1 = applied=true
-R "Acme" "r10" 1 0 = allowed=true remaining=0 retry=0ms
-+ 4940
-R "b" "open:r7:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 2 1 = allowed=false remaining=0 retry=175060ms
-R "b" "open:open:r7:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 2 0 = allowed=false remaining=0 retry=145060ms
-R "Acme" "{R3}" 1 0 = allowed=true remaining=0 retry=0ms
-R "b" "settled:open:open:r7:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 2 0 = allowed=false remaining=0 retry=145060ms
-+ 525089
-+ 4940
-R "b" "settled:open:open:r7:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 2 0 = allowed=true remaining=2 retry=0ms
-R "b" "{r15}" 2 0 = allowed=true remaining=2 retry=0ms
-+ 530030
-- 1
-S "b" "open:r7" 2 0 = applied=false
-- 1
-+ 1
-trace w7-d0-3tenants-again-bad "q-2" 7 0
-R "acme" "{r1}" 61 5 = allowed=true remaining=56 retry=0ms
-R "Acme" "r2" 59 0 = allowed=true remaining=59 retry=0ms
-R "acme" "r3" 61 50 = allowed=true remaining=6 retry=0ms
-R "Acme" "r4" 59 59 = allowed=true remaining=0 retry=0ms
-R "acme" "open:r3" 61 5 = allowed=true remaining=1 retry=0ms
-R "acme" "{r6}" 61 51 = allowed=false remaining=1 retry=49181ms
-R "acme" "{r6}:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 61 1 = allowed=true remaining=0 retry=0ms
-+ 161
-R "Acme" "r8" 59 1 = allowed=false remaining=0 retry=856ms
-R "Acme" "r9" 59 0 = allowed=true remaining=0 retry=0ms
-S "Acme" "r4" 59 59 = applied=false
-+ 1
-+ 1049
-R "acme:eu" "bad" 0 0 = ErrInvalidArgument
-S "acme:eu" "r10" 1000000000 565371516 = applied=false
-R "acme" "r11" 61 0 = allowed=true remaining=1 retry=0ms
-R "acme:eu" "{r12}" 1000000000 0 = allowed=true remaining=1000000000 retry=0ms
-R "acme:eu" "r13" 1000000000 999999999 = allowed=true remaining=1 retry=0ms
-trace w59999-d2-3tenants-back-edge-again "q-2" 59999 2
-R "acme:eu" "r1" 60 2 = allowed=true remaining=58 retry=0ms
-R "acme:eu" "R1" 60 31 = allowed=true remaining=27 retry=0ms
-R "Acme" "r3" 600 599 = allowed=true remaining=1 retry=0ms
-R "acme:eu" "r4" 60 1 = allowed=true remaining=26 retry=0ms
-R "Acme" "r3" 600 1 = allowed=true remaining=1 retry=0ms
-+ 1920
-+ 1
-S "acme:eu" "r5" 60 35 = applied=false
-R "Acme" "settled:r3" 600 0 = allowed=true remaining=20 retry=0ms
-S "acme:eu" "r1" 60 2 = applied=true
-S "acme:eu" "R1" 60 31 = applied=true
-R "acme:eu" "r7" 60 39 = allowed=false remaining=27 retry=11079ms
-R "Acme" "r8" 600 600 = allowed=false remaining=20 retry=57979ms
-+ 58078
-R "acme:eu" "r9" 60 8 = allowed=true remaining=52 retry=0ms
-+ 1
-S "Acme" "settled:r3" 600 0 = applied=true
-+ 59998
-R "acme" "{r10}" 7 2 = allowed=true remaining=5 retry=0ms
-S "acme:eu" "r9" 60 0 = applied=false
-S "Acme" "r3" 600 599 = applied=false
-S "acme:eu" "r4" 60 0 = applied=false
-- 60000
-+ 72426
-S "Acme" "settled:r3" 600 57 = applied=false
-trace w61000-d1-1tenants-debt-back-lowered-edge-again-bad "tq" 61000 1
-+ 1897
-+ 2163
-+ 1
-+ 1
-R "Acme" "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 3 3 = allowed=true remaining=0 retry=0ms
-R "Acme" "r2" 3 3 = allowed=false remaining=0 retry=60000ms
-S "Acme" "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 3 2 = applied=true
-R "Acme" "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 3 1 = allowed=true remaining=1 retry=0ms
-- 60000
-R "Acme" "bad" 3 4 = ErrEstimateTooLarge
-+ 61000
-R "Acme" "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 3 0 = allowed=true remaining=1 retry=0ms
-R "Acme" "settled:r2" 3 0 = allowed=true remaining=1 retry=0ms
-+ 3600000
-R "Acme" "r4" 3 0 = allowed=true remaining=3 retry=0ms
-+ 61000
-+ 1
-S "Acme" "r5" 3 0 = applied=false
-S "Acme" "settled:r2" 3 1 = applied=false
-+ 1
-+ 22878
-S "Acme" "r4" 3 0 = applied=false
-R "Acme" "r2" 3 1 = allowed=true remaining=2 retry=0ms
-R "Acme" "r6" 3 1 = allowed=true remaining=1 retry=0ms
-S "Acme" "r6" 3 1 = applied=true
-+ 61000
-R "Acme" "settled:r6" 3 1 = allowed=true remaining=2 retry=0ms
-R "Acme" "SETTLED:R6" 3 0 = allowed=true remaining=2 retry=0ms
-S "Acme" "settled:r6" 3 2 = applied=true
-+ 60999
-R "Acme" "r9" 3 1 = allowed=true remaining=2 retry=0ms
-+ 677
-+ 60322
-+ 1
-trace w2-d2-2tenants-debt-back-lowered-edge-again-bad "tq" 2 2
-+ 1
-+ 1
-R "acme:eu{x}" "bad" 60 1 = ErrInvalidArgument
-R "acme:eu" "R1" 60 7 = allowed=true remaining=53 retry=0ms
-R "Acme" "r2" 59 59 = allowed=true remaining=0 retry=0ms
-S "acme:eu" "R1" 60 7 = applied=true
-R "Acme" "r2" 59 0 = allowed=true remaining=0 retry=0ms
-R "acme:eu" "R1" 60 0 = allowed=true remaining=53 retry=0ms
-R "Acme" "r3" 59 59 = allowed=false remaining=0 retry=60000ms
-R "Acme" "r2" 59 0 = allowed=true remaining=0 retry=0ms
-R "Acme" "r3" 59 0 = allowed=true remaining=0 retry=0ms
-S "Acme" "bad" 59 1000000001 = ErrInvalidArgument
-+ 1
-+ 56989
-R "acme:eu" "r4" 60 53 = allowed=true remaining=7 retry=0ms
-R "acme:eu" "settled:r4" 60 0 = allowed=true remaining=7 retry=0ms
-R "acme:eu" "open:settled:r4" 60 60 = allowed=false remaining=7 retry=53000ms
-S "Acme" "r3" 59 0 = applied=false
-+ 1174
-R "acme:eu" "{r7}" 60 7 = allowed=true remaining=1 retry=0ms
-R "Acme" "open:r3" 7 7 = allowed=true remaining=0 retry=0ms
-S "acme:eu" "R1" 3 1 = applied=false
-S "Acme" "r2" 7 60 = applied=false
-R "Acme" "open:r3:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 7 0 = allowed=true remaining=0 retry=0ms
-- 1
-S "acme:eu" "r4" 3 52 = applied=false
-R "Acme" "open:r3:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 7 0 = allowed=true remaining=0 retry=0ms
-S "acme:eu" "settled:r4" 3 0 = applied=false
-S "Acme" "open:r3:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 7 1000000000 = applied=true
-R "Acme" "open:r3:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 7 1 = allowed=false remaining=0 retry=128573ms
-R "acme:eu" "{r7}:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1 0 = allowed=true remaining=1 retry=0ms
-S "acme:eu" "{r7}" 1 0 = applied=true
-trace w1-d3-1tenants-debt-lowered-edge-again-bad "q-2" 1 3
-R "Acme" "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 3 2 = allowed=true remaining=1 retry=0ms
-S "Acme" "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 3 0 = applied=true
-S "Acme" "r2" 3 0 = applied=false
-+ 84990
-R "Acme" "r3" 3 2 = allowed=true remaining=1 retry=0ms
-R "Acme" "R3" 3 0 = allowed=true remaining=1 retry=0ms
-R "Acme" "{r5}" 3 1 = allowed=true remaining=0 retry=0ms
-S "Acme" "{r5}" 3 0 = applied=true
-R "Acme" "r6" 3 3 = allowed=false remaining=1 retry=40000ms
-S "Acme" "R3" 3 0 = applied=true
-S "Acme" "r3" 3 1 = applied=true
-+ 2070
-R "Acme" "r6" 3 1 = allowed=true remaining=1 retry=0ms
-S "Acme" "r6" 3 1 = applied=true
-R "Acme" "settled:r6" 3 0 = allowed=true remaining=1 retry=0ms
-R "Acme" "settled:r6:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 3 1 = allowed=true remaining=0 retry=0ms
-S "Acme" "settled:r6:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 3 1 = applied=true
-+ 3732
-+ 1
-R "Acme" "r9" 3 1 = allowed=false remaining=0 retry=14197ms
-S "Acme" "settled:r6" 2 6 = applied=false
-R "Acme" "r9:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 2 0 = allowed=true remaining=0 retry=0ms
-+ 1
-R "Acme" "bad" 2 3 = ErrEstimateTooLarge
-S "Acme" "r9:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 2 0 = applied=false
-R "Acme" "bad" 0 0 = ErrInvalidArgument
-R "Acme" "settled:r9:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 2 0 = allowed=true remaining=0 retry=0ms
-S "Acme" "settled:r9:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 2 0 = applied=true
-+ 1
-trace w61000-d1-2tenants-debt-lowered-edge-again "tq" 61000 1
-+ 1
-R "acme:eu" "{r1}" 1000 0 = allowed=true remaining=1000 retry=0ms
-S "acme:eu" "{r1}" 1000 1 = applied=true
-S "acme:eu" "{r1}" 1000 214 = applied=false
-R "b" "r2" 59 1 = allowed=true remaining=58 retry=0ms
-S "acme:eu" "{R1}" 1000 861 = applied=false
-S "acme:eu" "{r1}" 1000 554 = applied=false
-+ 1
-R "b" "open:r2" 3 3 = allowed=true remaining=0 retry=0ms
-R "b" "r5" 3 0 = allowed=true remaining=0 retry=0ms
-R "acme:eu" "r6" 1000 1 = allowed=true remaining=998 retry=0ms
-R "acme:eu" "r7" 1000 61 = allowed=true remaining=937 retry=0ms
-R "b" "r8" 3 0 = allowed=true remaining=0 retry=0ms
-+ 32160
-R "acme:eu" "settled:r7" 1000 936 = allowed=true remaining=64 retry=0ms
-R "b" "open:r2" 1 0 = allowed=true remaining=0 retry=0ms
-R "acme:eu" "{R1}" 1000 0 = allowed=true remaining=64 retry=0ms
-+ 28840
-R "acme:eu" "r10" 2 1 = allowed=true remaining=1 retry=0ms
-R "b" "settled:r8" 1 1 = allowed=true remaining=0 retry=0ms
-+ 61000
-R "acme:eu" "R10" 2 0 = allowed=true remaining=2 retry=0ms
-R "acme:eu" "settled:R10" 2 0 = allowed=true remaining=2 retry=0ms
-S "acme:eu" "settled:r7" 2 0 = applied=false
-+ 60999
-R "b" "SETTLED:R8" 1 1 = allowed=true remaining=0 retry=0ms
-R "b" "SETTLED:R8" 1 1 = allowed=true remaining=0 retry=0ms
-trace w352164-d3-2tenants-debt-back-lowered-again-bad "" 352164 3
-R "acme" "r1" 7 0 = allowed=true remaining=7 retry=0ms
-S "acme" "r1" 7 0 = applied=true
-+ 1
-S "Acme" "r2" 61 23 = applied=false
-+ 1
-R "acme" "r1" 7 7 = allowed=true remaining=7 retry=0ms
-R "Acme" "R2" 61 61 = allowed=true remaining=0 retry=0ms
-S "acme" "r4" 7 3 = applied=false
-- 60000
-R "acme" "bad" 0 0 = ErrInvalidArgument
-R "Acme" "r5" 61 0 = allowed=true remaining=0 retry=0ms
-S "Acme" "R2" 61 60 = applied=true
-+ 1
-R "Acme" "r6" 61 1 = allowed=true remaining=0 retry=0ms
-S "Acme" "R2" 61 49 = applied=false
-S "Acme" "r6" 61 0 = applied=true
-R "acme" "" 7 1 = ErrInvalidArgument
-R "acme" "r1" 7 7 = allowed=true remaining=7 retry=0ms
-R "Acme" "r2" 61 1 = allowed=true remaining=1 retry=0ms
-+ 1
-R "Acme" "r7" 61 61 = allowed=false remaining=1 retry=119015ms
-R "Acme" "r8" 61 0 = allowed=true remaining=1 retry=0ms
-R "acme" "r1" 7 7 = allowed=true remaining=7 retry=0ms
-S "Acme" "R2" 61 27 = applied=false
-S "Acme" "r5" 61 183 = applied=true
-R "Acme" "r9" 61 0 = allowed=false remaining=0 retry=239015ms
-S "Acme" "r8" 61 1000000000 = applied=true
-+ 1
-+ 1
-R "Acme" "r5" 61 1 = allowed=true remaining=0 retry=0ms
-+ 1
-+ 115154
-R "acme" "settled:r4" 2 0 = allowed=true remaining=2 retry=0ms
-trace w61000-d60-3tenants-back-lowered-again-bad "q-2" 61000 60
-+ 87479
-R "acme" "bad" 1000000001 1 = ErrInvalidArgument
-R "acme:eu" "r1" 1 0 = allowed=true remaining=1 retry=0ms
-- 2587
-R "b" "bad" 600 -1 = ErrInvalidArgument
-+ 1
-R "b" "open:r2" 600 600 = allowed=true remaining=0 retry=0ms
-S "b" "open:r2" 600 599 = applied=true
-R "acme" "r3" 59 0 = allowed=true remaining=59 retry=0ms
-S "acme" "r3" 59 0 = applied=true
-- 1
-R "b" "r4" 600 0 = allowed=true remaining=1 retry=0ms
-+ 3200
-S "acme:eu" "r1" 1 0 = applied=true
-S "b" "r5" 600 293 = applied=false
-trace w60000-d1-2tenants-back-again-bad "tq" 60000 1
-R "acme:eu" "r1" 7919 7919 = allowed=true remaining=0 retry=0ms
-+ 1
-R "acme:eu" "open:r1" 7919 7919 = allowed=false remaining=0 retry=59999ms
-+ 1
-S "b" "bad" 7919 1000000001 = ErrInvalidArgument
-R "b" "r3" 7919 1856 = allowed=true remaining=6063 retry=0ms
-+ 2590
-+ 1976
-R "b" "r4" 7919 7919 = allowed=false remaining=6665 retry=9497ms
-R "b" "R4" 7919 6665 = allowed=true remaining=0 retry=0ms
-- 276
-R "acme:eu" "r1" 7919 1 = allowed=true remaining=566 retry=0ms
-R "acme:eu" "r1" 7919 7919 = allowed=true remaining=566 retry=0ms
-S "acme:eu" "r1" 7919 3546 = applied=true
-- 1
-R "b" "R4:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 7919 2255 = allowed=false remaining=0 retry=17358ms
-- 2050
-R "b" "{r7}" 7919 0 = allowed=true remaining=0 retry=0ms
-+ 1
-R "b" "{r8}" 7919 647 = allowed=false remaining=0 retry=7224ms
-- 60000
-R "b" "r9" 7919 0 = allowed=true remaining=0 retry=0ms
-S "acme:eu" "r10" 7919 1233 = applied=false
-+ 1
-S "b" "r3" 7919 0 = applied=true
-S "b" "R4" 7919 6665 = applied=true
-+ 4656
-trace w60000-d60-3tenants-edge-again-bad "" 60000 60
-S "Acme" "bad" 60 -1 = ErrInvalidArgument
-R "" "bad" 61 1 = ErrInvalidArgument
-R "acme" "r1" 3 3 = allowed=true remaining=0 retry=0ms
-R "acme" "r2" 3 0 = allowed=true remaining=0 retry=0ms
-R "b" "open:r3" 61 0 = allowed=true remaining=61 retry=0ms
-S "b" "open:r3" 61 0 = applied=true
-+ 1
-+ 59998
-R "acme" "" 3 1 = ErrInvalidArgument
-+ 60000
-S "acme" "R2" 3 1 = applied=false
-R "acme" "r5" 3 1 = allowed=true remaining=2 retry=0ms
-R "b" "" 61 1 = ErrInvalidArgument
-trace w61000-d0-3tenants-debt-back-lowered-again-bad "tq" 61000 0
-R "acme" "r1" 61 61 = allowed=true remaining=0 retry=0ms
-R "acme:eu" "bad" 3 4 = ErrEstimateTooLarge
-S "acme" "r1" 61 0 = applied=true
-R "Acme" "r2" 600 1 = allowed=true remaining=599 retry=0ms
-+ 83588
-R "acme" "open:r1" 61 4 = allowed=true remaining=57 retry=0ms
-S "Acme" "R2" 600 210 = applied=false
-R "acme:eu" "r5" 3 3 = allowed=true remaining=0 retry=0ms
-R "acme:eu" "bad" 3 -1 = ErrInvalidArgument
-R "acme:eu" "bad" 0 0 = ErrInvalidArgument
-R "acme:eu" "r6" 3 0 = allowed=true remaining=0 retry=0ms
-R "acme" "open:r1" 61 56 = allowed=true remaining=57 retry=0ms
-S "Acme" "r2" 600 1 = applied=false
-+ 1
-S "acme:eu" "R6" 3 2 = applied=false
-R "acme:eu" "" 3 1 = ErrInvalidArgument
-S "acme:eu" "r5" 3 9 = applied=true
-S "acme:eu" "r6" 3 1 = applied=true
-S "acme" "open:r1" 61 0 = applied=true
-+ 3618
-R "acme:eu" "r6" 3 0 = allowed=true remaining=0 retry=0ms
-S "acme:eu" "r6" 3 2 = applied=false
-+ 1
-R "acme" "r8" 61 56 = allowed=true remaining=5 retry=0ms
-+ 51727
-- 1302
-S "Acme" "R2" 600 564 = applied=false
-trace w3600001-d0-2tenants-debt-back-lowered-again "tq" 3600001 0
-+ 3388
-R "Acme" "r1" 600 0 = allowed=true remaining=600 retry=0ms
-- 2538
-S "Acme" "r2" 600 354 = applied=false
-+ 1
-+ 1
-S "Acme" "r1" 600 947 = applied=true
-- 791
-R "Acme" "r3" 600 600 = allowed=false remaining=0 retry=95491ms
-+ 1
-R "Acme" "settled:r3" 600 1 = allowed=false remaining=0 retry=35590ms
-R "b" "r5" 3 3 = allowed=true remaining=0 retry=0ms
-R "b" "r6" 3 1 = allowed=false remaining=0 retry=20000ms
-R "Acme" "r1" 600 1 = allowed=true remaining=0 retry=0ms
-+ 19999
-+ 1
-+ 1
-R "b" "r7" 3 0 = allowed=true remaining=1 retry=0ms
-R "b" "r8" 3 2 = allowed=false remaining=1 retry=19999ms
-+ 1
-R "Acme" "r9" 600 0 = allowed=false remaining=0 retry=15488ms
-S "b" "r5" 2 0 = applied=true
-S "b" "r5" 2 1 = applied=false
-R "Acme" "r9" 600 1 = allowed=false remaining=0 retry=15588ms
-S "b" "r7" 2 0 = applied=true
-R "Acme" "r9:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 600 1 = allowed=false remaining=0 retry=15588ms
-R "b" "r11" 2 1 = allowed=true remaining=1 retry=0ms
-R "Acme" "R9:XXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXX" 600 0 = allowed=false remaining=0 retry=15488ms
-R "Acme" "r13" 600 1 = allowed=false remaining=0 retry=15588ms
-R "Acme" "settled:r13" 600 0 = allowed=false remaining=0 retry=15488ms
-+ 50721
-S "b" "r11" 2 0 = applied=true
-R "Acme" "{r15}" 600 283 = allowed=true remaining=69 retry=0ms
-+ 1495
-trace w7200000-d3-3tenants-debt-back-edge-again-bad "" 7200000 3
-S "acme:eu" "r1" 3 0 = applied=false
-S "acme:eu" "r2" 3 2 = applied=false
-R "acme" "R3" 600 0 = allowed=true remaining=600 retry=0ms
-S "acme:eu" "r1" 3 2 = applied=false
-R "acme" "r4" 600 599 = allowed=true remaining=1 retry=0ms
-R "b" "r5" 1000000 1000000 = allowed=true remaining=0 retry=0ms
-S "b" "r5:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000 948007 = applied=false
-R "b" "r7" 1000000 0 = allowed=true remaining=0 retry=0ms
-+ 7200000
-R "acme:eu" "settled:r2" 3 3 = allowed=true remaining=0 retry=0ms
-+ 4563
-R "acme" "r4:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 600 58 = allowed=true remaining=542 retry=0ms
-+ 7195436
-R "b" "R7" 1000000 1000000 = allowed=true remaining=0 retry=0ms
-S "acme:eu" "settled:r2" 3 4 = applied=true
-S "acme" "bad" 600 -1 = ErrInvalidArgument
-- 60000
-+ 3600000
-S "b" "R7" 1000000 813499 = applied=true
-R "b" "open:R7" 1000000 905841 = allowed=true remaining=94159 retry=0ms
-trace w356749-d1-1tenants-back-lowered-edge-again-bad "q-2" 356749 1
-+ 2423
-R "b" "r1" 1 1 = allowed=true remaining=0 retry=0ms
-+ 356749
-R "b{x}" "bad" 1 1 = ErrInvalidArgument
-S "b" "bad" 1 1000000001 = ErrInvalidArgument
-S "b" "r1" 1 1 = applied=false
-R "b" "r2" 1 0 = allowed=true remaining=1 retry=0ms
-+ 356749
-R "b" "r3" 1 0 = allowed=true remaining=1 retry=0ms
-S "b" "r3" 1 0 = applied=true
-S "b" "r2" 1 0 = applied=false
-R "b" "r3:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1 0 = allowed=true remaining=1 retry=0ms
-+ 3554
-+ 353194
-+ 107178
-+ 1
-R "b" "r3:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1 1 = allowed=true remaining=0 retry=0ms
-R "b" "r3:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1 1 = allowed=true remaining=0 retry=0ms
-+ 356748
-R "b" "r6" 1 1 = allowed=true remaining=0 retry=0ms
-R "b{x}" "bad" 1 1 = ErrInvalidArgument
-R "b" "R6" 1 0 = allowed=true remaining=0 retry=0ms
-R "b" "R6" 1 1 = allowed=true remaining=0 retry=0ms
-R "b" "r3:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1 0 = allowed=true remaining=0 retry=0ms
-R "b" "r8" 1 1 = allowed=false remaining=0 retry=60000ms
-+ 140
-R "b" "settled:r8" 1 1 = allowed=false remaining=0 retry=59860ms
-+ 59859
-+ 54367
-+ 4630
-R "b" "r10" 1 1 = allowed=true remaining=0 retry=0ms
-+ 237752
-- 60000
-trace w3600001-d60-3tenants-back-lowered-edge-again-bad "q-2" 3600001 60
-+ 1
-R "Acme" "{r1}" 7 1 = allowed=true remaining=6 retry=0ms
-R "b" "r2" 2 1 = allowed=true remaining=1 retry=0ms
-R "acme" "r3" 1000 999 = allowed=true remaining=1 retry=0ms
-+ 1
-S "b" "r2" 2 0 = applied=true
-R "Acme" "r4" 3 3 = allowed=true remaining=0 retry=0ms
-R "acme" "r3" 1000 0 = allowed=true remaining=1 retry=0ms
-+ 3600000
-S "Acme" "{r1}" 3 0 = applied=false
-- 1
-R "Acme" "r5" 3 1 = allowed=true remaining=2 retry=0ms
-+ 43099
-+ 57135
-R "acme" "open:r3" 61 28 = allowed=true remaining=33 retry=0ms
-R "Acme" "bad" 3 -1 = ErrInvalidArgument
-+ 1
-R "Acme" "r5" 3 1 = allowed=true remaining=3 retry=0ms
-+ 1
-S "Acme" "r7" 3 3 = applied=false
-R "Acme" "open:r7" 3 2 = allowed=true remaining=1 retry=0ms
-+ 3600001
-R "b" "r9" 2 2 = allowed=true remaining=0 retry=0ms
-S "acme" "r10" 61 14 = applied=false
-+ 3600000
-S "acme" "r10" 61 58 = applied=false
-+ 1
-S "b" "r9" 2 2 = applied=false
-trace w176976-d0-2tenants-debt-back-lowered-edge-again-bad "" 176976 0
-R "acme:eu" "r1" 59 59 = allowed=true remaining=0 retry=0ms
-R "acme:eu" "settled:r1" 59 1 = allowed=false remaining=0 retry=1017ms
-R "acme" "r3" 1 0 = allowed=true remaining=1 retry=0ms
-R "acme:eu" "settled:r1" 59 0 = allowed=true remaining=0 retry=0ms
-R "acme:eu" "r4" 59 0 = allowed=true remaining=0 retry=0ms
-+ 176975
-R "acme:eu" "{r5}" 3 0 = allowed=true remaining=3 retry=0ms
-S "acme" "r3" 1 1 = applied=true
-R "acme" "r3" 1 0 = allowed=true remaining=0 retry=0ms
-R "acme:eu{x}" "bad" 3 1 = ErrInvalidArgument
-R "acme" "r6" 1 1 = allowed=false remaining=0 retry=60000ms
-R "acme" "r7" 1 1 = allowed=false remaining=0 retry=60000ms
-R "acme" "r8" 1 1 = allowed=false remaining=0 retry=60000ms
-R "acme" "bad" 0 0 = ErrInvalidArgument
-S "acme:eu" "r9" 2 1 = applied=false
-+ 2091
-S "acme" "r3" 1 0 = applied=false
-R "acme" "R8" 1 1 = allowed=false remaining=0 retry=57909ms
-R "acme:eu" "r11" 2 1 = allowed=true remaining=1 retry=0ms
-R "acme:eu" "{r5}" 2 1 = allowed=true remaining=1 retry=0ms
-S "acme:eu" "{r5}" 2 6 = applied=true
-R "acme:eu" "bad" 0 0 = ErrInvalidArgument
-R "acme:eu" "r11" 2 0 = allowed=true remaining=0 retry=0ms
 R "acme" "r12" 1 0 = allowed=true remaining=0 retry=0ms
-R "acme" "r6" 1 0 = allowed=true remaining=0 retry=0ms
-R "acme:eu" "open:r11" 2 0 = allowed=false remaining=0 retry=60000ms
-+ 4691
+R "acme:eu" "settled:r7" 7919 1 = allowed=false remaining=0 retry=60006ms
+R "acme" "r14" 1 0 = allowed=true remaining=0 retry=0ms
+R "b" "r15" 59 59 = allowed=false remaining=58 retry=1015ms
+R "b" "" 59 1 = ErrInvalidArgument
 + 1
-R "acme:eu" "r14" 2 0 = allowed=false remaining=0 retry=55308ms
-S "acme" "r12" 1 0 = applied=true
-+ 172284
-R "acme:eu" "r14:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 2 0 = allowed=true remaining=2 retry=0ms
-R "acme:eu" "r16" 2 0 = allowed=true remaining=2 retry=0ms
++ 37310
+R "acme" "R14" 1 0 = allowed=true remaining=0 retry=0ms
+R "b" "r8" 59 0 = allowed=true remaining=59 retry=0ms
+R "acme" "{r17}" 1 0 = allowed=true remaining=0 retry=0ms
+R "b" "r18" 59 0 = allowed=true remaining=59 retry=0ms
+trace w1000-d1-1tenants-debt-back-lowered-again-bad "tq" 1000 1
++ 3651
+S "acme:eu" "r1" 1 0 = applied=false
+R "acme:eu" "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1 0 = allowed=true remaining=1 retry=0ms
+S "acme:eu" "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1 3 = applied=true
+S "acme:eu" "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1 0 = applied=false
++ 1
+R "acme:eu" "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1 1 = allowed=true remaining=0 retry=0ms
+R "acme:eu" "r1" 1 0 = allowed=true remaining=0 retry=0ms
+R "acme:eu" "r3" 1 1 = allowed=false remaining=0 retry=119999ms
+R "acme:eu" "bad" 0 0 = ErrInvalidArgument
+R "acme:eu" "r3 " 1 0 = allowed=false remaining=0 retry=59999ms
+- 60000
+R "acme:eu" "r1" 1 1 = allowed=true remaining=0 retry=0ms
+R "acme:eu" "r3 :xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1 0 = allowed=false remaining=0 retry=119999ms
+R "acme:eu" "" 1 1 = ErrInvalidArgument
+R "acme:eu" "r6" 1 0 = allowed=false remaining=0 retry=119999ms
++ 1000
+R "acme:eu" "r3" 1 0 = allowed=false remaining=0 retry=118999ms
+R "acme:eu" "r6 " 1 1 = allowed=false remaining=0 retry=178999ms
+R "acme:eu" "r3 " 1 0 = allowed=false remaining=0 retry=118999ms
+R "acme:eu" "r6" 1 0 = allowed=false remaining=0 retry=118999ms
+R "acme:eu" "r8" 1 0 = allowed=false remaining=0 retry=118999ms
++ 4392
+R "acme:eu" "r9" 1 0 = allowed=false remaining=0 retry=114607ms
++ 1
+R "acme:eu" "r6" 1 0 = allowed=false remaining=0 retry=114606ms
+R "acme:eu" "r10" 1 0 = allowed=false remaining=0 retry=114606ms
+R "acme:eu" "R10" 1 1 = allowed=false remaining=0 retry=174606ms
+trace w1-d0-1tenants-debt-again-bad "tq" 1 0
++ 1
+S "b" "r1" 3 1 = applied=false
+R "b" "r2" 3 0 = allowed=true remaining=3 retry=0ms
+R "b" "r2:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 3 2 = allowed=true remaining=1 retry=0ms
+R "" "bad" 3 1 = ErrInvalidArgument
+S "b" "r2" 3 0 = applied=true
+S "b" "r2" 3 0 = applied=false
+R "b" "r4" 3 1 = allowed=true remaining=0 retry=0ms
+R "b" "r5" 3 1 = allowed=false remaining=0 retry=20000ms
+S "b" "r2" 3 2 = applied=false
+S "b" "r2:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 3 1 = applied=true
++ 20000
+R "b" "r6" 3 0 = allowed=true remaining=2 retry=0ms
+R "b" "{r7}" 3 1 = allowed=true remaining=1 retry=0ms
+S "b" "r6" 3 0 = applied=true
+S "b" "r4" 3 0 = applied=false
+S "b" "{r7}" 3 2 = applied=true
+R "b" "settled:{r7}" 3 0 = allowed=true remaining=0 retry=0ms
+S "b" "settled:{r7}" 3 1 = applied=true
+S "b" "r2:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 3 1 = applied=false
+R "b" "open:settled:{r7}" 3 2 = allowed=false remaining=0 retry=60000ms
+R "b" "settled:open:settled:{r7}" 3 0 = allowed=false remaining=0 retry=20000ms
+trace w306004-d2-3tenants-debt-back-lowered-again-bad "" 306004 2
++ 1
+R "acme " "r1 " 1000 0 = allowed=true remaining=1000 retry=0ms
+R "acme:eu" "bad" 61 62 = ErrEstimateTooLarge
+S "acme " "r1 " 1000 0 = applied=true
+- 2181
+R "acme:eu" "r2" 60 1 = allowed=true remaining=59 retry=0ms
+R "Acme" "r3" 59 0 = allowed=true remaining=59 retry=0ms
+S "Acme" "r3" 59 177 = applied=true
+S "acme:eu" "r2" 60 2 = applied=true
+R "Acme" "r3" 59 59 = allowed=true remaining=0 retry=0ms
+R "acme " "{r4}" 1000 895 = allowed=true remaining=105 retry=0ms
++ 1
++ 1
+S "acme " "{r4}" 1000 0 = applied=true
+R "acme " "{R4}" 1000 17 = allowed=true remaining=983 retry=0ms
+R "acme " "{r6}" 1000 35 = allowed=true remaining=948 retry=0ms
+R "acme:eu" "r2" 60 60 = allowed=true remaining=58 retry=0ms
++ 1
+R "Acme" "r3" 59 2 = allowed=true remaining=0 retry=0ms
+R "Acme" "open:r3" 59 59 = allowed=false remaining=0 retry=179997ms
+R "acme " "{r6}:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000 973 = allowed=false remaining=948 retry=1499ms
++ 18442
+trace w7200000-d0-1tenants-debt-back-lowered-edge-again-bad "q-2" 7200000 0
+R "Acme" "R1" 3 3 = allowed=true remaining=0 retry=0ms
+R "Acme" "r2" 3 0 = allowed=true remaining=0 retry=0ms
++ 7200000
+S "Acme" "R1" 3 1 = applied=false
+S "Acme" "R1" 3 1 = applied=false
 - 1
-S "acme:eu" "r1" 2 1 = applied=false
-+ 4283
-R "acme" "r17" 1 0 = allowed=true remaining=1 retry=0ms
-S "acme" "r6" 1 2 = applied=false
-trace w2-d60-1tenants-debt-back-lowered-edge-again-bad "q-2" 2 60
++ 1
++ 1
+R "Acme" "r2 " 3 0 = allowed=true remaining=3 retry=0ms
+R "Acme" "open:r2 " 3 0 = allowed=true remaining=3 retry=0ms
+R "Acme" "open:open:r2 " 3 3 = allowed=true remaining=0 retry=0ms
+R "Acme" "r6" 3 3 = allowed=false remaining=0 retry=60000ms
+R "Acme" "r7" 3 0 = allowed=true remaining=0 retry=0ms
+R "Acme" "r7 " 3 0 = allowed=true remaining=0 retry=0ms
+R "Acme" "bad" 3 4 = ErrEstimateTooLarge
+S "Acme" "R1" 3 2 = applied=false
+R "Acme" "r9" 3 0 = allowed=true remaining=0 retry=0ms
+R "Acme" "r10" 3 0 = allowed=true remaining=0 retry=0ms
+R "Acme" "open:r10" 3 0 = allowed=true remaining=0 retry=0ms
++ 2493
+S "Acme" "open:r2 " 3 0 = applied=true
+S "Acme" "open:r2 " 3 2 = applied=false
+R "Acme" "r12" 3 0 = allowed=true remaining=0 retry=0ms
+R "Acme" "settled:r12" 3 0 = allowed=true remaining=0 retry=0ms
++ 95262
+S "Acme" "open:r10" 3 0 = applied=true
++ 7102245
+S "Acme" "open:open:r2 " 3 0 = applied=false
+R "Acme" "r14" 3 3 = allowed=true remaining=0 retry=0ms
+S "Acme" "open:r10" 3 0 = applied=false
+S "Acme" "r14" 3 2 = applied=true
+S "Acme" "r2" 1 3 = applied=false
+S "Acme" "r10" 1 0 = applied=false
+R "Acme" "r12" 1 0 = allowed=true remaining=1 retry=0ms
+S "Acme" "r7 " 1 0 = applied=false
+- 898
+S "Acme" "settled:r12" 1 0 = applied=true
+S "Acme" "r12" 1 0 = applied=true
+trace w161276-d3-1tenants-lowered-edge-again-bad "" 161276 3
 + 1
 R "acme:eu" "bad" 1000000001 1 = ErrInvalidArgument
-- 1246
-R "acme:eu" "{r1}" 59 0 = allowed=true remaining=59 retry=0ms
-+ 4198
-S "acme:eu" "{r1}" 59 0 = applied=false
-R "acme:eu" "r2" 59 59 = allowed=true remaining=0 retry=0ms
-R "acme:eu" "r2" 59 3 = allowed=true remaining=0 retry=0ms
-R "acme:eu" "r2" 59 0 = allowed=true remaining=0 retry=0ms
-R "acme:eu" "r3" 59 1 = allowed=false remaining=0 retry=1017ms
-+ 1017
-+ 1502
-R "acme:eu" "open:r3" 59 0 = allowed=true remaining=2 retry=0ms
+R "acme:eu" "r1" 1000000 0 = allowed=true remaining=1000000 retry=0ms
+R "acme:eu" "r2" 3 3 = allowed=true remaining=0 retry=0ms
+S "acme:eu" "r2" 3 2 = applied=true
+R "acme:eu" "r3" 3 1 = allowed=true remaining=0 retry=0ms
+R "acme:eu" "r1" 3 0 = allowed=true remaining=0 retry=0ms
+S "acme:eu" "r3" 3 0 = applied=true
+R "acme:eu" "r2" 3 0 = allowed=true remaining=1 retry=0ms
++ 161275
++ 3371
+S "acme:eu" "r1" 3 0 = applied=false
+R "acme:eu" "r4" 1 0 = allowed=true remaining=1 retry=0ms
+R "acme:eu" "R4" 1 1 = allowed=true remaining=0 retry=0ms
+R "acme:eu" "r4" 1 0 = allowed=true remaining=0 retry=0ms
+R "acme:eu" "R4" 1 1 = allowed=true remaining=0 retry=0ms
++ 161276
+R "acme:eu" "{r6}" 1 0 = allowed=true remaining=1 retry=0ms
+trace w0-d3-1tenants-debt-back-again-bad "" 0 3
+R "Acme{x}" "bad" 1000000 1 = ErrInvalidArgument
 + 1
-R "acme:eu" "open:r3" 59 57 = allowed=true remaining=2 retry=0ms
-R "acme:eu" "open:r3:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 59 3 = allowed=false remaining=2 retry=531ms
-R "acme:eu" "r6" 59 0 = allowed=true remaining=2 retry=0ms
-R "acme:eu" "r7" 1 0 = allowed=true remaining=1 retry=0ms
-R "acme:eu" "r8" 1 0 = allowed=true remaining=1 retry=0ms
++ 104697
 + 1
-R "acme:eu" "open:r8" 1 1 = allowed=true remaining=0 retry=0ms
-R "acme:eu" "settled:open:r8" 1 0 = allowed=true remaining=0 retry=0ms
-S "acme:eu" "settled:open:r8" 1 0 = applied=true
-+ 2
-S "acme:eu" "r6" 1 0 = applied=false
-R "acme:eu" "settled:open:r8:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1 1 = allowed=false remaining=0 retry=59998ms
-+ 59997
-S "acme:eu" "r6" 1 0 = applied=false
-S "acme:eu" "open:r8" 1 2 = applied=false
-S "acme:eu" "r7" 1 0 = applied=false
-R "acme:eu" "{r12}" 1 0 = allowed=true remaining=0 retry=0ms
-R "acme:eu" "{r12}" 1 0 = allowed=true remaining=0 retry=0ms
-+ 2
-R "acme:eu" "bad" 1 2 = ErrEstimateTooLarge
-+ 2
-R "acme:eu" "r13" 1 1 = allowed=true remaining=0 retry=0ms
-R "acme:eu" "r14" 1 1 = allowed=false remaining=0 retry=60000ms
-+ 2187
-trace w7-d3-1tenants-back-again-bad "tq" 7 3
-R "b" "R1" 1000000000 250493724 = allowed=true remaining=749506276 retry=0ms
+R "Acme" "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000 57890 = allowed=true remaining=942110 retry=0ms
+R "Acme" "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000 330127 = allowed=true remaining=611983 retry=0ms
+R "Acme" "open:r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000 0 = allowed=true remaining=611983 retry=0ms
+R "Acme" "r4" 1000000 1 = allowed=true remaining=611982 retry=0ms
+R "Acme" "r5" 1000000 0 = allowed=true remaining=611982 retry=0ms
+S "Acme" "open:r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000 0 = applied=true
+S "Acme" "open:r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000 476356 = applied=false
+R "Acme" "r6" 1000000 611981 = allowed=true remaining=1 retry=0ms
+R "Acme" "r7" 1000000 1000000 = allowed=false remaining=1 retry=60000ms
+S "Acme" "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000 330127 = applied=true
+- 2050
++ 4576
+R "Acme" "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000 84273 = allowed=true remaining=42101 retry=0ms
+S "Acme" "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000 87008 = applied=true
+S "Acme" "r4" 1000000 3000000 = applied=true
+R "Acme" "r8" 1000000 8342 = allowed=false remaining=0 retry=179722ms
+R "Acme" "open:r8" 1000000 1 = allowed=false remaining=0 retry=179222ms
++ 179221
+S "Acme" "r5" 1000000 0 = applied=true
++ 179222
+S "Acme" "bad" 1000000 -1 = ErrInvalidArgument
+S "Acme" "r6" 1000000 611981 = applied=true
++ 9680
 + 1
-S "b" "R1" 1000000000 0 = applied=true
-R "b" "R1" 1000000000 0 = allowed=true remaining=1000000000 retry=0ms
-R "b" "R1" 1000000000 1000000000 = allowed=true remaining=1000000000 retry=0ms
+S "Acme" "r5" 1000000 381712 = applied=false
++ 179222
+trace w7200000-d1-2tenants-back-lowered-again-bad "q-2" 7200000 1
++ 1
+S "acme" "open:r1" 2 0 = applied=false
+R "acme" "r2" 2 0 = allowed=true remaining=2 retry=0ms
+S "Acme" "r3" 7 2 = applied=false
+- 1
+R "Acme" "r4" 7 0 = allowed=true remaining=7 retry=0ms
+S "acme" "r2" 2 0 = applied=true
+S "Acme" "bad" 3 1000000001 = ErrInvalidArgument
+R "Acme" "settled:r4" 3 2 = allowed=true remaining=1 retry=0ms
+R "Acme" "settled:r4" 3 0 = allowed=true remaining=1 retry=0ms
+S "Acme" "settled:r4" 3 2 = applied=true
+R "acme" "bad" 0 0 = ErrInvalidArgument
+R "acme" "r6" 2 1 = allowed=true remaining=1 retry=0ms
++ 1
+R "acme" "{r7}" 2 0 = allowed=true remaining=1 retry=0ms
++ 1
+R "acme" "r2" 2 0 = allowed=true remaining=1 retry=0ms
+trace w1-d3-2tenants-debt-lowered-edge-again-bad "" 1 3
++ 1
+R "acme:eu" "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000000 999999999 = allowed=true remaining=1 retry=0ms
+R "acme " "R2" 7919 1 = allowed=true remaining=7918 retry=0ms
+R "" "bad" 7919 1 = ErrInvalidArgument
+S "acme:eu" "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000000 1000000000 = applied=true
++ 1
+R "acme " "R2:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 7919 7919 = allowed=false remaining=7918 retry=7ms
+S "acme " "R2" 7919 23757 = applied=false
++ 44051
+R "acme " "settled:R2:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 7919 7919 = allowed=true remaining=0 retry=0ms
++ 1
+S "acme " "settled:R2:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 7919 23757 = applied=false
++ 1
++ 1
+R "acme:eu" "R1:XXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXX" 1 0 = allowed=true remaining=0 retry=0ms
+S "acme:eu" "R1:XXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXX" 1 1 = applied=true
+R "acme " "{r6}" 7919 0 = allowed=true remaining=0 retry=0ms
+R "acme:eu" "R1:XXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXX" 1 1 = allowed=true remaining=0 retry=0ms
+R "acme:eu" "open:R1:XXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXX" 1 0 = allowed=false remaining=0 retry=15945ms
+R "acme " "R2:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 7919 0 = allowed=true remaining=0 retry=0ms
+trace w1000-d2-2tenants-back-lowered-again-bad "q-2" 1000 2
+S "acme" "{r1}" 1000 436 = applied=false
+R "acme:eu" "R2" 1 0 = allowed=true remaining=1 retry=0ms
+R "acme:eu" "bad" 0 0 = ErrInvalidArgument
++ 2837
+R "acme" "open:{r1}" 1000 0 = allowed=true remaining=1000 retry=0ms
+R "acme" "" 1000 1 = ErrInvalidArgument
+S "acme" "open:{r1}" 1000 0 = applied=true
 - 60000
-R "b" "r2" 1000000000 70126474 = allowed=true remaining=929873526 retry=0ms
-R "b" "R1" 1000000000 150560840 = allowed=true remaining=929873526 retry=0ms
+R "acme" "r4" 1000 1000 = allowed=true remaining=0 retry=0ms
+R "acme:eu" "r5" 1 1 = allowed=true remaining=0 retry=0ms
+R "acme" "r6" 1000 0 = allowed=true remaining=0 retry=0ms
+R "acme:eu" "r7" 1 0 = allowed=true remaining=0 retry=0ms
 + 1
-R "b" "r2:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000000 929873526 = allowed=true remaining=16666 retry=0ms
-R "b" "settled:r2:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000000 0 = allowed=true remaining=16666 retry=0ms
-+ 1
-+ 1
-+ 1
-+ 3959
-+ 1
-R "b" "SETTLED:R2:XXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXX" 1000000000 0 = allowed=true remaining=66066666 retry=0ms
-S "b" "R1" 1000000000 409274014 = applied=false
-S "b" "bad" 1000000000 1000000001 = ErrInvalidArgument
-+ 1
-S "b" "R1" 1000000000 361221236 = applied=false
-R "b" "R1" 1000000000 0 = allowed=true remaining=66083333 retry=0ms
-R "" "bad" 1000000000 1 = ErrInvalidArgument
-R "b" "{r6}" 1000000000 1000000000 = allowed=false remaining=66083333 retry=56035ms
-S "b" "{r7}" 1000000000 119892285 = applied=false
-R "b" "{r6}" 1000000000 66083332 = allowed=true remaining=1 retry=0ms
-R "b" "{R7}" 1000000000 1 = allowed=true remaining=0 retry=0ms
-+ 1
-trace w60000-d3-2tenants-debt-again-bad "" 60000 3
-+ 1
-+ 1
-S "b" "R1" 2 2 = applied=false
-+ 1
-+ 1
-+ 1
-R "" "bad" 7 1 = ErrInvalidArgument
-R "b" "R1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 2 1 = allowed=true remaining=1 retry=0ms
-R "b" "r3" 2 1 = allowed=true remaining=0 retry=0ms
-S "acme" "bad" 7 1000000001 = ErrInvalidArgument
-R "b" "{r4}" 2 0 = allowed=true remaining=0 retry=0ms
-S "b" "r3" 2 6 = applied=true
-S "b" "R1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 2 1 = applied=true
-+ 1
-S "b" "{r4}" 2 1 = applied=true
-+ 1
-+ 2034
-R "b" "r5" 2 0 = allowed=false remaining=0 retry=177964ms
-R "acme" "r6" 7 0 = allowed=true remaining=7 retry=0ms
-trace w1-d0-2tenants-debt-edge-again-bad "q-2" 1 0
-R "acme:eu" "r1" 59 58 = allowed=true remaining=1 retry=0ms
-+ 1
-R "acme:eu" "settled:r1" 59 0 = allowed=true remaining=1 retry=0ms
-R "acme" "bad" 1000000 1000001 = ErrEstimateTooLarge
-R "acme:eu" "r3" 59 1 = allowed=true remaining=0 retry=0ms
-R "acme:eu" "{r4}" 59 0 = allowed=true remaining=0 retry=0ms
-S "acme" "{r5}" 1000000 496749 = applied=false
-+ 1
-+ 1
-R "acme" "r6" 1000000 791206 = allowed=true remaining=208794 retry=0ms
-R "acme" "{r7}" 1000000 208793 = allowed=true remaining=1 retry=0ms
-S "acme:eu" "settled:r1" 59 0 = applied=false
-R "acme" "r8" 1000000 1 = allowed=true remaining=0 retry=0ms
-R "acme:eu" "r9" 59 0 = allowed=true remaining=0 retry=0ms
-R "acme" "{r7}" 1000000 1 = allowed=true remaining=0 retry=0ms
-S "acme" "r6" 1000000 3000000 = applied=true
-S "acme:eu" "{r4}" 59 0 = applied=false
-trace w59999-d1-1tenants-lowered-again-bad "tq" 59999 1
-+ 1
-S "b" "R1" 2 0 = applied=false
-R "b" "open:R1" 2 2 = allowed=true remaining=0 retry=0ms
-R "b" "open:open:R1" 2 0 = allowed=true remaining=0 retry=0ms
-S "b" "R1" 1 1 = applied=false
-R "b" "open:open:R1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1 1 = allowed=false remaining=0 retry=60000ms
-R "b" "r5" 1 1 = allowed=false remaining=0 retry=60000ms
-S "b" "open:open:R1" 1 0 = applied=true
-R "b" "{r6}" 1 0 = allowed=true remaining=0 retry=0ms
-R "b" "r7" 1 0 = allowed=true remaining=0 retry=0ms
-+ 52351
-R "b" "" 1 1 = ErrInvalidArgument
-R "b" "{r8}" 1 1 = allowed=false remaining=0 retry=7649ms
-+ 1586
-S "b" "open:open:R1" 1 0 = applied=false
-S "b" "r7" 1 0 = applied=true
-S "b" "{r6}" 1 0 = applied=true
-S "b" "open:R1" 1 0 = applied=true
-+ 7648
-R "b" "open:{r8}" 1 1 = allowed=true remaining=0 retry=0ms
-R "b" "r10" 1 1 = allowed=false remaining=0 retry=60000ms
-R "b" "open:r10" 1 1 = allowed=false remaining=0 retry=60000ms
-+ 60001
-R "b{x}" "bad" 1 1 = ErrInvalidArgument
-S "b" "open:{r8}" 1 1 = applied=false
-R "b" "r12" 1 0 = allowed=true remaining=1 retry=0ms
-R "b" "r12:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1 1 = allowed=true remaining=0 retry=0ms
-R "b" "r14" 1 1 = allowed=false remaining=0 retry=60000ms
-+ 59999
-+ 1
-R "b" "r14:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1 0 = allowed=true remaining=1 retry=0ms
-R "b" "bad" 1 2 = ErrEstimateTooLarge
-S "b" "r12:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1 1 = applied=false
-R "b" "R14:XXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXX" 1 1 = allowed=true remaining=0 retry=0ms
-S "b" "r14:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1 0 = applied=true
-R "b" "open:r10" 1 0 = allowed=true remaining=0 retry=0ms
-S "b" "open:r10" 1 0 = applied=true
-+ 87031
-+ 303
-+ 1
-R "b" "r17" 1 0 = allowed=true remaining=1 retry=0ms
-R "b" "r17:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1 0 = allowed=true remaining=1 retry=0ms
-R "b" "r5" 1 1 = allowed=true remaining=0 retry=0ms
-trace w24171-d60-3tenants-debt-back-lowered-edge-again-bad "" 24171 60
-R "Acme" "{r1}" 3 3 = allowed=true remaining=0 retry=0ms
-R "acme:eu" "r2" 2 0 = allowed=true remaining=2 retry=0ms
+R "acme:eu" "{r8}" 1 0 = allowed=true remaining=0 retry=0ms
+R "acme" "r6 " 7 0 = allowed=true remaining=0 retry=0ms
+R "acme:eu" "{r10}" 1 0 = allowed=true remaining=0 retry=0ms
+R "acme:eu" "{R10}" 1 0 = allowed=true remaining=0 retry=0ms
+trace w60000-d0-2tenants-debt-lowered-edge-again-bad "q-2" 60000 0
+R "Acme" "{r1}" 1000000000 867716089 = allowed=true remaining=132283911 retry=0ms
+R "Acme" "r2" 1000000000 204766976 = allowed=false remaining=132283911 retry=4349ms
+R "Acme" "r2:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000000 0 = allowed=true remaining=132283911 retry=0ms
+S "Acme" "{r1}" 1000000000 867716089 = applied=true
+R "Acme" "bad" 1000000000 1000000001 = ErrEstimateTooLarge
+R "Acme" "r2" 1000000000 0 = allowed=true remaining=132283911 retry=0ms
+R "Acme" "r2:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000000 625041337 = allowed=true remaining=132283911 retry=0ms
++ 60000
+R "Acme" "open:r2:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 3 1 = allowed=true remaining=2 retry=0ms
+R "Acme" "r5" 3 0 = allowed=true remaining=2 retry=0ms
+R "acme:eu" "bad" 0 0 = ErrInvalidArgument
 R "Acme" "bad" 0 0 = ErrInvalidArgument
-R "b" "{r3}" 2 0 = allowed=true remaining=2 retry=0ms
-+ 24171
-R "acme:eu" "r2:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 2 2 = allowed=true remaining=0 retry=0ms
-R "Acme" "r5" 2 0 = allowed=true remaining=0 retry=0ms
-R "Acme" "r6" 2 0 = allowed=true remaining=0 retry=0ms
-+ 24171
-+ 36456
+R "Acme" "{r6}" 3 3 = allowed=false remaining=2 retry=20000ms
+R "acme:eu" "bad" 600 -1 = ErrInvalidArgument
+R "acme:eu" "r7" 600 0 = allowed=true remaining=600 retry=0ms
+R "acme:eu" "r7" 600 600 = allowed=true remaining=600 retry=0ms
++ 105010
+S "acme:eu" "bad" 600 1000000001 = ErrInvalidArgument
+S "Acme" "r5" 3 1 = applied=false
+S "acme:eu" "r7" 600 1800 = applied=false
+S "Acme" "open:r2:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 3 1 = applied=false
+S "Acme" "r5" 3 0 = applied=false
++ 19999
+trace w482751-d3-3tenants-back-lowered-edge-again-bad "" 482751 3
+R "acme " "r1 " 60 0 = allowed=true remaining=60 retry=0ms
+R "Acme" "r2" 7 0 = allowed=true remaining=7 retry=0ms
+R "acme:eu" "r3:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 59 0 = allowed=true remaining=59 retry=0ms
+R "acme " "r1 :xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 60 60 = allowed=true remaining=0 retry=0ms
+S "Acme" "r5" 7 6 = applied=false
+S "Acme" "r2" 7 0 = applied=true
+R "Acme" "{r6}" 7 0 = allowed=true remaining=7 retry=0ms
+R "acme:eu" "bad" 1000000001 1 = ErrInvalidArgument
+S "Acme" "r5" 7 4 = applied=false
++ 482751
++ 1
+- 1887
+S "acme " "{r7}" 60 47 = applied=false
+S "Acme" "r5" 7 6 = applied=false
+S "acme:eu" "r8" 59 59 = applied=false
++ 2543
+R "Acme" "r9" 1 1 = allowed=true remaining=0 retry=0ms
+R "acme " "r10" 60 20 = allowed=true remaining=40 retry=0ms
+- 2139
+R "acme " "r11" 60 39 = allowed=true remaining=1 retry=0ms
+S "Acme" "r9" 1 1 = applied=true
+R "acme:eu" "r8" 59 59 = allowed=true remaining=59 retry=0ms
+R "Acme" "r9:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1 0 = allowed=true remaining=0 retry=0ms
+R "acme " "{r13}" 60 1 = allowed=true remaining=0 retry=0ms
++ 118997
+S "Acme" "r9:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1 0 = applied=true
+R "Acme" "r9" 1 1 = allowed=true remaining=1 retry=0ms
+trace w2-d1-1tenants-debt-lowered-edge-again-bad "q-2" 2 1
+R "acme " "r1" 1000000 0 = allowed=true remaining=1000000 retry=0ms
+R "acme " "open:r1" 1000000 1000000 = allowed=true remaining=0 retry=0ms
+S "acme " "r3" 1000000 390770 = applied=false
+R "acme " "open:r3" 1000000 0 = allowed=true remaining=0 retry=0ms
+R "acme " "open:r3 " 1000000 71766 = allowed=false remaining=0 retry=4306ms
+R "acme " "open:r3 " 1000000 1000000 = allowed=false remaining=0 retry=60000ms
+R "acme " "open:open:r3 " 1000000 149082 = allowed=false remaining=0 retry=8945ms
+R "acme " "OPEN:OPEN:R3 " 1000000 0 = allowed=true remaining=0 retry=0ms
++ 1
+R "acme " "OPEN:OPEN:R3  " 1000000 1000000 = allowed=false remaining=16 retry=59999ms
++ 59999
+S "acme " "open:r1" 3 1000001 = applied=false
+R "acme {x}" "bad" 3 1 = ErrInvalidArgument
+R "acme " "open:open:r3 " 3 0 = allowed=true remaining=3 retry=0ms
+R "acme " "settled:OPEN:OPEN:R3  " 3 2 = allowed=true remaining=1 retry=0ms
+R "acme " "open:open:r3 " 3 2 = allowed=true remaining=1 retry=0ms
+R "acme " "r10" 3 2 = allowed=false remaining=1 retry=20000ms
+S "acme " "settled:OPEN:OPEN:R3  " 3 1 = applied=true
+R "acme " "r10:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 3 0 = allowed=true remaining=2 retry=0ms
+R "acme " "{r12}" 3 0 = allowed=true remaining=2 retry=0ms
++ 2
+trace w7-d60-1tenants-debt-again "" 7 60
+R "Acme" "R1" 1 0 = allowed=true remaining=1 retry=0ms
+R "Acme" "R1" 1 0 = allowed=true remaining=1 retry=0ms
+S "Acme" "R1" 1 0 = applied=true
+R "Acme" "{r2}" 1 0 = allowed=true remaining=1 retry=0ms
+R "Acme" "r3" 1 0 = allowed=true remaining=1 retry=0ms
+R "Acme" "r4" 1 1 = allowed=true remaining=0 retry=0ms
+R "Acme" "r5" 1 1 = allowed=false remaining=0 retry=60000ms
+S "Acme" "{r2}" 1 0 = applied=true
+R "Acme" "settled:r5" 1 1 = allowed=false remaining=0 retry=60000ms
+R "Acme" "open:settled:r5" 1 1 = allowed=false remaining=0 retry=60000ms
+R "Acme" "r8" 1 1 = allowed=false remaining=0 retry=60000ms
++ 60000
+S "Acme" "r4" 1 1000000000 = applied=false
+S "Acme" "r3" 1 0 = applied=false
++ 60000
++ 60001
+S "Acme" "r9" 1 1 = applied=false
+R "Acme" "r10" 1 0 = allowed=true remaining=1 retry=0ms
+R "Acme" "r11" 1 0 = allowed=true remaining=1 retry=0ms
++ 7
+S "Acme" "r10" 1 0 = applied=false
+S "Acme" "r10" 1 0 = applied=false
+R "Acme" "settled:r11" 1 0 = allowed=true remaining=1 retry=0ms
+S "Acme" "settled:r11" 1 0 = applied=true
++ 1
+S "Acme" "r11" 1 1 = applied=false
++ 1920
++ 1
+S "Acme" "settled:r11" 1 0 = applied=false
+R "Acme" "open:settled:r11" 1 1 = allowed=true remaining=0 retry=0ms
+S "Acme" "open:settled:r11" 1 1 = applied=true
+R "Acme" "r14" 1 1 = allowed=false remaining=0 retry=60000ms
+R "Acme" "r15" 1 1 = allowed=false remaining=0 retry=60000ms
++ 1
+R "Acme" "open:r15" 1 1 = allowed=false remaining=0 retry=59999ms
+R "Acme" "r17" 1 0 = allowed=true remaining=0 retry=0ms
+trace w198762-d1-3tenants-back-edge-again-bad "q-2" 198762 1
+R "acme " "r1" 3 3 = allowed=true remaining=0 retry=0ms
++ 198761
+R "Acme" "r2 " 1000000 999999 = allowed=true remaining=1 retry=0ms
++ 3600000
+S "acme" "r3" 59 49 = applied=false
++ 1
+S "acme " "settled:r1" 3 2 = applied=false
+S "acme " "r1" 3 3 = applied=false
+R "acme " "r5" 3 0 = allowed=true remaining=3 retry=0ms
+R "acme " "r6" 3 3 = allowed=true remaining=0 retry=0ms
++ 1
++ 1
++ 1
+R "acme" "r3:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 59 59 = allowed=true remaining=0 retry=0ms
+R "Acme" "r8" 1000000 1000000 = allowed=true remaining=0 retry=0ms
+S "acme" "r3:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 59 56 = applied=true
+R "acme" "r3" 59 1 = allowed=true remaining=3 retry=0ms
+- 60000
+R "acme" "bad" 59 60 = ErrEstimateTooLarge
++ 198762
+R "acme" "r3" 59 0 = allowed=true remaining=59 retry=0ms
+S "acme " "r5" 3 0 = applied=true
+R "Acme" "r9" 1000000 0 = allowed=true remaining=1000000 retry=0ms
+R "acme" "R3:XXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXX" 59 13 = allowed=true remaining=46 retry=0ms
++ 99631
+S "Acme" "r11" 1000000 38482 = applied=false
+trace w60000-d2-1tenants-debt-lowered-again "tq" 60000 2
++ 4589
++ 1
+S "b" "r1" 600 93 = applied=false
+R "b" "R1" 600 599 = allowed=true remaining=1 retry=0ms
+R "b" "open:R1" 600 0 = allowed=true remaining=1 retry=0ms
+S "b" "open:R1" 600 0 = applied=true
+R "b" "r4" 600 600 = allowed=false remaining=1 retry=59900ms
+R "b" "r4 " 600 600 = allowed=false remaining=1 retry=59900ms
+S "b" "R1" 600 905 = applied=true
++ 59899
+R "b" "{r6}" 600 1 = allowed=true remaining=292 retry=0ms
+S "b" "{r6}" 600 1800 = applied=true
++ 1
++ 101
+R "b" "{r6}:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 600 293 = allowed=false remaining=0 retry=149198ms
+S "b" "{r6}" 600 402 = applied=false
++ 26182
++ 149197
+S "b" "{r6}" 600 110 = applied=false
+R "b" "{R6}:XXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXX" 600 74 = allowed=true remaining=480 retry=0ms
+S "b" "{R6}:XXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXX" 600 0 = applied=true
+R "b" "r9" 600 481 = allowed=true remaining=73 retry=0ms
+S "b" "r9" 600 0 = applied=true
+S "b" "r9" 600 53 = applied=false
+R "b" "r10" 600 600 = allowed=false remaining=554 retry=4519ms
++ 4519
+R "b" "r10" 600 0 = allowed=true remaining=600 retry=0ms
+S "b" "r10" 600 1800 = applied=true
+R "b" "settled:r10" 600 600 = allowed=false remaining=0 retry=180000ms
+R "b" "r12" 600 0 = allowed=false remaining=0 retry=120000ms
+R "b" "settled:r12" 600 0 = allowed=false remaining=0 retry=120000ms
+R "b" "open:settled:r12" 600 600 = allowed=false remaining=0 retry=180000ms
++ 180001
++ 180001
+trace w2-d0-3tenants-debt-lowered-edge-again-bad "" 2 0
+R "Acme" "r1" 3 2 = allowed=true remaining=1 retry=0ms
+S "Acme" "r1" 3 0 = applied=true
+R "Acme" "r2" 3 0 = allowed=true remaining=3 retry=0ms
+S "acme" "r3 " 3 3 = applied=false
+R "acme" "open:r3 " 3 3 = allowed=true remaining=0 retry=0ms
+S "acme" "open:r3 " 3 4 = applied=true
+S "Acme" "r2" 3 0 = applied=true
+R "b" "{r5}" 600 600 = allowed=true remaining=0 retry=0ms
+R "acme" "r3 " 3 1 = allowed=true remaining=0 retry=0ms
+R "acme" "open:r3 " 3 3 = allowed=true remaining=0 retry=0ms
+R "Acme" "r6" 3 0 = allowed=true remaining=3 retry=0ms
++ 1
+R "acme" "open:r3  " 3 1 = allowed=false remaining=0 retry=39999ms
+R "Acme" "r6:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 3 2 = allowed=true remaining=1 retry=0ms
+S "Acme" "r6:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 3 0 = applied=true
+S "Acme" "r6" 3 0 = applied=true
++ 84990
+R "b" "r9" 600 1 = allowed=true remaining=599 retry=0ms
+R "b" "R9" 600 0 = allowed=true remaining=599 retry=0ms
+R "b" "{r11}" 600 1 = allowed=true remaining=598 retry=0ms
+S "b" "R9" 61 94 = applied=true
++ 39998
+R "Acme" "bad" 3 -1 = ErrInvalidArgument
+R "b" "settled:{r11}" 61 1 = allowed=true remaining=6 retry=0ms
+S "Acme" "r6:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 3 2 = applied=false
+trace w1000-d60-1tenants-debt-back-lowered-edge-again-bad "q-2" 1000 60
++ 1
+R "acme:eu" "settled:r1" 1000 999 = allowed=true remaining=1 retry=0ms
+R "acme:eu" "settled:r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000 1 = allowed=true remaining=0 retry=0ms
+S "acme:eu" "settled:r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000 1 = applied=true
++ 3732
++ 1
+R "acme:eu" "r3" 1000 1 = allowed=true remaining=61 retry=0ms
+S "acme:eu" "settled:r1" 7 21 = applied=false
+R "acme:eu" "r3:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 7 7 = allowed=true remaining=0 retry=0ms
++ 1000
+R "acme:eu" "bad" 7 8 = ErrEstimateTooLarge
+S "acme:eu" "r3" 7 0 = applied=false
+R "acme:eu" "bad" 0 0 = ErrInvalidArgument
+R "acme:eu" "settled:r3:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 7 0 = allowed=true remaining=0 retry=0ms
+S "acme:eu" "r3:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 7 7 = applied=false
+S "acme:eu" "settled:r3:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 7 0 = applied=true
+R "acme:eu" "r6" 7 0 = allowed=true remaining=0 retry=0ms
+S "acme:eu" "r3:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 7 2 = applied=false
+R "acme:eu" "{r7}" 7 0 = allowed=true remaining=0 retry=0ms
+S "acme:eu" "{r7}" 7 1 = applied=true
+S "acme:eu" "{r7}" 7 6 = applied=false
+- 1
++ 3127
+S "acme:eu" "r6" 7 21 = applied=false
+R "acme:eu" "r8" 7 0 = allowed=false remaining=0 retry=4446ms
+S "acme:eu" "settled:r3:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 7 1 = applied=false
+R "acme:eu" "r8 " 7 1 = allowed=false remaining=0 retry=13017ms
+R "acme:eu" "r10" 7 0 = allowed=false remaining=0 retry=4446ms
+trace w59999-d1-3tenants-debt-back-lowered-edge-again-bad "q-2" 59999 1
+R "b" "settled:r1" 1000000000 999999999 = allowed=true remaining=1 retry=0ms
+R "b" "settled:r1" 1000000000 0 = allowed=true remaining=1 retry=0ms
+R "acme" "r2:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 7 7 = allowed=true remaining=0 retry=0ms
+R "acme " "r3" 2 1 = allowed=true remaining=1 retry=0ms
+R "acme " "settled:r3" 2 2 = allowed=false remaining=1 retry=30000ms
++ 59999
+R "acme" "R2:XXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXX" 7 0 = allowed=true remaining=6 retry=0ms
+R "acme" "settled:R2:XXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXX" 7 0 = allowed=true remaining=6 retry=0ms
+S "acme " "r3" 2 0 = applied=false
++ 1
++ 59997
++ 29999
+R "acme " "r7" 2 0 = allowed=true remaining=2 retry=0ms
+R "b" "bad" 1000000000 -1 = ErrInvalidArgument
++ 114305
+S "acme " "r7" 2 1 = applied=false
+S "b" "settled:r1" 1000000000 999999998 = applied=false
+R "acme " "bad" 0 0 = ErrInvalidArgument
+- 1074
++ 1
+S "acme " "r7" 2 0 = applied=false
+R "b" "settled:r1 " 1000000000 335499903 = allowed=true remaining=664500097 retry=0ms
+R "acme" "SETTLED:R2:XXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXX" 7 7 = allowed=true remaining=0 retry=0ms
+S "acme " "r10" 2 1 = applied=false
+R "b" "r11" 1000000000 664500098 = allowed=false remaining=664500097 retry=1ms
+S "b" "settled:r1 " 1000000000 0 = applied=true
+S "acme" "SETTLED:R2:XXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXX" 7 21 = applied=true
+trace w466371-d2-2tenants-debt-back-lowered-edge-again-bad "q-2" 466371 2
+S "acme " "r1" 1000 303 = applied=false
++ 1
++ 1
+S "acme " "r1" 1000 282 = applied=false
++ 1
+R "acme " "r2" 1000 1000 = allowed=true remaining=0 retry=0ms
+R "acme " "r3" 1000 0 = allowed=true remaining=0 retry=0ms
+R "acme " "settled:r3" 1000 1 = allowed=false remaining=0 retry=60ms
++ 466371
+S "acme " "r2" 1000 3000 = applied=false
+R "acme " "r5" 1000 0 = allowed=true remaining=1000 retry=0ms
+S "acme " "r3" 1000 1000000000 = applied=false
++ 466371
+R "acme " "r6" 1000 0 = allowed=true remaining=1000 retry=0ms
+R "acme " "r7" 1000 381 = allowed=true remaining=619 retry=0ms
++ 1
++ 115154
+R "acme" "settled:r8" 59 5 = allowed=true remaining=54 retry=0ms
+- 60000
++ 1
+S "acme " "r6" 1000 0 = applied=true
++ 4619
+R "acme" "r9" 59 59 = allowed=false remaining=54 retry=60465ms
+R "acme" "r9" 59 59 = allowed=false remaining=54 retry=60465ms
+R "acme" "r10" 7 0 = allowed=true remaining=7 retry=0ms
+- 2587
+R "acme " "bad" 1000 -1 = ErrInvalidArgument
++ 1
+R "acme " "open:r7" 1000 620 = allowed=true remaining=380 retry=0ms
+S "acme " "r5" 1000 0 = applied=false
+trace w3600000-d0-2tenants-debt-back-edge-again-bad "" 3600000 0
++ 1
+R "acme " "r1" 1 0 = allowed=true remaining=1 retry=0ms
++ 3200
+S "Acme" "bad" 1000 -1 = ErrInvalidArgument
++ 1
+R "Acme" "r2" 1000 1 = allowed=true remaining=999 retry=0ms
++ 3599999
+S "Acme" "r2" 1000 1000000000 = applied=true
+S "acme " "r1" 1 0 = applied=false
+R "Acme" "r2" 1000 0 = allowed=true remaining=0 retry=0ms
++ 1
+S "Acme" "bad" 1000 1000000001 = ErrInvalidArgument
+R "Acme" "r3" 1000 234 = allowed=false remaining=0 retry=74039ms
++ 2590
++ 1976
+R "Acme" "r4" 1000 1000 = allowed=false remaining=0 retry=115433ms
+R "Acme" "R4" 1000 0 = allowed=false remaining=0 retry=55433ms
+- 276
+trace w515819-d1-2tenants-debt-back-edge-again-bad "tq" 515819 1
+R "b" "r1" 60 0 = allowed=true remaining=60 retry=0ms
+R "b" "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 60 17 = allowed=true remaining=43 retry=0ms
+S "b" "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 60 9 = applied=false
+R "b" "{r4}" 60 44 = allowed=false remaining=43 retry=1000ms
+R "b" "{r5}" 60 5 = allowed=true remaining=38 retry=0ms
+R "b" "r6" 60 38 = allowed=true remaining=0 retry=0ms
+R "b" "open:r6" 60 0 = allowed=true remaining=0 retry=0ms
+R "acme" "r8" 1 0 = allowed=true remaining=1 retry=0ms
+R "b" "r9" 60 0 = allowed=true remaining=0 retry=0ms
+S "b" "r1" 60 0 = applied=true
+S "acme" "r8" 1 2 = applied=true
+S "b" "r9" 60 0 = applied=true
+R "b" "r10" 60 2 = allowed=false remaining=0 retry=2000ms
+R "acme" "bad" 1000000001 1 = ErrInvalidArgument
+R "" "bad" 1 1 = ErrInvalidArgument
+R "b" "r11" 60 0 = allowed=true remaining=0 retry=0ms
+R "acme" "r12" 1 0 = allowed=false remaining=0 retry=60000ms
+R "acme" "open:r12" 1 0 = allowed=false remaining=0 retry=60000ms
+S "b" "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 60 16 = applied=true
++ 1
++ 1
++ 515816
+R "acme" "open:r12" 1 0 = allowed=true remaining=1 retry=0ms
+R "b" "r14" 60 60 = allowed=true remaining=0 retry=0ms
++ 1
+R "acme" "r15" 1 1 = allowed=true remaining=0 retry=0ms
+R "b" "" 60 1 = ErrInvalidArgument
+R "acme" "r16" 1 0 = allowed=true remaining=0 retry=0ms
++ 1
+S "acme" "r15" 1 2 = applied=true
+R "acme" "r16" 1 0 = allowed=true remaining=0 retry=0ms
+R "acme" "open:r12" 1 1 = allowed=true remaining=0 retry=0ms
+- 1
+R "b" "r17" 60 17 = allowed=false remaining=0 retry=16999ms
++ 488
+R "acme" "r18" 1 1 = allowed=false remaining=0 retry=119512ms
+S "acme" "r15" 1 1 = applied=false
+trace w60000-d2-2tenants-debt-back-lowered-edge-again-bad "" 60000 2
+S "Acme" "r1" 59 30 = applied=false
+R "Acme" "open:r1" 59 59 = allowed=true remaining=0 retry=0ms
++ 60000
+R "acme" "R3" 7 0 = allowed=true remaining=7 retry=0ms
+R "Acme" "" 59 1 = ErrInvalidArgument
+S "Acme" "open:r1" 59 177 = applied=false
+R "Acme" "open:open:r1" 59 0 = allowed=true remaining=59 retry=0ms
+S "acme" "R3" 7 0 = applied=true
++ 1
+S "Acme" "open:open:r1" 1 0 = applied=true
++ 1
+R "acme" "R3 " 7 6 = allowed=true remaining=1 retry=0ms
++ 51727
+- 1302
+S "acme" "R3 " 7 13 = applied=true
+S "Acme" "open:open:r1" 1 1 = applied=false
+R "Acme" "" 1 1 = ErrInvalidArgument
+S "Acme" "r1" 1 1 = applied=false
++ 1
+R "acme" "r6" 7 1 = allowed=false remaining=0 retry=8571ms
+S "Acme" "r7" 1 1 = applied=false
++ 1
++ 1
+R "Acme" "r7 " 1 1 = allowed=true remaining=0 retry=0ms
+R "Acme" "r9" 1 1 = allowed=false remaining=0 retry=60000ms
++ 1
+R "Acme" "settled:r9" 1 1 = allowed=false remaining=0 retry=59999ms
+trace w1000-d0-3tenants-debt-lowered-again-bad "tq" 1000 0
+R "Acme" "r1" 59 1 = allowed=true remaining=58 retry=0ms
+S "acme " "r2" 1000000 557049 = applied=false
+S "Acme" "r1" 59 1 = applied=true
++ 920
+R "acme:eu" "r3" 1000000000 1000000000 = allowed=true remaining=0 retry=0ms
++ 1
+R "acme:eu" "r4" 1000000000 0 = allowed=true remaining=16666 retry=0ms
+R "acme:eu" "r5" 1000000000 16666 = allowed=true remaining=0 retry=0ms
++ 2394
+R "Acme" "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 2 2 = allowed=true remaining=0 retry=0ms
+S "acme:eu" "r7" 1000000000 902979736 = applied=false
+R "acme:eu" "r8" 1000000000 1 = allowed=true remaining=39899999 retry=0ms
+S "acme:eu" "r5" 1000000000 587331152 = applied=false
++ 98131
+S "acme:eu" "r3" 1000000000 1000000000 = applied=false
+R "acme " "settled:r2" 1000000 0 = allowed=true remaining=1000000 retry=0ms
+R "acme:eu" "r8 " 1000000000 1000000000 = allowed=true remaining=0 retry=0ms
+S "Acme" "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 2 0 = applied=false
+S "acme " "settled:r2" 1000000 1 = applied=true
+R "acme " "settled:r2" 1000000 0 = allowed=true remaining=999999 retry=0ms
+S "acme " "bad" 1000000 -1 = ErrInvalidArgument
+R "Acme" "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx " 2 0 = allowed=true remaining=2 retry=0ms
+R "Acme" "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx " 2 2 = allowed=true remaining=2 retry=0ms
+S "Acme" "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx " 2 1 = applied=true
++ 57977
+R "acme " "SETTLED:R2" 1000000 0 = allowed=true remaining=1000000 retry=0ms
+S "acme:eu" "r7" 1000000000 260538989 = applied=false
++ 1
++ 3851
+R "Acme" "r13" 2 2 = allowed=true remaining=0 retry=0ms
+S "Acme" "{r14}" 2 1 = applied=false
+R "acme:eu" "r15" 1000000000 0 = allowed=true remaining=1000000000 retry=0ms
+trace w0-d0-3tenants-debt-back-lowered-again-bad "" 0 0
+R "acme:eu" "r1" 1000 999 = allowed=true remaining=1 retry=0ms
+R "acme:eu" "r1 " 1000 2 = allowed=false remaining=1 retry=60ms
+S "acme:eu" "r1" 1000 999 = applied=true
+S "Acme" "bad" 7919 -1 = ErrInvalidArgument
++ 1
+R "Acme" "bad" 0 0 = ErrInvalidArgument
++ 1
+R "acme " "open:r3" 1000000 905841 = allowed=true remaining=94159 retry=0ms
+R "Acme" "open:r4" 600 600 = allowed=true remaining=0 retry=0ms
+R "acme " "open:open:r3" 1000000 0 = allowed=true remaining=94159 retry=0ms
+S "acme " "open:r3" 1000000 1021681 = applied=true
+S "acme " "open:r3" 1000000 875431 = applied=false
+- 992
+R "Acme" "open:r4 " 600 0 = allowed=true remaining=0 retry=0ms
+S "acme " "bad" 1000000 1000000001 = ErrInvalidArgument
+S "Acme" "open:r4 " 600 0 = applied=true
+S "acme " "open:open:r3" 1000000 1 = applied=true
+R "Acme" "settled:open:r4 " 600 0 = allowed=true remaining=0 retry=0ms
+trace w180394-d0-2tenants-debt-back-lowered-edge-again-bad "" 180394 0
++ 1
+S "acme" "bad" 7919 1000000001 = ErrInvalidArgument
+- 1
++ 1
+R "acme" "r1" 7919 1 = allowed=true remaining=7918 retry=0ms
+R "acme" "{r2}" 7919 3962 = allowed=true remaining=3956 retry=0ms
++ 47
+R "acme:eu" "r3:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 60 60 = allowed=true remaining=0 retry=0ms
+R "acme" "{r2}" 7919 7919 = allowed=true remaining=3962 retry=0ms
++ 180393
+R "acme:eu" "r4" 60 1 = allowed=true remaining=59 retry=0ms
+R "acme{x}" "bad" 7919 1 = ErrInvalidArgument
+R "acme:eu" "R4" 60 0 = allowed=true remaining=59 retry=0ms
++ 1
++ 180393
+S "acme" "{r2}" 7919 3962 = applied=false
+R "acme:eu" "{r6}" 60 0 = allowed=true remaining=60 retry=0ms
+R "acme:eu" "settled:{r6}" 60 60 = allowed=true remaining=0 retry=0ms
++ 1
+S "acme:eu" "{r6}" 60 101 = applied=true
+S "acme" "r1" 2 1 = applied=false
+- 60000
++ 1
++ 1
++ 1
+R "acme" "{r8}" 1 1 = allowed=true remaining=0 retry=0ms
+R "acme" "{r8}" 1 0 = allowed=true remaining=0 retry=0ms
+S "acme:eu" "r3:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 2 4 = applied=false
+R "acme:eu" "r9" 2 0 = allowed=false remaining=0 retry=119997ms
++ 1
+S "acme:eu" "settled:{r6}" 2 13 = applied=true
+R "acme" "{r8} " 1 1 = allowed=false remaining=0 retry=59999ms
+R "acme" "{r8} " 1 0 = allowed=true remaining=0 retry=0ms
++ 1
+R "acme:eu" "r9 " 2 1 = allowed=true remaining=1 retry=0ms
+R "acme" "r12" 1 0 = allowed=true remaining=0 retry=0ms
+R "acme" "r13" 1 1 = allowed=false remaining=0 retry=59998ms
+trace w2-d60-3tenants-debt-lowered-again-bad "q-2" 2 60
++ 1
+R "acme" "r1" 60 35 = allowed=true remaining=25 retry=0ms
+R "acme" "r1" 60 2 = allowed=true remaining=25 retry=0ms
+S "b" "r2 " 7919 2894 = applied=false
+S "acme" "r1" 60 36 = applied=true
+R "b" "r2 " 7919 0 = allowed=true remaining=7919 retry=0ms
++ 1
+R "b" "r3" 7919 7919 = allowed=true remaining=0 retry=0ms
+R "acme" "r1" 60 26 = allowed=true remaining=24 retry=0ms
+R "b" "bad" 7919 7920 = ErrEstimateTooLarge
+S "acme" "r1" 60 30 = applied=false
+S "b" "r3" 7919 7919 = applied=true
++ 1
+R "acme " "r4" 1000000 1000000 = allowed=true remaining=0 retry=0ms
++ 69107
++ 1
+R "acme " "r5" 3 1 = allowed=true remaining=2 retry=0ms
+trace w0-d60-1tenants-debt-lowered-again-bad "tq" 0 60
+R "b" "r1" 60 1 = allowed=true remaining=59 retry=0ms
+R "b" "{r2}" 60 0 = allowed=true remaining=59 retry=0ms
+S "b" "{r2}" 60 1 = applied=true
+R "b" "r1" 60 0 = allowed=true remaining=58 retry=0ms
+R "b{x}" "bad" 60 1 = ErrInvalidArgument
+S "b" "r1" 60 180 = applied=true
+S "b" "{r2}" 60 49 = applied=false
+R "b" "r3" 60 1 = allowed=false remaining=0 retry=122000ms
 R "b" "bad" 0 0 = ErrInvalidArgument
-S "acme:eu" "r7" 2 1 = applied=false
-R "acme:eu" "R7" 2 1 = allowed=true remaining=1 retry=0ms
+S "b" "{r2}" 59 19 = applied=false
 + 1
-R "acme:eu" "r9" 2 0 = allowed=true remaining=1 retry=0ms
+S "b" "{r2}" 59 44 = applied=false
++ 122000
++ 122000
+R "b" "r4" 59 0 = allowed=true remaining=59 retry=0ms
+trace w7-d2-2tenants-debt-back-lowered-edge-again-bad "" 7 2
 + 1
-+ 109960
+R "Acme" "bad" 0 0 = ErrInvalidArgument
++ 94215
+R "b" "open:r1" 600 153 = allowed=true remaining=447 retry=0ms
+R "Acme" "open:r2" 3 3 = allowed=true remaining=0 retry=0ms
++ 53374
+S "b" "open:r1" 600 0 = applied=false
+S "Acme" "open:r2 " 1 1 = applied=false
+R "Acme" "open:r2 " 1 1 = allowed=true remaining=0 retry=0ms
+R "b" "{r4}" 600 11 = allowed=true remaining=589 retry=0ms
+S "b" "{r4}" 600 0 = applied=true
+S "Acme" "open:r2" 1 1 = applied=false
++ 4283
+R "b" "r5" 600 0 = allowed=true remaining=600 retry=0ms
+S "b" "r5" 600 1117 = applied=true
+R "Acme" "" 1 1 = ErrInvalidArgument
+R "b" "r5:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 600 1 = allowed=false remaining=0 retry=51800ms
+R "b" "bad" 1000000001 1 = ErrInvalidArgument
+- 1246
+R "b" "{r7}" 600 0 = allowed=false remaining=0 retry=52946ms
++ 4198
++ 1482
+R "Acme" "settled:open:r2 " 1 1 = allowed=true remaining=0 retry=0ms
+R "Acme" "settled:open:r2 :xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1 1 = allowed=false remaining=0 retry=60000ms
+R "Acme" "SETTLED:OPEN:R2 :XXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXX" 1 1 = allowed=false remaining=0 retry=60000ms
+R "Acme" "settled:SETTLED:OPEN:R2 :XXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXX" 1 1 = allowed=false remaining=0 retry=60000ms
+S "Acme" "bad" 1 -1 = ErrInvalidArgument
++ 6
+R "b" "r5:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 600 0 = allowed=false remaining=0 retry=47260ms
+R "b" "{r7} " 600 0 = allowed=false remaining=0 retry=47260ms
+R "Acme" "settled:SETTLED:OPEN:R2 :XXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXX" 1 0 = allowed=true remaining=0 retry=0ms
+R "Acme" "settled:SETTLED:OPEN:R2 :XXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXX:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1 1 = allowed=false remaining=0 retry=59994ms
+R "b" "r14" 600 0 = allowed=false remaining=0 retry=47260ms
+R "Acme" "r15" 1 0 = allowed=true remaining=0 retry=0ms
+trace w3600001-d1-1tenants-debt-back-lowered-edge-again-bad "tq" 3600001 1
+R "b" "settled:r1" 2 0 = allowed=true remaining=2 retry=0ms
+R "b" "r2" 2 2 = allowed=true remaining=0 retry=0ms
+R "b{x}" "bad" 2 1 = ErrInvalidArgument
+R "b" "R2" 2 0 = allowed=true remaining=0 retry=0ms
+S "b" "r4" 2 1 = applied=false
+S "b" "settled:r1" 2 1 = applied=true
+R "b" "r5" 2 0 = allowed=false remaining=0 retry=30000ms
+R "b" "r6" 2 0 = allowed=false remaining=0 retry=30000ms
++ 30001
+R "b" "r7" 2 2 = allowed=false remaining=0 retry=59999ms
+R "b" "r6" 1 0 = allowed=true remaining=0 retry=0ms
+R "b" "{r8}" 1 0 = allowed=true remaining=0 retry=0ms
+R "b" "r4" 1 0 = allowed=true remaining=0 retry=0ms
++ 3600001
+R "b" "bad" 1 2 = ErrEstimateTooLarge
++ 3600001
+R "b" "r9" 1 1 = allowed=true remaining=0 retry=0ms
+R "b" "r10" 1 1 = allowed=false remaining=0 retry=60000ms
++ 2187
++ 60001
+R "b" "r11" 1 1 = allowed=true remaining=0 retry=0ms
+- 1
+R "b" "r11 " 1 0 = allowed=true remaining=0 retry=0ms
 + 1
-S "acme:eu" "R7" 2 6 = applied=false
+S "b" "r9" 1 1 = applied=true
+R "b" "r13" 1 1 = allowed=false remaining=0 retry=60000ms
+S "b" "r11 " 1 0 = applied=true
+R "b" "{r14}" 1 0 = allowed=true remaining=0 retry=0ms
++ 3600001
+R "b" "r15" 1 0 = allowed=true remaining=1 retry=0ms
+S "b" "r11" 1 3 = applied=false
 + 1
+R "b" "settled:r15" 1 0 = allowed=true remaining=1 retry=0ms
 + 1
+trace w241783-d60-3tenants-debt-edge-again-bad "tq" 241783 60
 + 1
-S "Acme" "r6" 2 0 = applied=false
+R "acme:eu" "R1" 1 0 = allowed=true remaining=1 retry=0ms
+S "acme " "r2" 7919 3241 = applied=false
+S "b" "bad" 7919 1000000001 = ErrInvalidArgument
++ 241782
 + 1
-S "Acme" "r5" 2 0 = applied=false
-R "acme:eu" "R9" 2 0 = allowed=true remaining=2 retry=0ms
-S "b" "{r3}" 1 0 = applied=false
-+ 24170
+R "acme " "bad" 1000000001 1 = ErrInvalidArgument
 + 3600000
 + 1
-+ 3347
-- 60000
-S "acme:eu" "R9" 2 1 = applied=false
-trace w7200000-d1-2tenants-lowered-edge-again-bad "tq" 7200000 1
-S "acme" "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 61 33 = applied=false
-+ 2107
+S "acme:eu" "R1" 1 0 = applied=false
+R "acme " "r3" 7919 0 = allowed=true remaining=7919 retry=0ms
+R "b" "settled:r4" 7919 2389 = allowed=true remaining=5530 retry=0ms
+R "acme " "r3" 7919 7919 = allowed=true remaining=7919 retry=0ms
++ 241782
+S "acme " "r3" 7919 0 = applied=true
 + 1
-R "acme" "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 61 1 = allowed=true remaining=61 retry=0ms
-R "acme" "r2" 61 0 = allowed=true remaining=61 retry=0ms
+S "acme " "R3" 7919 6553 = applied=false
++ 348
 + 1
-R "acme" "r3" 61 3 = allowed=true remaining=58 retry=0ms
-R "acme" "r3" 61 1 = allowed=true remaining=58 retry=0ms
-R "acme" "r3:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 61 0 = allowed=true remaining=58 retry=0ms
-+ 7199999
-R "acme" "r5" 61 57 = allowed=true remaining=4 retry=0ms
-R "acme" "r3" 61 25 = allowed=true remaining=4 retry=0ms
-R "acme:eu" "r6" 1000000 1000000 = allowed=true remaining=0 retry=0ms
-S "acme" "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 61 40 = applied=false
-R "acme:eu" "r7" 1000000 1000000 = allowed=false remaining=0 retry=60000ms
-R "acme:eu" "r7:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000 1000000 = allowed=false remaining=0 retry=60000ms
-S "acme:eu" "r9" 1000000 48360 = applied=false
-+ 1
-R "acme:eu" "r9:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000 66194 = allowed=false remaining=16 retry=3971ms
-+ 1
-R "acme" "bad" 7 8 = ErrEstimateTooLarge
-R "acme:eu" "open:r9:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000 0 = allowed=true remaining=33 retry=0ms
-R "acme:eu" "OPEN:R9:XXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXX" 1000000 1000000 = allowed=false remaining=33 retry=59998ms
-+ 15310
-R "acme:eu" "r13" 1000000 34 = allowed=true remaining=255166 retry=0ms
-S "acme:eu" "r9" 1000000 726758 = applied=false
-R "acme" "r14" 7 0 = allowed=true remaining=5 retry=0ms
-R "acme:eu" "r15" 1000000 1 = allowed=true remaining=255165 retry=0ms
-S "acme" "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 7 3 = applied=false
-R "acme:eu{x}" "bad" 1000000 1 = ErrInvalidArgument
-R "acme:eu" "r16" 1000000 0 = allowed=true remaining=255165 retry=0ms
-S "acme" "r5" 7 55 = applied=true
-S "acme" "r3" 7 2 = applied=false
-+ 7200000
-trace w57549-d0-1tenants-debt-lowered-edge-bad "q-2" 57549 0
-R "acme:eu" "" 3 1 = ErrInvalidArgument
-R "acme:eu" "open:r1" 3 0 = allowed=true remaining=3 retry=0ms
-+ 57549
-R "acme:eu" "bad" 3 -1 = ErrInvalidArgument
-+ 1
-R "acme:eu" "settled:open:r1" 3 1 = allowed=true remaining=2 retry=0ms
-+ 57548
-S "acme:eu" "settled:open:r1" 3 1 = applied=true
-R "acme:eu" "bad" 3 -1 = ErrInvalidArgument
-S "acme:eu" "open:r1" 3 1 = applied=false
-R "acme:eu" "r3" 3 3 = allowed=true remaining=0 retry=0ms
-R "acme:eu" "r4" 3 1 = allowed=false remaining=0 retry=20000ms
-+ 3409
-R "acme:eu" "open:r4" 3 1 = allowed=false remaining=0 retry=16591ms
-R "acme:eu" "r6" 3 0 = allowed=true remaining=0 retry=0ms
-R "acme:eu" "settled:r6" 1 0 = allowed=true remaining=0 retry=0ms
-+ 57549
-S "acme:eu" "settled:r6" 1 0 = applied=false
-R "acme:eu" "r8" 1 0 = allowed=true remaining=1 retry=0ms
-R "acme:eu" "r9" 1 0 = allowed=true remaining=1 retry=0ms
-+ 1
-R "acme:eu" "r10" 1 0 = allowed=true remaining=1 retry=0ms
-trace w1-d1-1tenants-debt-lowered-edge-again-bad "" 1 1
-+ 1
-R "Acme" "settled:r1" 7 0 = allowed=true remaining=7 retry=0ms
-+ 1
-R "Acme" "SETTLED:R1" 7 7 = allowed=true remaining=0 retry=0ms
-R "Acme" "r3" 7 0 = allowed=true remaining=0 retry=0ms
-+ 1
-R "Acme" "" 3 1 = ErrInvalidArgument
-S "Acme" "r3:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 3 1 = applied=false
-R "Acme" "R3:XXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXX" 3 0 = allowed=true remaining=0 retry=0ms
-+ 1
-S "Acme" "SETTLED:R1" 3 0 = applied=false
-+ 1
-+ 1
-S "Acme" "R3:XXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXX" 3 1 = applied=false
-S "Acme" "R3:XXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXX" 3 1 = applied=false
-+ 1
-R "Acme" "r6" 3 1 = allowed=false remaining=0 retry=19995ms
-R "Acme" "r7" 3 0 = allowed=true remaining=0 retry=0ms
-R "Acme" "r6" 3 2 = allowed=false remaining=0 retry=39995ms
-R "Acme" "r7:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 3 3 = allowed=false remaining=0 retry=59995ms
-R "Acme" "r9" 3 0 = allowed=true remaining=0 retry=0ms
-S "Acme" "r9" 3 9 = applied=true
-R "Acme" "r10" 2 1 = allowed=false remaining=0 retry=90000ms
-+ 1
-R "Acme" "r11" 2 1 = allowed=false remaining=0 retry=89999ms
-S "Acme" "r7" 2 0 = applied=false
-S "Acme" "r3" 2 0 = applied=false
-R "Acme" "r12" 2 0 = allowed=false remaining=0 retry=59999ms
-R "Acme" "r13" 2 1 = allowed=false remaining=0 retry=89999ms
-S "Acme" "settled:r1" 2 0 = applied=false
-R "Acme" "r11" 2 1 = allowed=false remaining=0 retry=89999ms
-R "Acme" "r14" 2 0 = allowed=false remaining=0 retry=59999ms
-R "Acme" "r15" 2 0 = allowed=false remaining=0 retry=59999ms
-R "Acme" "R15" 2 0 = allowed=false remaining=0 retry=59999ms
-R "Acme" "r17" 2 0 = allowed=false remaining=0 retry=59999ms
-R "Acme" "r18" 2 0 = allowed=false remaining=0 retry=59999ms
-R "Acme" "r18:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 2 0 = allowed=false remaining=0 retry=59999ms
-trace w190466-d1-1tenants-debt-back-lowered-edge-again-bad "q-2" 190466 1
-+ 1
-+ 1
-R "Acme" "r1" 3 0 = allowed=true remaining=3 retry=0ms
-R "Acme" "settled:r1" 3 0 = allowed=true remaining=3 retry=0ms
-S "Acme" "{r3}" 1 0 = applied=false
-R "Acme" "r4" 1 0 = allowed=true remaining=1 retry=0ms
-R "Acme" "open:r4" 1 1 = allowed=true remaining=0 retry=0ms
-+ 190466
-R "Acme" "open:r4:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1 0 = allowed=true remaining=1 retry=0ms
-S "Acme" "r1" 1 1 = applied=false
-R "Acme" "r7" 1 0 = allowed=true remaining=1 retry=0ms
-R "Acme" "r8" 1 1 = allowed=true remaining=0 retry=0ms
-R "Acme" "r8:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1 1 = allowed=false remaining=0 retry=60000ms
+S "b" "settled:r4" 7919 2389 = applied=false
+R "acme " "R3:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 7919 4508 = allowed=true remaining=3411 retry=0ms
+R "acme " "r7" 7919 3411 = allowed=true remaining=0 retry=0ms
+S "acme " "R3:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 7919 15700 = applied=true
+S "acme " "r7" 7919 0 = applied=true
+trace w60000-d2-2tenants-debt-back-edge-again-bad "tq" 60000 2
++ 2044
 + 60000
-- 2050
-R "Acme" "r10" 1 0 = allowed=true remaining=1 retry=0ms
-R "Acme{x}" "bad" 1 1 = ErrInvalidArgument
-R "Acme" "r11" 1 0 = allowed=true remaining=1 retry=0ms
-R "Acme" "r7" 1 0 = allowed=true remaining=1 retry=0ms
-R "Acme" "r11" 1 0 = allowed=true remaining=1 retry=0ms
-S "Acme" "r7" 1 0 = applied=true
-R "Acme" "R11" 1 0 = allowed=true remaining=1 retry=0ms
-+ 478
-S "Acme" "r4" 1 0 = applied=false
-S "Acme" "r10" 1 0 = applied=true
-S "Acme" "open:r4:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1 0 = applied=true
-- 60000
-S "Acme" "bad" 1 -1 = ErrInvalidArgument
-R "Acme" "r13" 1 0 = allowed=true remaining=1 retry=0ms
-+ 112479
-R "Acme" "r14" 1 0 = allowed=true remaining=1 retry=0ms
-S "Acme" "r7" 1 1 = applied=false
-R "Acme" "r7" 1 1 = allowed=true remaining=1 retry=0ms
-trace w60000-d1-3tenants-debt-back-lowered-edge-again-bad "q-2" 60000 1
 + 1
-R "acme:eu" "bad" 0 0 = ErrInvalidArgument
-R "acme:eu" "R1" 1000000 0 = allowed=true remaining=1000000 retry=0ms
-R "acme:eu" "R1" 1000000 1000000 = allowed=true remaining=1000000 retry=0ms
++ 2034
+R "Acme" "r1" 60 0 = allowed=true remaining=60 retry=0ms
+S "Acme" "r1" 60 0 = applied=true
++ 1
+R "acme " "settled:r2" 1 1 = allowed=true remaining=0 retry=0ms
 - 1
-R "Acme" "r2:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 7 7 = allowed=true remaining=0 retry=0ms
 + 1
-R "Acme" "R2:XXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXX" 7 0 = allowed=true remaining=0 retry=0ms
-S "Acme" "r4" 7 1 = applied=false
-R "acme:eu" "R1" 1000000 224984 = allowed=true remaining=1000000 retry=0ms
++ 3737
+S "Acme" "bad" 60 1000000001 = ErrInvalidArgument
+R "Acme" "r3" 60 59 = allowed=true remaining=1 retry=0ms
++ 1
+S "acme " "settled:r2" 1 2 = applied=true
+R "Acme" "r3:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 60 1 = allowed=true remaining=0 retry=0ms
+R "acme " "settled:r2 " 1 0 = allowed=false remaining=0 retry=56262ms
 + 60000
+R "Acme" "r6" 60 48 = allowed=true remaining=12 retry=0ms
+R "Acme" "{r7}" 60 11 = allowed=true remaining=1 retry=0ms
+S "Acme" "r8" 60 56 = applied=false
+R "Acme" "r9" 60 1 = allowed=true remaining=0 retry=0ms
+R "acme " "r10" 1 0 = allowed=true remaining=0 retry=0ms
+R "Acme" "{r7}" 60 1 = allowed=true remaining=0 retry=0ms
+S "Acme" "r3:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 60 180 = applied=false
+S "acme " "r10" 1 0 = applied=true
+R "Acme" "r9" 60 60 = allowed=true remaining=0 retry=0ms
+R "Acme" "settled:r9" 60 0 = allowed=true remaining=0 retry=0ms
+R "acme " "settled:r2 " 1 0 = allowed=true remaining=0 retry=0ms
++ 60000
+R "acme " "r12" 1 1 = allowed=true remaining=0 retry=0ms
+trace w1-d3-1tenants-edge-again-bad "q-2" 1 3
+R "acme {x}" "bad" 1000 1 = ErrInvalidArgument
+R "acme " "{r1}" 1000 1000 = allowed=true remaining=0 retry=0ms
+S "acme " "bad" 1000 -1 = ErrInvalidArgument
++ 34448
++ 1
+R "acme " "{r2}" 1000 787 = allowed=false remaining=574 retry=12771ms
+R "acme " "r3" 1000 575 = allowed=false remaining=574 retry=51ms
+R "acme " "{r2}" 1000 244 = allowed=true remaining=330 retry=0ms
+R "acme " "r4" 1000 1 = allowed=true remaining=329 retry=0ms
+S "acme " "R4" 1000 751 = applied=false
+R "acme " "r6" 1000 330 = allowed=false remaining=329 retry=51ms
+R "acme " "" 1000 1 = ErrInvalidArgument
+R "acme " "r4" 1000 329 = allowed=true remaining=329 retry=0ms
++ 1
+R "acme " "r6" 1000 328 = allowed=true remaining=1 retry=0ms
+R "acme " "r3" 1000 0 = allowed=true remaining=1 retry=0ms
++ 1
+R "acme " "r7" 1000 424 = allowed=false remaining=1 retry=25369ms
+R "acme " "open:r7" 1000 72 = allowed=false remaining=1 retry=4249ms
++ 4250
+R "acme {x}" "bad" 1000 1 = ErrInvalidArgument
+S "acme " "r4" 1000 1 = applied=false
+R "acme " "r9" 1000 0 = allowed=true remaining=72 retry=0ms
+R "acme " "r9:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000 1 = allowed=true remaining=71 retry=0ms
+R "acme " "r9:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx " 1000 578 = allowed=false remaining=71 retry=30419ms
++ 30418
++ 1
+R "acme " "r9:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx :xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000 0 = allowed=true remaining=578 retry=0ms
+trace w61000-d60-1tenants-debt-back-lowered-again-bad "" 61000 60
+R "acme:eu" "r1" 1000000000 0 = allowed=true remaining=1000000000 retry=0ms
+R "acme:eu" "r1" 1000000000 3552918 = allowed=true remaining=1000000000 retry=0ms
+R "acme:eu" "R1" 1000000000 467398771 = allowed=true remaining=532601229 retry=0ms
+S "acme:eu" "r1" 1000000000 0 = applied=true
+R "acme:eu" "R1 " 1000000000 1000000000 = allowed=false remaining=532601229 retry=28044ms
+S "acme:eu" "r4" 1000000000 674564606 = applied=false
+R "acme:eu" "r4:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000000 0 = allowed=true remaining=532601229 retry=0ms
+R "acme:eu" "r1" 1000000000 532601230 = allowed=true remaining=532601229 retry=0ms
+R "acme:eu" "bad" 0 0 = ErrInvalidArgument
+R "acme:eu" "r6" 1000000000 532601228 = allowed=true remaining=1 retry=0ms
+R "acme:eu" "open:r6" 1000000000 0 = allowed=true remaining=1 retry=0ms
+R "acme:eu" "r8" 1000000000 0 = allowed=true remaining=1 retry=0ms
++ 1
++ 61000
+S "acme:eu" "r4:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000 1000000000 = applied=false
++ 1
+R "acme:eu" "settled:r8" 1000000 2 = allowed=true remaining=999998 retry=0ms
+S "acme:eu" "r1" 1 0 = applied=false
+S "acme:eu" "r6" 1 0 = applied=false
+R "acme:eu" "R1 " 1 1 = allowed=true remaining=0 retry=0ms
+S "acme:eu" "R1" 1 1 = applied=false
+S "acme:eu" "settled:r8" 1 2 = applied=true
+R "acme:eu" "{r10}" 1 0 = allowed=true remaining=0 retry=0ms
++ 2384
++ 109960
++ 1
+S "acme:eu" "r8" 1 3 = applied=false
++ 1
++ 1
+S "acme:eu" "{r10}" 1 1 = applied=false
+S "acme:eu" "open:r6" 1 0 = applied=false
+S "acme:eu" "R1 " 1 0 = applied=false
+R "acme:eu" "r11" 1 1 = allowed=true remaining=0 retry=0ms
+- 1193
+trace w3600001-d0-3tenants-debt-back-again-bad "tq" 3600001 0
+S "b" "r1" 1000 890 = applied=false
++ 1
+- 1
++ 1401
+R "acme" "r2" 600 189 = allowed=true remaining=411 retry=0ms
+S "acme" "r2" 600 1800 = applied=true
+- 60000
++ 1
+S "b" "bad" 1000 -1 = ErrInvalidArgument
+R "acme:eu" "r3" 1000 0 = allowed=true remaining=1000 retry=0ms
+R "acme" "r4" 600 1 = allowed=false remaining=0 retry=120099ms
+R "b" "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000 0 = allowed=true remaining=1000 retry=0ms
++ 1
+R "b" "{r6}" 1000 1000 = allowed=true remaining=0 retry=0ms
+R "b" "{R6}" 1000 161 = allowed=false remaining=0 retry=9660ms
+S "b" "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000 0 = applied=true
+S "b" "r1" 1000 556 = applied=false
+R "acme:eu{x}" "bad" 1000 1 = ErrInvalidArgument
+R "acme:eu" "r3" 1000 1000 = allowed=true remaining=1000 retry=0ms
+R "acme:eu" "r3" 1000 0 = allowed=true remaining=1000 retry=0ms
+R "acme:eu" "r8" 1000 0 = allowed=true remaining=1000 retry=0ms
+S "acme:eu" "r8" 1000 0 = applied=true
+R "acme:eu" "bad" 1000 1001 = ErrEstimateTooLarge
+R "acme" "open:r4" 600 0 = allowed=false remaining=0 retry=119998ms
+R "acme" "OPEN:R4" 600 600 = allowed=false remaining=0 retry=179998ms
++ 15310
+R "acme" "r11" 600 1 = allowed=false remaining=0 retry=104788ms
+S "acme:eu" "r8" 1000 727 = applied=false
+R "acme" "r12" 600 3 = allowed=false remaining=0 retry=104988ms
+trace w61000-d0-1tenants-debt-lowered-again-bad "" 61000 0
+R "acme " "r1" 7 6 = allowed=true remaining=1 retry=0ms
+R "acme " "r2" 7 0 = allowed=true remaining=1 retry=0ms
+S "acme " "r2" 7 2 = applied=true
+S "acme " "settled:r2" 7 7 = applied=false
+R "acme " "r4" 7 1 = allowed=false remaining=0 retry=17143ms
+R "acme " "open:r4" 7 1 = allowed=false remaining=0 retry=17143ms
+R "acme " "open:r4:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 7 0 = allowed=false remaining=0 retry=8572ms
+R "acme " "r7" 7 0 = allowed=false remaining=0 retry=8572ms
+R "acme " "r7:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 7 7 = allowed=false remaining=0 retry=68572ms
+S "acme " "r1" 7 21 = applied=true
+R "acme " "open:r4:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 7 0 = allowed=false remaining=0 retry=60000ms
+S "acme " "settled:r2" 7 2 = applied=false
+R "acme " "bad" 7 -1 = ErrInvalidArgument
+R "acme " "r4" 1 0 = allowed=false remaining=0 retry=60000ms
+R "acme " "r7:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx " 1 1 = allowed=false remaining=0 retry=120000ms
++ 3409
+R "acme " "open:r7:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx " 1 1 = allowed=false remaining=0 retry=116591ms
+R "acme " "r11" 1 0 = allowed=false remaining=0 retry=56591ms
+R "acme " "settled:r11" 1 0 = allowed=false remaining=0 retry=56591ms
++ 56592
+trace w579197-d0-1tenants-debt-lowered-edge-again-bad "tq" 579197 0
++ 1
+R "Acme" "r1" 61 0 = allowed=true remaining=61 retry=0ms
+R "Acme" "open:r1" 61 0 = allowed=true remaining=61 retry=0ms
+R "Acme" "open:r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 61 60 = allowed=true remaining=1 retry=0ms
++ 579197
+S "Acme" "r1" 61 52 = applied=false
+R "Acme" "OPEN:R1:XXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXX" 61 1 = allowed=true remaining=60 retry=0ms
+R "Acme" "r5" 61 0 = allowed=true remaining=60 retry=0ms
++ 579197
+R "Acme" "" 59 1 = ErrInvalidArgument
+S "Acme" "r1" 59 47 = applied=false
+R "Acme" "R5" 59 58 = allowed=true remaining=1 retry=0ms
++ 579197
+S "Acme" "open:r1" 59 0 = applied=false
++ 1
++ 1
+S "Acme" "R5" 59 59 = applied=false
+S "Acme" "R5" 59 52 = applied=false
+trace w60000-d60-3tenants-lowered-edge-again-bad "q-2" 60000 60
+S "b" "r1" 3 2 = applied=false
++ 1
+R "b" "r2" 3 0 = allowed=true remaining=3 retry=0ms
+S "b" "r2" 3 0 = applied=true
+R "b" "r2:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 3 0 = allowed=true remaining=3 retry=0ms
++ 1
++ 3600000
+S "b" "r2:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 3 0 = applied=false
+R "acme " "r4" 61 61 = allowed=true remaining=0 retry=0ms
+S "acme " "r5" 61 58 = applied=false
+R "acme " "r5 " 61 0 = allowed=true remaining=0 retry=0ms
++ 1
++ 1
+R "acme " "r7" 61 1 = allowed=false remaining=0 retry=982ms
+R "b" "r8" 3 2 = allowed=true remaining=1 retry=0ms
+R "acme:eu" "bad" 0 0 = ErrInvalidArgument
++ 60000
++ 1
+R "b" "r9" 3 1 = allowed=true remaining=2 retry=0ms
+R "acme " "R7" 61 0 = allowed=true remaining=61 retry=0ms
+R "acme:eu" "r11" 1 0 = allowed=true remaining=1 retry=0ms
+R "acme:eu" "r12" 1 0 = allowed=true remaining=1 retry=0ms
+R "acme:eu" "r12:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1 0 = allowed=true remaining=1 retry=0ms
+R "acme " "r7" 61 50 = allowed=true remaining=11 retry=0ms
++ 59999
+trace w7-d0-1tenants-debt-back-again-bad "q-2" 7 0
+R "acme:eu" "r1" 61 61 = allowed=true remaining=0 retry=0ms
+S "acme:eu" "r2" 61 39 = applied=false
+R "acme:eu" "open:r2" 61 0 = allowed=true remaining=0 retry=0ms
+R "acme:eu" "r4" 61 1 = allowed=false remaining=0 retry=984ms
+R "acme:eu" "{r5}" 61 3 = allowed=false remaining=0 retry=2951ms
+R "acme:eu" "open:{r5}" 61 1 = allowed=false remaining=0 retry=984ms
++ 983
+R "acme:eu" "open:{r5}:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 61 0 = allowed=true remaining=0 retry=0ms
+S "acme:eu" "r1" 61 62 = applied=false
+R "acme:eu" "r8" 61 0 = allowed=true remaining=0 retry=0ms
+R "acme:eu" "r9" 61 61 = allowed=false remaining=0 retry=59017ms
+R "acme:eu" "r9:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 61 1 = allowed=false remaining=0 retry=1ms
++ 1
+- 2050
+R "acme:eu" "r11" 61 0 = allowed=true remaining=0 retry=0ms
+R "acme:eu{x}" "bad" 61 1 = ErrInvalidArgument
+R "acme:eu" "r12" 61 0 = allowed=true remaining=0 retry=0ms
+R "acme:eu" "{r5}" 61 0 = allowed=true remaining=0 retry=0ms
+R "acme:eu" "r9:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 61 0 = allowed=true remaining=0 retry=0ms
+S "acme:eu" "open:{r5}:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 61 32 = applied=true
+trace w2-d60-2tenants-debt-lowered-again "tq" 2 60
++ 3144
+R "acme:eu" "r1 " 1000 0 = allowed=true remaining=1000 retry=0ms
+R "acme:eu" "r2" 1000 0 = allowed=true remaining=1000 retry=0ms
+S "acme:eu" "settled:r2" 1000 415 = applied=false
++ 2
+R "acme" "r4:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000 1000 = allowed=true remaining=0 retry=0ms
+S "acme:eu" "settled:r2" 1000 934 = applied=false
+S "acme" "r4:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000 0 = applied=true
+S "acme" "r4:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000 713 = applied=false
+R "acme" "settled:r4:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000 0 = allowed=true remaining=1000 retry=0ms
+S "acme" "settled:r4:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000 3000 = applied=true
++ 1
++ 1
++ 1
+S "acme:eu" "r2" 1000 0 = applied=false
+R "acme:eu" "SETTLED:R2" 1000 0 = allowed=true remaining=1000 retry=0ms
+trace w0-d60-3tenants-debt-back-edge-again-bad "tq" 0 60
++ 3512
+R "acme " "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 3 1 = allowed=true remaining=2 retry=0ms
+R "Acme" "{r2}" 2 2 = allowed=true remaining=0 retry=0ms
+R "acme " "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 3 2 = allowed=true remaining=2 retry=0ms
++ 3600000
 + 13677
 + 3506
-R "acme:eu" "open:R1" 1000000 1000000 = allowed=true remaining=0 retry=0ms
-R "" "bad" 7 1 = ErrInvalidArgument
-R "Acme" "r6" 7 0 = allowed=true remaining=7 retry=0ms
-+ 59999
+R "acme " "open:r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 3 3 = allowed=true remaining=0 retry=0ms
+R "" "bad" 2 1 = ErrInvalidArgument
+R "Acme" "r4" 2 0 = allowed=true remaining=2 retry=0ms
++ 3599999
 - 2604
-R "acme:eu" "bad" 1000000 -1 = ErrInvalidArgument
-S "Acme" "r6" 7 0 = applied=true
-S "Acme" "r2:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 7 7 = applied=false
-S "Acme" "bad" 7 1000000001 = ErrInvalidArgument
-R "acme" "bad" 7 -1 = ErrInvalidArgument
-S "acme:eu" "open:R1" 1000000 1000000 = applied=true
-R "acme:eu" "r7" 1000000 840933 = allowed=true remaining=115650 retry=0ms
+R "acme " "bad" 3 -1 = ErrInvalidArgument
+S "Acme" "r4" 2 0 = applied=true
+S "Acme" "{r2}" 2 2 = applied=false
+S "Acme" "bad" 2 1000000001 = ErrInvalidArgument
+R "acme" "bad" 1 -1 = ErrInvalidArgument
+S "acme " "open:r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 3 3 = applied=true
+R "acme " "open:r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx " 3 2 = allowed=true remaining=1 retry=0ms
 - 60000
 + 95997
-S "acme:eu" "r7" 1000000 3000000 = applied=true
-trace w60000-d2-3tenants-debt-lowered-edge-again-bad "" 60000 2
-+ 539
+S "acme " "open:r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx " 3 9 = applied=true
++ 1
+trace w502496-d0-2tenants-debt-edge-again-bad "" 502496 0
 + 1374
 R "acme:eu" "bad" 1000000001 1 = ErrInvalidArgument
 + 3860
-R "b" "r1" 2 0 = allowed=true remaining=2 retry=0ms
-+ 1
-R "b" "r2" 2 1 = allowed=true remaining=1 retry=0ms
-R "b" "r1" 2 0 = allowed=true remaining=1 retry=0ms
-R "acme:eu" "r3" 1000000 1 = allowed=true remaining=999999 retry=0ms
-R "b" "r4" 2 2 = allowed=false remaining=1 retry=30000ms
-R "acme" "{r5}" 3 3 = allowed=true remaining=0 retry=0ms
-S "acme" "{r5}" 3 3 = applied=true
-R "acme" "r6" 3 1 = allowed=false remaining=0 retry=20000ms
-S "b" "r1" 2 0 = applied=true
-+ 60000
-R "b" "r7" 1 1 = allowed=true remaining=0 retry=0ms
-S "acme:eu" "r3" 1000000 1 = applied=false
-R "b" "R7" 1 0 = allowed=true remaining=0 retry=0ms
-R "acme:eu" "r9" 1000000 0 = allowed=true remaining=1000000 retry=0ms
-S "acme:eu" "r9" 1000000 3000000 = applied=true
-R "acme:eu" "r9:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000 1000000 = allowed=false remaining=0 retry=180000ms
+R "acme" "r1" 1000 0 = allowed=true remaining=1000 retry=0ms
++ 502496
+R "acme" "{r2}" 1000 1000 = allowed=true remaining=0 retry=0ms
+R "acme" "{R2}" 1000 1000 = allowed=false remaining=0 retry=60000ms
+S "acme" "{r2}" 1000 1001 = applied=true
+R "acme:eu" "r4" 7919 7919 = allowed=true remaining=0 retry=0ms
+R "acme" "{r5}" 1000 1000 = allowed=false remaining=0 retry=60060ms
+S "acme" "r1" 1000 0 = applied=false
+R "acme" "{r5} " 1000 1 = allowed=false remaining=0 retry=120ms
+R "acme" "r7" 1000 1 = allowed=false remaining=0 retry=120ms
+R "acme" "r8" 1000 743 = allowed=false remaining=0 retry=44640ms
+R "acme" "r9" 1000 1000 = allowed=false remaining=0 retry=60060ms
+R "acme:eu" "R4" 7919 0 = allowed=true remaining=0 retry=0ms
+R "acme:eu" "R4:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 7919 0 = allowed=true remaining=0 retry=0ms
+R "acme" "{R2}" 1000 0 = allowed=false remaining=0 retry=60ms
+trace w60000-d3-2tenants-debt-lowered-edge-bad "" 60000 3
 + 1866
-R "b" "r4" 1 0 = allowed=true remaining=0 retry=0ms
-S "b" "r2" 1 1 = applied=false
-trace w59999-d3-1tenants-debt-back-edge-again-bad "" 59999 3
-R "acme:eu" "r1" 60 2 = allowed=true remaining=58 retry=0ms
-R "acme:eu" "r2" 60 0 = allowed=true remaining=58 retry=0ms
-R "acme:eu{x}" "bad" 60 1 = ErrInvalidArgument
+R "acme:eu" "r1" 7 0 = allowed=true remaining=7 retry=0ms
+R "acme " "{r2}" 3 0 = allowed=true remaining=3 retry=0ms
+R "acme:eu" "R1" 7 1 = allowed=true remaining=6 retry=0ms
+R "acme " "r4" 3 0 = allowed=true remaining=3 retry=0ms
+R "acme " "r5" 3 0 = allowed=true remaining=3 retry=0ms
+R "acme {x}" "bad" 3 1 = ErrInvalidArgument
 + 3600000
 + 1
-S "acme:eu" "r1" 60 2 = applied=false
-R "" "bad" 60 1 = ErrInvalidArgument
+S "acme:eu" "r1" 7 0 = applied=false
+R "" "bad" 3 1 = ErrInvalidArgument
 + 1
 + 1
-R "acme:eu" "open:r2" 60 5 = allowed=true remaining=55 retry=0ms
-+ 59999
-R "acme:eu" "open:r2:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 60 56 = allowed=true remaining=4 retry=0ms
-R "acme:eu" "OPEN:R2:XXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXX" 60 0 = allowed=true remaining=4 retry=0ms
-R "acme:eu" "r6" 60 5 = allowed=false remaining=4 retry=1000ms
-S "acme:eu" "r2" 60 180 = applied=false
-S "acme:eu" "open:r2:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 60 57 = applied=true
-S "acme:eu" "open:r2" 60 4 = applied=false
-R "acme:eu" "OPEN:R2:XXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXX" 60 26 = allowed=true remaining=3 retry=0ms
-R "acme:eu" "bad" 0 0 = ErrInvalidArgument
+R "acme " "open:r5" 3 0 = allowed=true remaining=3 retry=0ms
++ 60000
+R "acme " "open:r5:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 3 3 = allowed=true remaining=0 retry=0ms
+R "acme:eu" "r8" 7 0 = allowed=true remaining=7 retry=0ms
+R "acme " "OPEN:R5:XXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXX" 3 1 = allowed=false remaining=0 retry=20000ms
+S "acme:eu" "R1" 7 21 = applied=false
+trace w7-d2-2tenants-back-edge-again "tq" 7 2
++ 38752
++ 3600000
 - 1
-R "acme:eu" "r6:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 60 5 = allowed=false remaining=3 retry=2001ms
-R "acme:eu" "r6" 60 60 = allowed=false remaining=3 retry=57001ms
-R "acme:eu" "open:r6:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 60 49 = allowed=false remaining=3 retry=46001ms
+R "acme " "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000 80266 = allowed=true remaining=919734 retry=0ms
+R "acme " "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000 1000000 = allowed=true remaining=919734 retry=0ms
+R "Acme" "open:r2" 1000000000 809773785 = allowed=true remaining=190226215 retry=0ms
 + 32492
-S "acme:eu" "OPEN:R2:XXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXX" 60 0 = applied=true
-trace w3600001-d0-1tenants-debt-edge-again-bad "" 3600001 0
-R "acme:eu" "r1" 7 7 = allowed=true remaining=0 retry=0ms
-S "acme:eu" "{r2}" 7 2 = applied=false
-R "acme:eu" "r1" 7 0 = allowed=true remaining=0 retry=0ms
-+ 3600000
-R "acme:eu" "r3" 7 0 = allowed=true remaining=7 retry=0ms
-+ 1
-S "acme:eu" "{r2}" 7 6 = applied=false
-S "acme:eu" "r3" 7 1 = applied=true
-R "acme:eu" "r4" 7 3 = allowed=true remaining=3 retry=0ms
-R "acme:eu" "r4" 7 2 = allowed=true remaining=3 retry=0ms
-R "acme:eu" "r4:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 7 3 = allowed=true remaining=0 retry=0ms
-R "acme:eu" "r6" 7 2 = allowed=false remaining=0 retry=17143ms
-S "acme:eu" "r4:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 7 1000000000 = applied=true
-R "acme:eu" "r3" 7 0 = allowed=true remaining=0 retry=0ms
-+ 4773
-S "acme:eu" "r1" 7 11 = applied=false
-+ 3595227
-S "acme:eu" "r4" 7 0 = applied=true
-R "acme:eu" "r7" 7 0 = allowed=true remaining=7 retry=0ms
-+ 72614
-R "acme:eu" "r7" 7 2 = allowed=true remaining=7 retry=0ms
-+ 3527387
-+ 1
-S "acme:eu" "r7" 7 1 = applied=false
-S "acme:eu" "r7" 7 0 = applied=false
-R "acme:eu" "bad" 7 8 = ErrEstimateTooLarge
-trace w1000-d3-1tenants-debt-lowered-again-bad "" 1000 3
-S "b" "r1" 2 0 = applied=false
-R "b" "r2" 2 0 = allowed=true remaining=2 retry=0ms
-R "b" "r2:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 2 0 = allowed=true remaining=2 retry=0ms
-R "b" "bad" 2 3 = ErrEstimateTooLarge
-R "b" "r2:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 2 2 = allowed=true remaining=0 retry=0ms
-S "b" "R2:XXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXX:XXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXX" 2 2 = applied=false
-S "b" "r2:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 2 3 = applied=true
-R "b" "r2:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 2 1 = allowed=true remaining=0 retry=0ms
-S "b" "r2:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 2 6 = applied=true
-S "b" "r2" 2 0 = applied=true
-R "b" "r6" 1 0 = allowed=false remaining=0 retry=180000ms
-R "b" "r7" 1 0 = allowed=false remaining=0 retry=180000ms
-R "b" "r8" 1 1 = allowed=false remaining=0 retry=240000ms
-+ 3600000
-R "b" "r9" 1 0 = allowed=true remaining=1 retry=0ms
-trace w61000-d3-1tenants-debt-back-lowered-edge-again "" 61000 3
-R "b" "r1" 59 58 = allowed=true remaining=1 retry=0ms
-S "b" "r1" 59 58 = applied=true
-R "b" "r1" 59 0 = allowed=true remaining=1 retry=0ms
-S "b" "r1" 59 27 = applied=false
-+ 1
-R "b" "r2" 59 0 = allowed=true remaining=1 retry=0ms
-S "b" "r2" 59 15 = applied=true
-R "b" "r3" 59 1 = allowed=false remaining=0 retry=15254ms
-R "b" "r1" 59 0 = allowed=true remaining=0 retry=0ms
-- 2042
-R "b" "open:r3" 59 1 = allowed=false remaining=0 retry=17296ms
-+ 17295
-R "b" "r5" 59 0 = allowed=true remaining=0 retry=0ms
-- 60000
-R "b" "r2" 59 0 = allowed=true remaining=0 retry=0ms
-R "b" "r6" 59 59 = allowed=false remaining=0 retry=118984ms
-+ 1
-S "b" "r5" 59 0 = applied=true
-R "b" "r7" 59 4 = allowed=false remaining=0 retry=63051ms
-+ 3600000
-+ 1
-R "b" "r7" 59 0 = allowed=true remaining=59 retry=0ms
-R "b" "{r8}" 59 59 = allowed=true remaining=0 retry=0ms
-S "b" "r7" 59 0 = applied=true
-S "b" "r7" 59 29 = applied=false
-+ 61000
-trace w7-d60-1tenants-back-lowered-edge-again-bad "tq" 7 60
-S "Acme" "bad" 60 1000000001 = ErrInvalidArgument
-S "Acme" "r1" 60 28 = applied=false
-R "Acme" "r2" 60 60 = allowed=true remaining=0 retry=0ms
-R "Acme" "r2" 60 0 = allowed=true remaining=0 retry=0ms
+S "Acme" "open:r2" 1000000000 661527189 = applied=false
+R "Acme" "r3" 1000000000 1000000000 = allowed=false remaining=731759548 retry=16095ms
+R "Acme" "r3:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000000 1 = allowed=true remaining=731759547 retry=0ms
 + 6
-S "Acme" "r2" 60 60 = applied=true
+S "Acme" "open:r2" 1000000000 294534622 = applied=false
+S "Acme" "r3:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000000 1 = applied=true
+R "acme " "r5" 1000000 0 = allowed=true remaining=1000000 retry=0ms
+S "acme " "open:r5" 1000000 227810 = applied=false
+trace w7200000-d3-1tenants-debt-back-edge-again "q-2" 7200000 3
+R "b" "r1" 7 3 = allowed=true remaining=4 retry=0ms
+R "b" "r1" 7 3 = allowed=true remaining=4 retry=0ms
+R "b" "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 7 4 = allowed=true remaining=0 retry=0ms
+R "b" "r3" 7 2 = allowed=false remaining=0 retry=17143ms
+S "b" "r1" 7 1000000000 = applied=true
+R "b" "r1" 7 0 = allowed=true remaining=0 retry=0ms
++ 4773
+S "b" "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 7 11 = applied=true
 + 1
-- 1759
+S "b" "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 7 2 = applied=false
+R "b" "r4" 7 1 = allowed=false remaining=0 retry=188571ms
+S "b" "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 7 3 = applied=false
+R "b" "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 7 2 = allowed=true remaining=0 retry=0ms
 + 1
-R "Acme" "R2" 60 0 = allowed=true remaining=0 retry=0ms
++ 417
+R "b" "r5" 7 0 = allowed=false remaining=0 retry=179581ms
++ 7200000
+R "b" "r5" 7 0 = allowed=true remaining=7 retry=0ms
+S "b" "r6" 7 4 = applied=false
+R "b" "settled:r6" 7 7 = allowed=true remaining=0 retry=0ms
+S "b" "settled:r6" 7 7 = applied=true
++ 7199999
+S "b" "r5" 7 0 = applied=true
+R "b" "r8" 7 0 = allowed=true remaining=7 retry=0ms
+R "b" "r9" 7 7 = allowed=true remaining=0 retry=0ms
+- 60000
+S "b" "r8" 7 10 = applied=true
+R "b" "r8" 7 1 = allowed=true remaining=0 retry=0ms
+S "b" "r9" 7 21 = applied=true
+R "b" "settled:r9" 7 0 = allowed=false remaining=0 retry=240000ms
+trace w2-d2-2tenants-debt-back-again "q-2" 2 2
+R "acme:eu" "r1" 2 0 = allowed=true remaining=2 retry=0ms
++ 3600000
+S "acme:eu" "r1" 2 6 = applied=false
+R "acme" "r2" 600 2 = allowed=true remaining=598 retry=0ms
++ 1062
+R "acme" "r3" 600 599 = allowed=true remaining=1 retry=0ms
+- 486
+R "acme" "r3" 600 0 = allowed=true remaining=1 retry=0ms
+S "acme" "r3 " 600 272 = applied=false
+S "acme" "r2" 600 1800 = applied=false
+R "acme" "r3  " 600 0 = allowed=true remaining=1 retry=0ms
+S "acme" "r3" 600 159 = applied=true
+R "acme:eu" "r1 " 2 2 = allowed=true remaining=0 retry=0ms
 + 1
-R "Acme" "r4" 1 0 = allowed=true remaining=0 retry=0ms
 + 1
-R "Acme" "r5" 1 0 = allowed=true remaining=0 retry=0ms
+R "acme" "open:r3  " 600 2 = allowed=true remaining=439 retry=0ms
 + 1
-R "Acme" "r6" 1 1 = allowed=false remaining=0 retry=61394ms
-R "Acme" "r6" 1 1 = allowed=false remaining=0 retry=61394ms
-R "Acme" "{r7}" 1 1 = allowed=false remaining=0 retry=61394ms
+R "acme:eu" "R1 " 2 0 = allowed=true remaining=0 retry=0ms
+trace w1-d3-1tenants-debt-edge-again-bad "q-2" 1 3
+R "acme:eu" "r1 " 59 59 = allowed=true remaining=0 retry=0ms
+R "acme:eu" "r2" 59 59 = allowed=false remaining=0 retry=60000ms
+R "acme:eu" "r2 " 59 4 = allowed=false remaining=0 retry=4068ms
++ 3600000
++ 1
+S "acme:eu" "r1 " 59 177 = applied=false
+R "acme:eu" "r4" 59 3 = allowed=true remaining=56 retry=0ms
+R "acme:eu" "{r5}" 59 57 = allowed=false remaining=56 retry=1017ms
+S "acme:eu" "r1 " 59 59 = applied=false
+R "acme:eu" "{r5} " 59 0 = allowed=true remaining=56 retry=0ms
+R "acme:eu" "{r5} " 59 3 = allowed=true remaining=56 retry=0ms
+R "acme:eu" "{r5} :xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 59 1 = allowed=true remaining=55 retry=0ms
+R "" "bad" 59 1 = ErrInvalidArgument
+S "acme:eu" "{r5} :xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 59 177 = applied=true
+R "acme:eu" "r8" 59 59 = allowed=false remaining=0 retry=183051ms
++ 183052
+S "acme:eu" "r4" 59 1000000000 = applied=false
+S "acme:eu" "{r5} " 59 0 = applied=false
++ 183050
+trace w348271-d0-3tenants-debt-lowered-edge-again-bad "tq" 348271 0
+R "Acme" "R1" 59 58 = allowed=true remaining=1 retry=0ms
++ 348270
+R "Acme" "{r2}" 3 0 = allowed=true remaining=3 retry=0ms
++ 829
+S "Acme" "R1" 3 57 = applied=false
+R "Acme" "{r3}" 3 3 = allowed=true remaining=0 retry=0ms
+R "Acme" "r4" 3 3 = allowed=false remaining=0 retry=60000ms
++ 1
+R "b" "open:r5" 7919 743 = allowed=true remaining=7176 retry=0ms
+S "b" "open:r5" 7919 744 = applied=true
 + 380
-R "Acme" "{r7}" 1 0 = allowed=true remaining=0 retry=0ms
-S "Acme" "bad" 1 1000000001 = ErrInvalidArgument
-trace w295607-d60-3tenants-debt-back-lowered-edge-again-bad "tq" 295607 60
-+ 1923
-+ 95158
-R "acme:eu" "r1" 1000 999 = allowed=true remaining=1 retry=0ms
+R "b" "open:r5" 7919 0 = allowed=true remaining=7225 retry=0ms
+S "acme" "bad" 2 1000000001 = ErrInvalidArgument
++ 1
++ 3702
++ 3962
+trace w501038-d3-2tenants-debt-back-edge-again-bad "tq" 501038 3
 + 41489
-R "acme" "r2" 1000 0 = allowed=true remaining=1000 retry=0ms
-R "b" "r3" 1000 999 = allowed=true remaining=1 retry=0ms
-R "acme:eu" "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000 1000 = allowed=false remaining=692 retry=18451ms
-S "acme" "r2" 1000 3000 = applied=true
-R "b" "r3" 1000 1000 = allowed=true remaining=1 retry=0ms
-R "b" "" 1000 1 = ErrInvalidArgument
+R "acme:eu" "r1" 60 0 = allowed=true remaining=60 retry=0ms
+R "acme" "r2" 61 60 = allowed=true remaining=1 retry=0ms
+R "acme:eu" "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 60 60 = allowed=true remaining=0 retry=0ms
+S "acme" "r2" 61 183 = applied=true
+R "acme:eu" "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 60 60 = allowed=true remaining=0 retry=0ms
+R "acme" "" 61 1 = ErrInvalidArgument
 + 1
-+ 1
-S "acme:eu" "r1" 1000 1000000000 = applied=true
-S "b" "r3" 1000 0 = applied=true
-R "acme" "r5" 1000 1000 = allowed=false remaining=0 retry=179998ms
-R "acme" "r5" 1000 1 = allowed=false remaining=0 retry=120058ms
-R "b" "r3" 1000 2 = allowed=true remaining=1000 retry=0ms
++ 501036
+R "acme:eu" "r4" 60 0 = allowed=true remaining=60 retry=0ms
+S "acme:eu" "r4" 60 0 = applied=true
+S "acme:eu" "r1" 60 1 = applied=true
+S "acme:eu" "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 60 61 = applied=true
+R "acme" "r2" 61 2 = allowed=true remaining=61 retry=0ms
 + 4230
 + 1
-S "acme" "r2" 1000 212 = applied=false
-R "b" "settled:r3" 1000 36 = allowed=true remaining=964 retry=0ms
-S "acme" "r2" 1000 136 = applied=false
-R "b" "SETTLED:R3" 1000 964 = allowed=true remaining=0 retry=0ms
-+ 295607
+S "acme:eu" "r4" 60 16 = applied=false
+R "acme" "R2" 61 61 = allowed=true remaining=0 retry=0ms
+R "acme:eu" "{r6}" 60 60 = allowed=true remaining=0 retry=0ms
+S "acme:eu" "{r6}" 60 180 = applied=true
++ 501038
 + 71187
 + 1
 - 1
-trace w291187-d1-2tenants-debt-lowered-edge-again-bad "q-2" 291187 1
-R "acme:eu" "R1" 7919 7918 = allowed=true remaining=1 retry=0ms
-R "b" "open:r2" 7919 0 = allowed=true remaining=7919 retry=0ms
-R "b" "open:r2" 7919 7919 = allowed=true remaining=7919 retry=0ms
-S "acme:eu" "bad" 7919 1000000001 = ErrInvalidArgument
-R "b" "open:r2" 7919 7919 = allowed=true remaining=7919 retry=0ms
-R "b" "r3" 7919 7918 = allowed=true remaining=1 retry=0ms
-+ 291187
-R "b" "r4" 7919 545 = allowed=true remaining=7374 retry=0ms
-S "b" "r3" 7919 7918 = applied=false
-+ 40724
-S "b" "open:r2" 7919 0 = applied=false
-S "b" "r4" 7919 546 = applied=true
+R "acme" "r7" 61 0 = allowed=true remaining=61 retry=0ms
+R "acme:eu" "{R6}" 60 1 = allowed=true remaining=59 retry=0ms
+R "acme" "R7" 61 60 = allowed=true remaining=1 retry=0ms
+R "acme:eu" "open:{R6}" 60 0 = allowed=true remaining=59 retry=0ms
+R "acme:eu" "open:{R6}" 60 59 = allowed=true remaining=59 retry=0ms
+S "acme" "bad" 61 1000000001 = ErrInvalidArgument
+R "acme:eu" "open:{R6}" 60 59 = allowed=true remaining=59 retry=0ms
+R "acme:eu" "r11" 60 58 = allowed=true remaining=1 retry=0ms
 + 1
-R "acme:eu" "R1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 7919 1 = allowed=true remaining=7918 retry=0ms
-R "acme:eu" "r6" 7919 7919 = allowed=false remaining=7918 retry=8ms
-R "acme:eu{x}" "bad" 7919 1 = ErrInvalidArgument
-+ 1
-R "acme:eu" "r6" 7919 7919 = allowed=false remaining=7918 retry=7ms
-+ 7
-R "b" "r7" 60 0 = allowed=true remaining=60 retry=0ms
-R "b" "r4" 60 1 = allowed=true remaining=60 retry=0ms
-R "acme:eu" "r8" 7919 7919 = allowed=true remaining=0 retry=0ms
-R "b" "r4" 60 59 = allowed=true remaining=60 retry=0ms
-+ 1
-S "acme:eu" "R1" 7919 7918 = applied=false
-trace w0-d60-1tenants-debt-lowered-again-bad "" 0 60
+trace w0-d60-2tenants-back-lowered-again-bad "" 0 60
 + 1
 + 1
-R "acme:eu" "r1" 2 2 = allowed=true remaining=0 retry=0ms
-R "acme:eu" "{r2}" 2 2 = allowed=false remaining=0 retry=60000ms
-R "acme:eu" "{r2}" 2 0 = allowed=true remaining=0 retry=0ms
-R "acme:eu" "{r3}" 2 0 = allowed=true remaining=0 retry=0ms
-S "acme:eu" "r1" 1 3 = applied=true
-S "acme:eu" "{r2}" 1 0 = applied=true
-R "acme:eu" "r4" 1 0 = allowed=false remaining=0 retry=60000ms
-S "acme:eu" "{r3}" 1 3 = applied=true
-R "acme:eu" "r5" 1 1 = allowed=false remaining=0 retry=300000ms
-R "acme:eu" "settled:r5" 1 0 = allowed=false remaining=0 retry=240000ms
-R "acme:eu" "r7" 1 1 = allowed=false remaining=0 retry=300000ms
-R "acme:eu" "R7" 1 0 = allowed=false remaining=0 retry=240000ms
-+ 3665
-+ 2779
-+ 240001
-S "acme:eu" "bad" 1 1000000001 = ErrInvalidArgument
-S "acme:eu" "{r3}" 1 0 = applied=false
-+ 1
-R "acme:eu" "r9" 1 1 = allowed=false remaining=0 retry=53554ms
-+ 53553
-R "acme:eu" "r10" 1 0 = allowed=true remaining=0 retry=0ms
-R "acme:eu" "r11" 1 0 = allowed=true remaining=0 retry=0ms
-R "acme:eu" "r10" 1 1 = allowed=true remaining=0 retry=0ms
-R "acme:eu" "r12" 1 1 = allowed=false remaining=0 retry=1ms
-trace w2-d60-1tenants-debt-back-lowered-edge-again-bad "q-2" 2 60
-R "acme:eu" "r1" 2 1 = allowed=true remaining=1 retry=0ms
-R "acme:eu" "r1" 2 2 = allowed=true remaining=1 retry=0ms
-R "acme:eu" "r2" 2 2 = allowed=false remaining=1 retry=30000ms
-R "acme:eu" "r3" 2 0 = allowed=true remaining=1 retry=0ms
-+ 2
-R "acme:eu" "r4" 2 0 = allowed=true remaining=1 retry=0ms
-R "acme:eu" "r4" 2 2 = allowed=true remaining=1 retry=0ms
-S "acme:eu" "r4" 2 0 = applied=true
-- 1114
-S "acme:eu" "bad" 2 1000000001 = ErrInvalidArgument
-R "acme:eu" "r4" 2 0 = allowed=true remaining=1 retry=0ms
-R "acme:eu" "R4" 2 0 = allowed=true remaining=1 retry=0ms
-+ 1
-+ 1
-+ 1
-+ 24112
-R "acme:eu" "r6" 2 0 = allowed=true remaining=1 retry=0ms
-S "acme:eu" "r3" 2 0 = applied=false
-R "acme:eu" "r7" 2 0 = allowed=true remaining=1 retry=0ms
-+ 3794
-R "acme:eu" "r8" 2 2 = allowed=false remaining=1 retry=3203ms
-S "acme:eu" "r1" 2 1 = applied=false
-+ 1
-+ 27980
-R "acme:eu" "bad" 1000000001 1 = ErrInvalidArgument
-+ 3203
-S "acme:eu" "r7" 1 0 = applied=false
-+ 3203
-S "acme:eu" "r6" 1 0 = applied=false
-S "acme:eu" "R4" 1 2 = applied=false
-- 60000
-R "acme:eu" "r9" 1 1 = allowed=true remaining=0 retry=0ms
-R "acme:eu" "r2" 1 0 = allowed=true remaining=0 retry=0ms
-trace w7200000-d1-1tenants-debt-back-lowered-again-bad "tq" 7200000 1
-+ 1594
-+ 1
-R "acme:eu" "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 61 60 = allowed=true remaining=1 retry=0ms
-R "acme:eu" "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 61 19 = allowed=true remaining=1 retry=0ms
-S "acme:eu" "r2" 61 7 = applied=false
-S "acme:eu" "r2" 61 52 = applied=false
-R "acme:eu" "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 61 0 = allowed=true remaining=1 retry=0ms
-- 1105
-S "acme:eu" "r2" 61 16 = applied=false
-S "acme:eu" "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 61 0 = applied=true
-+ 1
-R "acme:eu" "{r3}" 61 1 = allowed=true remaining=60 retry=0ms
-R "acme:eu" "r4" 61 1 = allowed=true remaining=59 retry=0ms
-R "acme:eu" "r5" 61 1 = allowed=true remaining=58 retry=0ms
-R "acme:eu" "settled:r5" 61 24 = allowed=true remaining=34 retry=0ms
-S "acme:eu" "r4" 61 1 = applied=true
-S "acme:eu" "r5" 61 2 = applied=true
-R "acme:eu" "settled:r5" 61 0 = allowed=true remaining=33 retry=0ms
-R "acme:eu" "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 61 0 = allowed=true remaining=33 retry=0ms
-R "acme:eu" "bad" 0 0 = ErrInvalidArgument
-+ 1
-- 1654
-R "acme:eu" "{r7}" 61 33 = allowed=true remaining=0 retry=0ms
-S "acme:eu" "r2" 61 4 = applied=false
-S "acme:eu" "settled:r5" 61 24 = applied=true
-S "acme:eu" "{r7}" 61 33 = applied=true
-S "acme:eu" "{r3}" 61 1 = applied=true
-R "acme:eu" "{R7}" 1 0 = allowed=true remaining=0 retry=0ms
-R "acme:eu" "settled:{R7}" 1 1 = allowed=false remaining=0 retry=61653ms
-R "acme:eu" "r10" 1 1 = allowed=false remaining=0 retry=61653ms
-trace w0-d1-2tenants-debt-back-lowered-edge-again "q-2" 0 1
-+ 1
-R "acme" "open:r1" 1 0 = allowed=true remaining=1 retry=0ms
-R "acme" "r2" 1 1 = allowed=true remaining=0 retry=0ms
-R "acme" "open:r2" 1 0 = allowed=true remaining=0 retry=0ms
-+ 4057
-S "acme" "open:r2" 1 0 = applied=true
-S "acme" "open:r1" 1 0 = applied=true
-R "acme:eu" "R4" 7919 0 = allowed=true remaining=7919 retry=0ms
-+ 31399
-R "acme:eu" "r5" 59 59 = allowed=true remaining=0 retry=0ms
-+ 3564543
-S "acme" "r2" 1 1 = applied=true
-+ 1788
-+ 101621
-R "acme:eu" "r6" 59 38 = allowed=true remaining=21 retry=0ms
-+ 1
-S "acme" "open:r1" 1 1 = applied=false
-+ 3599998
-S "acme:eu" "r6:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 59 24 = applied=false
-+ 1
-R "acme:eu" "r8" 59 21 = allowed=true remaining=38 retry=0ms
-S "acme:eu" "r8" 59 61 = applied=true
-R "acme" "open:open:r2" 1 0 = allowed=true remaining=1 retry=0ms
-S "acme:eu" "r5" 59 23 = applied=false
+R "Acme" "{r1}" 61 60 = allowed=true remaining=1 retry=0ms
++ 2583
+R "" "bad" 61 1 = ErrInvalidArgument
+S "Acme" "{r1}" 61 59 = applied=true
 - 1
-R "acme:eu" "r6:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 59 38 = allowed=true remaining=0 retry=0ms
-R "acme" "r10" 1 0 = allowed=true remaining=1 retry=0ms
+R "acme" "r2" 7 7 = allowed=true remaining=0 retry=0ms
+R "acme{x}" "bad" 7 1 = ErrInvalidArgument
 + 1
-R "acme:eu" "r6:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 59 0 = allowed=true remaining=0 retry=0ms
+R "acme" "r2" 7 1 = allowed=true remaining=0 retry=0ms
 + 1
-S "acme:eu" "R4" 59 1 = applied=false
-+ 3599998
-R "acme:eu" "r8" 59 38 = allowed=true remaining=59 retry=0ms
-R "acme" "r11" 1 0 = allowed=true remaining=1 retry=0ms
-S "acme:eu" "r6" 2 38 = applied=false
-trace w2-d0-3tenants-debt-back-lowered-again-bad "tq" 2 0
-R "acme" "r1" 60 0 = allowed=true remaining=60 retry=0ms
-R "acme" "r2" 60 59 = allowed=true remaining=1 retry=0ms
-R "acme" "{r3}" 60 0 = allowed=true remaining=1 retry=0ms
-R "acme" "settled:{r3}" 60 0 = allowed=true remaining=1 retry=0ms
-R "b" "r5" 60 59 = allowed=true remaining=1 retry=0ms
-+ 85066
-- 60000
-R "b" "r6" 60 0 = allowed=true remaining=60 retry=0ms
-R "b" "r7" 60 60 = allowed=true remaining=0 retry=0ms
-S "b" "r5" 60 1000000000 = applied=false
-R "b" "R7" 60 1 = allowed=false remaining=0 retry=1000ms
-R "b" "R7:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 60 0 = allowed=true remaining=0 retry=0ms
-R "b" "R7:XXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXX" 60 1 = allowed=false remaining=0 retry=1000ms
-R "acme" "r11" 60 26 = allowed=true remaining=34 retry=0ms
-R "acme" "r12" 60 14 = allowed=true remaining=20 retry=0ms
-R "b" "r13" 60 0 = allowed=true remaining=0 retry=0ms
-S "acme" "r2" 60 59 = applied=false
-S "acme" "r12:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 60 7 = applied=false
-R "acme" "R12:XXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXX" 60 20 = allowed=true remaining=0 retry=0ms
-+ 1
-R "acme" "" 60 1 = ErrInvalidArgument
-+ 1
-R "acme" "r16" 60 0 = allowed=true remaining=0 retry=0ms
-- 60000
-R "b" "bad" 1 2 = ErrEstimateTooLarge
-R "acme" "r17" 60 60 = allowed=false remaining=0 retry=119998ms
-R "b" "r18" 1 1 = allowed=false remaining=0 retry=119998ms
-R "b" "{r19}" 1 1 = allowed=false remaining=0 retry=119998ms
-trace w336147-d2-1tenants-debt-back-lowered-edge-again-bad "" 336147 2
-R "Acme" "R1" 3 1 = allowed=true remaining=2 retry=0ms
-R "Acme" "open:R1" 3 0 = allowed=true remaining=2 retry=0ms
-R "Acme" "r3" 3 0 = allowed=true remaining=2 retry=0ms
-S "Acme" "R1" 3 2 = applied=true
-R "Acme" "r3" 3 0 = allowed=true remaining=1 retry=0ms
-+ 336146
-+ 1
-S "Acme" "bad" 3 -1 = ErrInvalidArgument
-S "Acme" "open:R1" 3 0 = applied=false
+S "acme" "r2" 1 0 = applied=true
+R "Acme" "open:{r1}" 61 1 = allowed=true remaining=3 retry=0ms
 R "Acme" "bad" 0 0 = ErrInvalidArgument
-R "Acme" "r4" 3 1 = allowed=true remaining=2 retry=0ms
-R "Acme" "r4:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 3 3 = allowed=false remaining=2 retry=20000ms
-S "Acme" "r4" 3 1 = applied=true
-S "Acme" "r4" 3 0 = applied=false
-S "Acme" "r3" 3 4 = applied=false
-- 1
-R "Acme" "r6" 3 1 = allowed=true remaining=1 retry=0ms
-R "Acme" "r4" 3 1 = allowed=true remaining=1 retry=0ms
-trace w361462-d1-3tenants-debt-back-again-bad "tq" 361462 1
-R "Acme" "r1" 7919 7919 = allowed=true remaining=0 retry=0ms
-+ 70230
-R "acme:eu" "{r2}" 59 2 = allowed=true remaining=57 retry=0ms
-R "Acme" "r3" 7919 0 = allowed=true remaining=7919 retry=0ms
-R "acme" "r4" 61 0 = allowed=true remaining=61 retry=0ms
-S "acme" "r4" 61 0 = applied=true
-R "Acme" "r5" 7919 7919 = allowed=true remaining=0 retry=0ms
-S "acme" "r4" 61 19 = applied=false
-+ 42309
-R "Acme{x}" "bad" 7919 1 = ErrInvalidArgument
-S "acme:eu" "r6" 59 13 = applied=false
-- 1
-R "Acme" "r7" 7919 7919 = allowed=false remaining=5583 retry=17692ms
-R "acme:eu" "r6" 59 56 = allowed=true remaining=59 retry=0ms
-R "Acme" "r8" 7919 7919 = allowed=false remaining=5583 retry=17692ms
-R "acme:eu" "r9" 59 1 = allowed=true remaining=58 retry=0ms
-S "Acme" "r10" 7919 1844 = applied=false
+R "Acme" "{r1}" 61 2 = allowed=true remaining=3 retry=0ms
 + 1
-R "acme" "r4:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 61 55 = allowed=true remaining=6 retry=0ms
-R "Acme" "r12" 7919 1 = allowed=true remaining=5583 retry=0ms
-S "acme:eu" "{r2}" 59 3 = applied=true
-R "acme:eu" "R9" 59 0 = allowed=true remaining=57 retry=0ms
-S "acme:eu" "r6" 59 16 = applied=false
-S "Acme" "r5" 7919 0 = applied=true
-S "acme" "r14" 61 49 = applied=false
-S "Acme" "r3" 7919 0 = applied=true
-R "Acme" "bad" 7919 -1 = ErrInvalidArgument
+R "Acme" "r4" 61 0 = allowed=true remaining=3 retry=0ms
+trace w0-d0-2tenants-debt-lowered-again "q-2" 0 0
 + 1
+R "acme " "r1" 2 2 = allowed=true remaining=0 retry=0ms
+R "acme:eu" "{r2}" 59 50 = allowed=true remaining=9 retry=0ms
+R "acme:eu" "{r2}" 59 0 = allowed=true remaining=9 retry=0ms
+R "acme " "{r3}" 2 0 = allowed=true remaining=0 retry=0ms
+S "acme " "r1" 1 3 = applied=true
+S "acme:eu" "{r2}" 59 49 = applied=true
+R "acme " "r4" 1 0 = allowed=false remaining=0 retry=60000ms
+R "acme " "r5" 1 0 = allowed=false remaining=0 retry=60000ms
++ 1
+R "acme:eu" "settled:{r2}" 59 8 = allowed=true remaining=2 retry=0ms
+R "acme " "r7" 1 1 = allowed=false remaining=0 retry=119999ms
+R "acme " "R7" 1 0 = allowed=false remaining=0 retry=59999ms
++ 4737
+trace w3600000-d3-3tenants-debt-back-edge-again-bad "tq" 3600000 3
+S "acme:eu" "r1" 7 1 = applied=false
++ 1
++ 1
+R "acme:eu" "r1 " 7 7 = allowed=true remaining=0 retry=0ms
++ 1
+R "b{x}" "bad" 2 1 = ErrInvalidArgument
++ 3599999
+- 2479
+S "acme:eu" "bad" 7 -1 = ErrInvalidArgument
++ 1
++ 1
+S "b" "bad" 2 1000000001 = ErrInvalidArgument
+S "acme" "R3" 3 2 = applied=false
++ 1
++ 1073
+S "b" "{r4}" 2 1 = applied=false
++ 114951
+R "b" "{r5}" 2 0 = allowed=true remaining=2 retry=0ms
++ 23
++ 1
+R "acme" "r6" 3 0 = allowed=true remaining=3 retry=0ms
+S "b" "{r5}" 2 0 = applied=true
+- 1114
+S "b" "bad" 2 1000000001 = ErrInvalidArgument
+R "b" "{r5}" 2 0 = allowed=true remaining=2 retry=0ms
+R "acme" "R6" 3 0 = allowed=true remaining=3 retry=0ms
++ 1
++ 1
+S "acme:eu" "r1 " 7 13 = applied=false
++ 24112
+R "b" "{R5}" 2 0 = allowed=true remaining=2 retry=0ms
+S "acme" "R6" 3 0 = applied=true
+R "acme" "r9" 3 0 = allowed=true remaining=3 retry=0ms
++ 3794
+R "acme" "r10" 3 3 = allowed=true remaining=0 retry=0ms
+trace w60000-d2-3tenants-debt-back-edge-again "" 60000 2
++ 1
+R "acme" "r1" 7919 155 = allowed=true remaining=7764 retry=0ms
+R "acme" "{r2}" 7919 479 = allowed=true remaining=7285 retry=0ms
+R "acme:eu" "r3" 1000000 1000000 = allowed=true remaining=0 retry=0ms
++ 59999
+R "acme" "r4" 7919 7285 = allowed=true remaining=634 retry=0ms
+R "acme:eu" "r3:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000 0 = allowed=true remaining=999983 retry=0ms
+R "acme:eu" "open:r3:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000 999983 = allowed=true remaining=0 retry=0ms
+- 1
++ 1
+S "acme:eu" "r3" 1000000 1000000 = applied=true
+S "acme" "{r2}" 7919 479 = applied=true
+R "acme:eu" "r7" 1000000 1 = allowed=false remaining=0 retry=1ms
+R "acme " "r8" 600 599 = allowed=true remaining=1 retry=0ms
+R "acme " "r9" 600 0 = allowed=true remaining=1 retry=0ms
+S "acme " "{r10}" 600 519 = applied=false
+S "acme" "r1" 7919 155 = applied=true
+R "acme" "r4 " 7919 634 = allowed=true remaining=0 retry=0ms
+S "acme:eu" "r3:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000 901363 = applied=true
+S "acme:eu" "open:r3:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000 3000000 = applied=true
+R "acme" "r12" 7919 1 = allowed=false remaining=0 retry=8ms
+R "acme:eu" "r13" 1000000 1 = allowed=false remaining=0 retry=120001ms
+R "acme " "settled:{r10}" 600 235 = allowed=false remaining=1 retry=23400ms
+R "acme" "r15" 7919 1 = allowed=false remaining=0 retry=8ms
+R "acme " "r16" 600 600 = allowed=false remaining=1 retry=59900ms
+R "acme" "r4 " 7919 7919 = allowed=true remaining=0 retry=0ms
+R "acme " "{r10}" 600 12 = allowed=true remaining=1 retry=0ms
+- 2409
+- 1654
+R "acme " "{r17}" 600 1 = allowed=true remaining=0 retry=0ms
+S "acme " "{r10}" 600 174 = applied=false
+- 60000
+trace w6666-d2-1tenants-debt-lowered-edge "tq" 6666 2
+R "acme:eu" "{r1}" 59 59 = allowed=true remaining=0 retry=0ms
+R "acme:eu" "r2" 59 8 = allowed=false remaining=0 retry=8136ms
+S "acme:eu" "{r1}" 59 58 = applied=true
+R "acme:eu" "r2:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 59 0 = allowed=true remaining=1 retry=0ms
++ 6666
++ 1
++ 56630
+R "acme:eu" "open:r2:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 59 4 = allowed=true remaining=55 retry=0ms
+R "acme:eu" "r5" 59 59 = allowed=false remaining=55 retry=4068ms
+R "acme:eu" "open:r5" 59 0 = allowed=true remaining=55 retry=0ms
++ 4057
+S "acme:eu" "open:r5" 59 0 = applied=true
+S "acme:eu" "open:r2:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 59 4 = applied=true
+S "acme:eu" "r2:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 59 177 = applied=false
++ 31399
+R "acme:eu" "r7" 59 56 = allowed=true remaining=3 retry=0ms
++ 6665
+S "acme:eu" "r7" 59 42 = applied=true
+trace w3600000-d3-3tenants-debt-back-again "" 3600000 3
+S "acme " "r1" 600 22 = applied=false
+S "b" "r2" 1000000 848948 = applied=false
++ 1
++ 1290
+- 2215
+R "acme " "r3" 600 600 = allowed=true remaining=0 retry=0ms
+S "acme " "r3" 600 621 = applied=true
+R "Acme" "open:r4" 1 0 = allowed=true remaining=1 retry=0ms
++ 1
++ 1
+R "acme " "{r5}" 600 0 = allowed=false remaining=0 retry=2098ms
++ 1
+R "Acme" "r6" 1 0 = allowed=true remaining=1 retry=0ms
++ 1
+R "acme " "r3" 600 0 = allowed=true remaining=0 retry=0ms
++ 1
+R "acme " "r7" 600 600 = allowed=false remaining=0 retry=62095ms
+trace w199203-d0-2tenants-debt-back-edge-again-bad "q-2" 199203 0
++ 4672
+S "acme" "r1 " 7919 3094 = applied=false
+- 1
+R "acme " "open:r2" 3 0 = allowed=true remaining=3 retry=0ms
++ 1
++ 1
+R "acme" "r3" 7919 0 = allowed=true remaining=7919 retry=0ms
+R "acme " "r4" 3 2 = allowed=true remaining=1 retry=0ms
+S "acme" "r3" 7919 1000000000 = applied=true
++ 1
++ 199202
+R "acme" "bad" 0 0 = ErrInvalidArgument
+- 60000
+R "acme" "R3" 7919 7918 = allowed=true remaining=1 retry=0ms
+R "acme " "settled:r4" 3 3 = allowed=true remaining=0 retry=0ms
+R "acme " "open:settled:r4" 3 0 = allowed=true remaining=0 retry=0ms
+R "acme " "open:settled:r4 " 3 0 = allowed=true remaining=0 retry=0ms
+R "acme" "settled:R3" 7919 2 = allowed=false remaining=1 retry=8ms
 `
