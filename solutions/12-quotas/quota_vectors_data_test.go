@@ -3,4387 +3,5674 @@
 package quotas
 
 // quotaVectors are the conformance traces quota_vectors_test.go replays.
-const quotaVectors = `trace w60000-d3-1tenants-debt-back-again-bad "q-2" 60000 3
+const quotaVectors = `trace w60000-d3-1tenants-debt-back-lowered-again-bad "q-2" 60000 3
 + 1
 + 1
 + 1
 - 60000
-R "" "bad" 1000000 1 = ErrInvalidArgument
+R "" "bad" 60 1 = ErrInvalidArgument
 + 1
-R "acme " "r1 " 1000000 1000000 = allowed=true remaining=0 retry=0ms
-S "acme " "r1 " 1000000 3000000 = applied=true
-R "acme " "r2" 1000000 1000000 = allowed=false remaining=0 retry=180000ms
+R "acme " "r1 " 60 60 = allowed=true remaining=0 retry=0ms
+S "acme " "r1 " 60 180 = applied=true
+R "acme " "r2" 60 60 = allowed=false remaining=0 retry=180000ms
 + 179999
 - 1
 + 180000
 + 179999
-R "acme " "bad" 1000000 -1 = ErrInvalidArgument
+R "acme " "bad" 60 -1 = ErrInvalidArgument
 + 893
-R "acme " "r2" 1000000 0 = allowed=true remaining=1000000 retry=0ms
-R "acme " "settled:r2" 1000000 999999 = allowed=true remaining=1 retry=0ms
-R "acme " "r4" 1000000 0 = allowed=true remaining=1 retry=0ms
-S "acme " "{r5}" 1000000 528014 = applied=false
-R "acme " "r6" 1000000 2 = allowed=false remaining=1 retry=1ms
-+ 2
-R "acme " "{r7}" 1000000 0 = allowed=true remaining=34 retry=0ms
+R "acme " "r2" 60 0 = allowed=true remaining=60 retry=0ms
+R "acme " "settled:r2" 60 59 = allowed=true remaining=1 retry=0ms
+R "acme " "r4" 60 0 = allowed=true remaining=1 retry=0ms
+S "acme " "{r5}" 60 32 = applied=false
+R "acme " "r6" 60 2 = allowed=false remaining=1 retry=1000ms
++ 1001
+R "acme " "{r7}" 60 0 = allowed=true remaining=2 retry=0ms
 - 60000
 - 1
-S "acme " "{r7}" 1000000 1840862 = applied=true
-R "acme " "r2" 1000000 33 = allowed=true remaining=0 retry=0ms
-trace w61000-d1-1tenants-debt-back-edge-again-bad "tq" 61000 1
-R "acme" "r1" 1 0 = allowed=true remaining=1 retry=0ms
-R "acme" "r2" 1 1 = allowed=true remaining=0 retry=0ms
-R "acme" "r1" 1 1 = allowed=true remaining=0 retry=0ms
-S "acme" "r2" 1 0 = applied=true
-R "acme" "settled:r2" 1 0 = allowed=true remaining=1 retry=0ms
-+ 61000
-- 1
-R "acme" "open:settled:r2" 1 1 = allowed=true remaining=0 retry=0ms
-S "acme" "open:settled:r2" 1 2 = applied=true
-R "acme" "r5" 1 0 = allowed=false remaining=0 retry=60000ms
-+ 1
-R "acme" "r6" 1 1 = allowed=false remaining=0 retry=119999ms
-+ 786
-R "acme" "r6 " 1 0 = allowed=false remaining=0 retry=59213ms
-S "acme" "settled:r2" 1 1 = applied=false
-R "acme" "r8" 1 0 = allowed=false remaining=0 retry=59213ms
-R "acme" "settled:r8" 1 0 = allowed=false remaining=0 retry=59213ms
-S "acme" "open:settled:r2" 1 1 = applied=false
-S "acme" "bad" 1 1000000001 = ErrInvalidArgument
-+ 59212
-+ 59214
-+ 1
-R "acme" "r10" 1 0 = allowed=true remaining=0 retry=0ms
-S "acme" "open:settled:r2" 1 1 = applied=false
-+ 61000
-S "acme" "r10" 1 1 = applied=false
-+ 1
-R "acme" "settled:r10" 1 0 = allowed=true remaining=1 retry=0ms
-R "acme" "SETTLED:R10" 1 0 = allowed=true remaining=1 retry=0ms
-trace w0-d1-1tenants-debt-back-lowered-again-bad "q-2" 0 1
-+ 1
-R "acme " "r1" 1000000 1000000 = allowed=true remaining=0 retry=0ms
-R "acme " "r2" 1000000 1000000 = allowed=false remaining=0 retry=60000ms
-- 60000
-R "acme " "r3" 1000000 88551 = allowed=false remaining=0 retry=65314ms
-S "acme " "r1" 1000000 1000000 = applied=true
-+ 1
-R "acme " "r3:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 7919 0 = allowed=true remaining=0 retry=0ms
-R "acme " "r3:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx " 7919 143 = allowed=false remaining=0 retry=61083ms
-S "acme " "r3:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 7919 1000000000 = applied=true
-+ 9542
-+ 61083
-R "acme " "open:r3:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx " 7919 7919 = allowed=false remaining=0 retry=109374ms
-R "acme " "" 7919 1 = ErrInvalidArgument
-R "acme " "r3:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 7919 0 = allowed=true remaining=0 retry=0ms
-- 60000
-R "acme " "r7" 7919 3250 = allowed=false remaining=0 retry=133999ms
-+ 98436
-R "acme " "r2" 7919 0 = allowed=false remaining=0 retry=10938ms
-R "acme " "r2" 7919 1 = allowed=false remaining=0 retry=10946ms
-R "acme " "r3" 2 1 = allowed=false remaining=0 retry=90000ms
-R "acme " "r8" 1 1 = allowed=false remaining=0 retry=120000ms
-+ 120000
-+ 96127
-trace w1-d2-2tenants-debt-back-edge-again-bad "q-2" 1 2
-R "acme" "bad" 1000 1001 = ErrEstimateTooLarge
-R "acme" "{r1}" 1000 999 = allowed=true remaining=1 retry=0ms
-S "acme:eu" "r2:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1 0 = applied=false
-R "acme" "{r1}" 1000 1 = allowed=true remaining=1 retry=0ms
-R "acme:eu" "r3" 1 1 = allowed=true remaining=0 retry=0ms
-+ 1
-S "acme" "{r1}" 1000 0 = applied=false
-S "acme:eu" "r3" 1 1000000000 = applied=false
-R "acme" "r4" 1000 1000 = allowed=false remaining=1 retry=59939ms
-R "acme" "r4:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000 0 = allowed=true remaining=1 retry=0ms
-R "acme" "r4:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000 1000 = allowed=false remaining=1 retry=59939ms
-+ 2601
-- 1773
-+ 59938
-+ 1
-R "acme:eu" "open:r3" 1 1 = allowed=true remaining=0 retry=0ms
-R "acme" "r8" 1000 0 = allowed=true remaining=1000 retry=0ms
-R "acme:eu" "r9" 1 0 = allowed=true remaining=0 retry=0ms
-R "acme:eu" "r10" 1 0 = allowed=true remaining=0 retry=0ms
-+ 1
-S "acme:eu" "open:r3" 1 1 = applied=false
-S "acme" "r8" 1000 1412 = applied=false
-R "acme:eu" "" 1 1 = ErrInvalidArgument
-S "acme:eu" "open:r3" 1 1 = applied=false
-R "acme:eu" "R10" 1 1 = allowed=false remaining=0 retry=59999ms
-- 1091
-+ 44920
-R "acme:eu" "R10 " 1 0 = allowed=true remaining=0 retry=0ms
-+ 1
-S "acme:eu" "r9" 1 0 = applied=false
-R "acme" "bad" 1000 1001 = ErrEstimateTooLarge
-trace w59999-d1-3tenants-debt-lowered-edge-again-bad "tq" 59999 1
-R "acme " "r1 " 600 0 = allowed=true remaining=600 retry=0ms
-+ 1787
-R "acme " "r2" 600 600 = allowed=true remaining=0 retry=0ms
-R "Acme" "{r3}" 1000000 1000000 = allowed=true remaining=0 retry=0ms
-R "Acme" "settled:{r3}" 1000000 1 = allowed=false remaining=0 retry=1ms
-+ 59999
-+ 1
-+ 1
-R "b" "r5:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 3 3 = allowed=true remaining=0 retry=0ms
-S "b" "r5:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 3 3 = applied=true
-R "Acme" "r6" 1000000 1 = allowed=true remaining=999999 retry=0ms
-S "Acme" "{r3}" 1000000 0 = applied=false
-R "acme " "r7" 600 1 = allowed=true remaining=599 retry=0ms
-R "Acme" "r8" 1000000 0 = allowed=true remaining=999999 retry=0ms
-R "b" "bad" 0 0 = ErrInvalidArgument
-R "acme " "settled:r7" 600 0 = allowed=true remaining=599 retry=0ms
-S "acme " "r1 " 600 0 = applied=false
-+ 59998
-R "acme " "bad" 0 0 = ErrInvalidArgument
-R "Acme" "r6" 1000000 1000000 = allowed=true remaining=1000000 retry=0ms
-R "Acme" "bad" 0 0 = ErrInvalidArgument
-R "Acme" "{r10}" 1000000 0 = allowed=true remaining=1000000 retry=0ms
-R "acme " "{r11}" 600 599 = allowed=true remaining=1 retry=0ms
-R "acme {x}" "bad" 600 1 = ErrInvalidArgument
-R "Acme" "r6" 1000000 14962 = allowed=true remaining=1000000 retry=0ms
-R "b" "r12" 1 0 = allowed=true remaining=0 retry=0ms
-S "acme " "r7" 600 1 = applied=true
-R "" "bad" 600 1 = ErrInvalidArgument
-S "acme " "r2" 600 599 = applied=false
-+ 1
-R "Acme" "open:{r10}" 3 1 = allowed=true remaining=2 retry=0ms
-S "b" "r12" 1 1000000000 = applied=true
-R "b" "r14" 1 0 = allowed=false remaining=0 retry=60000ms
-R "b" "{r15}" 1 0 = allowed=false remaining=0 retry=60000ms
-R "acme " "{r11}" 600 100 = allowed=true remaining=1 retry=0ms
-+ 59998
-trace w1000-d60-3tenants-debt-lowered-again-bad "tq" 1000 60
-+ 1
-+ 1
-S "acme" "bad" 7919 1000000001 = ErrInvalidArgument
-R "b" "r1" 1000 0 = allowed=true remaining=1000 retry=0ms
-+ 1
-R "Acme" "r2:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 59 0 = allowed=true remaining=59 retry=0ms
-+ 1
-R "Acme" "r2:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 59 0 = allowed=true remaining=59 retry=0ms
-S "acme" "r3" 7919 5770 = applied=false
-R "Acme" "r2:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx " 59 59 = allowed=true remaining=0 retry=0ms
-S "Acme" "r2:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx " 59 177 = applied=true
-R "Acme" "r2:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx  " 59 1 = allowed=false remaining=0 retry=121017ms
-S "b" "r1" 1000 0 = applied=true
-+ 1
-+ 1
-trace w403494-d2-1tenants-debt-back-edge-again-bad "tq" 403494 2
-R "acme" "r1" 1 1 = allowed=true remaining=0 retry=0ms
-R "acme{x}" "bad" 1 1 = ErrInvalidArgument
-R "acme" "{r2}" 1 1 = allowed=false remaining=0 retry=60000ms
-+ 3062
-R "acme" "{r2}:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1 0 = allowed=true remaining=0 retry=0ms
-R "acme" "r4" 1 0 = allowed=true remaining=0 retry=0ms
-R "acme" "r5" 1 0 = allowed=true remaining=0 retry=0ms
-R "acme" "open:r5" 1 0 = allowed=true remaining=0 retry=0ms
-+ 400432
-R "acme" "r7" 1 0 = allowed=true remaining=1 retry=0ms
-R "acme" "r5" 1 0 = allowed=true remaining=1 retry=0ms
-S "acme" "r7" 1 1 = applied=true
-R "acme" "r8" 1 0 = allowed=true remaining=0 retry=0ms
-S "acme" "{r2}:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1 0 = applied=true
-+ 1
-S "acme" "r1" 1 1 = applied=false
-+ 3060
-S "acme" "r8" 1 1 = applied=true
-S "acme" "r5" 1 0 = applied=true
-R "acme" "open:r8" 1 1 = allowed=false remaining=0 retry=116939ms
-+ 94953
-R "acme" "r10" 1 1 = allowed=false remaining=0 retry=21986ms
-S "acme" "r4" 1 0 = applied=false
-+ 21986
-- 2196
-S "acme" "open:r5" 1 0 = applied=false
-R "acme{x}" "bad" 1 1 = ErrInvalidArgument
-trace w369194-d60-3tenants-back-lowered-edge-again-bad "tq" 369194 60
-R "acme" "open:r1" 7919 0 = allowed=true remaining=7919 retry=0ms
-+ 369194
-S "b" "r2:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 2 0 = applied=false
-R "b" "R2:XXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXX" 2 2 = allowed=true remaining=0 retry=0ms
-R "acme{x}" "bad" 7919 1 = ErrInvalidArgument
-S "acme" "open:r1" 7919 0 = applied=false
-S "b" "R2:XXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXX" 2 1 = applied=true
-R "acme:eu" "r4 " 1000000 1000000 = allowed=true remaining=0 retry=0ms
-R "acme:eu" "r5" 1000000 0 = allowed=true remaining=0 retry=0ms
-+ 2675
-R "acme" "open:r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 7919 7919 = allowed=true remaining=0 retry=0ms
-+ 369193
-S "acme" "open:r1" 7919 1305 = applied=false
-+ 369194
-R "acme:eu" "settled:r5" 1000000 896927 = allowed=true remaining=103073 retry=0ms
-- 60000
-S "acme" "open:r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 7919 7919 = applied=false
-R "acme:eu" "settled:settled:r5" 1000000 103072 = allowed=true remaining=1 retry=0ms
-R "acme" "bad" 7919 7920 = ErrEstimateTooLarge
-R "acme" "bad" 7919 7920 = ErrEstimateTooLarge
-R "b" "{r9}" 1 0 = allowed=true remaining=1 retry=0ms
-R "b" "{r9}" 1 0 = allowed=true remaining=1 retry=0ms
-R "acme" "r10" 7919 1 = allowed=true remaining=7918 retry=0ms
-+ 4969
-+ 1
-+ 3600000
-R "b" "settled:{r9}" 1 0 = allowed=true remaining=1 retry=0ms
-S "acme" "bad" 7919 -1 = ErrInvalidArgument
-trace w7200000-d2-2tenants-debt-back-lowered-again-bad "q-2" 7200000 2
-S "Acme" "r1" 59 50 = applied=false
-R "Acme" "r2" 59 59 = allowed=true remaining=0 retry=0ms
-S "acme:eu" "{r3}" 600 469 = applied=false
-R "acme:eu" "settled:{r3}" 600 600 = allowed=true remaining=0 retry=0ms
-+ 1
-R "Acme" "r1" 59 0 = allowed=true remaining=0 retry=0ms
-R "acme:eu" "settled:{r3} " 600 15 = allowed=false remaining=0 retry=1499ms
-S "Acme" "r2" 59 58 = applied=true
-S "acme:eu" "settled:{r3}" 600 1800 = applied=true
-- 1
-R "Acme" "r1" 59 1 = allowed=true remaining=1 retry=0ms
-R "Acme" "r6" 59 0 = allowed=true remaining=1 retry=0ms
-R "Acme" "r1" 59 0 = allowed=true remaining=1 retry=0ms
-S "Acme" "bad" 59 1000000001 = ErrInvalidArgument
-S "Acme" "r6" 59 177 = applied=true
-R "Acme" "r2" 59 4 = allowed=true remaining=0 retry=0ms
-+ 1
-R "Acme" "r7" 59 1 = allowed=false remaining=0 retry=121017ms
-R "Acme" "" 59 1 = ErrInvalidArgument
-R "Acme" "r7:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 59 0 = allowed=false remaining=0 retry=120000ms
-R "acme:eu" "r9" 7 0 = allowed=false remaining=0 retry=120000ms
-+ 3525
-R "acme:eu" "{r3}" 7 0 = allowed=true remaining=0 retry=0ms
-R "acme:eu" "{r3}" 7 0 = allowed=true remaining=0 retry=0ms
-R "acme:eu" "r10" 7 7 = allowed=false remaining=0 retry=176475ms
-trace w60000-d1-1tenants-debt-lowered-edge-again-bad "tq" 60000 1
-+ 1
-R "b" "{r1}" 3 3 = allowed=true remaining=0 retry=0ms
-S "b" "{r1}" 3 3 = applied=true
-R "b" "open:{r1}" 3 0 = allowed=true remaining=0 retry=0ms
-+ 59999
-R "b" "r3" 3 0 = allowed=true remaining=2 retry=0ms
-R "b" "open:{r1}" 3 0 = allowed=true remaining=2 retry=0ms
-S "b" "r3" 3 0 = applied=true
-R "b" "r4" 3 0 = allowed=true remaining=2 retry=0ms
-+ 1
-R "b" "bad" 1000000001 1 = ErrInvalidArgument
-S "b" "open:{r1}" 3 0 = applied=false
-R "b" "" 3 1 = ErrInvalidArgument
-R "b" "r5" 3 1 = allowed=true remaining=2 retry=0ms
-+ 349
-S "b" "r5" 3 4 = applied=true
-R "b" "r5:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 3 1 = allowed=false remaining=0 retry=39651ms
-S "b" "r4" 3 0 = applied=true
-R "b" "{r7}" 3 0 = allowed=false remaining=0 retry=19651ms
-R "b" "{r7}:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 3 0 = allowed=false remaining=0 retry=19651ms
-S "b" "r5" 3 1 = applied=false
-R "b" "{r9}" 3 0 = allowed=false remaining=0 retry=19651ms
-+ 19650
-R "b" "{r10}" 3 0 = allowed=false remaining=0 retry=1ms
-+ 1
-R "b" "r11" 3 0 = allowed=true remaining=0 retry=0ms
-S "b" "bad" 3 -1 = ErrInvalidArgument
-R "b" "r12" 3 0 = allowed=true remaining=0 retry=0ms
-+ 59999
-S "b" "r11" 3 0 = applied=true
-S "b" "r12" 3 1 = applied=true
-trace w0-d60-1tenants-debt-back-lowered-edge-again-bad "tq" 0 60
-S "Acme" "open:r1" 600 313 = applied=false
-S "Acme" "r2" 600 520 = applied=false
-S "Acme" "r2 " 600 215 = applied=false
-R "Acme" "r4" 600 0 = allowed=true remaining=600 retry=0ms
-R "Acme" "r5" 600 600 = allowed=true remaining=0 retry=0ms
-R "Acme" "open:r1" 600 0 = allowed=true remaining=0 retry=0ms
-R "Acme" "r6" 600 47 = allowed=false remaining=0 retry=4700ms
-R "Acme" "r2 " 600 0 = allowed=true remaining=0 retry=0ms
-S "Acme" "r5" 7 21 = applied=true
-R "Acme" "R6" 7 0 = allowed=true remaining=7 retry=0ms
-R "Acme" "r8" 7 7 = allowed=true remaining=0 retry=0ms
-R "Acme" "r9" 7 0 = allowed=true remaining=0 retry=0ms
-+ 97710
-R "Acme" "r10" 7 7 = allowed=true remaining=0 retry=0ms
-R "Acme" "r11" 7 7 = allowed=false remaining=0 retry=60000ms
-S "Acme" "r10" 7 6 = applied=true
-S "Acme" "r8" 7 21 = applied=true
-- 1
+S "acme " "{r7}" 60 111 = applied=true
+R "acme " "r2" 60 1 = allowed=true remaining=0 retry=0ms
+R "acme " "r6" 60 0 = allowed=false remaining=0 retry=169000ms
+R "acme " "open:{r7}" 60 0 = allowed=false remaining=0 retry=169000ms
 + 60000
-S "Acme" "R6" 7 0 = applied=true
-- 1
-+ 3600000
-S "Acme" "r9" 3 0 = applied=false
-R "Acme" "{r12}" 3 0 = allowed=true remaining=3 retry=0ms
-R "Acme" "{r13}" 3 1 = allowed=true remaining=2 retry=0ms
-+ 3599999
-+ 3168
-S "Acme" "{r13}" 3 1 = applied=false
-S "Acme" "r4" 3 1 = applied=false
-R "Acme" "r6" 3 0 = allowed=true remaining=3 retry=0ms
-R "Acme" "bad" 0 0 = ErrInvalidArgument
-trace w3600000-d1-1tenants-debt-back-edge-again-bad "" 3600000 1
-R "acme " "r1" 1 1 = allowed=true remaining=0 retry=0ms
-R "acme " "r1" 1 0 = allowed=true remaining=0 retry=0ms
-R "acme " "open:r1" 1 0 = allowed=true remaining=0 retry=0ms
-S "acme " "open:r1" 1 0 = applied=true
-S "acme " "settled:open:r1" 1 1 = applied=false
-+ 3600000
-R "acme " "r4" 1 0 = allowed=true remaining=1 retry=0ms
-S "acme " "open:r4" 1 0 = applied=false
-R "acme " "open:r4:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1 1 = allowed=true remaining=0 retry=0ms
-R "acme " "r4" 1 0 = allowed=true remaining=0 retry=0ms
-+ 3600000
+S "acme " "{r7}" 3 3 = applied=false
++ 4551
+R "acme " "open:{r7} " 1 0 = allowed=false remaining=0 retry=175450ms
+R "acme " "r10" 1 1 = allowed=false remaining=0 retry=235450ms
+S "acme " "r4" 1 0 = applied=true
+R "acme " "open:r10" 1 1 = allowed=false remaining=0 retry=235450ms
+S "acme " "settled:r2" 1 60 = applied=true
+trace w3600001-d1-2tenants-debt-edge-again-bad "tq" 3600001 1
+R "acme:eu" "r1" 1000000 1000000 = allowed=true remaining=0 retry=0ms
 + 1
+R "acme" "r2:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 3 3 = allowed=true remaining=0 retry=0ms
+S "acme:eu" "r1" 1000000 999999 = applied=true
+R "acme:eu" "settled:r1" 1000000 0 = allowed=true remaining=17 retry=0ms
+S "acme" "r4" 3 2 = applied=false
+S "acme" "r5" 3 0 = applied=false
++ 3600001
++ 1
+R "acme:eu" "bad" 1000000 1000001 = ErrEstimateTooLarge
+S "acme" "r2:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 3 9 = applied=false
+S "acme:eu" "settled:r1 " 1000000 774842 = applied=false
+R "acme:eu" "r7" 1000000 17 = allowed=true remaining=999983 retry=0ms
+S "acme:eu" "r7" 1000000 717794 = applied=true
+S "acme:eu" "settled:r1" 1000000 0 = applied=false
+R "acme" "open:r5" 3 0 = allowed=true remaining=3 retry=0ms
++ 1
+S "acme" "bad" 3 -1 = ErrInvalidArgument
+trace w61000-d1-2tenants-debt-back-lowered-edge-again-bad "tq" 61000 1
+R "acme" "r1" 2 2 = allowed=true remaining=0 retry=0ms
+S "acme" "r1 " 2 1 = applied=false
++ 1993
+- 60000
+R "acme" "r3" 2 1 = allowed=false remaining=0 retry=88007ms
+S "acme" "r1" 2 3 = applied=true
+R "acme" "r3:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1 0 = allowed=false remaining=0 retry=118007ms
+R "acme" "r3:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx " 1 0 = allowed=false remaining=0 retry=118007ms
+R "acme" "r6" 1 1 = allowed=false remaining=0 retry=178007ms
 + 1
 R "acme " "{r7}" 1 0 = allowed=true remaining=1 retry=0ms
-R "acme " "r8" 1 0 = allowed=true remaining=1 retry=0ms
-R "acme " "" 1 1 = ErrInvalidArgument
-S "acme " "r8" 1 0 = applied=true
-R "acme " "r9" 1 1 = allowed=true remaining=0 retry=0ms
-+ 3600000
-+ 1
-S "acme " "{r7}" 1 0 = applied=false
-S "acme " "r1" 1 2 = applied=false
-S "acme " "r9" 1 3 = applied=false
-S "acme " "open:r4:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1 0 = applied=false
-S "acme " "r4" 1 0 = applied=false
-+ 1
-R "acme " "r10" 1 0 = allowed=true remaining=1 retry=0ms
-S "acme " "r10" 1 0 = applied=true
-S "acme " "r10" 1 0 = applied=false
-- 2309
-R "acme " "r11" 1 0 = allowed=true remaining=1 retry=0ms
-R "acme " "r12" 1 1 = allowed=true remaining=0 retry=0ms
-R "acme " "r13" 1 0 = allowed=true remaining=0 retry=0ms
-trace w1-d1-1tenants-debt-back-lowered-edge-again "" 1 1
-R "b" "r1" 59 59 = allowed=true remaining=0 retry=0ms
-+ 106203
-R "b" "r2" 59 3 = allowed=true remaining=56 retry=0ms
-+ 1
-+ 14785
-R "b" "r3" 59 59 = allowed=true remaining=0 retry=0ms
-+ 4702
-S "b" "r3" 59 54 = applied=false
-R "b" "open:r3" 59 0 = allowed=true remaining=4 retry=0ms
-+ 1
-+ 1
-R "b" "open:r3 " 7 0 = allowed=true remaining=4 retry=0ms
-S "b" "open:r3" 7 13 = applied=false
-R "b" "r6" 7 0 = allowed=true remaining=4 retry=0ms
-R "b" "r7" 7 3 = allowed=true remaining=1 retry=0ms
-R "b" "r7" 7 0 = allowed=true remaining=1 retry=0ms
+S "acme " "{r7} " 1 0 = applied=false
+S "acme " "{r7} " 1 1 = applied=false
+R "acme" "r3:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1 0 = allowed=false remaining=0 retry=118006ms
+R "acme " "bad" 1000000001 1 = ErrInvalidArgument
+R "acme " "{r9}" 1 0 = allowed=true remaining=1 retry=0ms
++ 118006
 - 1
-R "b" "r8" 7 1 = allowed=true remaining=0 retry=0ms
+R "acme" "r6:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1 0 = allowed=false remaining=0 retry=1ms
+R "acme " "r11" 1 1 = allowed=true remaining=0 retry=0ms
+S "acme " "r11" 1 3 = applied=true
+R "acme " "r12" 1 1 = allowed=false remaining=0 retry=120000ms
 + 1
-S "b" "r9" 7 0 = applied=false
-S "b" "open:r3 " 7 0 = applied=true
-S "b" "r1" 7 21 = applied=false
-R "b" "r9" 7 0 = allowed=true remaining=0 retry=0ms
++ 96127
+S "acme " "{r7}" 1 3 = applied=false
+S "acme " "{r7}" 1 0 = applied=false
+S "acme " "{r9}" 1 0 = applied=false
+R "acme" "R6:XXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXX" 1 0 = allowed=true remaining=1 retry=0ms
+R "acme" "R6:XXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXX:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1 1 = allowed=true remaining=0 retry=0ms
+R "acme " "r15" 1 0 = allowed=true remaining=0 retry=0ms
+S "acme" "R6:XXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXX:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1 2 = applied=true
++ 60999
+R "acme " "r16" 1 0 = allowed=true remaining=1 retry=0ms
+R "acme" "r17" 1 1 = allowed=false remaining=0 retry=59001ms
+R "acme" "r17:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1 0 = allowed=true remaining=0 retry=0ms
+R "acme" "r17:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1 1 = allowed=false remaining=0 retry=59001ms
++ 2601
+trace w60000-d60-2tenants-debt-again-bad "q-2" 60000 60
+R "Acme" "{r1}" 60 60 = allowed=true remaining=0 retry=0ms
+R "Acme" "{r2}" 60 2 = allowed=false remaining=0 retry=2000ms
++ 1
+S "Acme" "{r1}" 60 52 = applied=true
++ 7474
+R "" "bad" 7919 1 = ErrInvalidArgument
+R "Acme" "r3" 60 28 = allowed=false remaining=15 retry=12525ms
++ 1
+R "acme " "r4" 7919 0 = allowed=true remaining=7919 retry=0ms
++ 12524
+S "acme " "open:r4" 7919 2891 = applied=false
+R "acme " "open:r4 " 7919 7919 = allowed=true remaining=0 retry=0ms
+R "Acme" "r7" 60 14 = allowed=true remaining=14 retry=0ms
+S "acme " "open:r4 " 7919 7919 = applied=true
+S "Acme" "r7" 60 5 = applied=true
++ 3600000
+S "acme " "r4" 7919 23757 = applied=false
+R "acme " "r8" 7919 1 = allowed=true remaining=7918 retry=0ms
+R "acme " "R8" 7919 7919 = allowed=false remaining=7918 retry=8ms
++ 1
+R "acme " "r10" 7919 7919 = allowed=false remaining=7918 retry=7ms
+R "acme " "{r11}" 7919 7919 = allowed=false remaining=7918 retry=7ms
+R "acme " "settled:{r11}" 7919 7919 = allowed=false remaining=7918 retry=7ms
++ 60000
+trace w105342-d2-1tenants-debt-lowered-edge-again-bad "" 105342 2
++ 1
+R "acme:eu" "r1" 59 59 = allowed=true remaining=0 retry=0ms
+S "acme:eu" "r1" 59 0 = applied=true
+R "acme:eu" "r2" 59 1 = allowed=true remaining=58 retry=0ms
+R "acme:eu" "r3" 59 0 = allowed=true remaining=58 retry=0ms
+R "acme:eu" "bad" 0 0 = ErrInvalidArgument
+R "acme:eu" "settled:r3" 59 0 = allowed=true remaining=58 retry=0ms
+S "acme:eu" "r3" 59 0 = applied=true
++ 105341
+R "acme:eu" "bad" 0 0 = ErrInvalidArgument
+R "acme:eu" "settled:r3" 59 59 = allowed=true remaining=59 retry=0ms
+R "acme:eu" "bad" 0 0 = ErrInvalidArgument
+S "acme:eu" "settled:r3" 3 9 = applied=true
+S "acme:eu" "r2" 3 2 = applied=true
+R "acme:eu{x}" "bad" 3 1 = ErrInvalidArgument
+R "acme:eu" "r2" 3 0 = allowed=true remaining=0 retry=0ms
+R "acme:eu" "r5" 3 0 = allowed=false remaining=0 retry=120000ms
+S "acme:eu" "settled:r3" 1 1 = applied=false
+trace w61000-d3-3tenants-debt-lowered-again-bad "" 61000 3
+R "acme:eu" "R1" 3 3 = allowed=true remaining=0 retry=0ms
+R "b" "{r2}" 1000000000 1 = allowed=true remaining=999999999 retry=0ms
+R "b" "settled:{r2}" 1000000000 23163037 = allowed=true remaining=976836962 retry=0ms
+R "acme:eu" "bad" 3 -1 = ErrInvalidArgument
+R "acme:eu" "open:R1" 3 1 = allowed=false remaining=0 retry=20000ms
++ 61000
+S "b" "{r2}" 1000000000 1000000000 = applied=false
++ 1
++ 1
+S "acme:eu" "bad" 3 1000000001 = ErrInvalidArgument
+R "b" "r5" 1000000000 0 = allowed=true remaining=1000000000 retry=0ms
++ 1
+R "acme " "r6:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 59 0 = allowed=true remaining=59 retry=0ms
++ 1
+R "acme " "r6:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 59 0 = allowed=true remaining=59 retry=0ms
+S "acme:eu" "r7" 3 0 = applied=false
+R "acme " "r6:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx " 59 59 = allowed=true remaining=0 retry=0ms
+S "acme " "r6:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx " 59 177 = applied=true
+R "acme " "r6:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx  " 59 1 = allowed=false remaining=0 retry=121017ms
+S "b" "r5" 1000000000 0 = applied=true
++ 20000
+R "b" "R5" 1000000000 0 = allowed=true remaining=1000000000 retry=0ms
+trace w217373-d2-2tenants-debt-back-edge-again-bad "" 217373 2
+R "b" "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 3 2 = allowed=true remaining=1 retry=0ms
+S "b" "open:r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 3 3 = applied=false
+R "b" "OPEN:R1:XXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXX" 3 0 = allowed=true remaining=1 retry=0ms
++ 3062
+R "b" "OPEN:R1:XXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXX:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 3 0 = allowed=true remaining=1 retry=0ms
+R "Acme" "r5" 1 0 = allowed=true remaining=1 retry=0ms
+R "Acme" "r6" 1 0 = allowed=true remaining=1 retry=0ms
+R "b" "open:OPEN:R1:XXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXX:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 3 0 = allowed=true remaining=1 retry=0ms
++ 217372
+R "b" "r8" 3 0 = allowed=true remaining=3 retry=0ms
+R "b" "open:OPEN:R1:XXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXX:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 3 0 = allowed=true remaining=3 retry=0ms
+S "Acme" "r5" 1 1 = applied=true
+R "Acme" "r9" 1 0 = allowed=true remaining=0 retry=0ms
+S "b" "OPEN:R1:XXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXX" 3 0 = applied=false
++ 1
+S "b" "open:OPEN:R1:XXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXX:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 3 0 = applied=false
++ 217371
+S "Acme" "r9" 1 1 = applied=true
+S "b" "OPEN:R1:XXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXX:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 3 0 = applied=false
+R "b" "open:r8" 3 3 = allowed=true remaining=0 retry=0ms
++ 94953
+R "Acme" "r11" 1 1 = allowed=true remaining=0 retry=0ms
+S "Acme" "r6" 1 0 = applied=false
++ 217372
+- 2196
+S "b" "r8" 3 0 = applied=false
+S "b" "open:r8" 3 0 = applied=false
+S "Acme" "r11" 1 3 = applied=true
+S "b" "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 3 2 = applied=false
+R "b" "r12" 3 1 = allowed=true remaining=2 retry=0ms
+R "Acme" "open:r11" 1 0 = allowed=false remaining=0 retry=60000ms
++ 1
+S "b" "r12" 3 1 = applied=true
+R "b{x}" "bad" 3 1 = ErrInvalidArgument
+trace w7-d3-2tenants-debt-lowered-edge-again-bad "q-2" 7 3
+R "acme" "{r1}" 7 2 = allowed=true remaining=5 retry=0ms
+R "acme " "settled:r2" 7 0 = allowed=true remaining=7 retry=0ms
+S "acme" "{r1}" 7 3 = applied=true
+S "acme " "settled:r2" 7 0 = applied=true
+R "acme " "r3" 7 7 = allowed=true remaining=0 retry=0ms
+R "acme " "r4" 7 0 = allowed=true remaining=0 retry=0ms
++ 1
+S "acme " "r4" 7 14 = applied=true
++ 5
+R "acme " "r5" 7 0 = allowed=false remaining=0 retry=119994ms
++ 4861
+R "acme" "r6" 7 5 = allowed=false remaining=4 retry=3705ms
+R "acme" "r6" 7 6 = allowed=false remaining=4 retry=12276ms
+R "acme" "bad" 0 0 = ErrInvalidArgument
+R "acme" "r6:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 7 0 = allowed=true remaining=4 retry=0ms
++ 1
++ 3600000
+R "acme " "settled:r5" 7 2 = allowed=true remaining=5 retry=0ms
+S "acme" "bad" 7 -1 = ErrInvalidArgument
+S "acme" "r6:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 7 0 = applied=false
+S "acme " "settled:r5" 7 2 = applied=true
++ 1
+R "acme" "bad" 7 -1 = ErrInvalidArgument
+R "acme " "r9" 7 6 = allowed=false remaining=5 retry=8571ms
+S "acme" "{r1}" 7 2 = applied=false
+trace w60000-d0-2tenants-debt-back-lowered-edge-again-bad "" 60000 0
+R "acme" "r1" 1000000000 0 = allowed=true remaining=1000000000 retry=0ms
+R "Acme" "r2" 1 1 = allowed=true remaining=0 retry=0ms
++ 60000
+R "Acme" "r3" 1 0 = allowed=true remaining=1 retry=0ms
+- 1
+S "Acme" "r3" 1 2 = applied=true
+R "acme" "r4" 1000000000 52490289 = allowed=true remaining=947509711 retry=0ms
++ 1
++ 1
+R "Acme" "r5" 1 0 = allowed=false remaining=0 retry=59998ms
+- 797
++ 1
+R "acme" "r6" 1000000000 1 = allowed=true remaining=947509710 retry=0ms
+R "acme" "" 1000000000 1 = ErrInvalidArgument
+R "Acme" "r5:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1 1 = allowed=false remaining=0 retry=120794ms
++ 120794
+R "Acme" "r8" 1 0 = allowed=true remaining=1 retry=0ms
++ 1
+R "Acme" "{r9}" 1 1 = allowed=true remaining=0 retry=0ms
+R "Acme" "r5" 1 0 = allowed=true remaining=0 retry=0ms
+R "Acme" "r10" 1 1 = allowed=false remaining=0 retry=60000ms
+R "acme" "r11" 1000000000 1 = allowed=true remaining=999999999 retry=0ms
+R "acme" "settled:r11" 1000000000 299051041 = allowed=true remaining=700948958 retry=0ms
+trace w7200000-d60-1tenants-debt-lowered-edge-again-bad "tq" 7200000 60
+R "acme" "{r1}" 7 7 = allowed=true remaining=0 retry=0ms
+S "acme" "{r1}" 7 7 = applied=true
+R "acme" "open:{r1}" 7 0 = allowed=true remaining=0 retry=0ms
++ 7199999
+R "acme" "r3" 7 0 = allowed=true remaining=7 retry=0ms
+R "acme" "open:{r1}" 7 0 = allowed=true remaining=7 retry=0ms
+S "acme" "r3" 7 0 = applied=true
+R "acme" "r4" 7 0 = allowed=true remaining=7 retry=0ms
++ 1
+R "acme" "bad" 1000000001 1 = ErrInvalidArgument
+S "acme" "open:{r1}" 7 0 = applied=false
+R "acme" "" 7 1 = ErrInvalidArgument
+R "acme" "r5" 7 1 = allowed=true remaining=6 retry=0ms
++ 349
+S "acme" "r5" 7 10 = applied=true
+R "acme" "r5:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 7 1 = allowed=false remaining=0 retry=33937ms
+S "acme" "r4" 7 0 = applied=true
+R "acme" "{r7}" 7 0 = allowed=false remaining=0 retry=25366ms
+R "acme" "{r7}:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 7 0 = allowed=false remaining=0 retry=25366ms
+S "acme" "r5" 7 5 = applied=false
+R "acme" "{r9}" 7 0 = allowed=false remaining=0 retry=25366ms
++ 25365
+R "acme" "{r10}" 7 0 = allowed=false remaining=0 retry=1ms
++ 1
+R "acme" "r11" 7 0 = allowed=true remaining=0 retry=0ms
+S "acme" "bad" 7 -1 = ErrInvalidArgument
+R "acme" "r12" 7 0 = allowed=true remaining=0 retry=0ms
++ 7199999
+S "acme" "r11" 7 0 = applied=true
+S "acme" "r12" 7 1 = applied=true
++ 1
++ 1
++ 1
+S "acme" "r4" 7 3 = applied=false
+R "acme" "r12 " 2 0 = allowed=true remaining=2 retry=0ms
+R "acme" "r12  " 2 0 = allowed=true remaining=2 retry=0ms
+trace w1000-d2-1tenants-busy-debt-again "tq" 1000 2
+S "acme " "r1" 1000000 773544 = applied=false
++ 956
+R "acme " "r1 " 1000000 56 = allowed=true remaining=999944 retry=0ms
+R "acme " "r3" 1000000 29 = allowed=true remaining=999915 retry=0ms
++ 567
++ 526
+S "acme " "r3" 1000000 29 = applied=false
+R "acme " "R3" 1000000 80 = allowed=true remaining=999920 retry=0ms
+S "acme " "R3" 1000000 80 = applied=true
++ 639
+S "acme " "r1 " 1000000 55 = applied=false
+S "acme " "R3" 1000000 248329 = applied=false
++ 667
+R "acme " "r5" 1000000 95 = allowed=true remaining=999905 retry=0ms
+R "acme " "r6" 1000000 56 = allowed=true remaining=999849 retry=0ms
+R "acme " "R6" 1000000 46 = allowed=true remaining=999803 retry=0ms
+S "acme " "R6" 1000000 45 = applied=true
+S "acme " "r6" 1000000 592288 = applied=true
++ 920
++ 795
+R "acme " "r8" 1000000 73 = allowed=true remaining=436082 retry=0ms
+R "acme " "r9" 1000000 27 = allowed=true remaining=436055 retry=0ms
+S "acme " "r8" 1000000 73 = applied=true
++ 940
++ 882
++ 492
+R "acme " "settled:r9" 1000000 74 = allowed=true remaining=474548 retry=0ms
++ 139
+S "acme " "r5" 1000000 94 = applied=false
++ 263
+R "acme " "open:settled:r9" 1000000 60 = allowed=true remaining=481188 retry=0ms
+R "acme " "open:settled:r9:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000 16 = allowed=true remaining=481172 retry=0ms
+R "acme " "r13" 1000000 65 = allowed=true remaining=481107 retry=0ms
+R "acme " "settled:r13" 1000000 76 = allowed=true remaining=481031 retry=0ms
+R "acme " "open:settled:r13" 1000000 67 = allowed=true remaining=480964 retry=0ms
+S "acme " "r3" 1000000 120522 = applied=false
++ 508
+R "acme " "{r16}" 1000000 77 = allowed=true remaining=489353 retry=0ms
+R "acme " "open:{r16}" 1000000 0 = allowed=true remaining=489353 retry=0ms
+R "acme " "OPEN:{R16}" 1000000 52 = allowed=true remaining=489301 retry=0ms
+R "acme " "{r19}" 1000000 3 = allowed=true remaining=489298 retry=0ms
++ 370
+R "acme " "open:{r19}" 1000000 80 = allowed=true remaining=495385 retry=0ms
+S "acme " "{r16}" 1000000 76 = applied=true
+R "acme " "r21" 1000000 95 = allowed=true remaining=495291 retry=0ms
+R "acme " "r22" 1000000 53 = allowed=true remaining=495238 retry=0ms
+S "acme " "open:{r16}" 1000000 3000000 = applied=true
++ 971
+S "acme " "open:settled:r9:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000 0 = applied=false
+R "acme " "R22" 1000000 75 = allowed=false remaining=0 retry=119034ms
+R "acme " "r24" 1000000 12 = allowed=false remaining=0 retry=119030ms
+R "acme " "r25" 1000000 65 = allowed=false remaining=0 retry=119033ms
+S "acme " "open:{r16}" 1000000 980191 = applied=false
+R "acme " "r26" 1000000 50 = allowed=false remaining=0 retry=119032ms
+R "acme " "open:r26" 1000000 41 = allowed=false remaining=0 retry=119032ms
++ 21
+R "acme " "open:r26 " 1000000 70 = allowed=false remaining=0 retry=119013ms
+R "acme " "OPEN:R26 " 1000000 32 = allowed=false remaining=0 retry=119010ms
+R "acme " "r30" 1000000 13 = allowed=false remaining=0 retry=119009ms
+R "acme " "R30" 1000000 86 = allowed=false remaining=0 retry=119014ms
+R "acme " "R30 " 1000000 89 = allowed=false remaining=0 retry=119014ms
++ 575
+S "acme " "open:{r19}" 1000000 79 = applied=false
++ 679
++ 872
+R "acme " "r33" 1000000 82 = allowed=false remaining=0 retry=116887ms
+S "acme " "r22" 1000000 52 = applied=false
+S "acme " "r21" 1000000 6 = applied=false
+R "acme " "r33:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000 63 = allowed=false remaining=0 retry=116886ms
++ 838
+S "acme " "OPEN:{R16}" 1000000 0 = applied=false
++ 183
+S "acme " "r22" 1000000 889541 = applied=false
+R "acme " "settled:r33:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000 29 = allowed=false remaining=0 retry=115863ms
+S "acme " "open:settled:r13" 1000000 67 = applied=false
+S "acme " "r22" 1000000 464188 = applied=false
+S "acme " "r21" 1000000 55112 = applied=false
+S "acme " "r9" 1000000 1 = applied=false
++ 654
+R "acme " "r36" 1000000 76 = allowed=false remaining=0 retry=115212ms
+trace w59999-d3-2tenants-debt-back-lowered-edge-again-bad "tq" 59999 3
++ 1
+S "Acme" "{r1}" 1000 266 = applied=false
++ 1
+R "acme:eu" "r2:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 2 2 = allowed=true remaining=0 retry=0ms
+R "Acme" "{R1}" 1000 1000 = allowed=true remaining=0 retry=0ms
+S "Acme" "{R1}" 1000 3000 = applied=true
+R "acme:eu" "r4" 2 0 = allowed=true remaining=0 retry=0ms
+R "Acme" "open:{R1}" 1000 0 = allowed=false remaining=0 retry=120000ms
+R "Acme" "r6" 1000 0 = allowed=false remaining=0 retry=120000ms
+- 60000
++ 109251
+R "acme:eu" "r7" 2 1 = allowed=true remaining=0 retry=0ms
++ 59998
+R "acme:eu" "open:r7" 2 0 = allowed=true remaining=2 retry=0ms
++ 1
++ 59998
+S "acme:eu" "r7" 1 3 = applied=false
+- 60000
+R "acme:eu" "" 1 1 = ErrInvalidArgument
+R "Acme" "r9" 1000 0 = allowed=false remaining=0 retry=10752ms
++ 1
++ 1
+- 60000
+R "Acme" "{r10}" 1000 0 = allowed=false remaining=0 retry=70750ms
++ 1
+S "Acme" "r11" 1000 448 = applied=false
+R "Acme" "open:{R1}" 1000 579 = allowed=false remaining=0 retry=105489ms
++ 1
+S "acme:eu" "r7" 1 1 = applied=false
+R "" "bad" 1000 1 = ErrInvalidArgument
 + 73958
 + 106271
-R "b" "R9" 7 0 = allowed=true remaining=7 retry=0ms
-R "b" "r11" 7 0 = allowed=true remaining=7 retry=0ms
-R "b" "r12" 7 1 = allowed=true remaining=6 retry=0ms
+R "acme:eu" "OPEN:R7" 1 0 = allowed=true remaining=1 retry=0ms
+R "Acme" "r13" 1000 0 = allowed=true remaining=1000 retry=0ms
+R "Acme" "r14" 1000 1 = allowed=true remaining=999 retry=0ms
+trace w1-d3-3tenants-edge-again-bad "" 1 3
+S "Acme" "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1 1 = applied=false
+R "Acme" "open:r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1 0 = allowed=true remaining=1 retry=0ms
+R "Acme" "{r3}" 1 0 = allowed=true remaining=1 retry=0ms
+S "Acme" "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1 0 = applied=false
+S "acme:eu" "open:r4" 600 443 = applied=false
+R "acme:eu" "open:r4 " 600 1 = allowed=true remaining=599 retry=0ms
 + 1
-S "b" "r7" 7 3 = applied=false
-R "b" "r13" 7 7 = allowed=false remaining=6 retry=8571ms
-R "b" "open:r13" 7 0 = allowed=true remaining=6 retry=0ms
-R "b" "{r15}" 7 0 = allowed=true remaining=6 retry=0ms
-trace w92099-d3-3tenants-edge-again-bad "q-2" 92099 3
-R "acme " "open:r1" 60 3 = allowed=true remaining=57 retry=0ms
-R "acme " "open:r1 " 60 0 = allowed=true remaining=57 retry=0ms
-+ 92098
+R "Acme" "{r3} " 1 0 = allowed=true remaining=1 retry=0ms
 + 3547
-R "b" "r3" 1 1 = allowed=true remaining=0 retry=0ms
-R "b" "bad" 1 -1 = ErrInvalidArgument
-R "acme " "r4" 60 0 = allowed=true remaining=60 retry=0ms
+R "acme:eu" "r7" 600 599 = allowed=true remaining=1 retry=0ms
+R "acme:eu" "bad" 600 -1 = ErrInvalidArgument
+R "Acme" "r8" 1 0 = allowed=true remaining=1 retry=0ms
 + 1
-+ 92098
-S "acme" "r5" 2 1 = applied=false
-R "b" "r6" 1 0 = allowed=true remaining=1 retry=0ms
-R "b" "r7" 1 0 = allowed=true remaining=1 retry=0ms
-+ 92098
++ 1
+S "acme:eu" "open:r4 " 600 0 = applied=false
+S "Acme" "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1 1 = applied=false
+R "acme:eu" "r9" 600 1 = allowed=true remaining=0 retry=0ms
 + 1
 + 19186
-S "acme " "open:r1 " 60 0 = applied=false
+S "Acme" "open:r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1 0 = applied=false
 + 1
-R "b" "r8" 1 1 = allowed=true remaining=0 retry=0ms
+R "acme:eu" "r10" 600 1 = allowed=true remaining=190 retry=0ms
 + 1
 + 101084
-R "b" "r9" 1 0 = allowed=true remaining=1 retry=0ms
-R "acme " "r4:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 60 0 = allowed=true remaining=60 retry=0ms
-R "acme" "r11" 2 2 = allowed=true remaining=0 retry=0ms
-S "b" "r6" 1 0 = applied=false
-R "b" "r9" 1 1 = allowed=true remaining=1 retry=0ms
-R "b" "r12" 1 0 = allowed=true remaining=1 retry=0ms
-R "acme" "r11" 2 1 = allowed=true remaining=0 retry=0ms
-R "b" "r13" 1 0 = allowed=true remaining=1 retry=0ms
-trace w61000-d0-3tenants-back-lowered-again "" 61000 0
-R "b" "open:r1" 7 1 = allowed=true remaining=6 retry=0ms
-R "acme " "r2" 7919 0 = allowed=true remaining=7919 retry=0ms
+R "acme:eu" "r11" 600 0 = allowed=true remaining=600 retry=0ms
+R "Acme" "r8:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1 0 = allowed=true remaining=1 retry=0ms
+R "acme " "r13" 600 600 = allowed=true remaining=0 retry=0ms
+S "acme:eu" "r10" 600 0 = applied=false
+R "acme:eu" "r11" 600 600 = allowed=true remaining=600 retry=0ms
+R "acme:eu" "r14" 600 51 = allowed=true remaining=549 retry=0ms
+R "acme " "r13" 600 1 = allowed=true remaining=0 retry=0ms
+R "acme:eu" "r15" 600 0 = allowed=true remaining=549 retry=0ms
+trace w61000-d0-3tenants-debt-back-lowered-edge-again-bad "" 61000 0
+R "b" "open:r1" 1 1 = allowed=true remaining=0 retry=0ms
+R "acme " "r2" 7 0 = allowed=true remaining=7 retry=0ms
 + 1
-- 60000
-+ 1
-R "Acme" "r3" 1 1 = allowed=true remaining=0 retry=0ms
-R "acme " "R2" 7919 5 = allowed=true remaining=7914 retry=0ms
-R "acme " "r5" 7919 0 = allowed=true remaining=7914 retry=0ms
-S "Acme" "r3" 1 1 = applied=true
-R "b" "open:open:r1" 7 6 = allowed=true remaining=0 retry=0ms
-S "acme " "R2" 7919 5 = applied=true
-R "b" "r7" 7 0 = allowed=true remaining=0 retry=0ms
-R "b" "settled:r7" 7 5 = allowed=false remaining=0 retry=102856ms
-S "b" "open:open:r1" 1 5 = applied=true
-+ 3883
-R "Acme" "{r9}" 1 1 = allowed=false remaining=0 retry=56117ms
-S "acme " "r5" 7919 0 = applied=true
-R "Acme" "{r9}" 1 0 = allowed=true remaining=0 retry=0ms
-R "acme " "open:r5" 7919 1839 = allowed=true remaining=6080 retry=0ms
-R "b" "r11" 1 1 = allowed=true remaining=0 retry=0ms
-R "acme " "r12" 7919 6080 = allowed=true remaining=0 retry=0ms
-trace w1-d2-2tenants-debt-lowered-again-bad "tq" 1 2
-R "acme " "open:r1" 1000000 1000000 = allowed=true remaining=0 retry=0ms
-R "acme" "r2" 1000000000 1000000000 = allowed=true remaining=0 retry=0ms
-S "acme" "r2" 1000000000 999999999 = applied=true
-R "acme" "r2" 1000000000 0 = allowed=true remaining=1 retry=0ms
-R "acme " "OPEN:R1" 1000000 0 = allowed=true remaining=0 retry=0ms
-R "acme" "{r4}" 1000 166 = allowed=false remaining=1 retry=9900ms
-R "acme " "OPEN:R1 " 1000000 0 = allowed=true remaining=0 retry=0ms
-R "acme" "{r4}" 1000 1000 = allowed=false remaining=1 retry=59940ms
-S "acme " "open:r1" 1000000 0 = applied=true
-R "acme" "r6" 1000 6 = allowed=false remaining=1 retry=300ms
-R "acme " "bad" 0 0 = ErrInvalidArgument
-S "acme " "OPEN:R1" 1000000 0 = applied=true
-R "acme" "r6" 1000 28 = allowed=false remaining=1 retry=1620ms
-+ 4857
-+ 1
-+ 1
-+ 48524
-+ 1619
-S "acme " "OPEN:R1" 1000000 608070 = applied=false
-R "acme" "{r4}" 1000 2 = allowed=true remaining=915 retry=0ms
-S "acme " "OPEN:R1 " 1000000 0 = applied=false
-S "acme" "r2" 1000 640 = applied=false
-R "acme " "OPEN:R1 :xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000 26269 = allowed=true remaining=973731 retry=0ms
-+ 1
-+ 1
-R "acme " "r8" 1000000 0 = allowed=true remaining=973764 retry=0ms
-+ 1
-S "acme" "{r4}" 1000 1548 = applied=false
-R "acme " "open:r8" 1000000 973765 = allowed=true remaining=16 retry=0ms
-trace w60000-d1-1tenants-lowered-edge-again-bad "" 60000 1
-+ 1
-+ 1
-R "acme " "r1" 1000000 1000000 = allowed=true remaining=0 retry=0ms
-+ 60000
-S "acme " "r1" 1000000 999999 = applied=false
-R "acme " "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000 0 = allowed=true remaining=1000000 retry=0ms
-+ 96302
-S "acme " "r1" 1000000 623312 = applied=false
-R "acme " "R1:XXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXX" 1000000 1000000 = allowed=true remaining=0 retry=0ms
-R "acme " "R1:XXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXX:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000 1 = allowed=false remaining=0 retry=1ms
-R "acme " "R1:XXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXX:XXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXX" 1000000 0 = allowed=true remaining=0 retry=0ms
-+ 60000
-S "acme " "bad" 1000000 -1 = ErrInvalidArgument
-R "acme " "r6" 1000000 43835 = allowed=true remaining=956165 retry=0ms
-S "acme " "r1" 1000000 192770 = applied=false
-+ 1
-R "acme " "r6:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000 1 = allowed=true remaining=956180 retry=0ms
-S "acme " "bad" 1000000 1000000001 = ErrInvalidArgument
-R "acme " "r8" 1000000 956179 = allowed=true remaining=1 retry=0ms
-+ 21175
-R "acme " "r8 " 1000000 1 = allowed=true remaining=352917 retry=0ms
-S "acme " "R1:XXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXX" 1000000 1000000 = applied=false
-R "acme " "r6:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000 0 = allowed=true remaining=352917 retry=0ms
-+ 38825
-S "acme " "r1" 7919 2593 = applied=false
-R "acme " "r10" 7919 245 = allowed=true remaining=7674 retry=0ms
-trace w61000-d1-2tenants-debt-back-again-bad "q-2" 61000 1
-R "Acme" "r1" 7 0 = allowed=true remaining=7 retry=0ms
-+ 61000
-S "Acme" "r1" 7 1 = applied=false
-R "Acme" "r2" 7 0 = allowed=true remaining=7 retry=0ms
+R "Acme" "r3" 3 0 = allowed=true remaining=3 retry=0ms
+R "Acme" "r3" 3 0 = allowed=true remaining=3 retry=0ms
++ 60999
+R "acme " "r4" 7 0 = allowed=true remaining=7 retry=0ms
+S "Acme" "r3" 3 0 = applied=true
+R "b" "open:open:r1" 1 0 = allowed=true remaining=1 retry=0ms
+S "acme " "r4" 7 0 = applied=true
 - 1
-S "Acme" "r2" 7 21 = applied=true
-+ 1
-R "acme:eu" "settled:r3" 1 1 = allowed=true remaining=0 retry=0ms
-+ 1
-S "acme:eu" "settled:r3" 1 1 = applied=true
-+ 16200
-R "Acme" "bad" 7 8 = ErrEstimateTooLarge
-S "Acme" "r1" 7 4 = applied=false
-S "acme:eu" "settled:r3" 1 0 = applied=false
-R "acme:eu" "{r4}" 1 1 = allowed=false remaining=0 retry=43799ms
-+ 1
-R "Acme" "settled:r2" 7 0 = allowed=false remaining=0 retry=43797ms
-R "Acme" "r6" 7 0 = allowed=false remaining=0 retry=43797ms
-R "Acme" "R6" 7 1 = allowed=false remaining=0 retry=52369ms
-+ 1
-+ 52369
-R "Acme" "bad" 1000000001 1 = ErrInvalidArgument
-R "Acme" "settled:r2" 7 0 = allowed=true remaining=1 retry=0ms
-trace w2-d1-3tenants-debt-lowered-edge-again-bad "" 2 1
-R "acme:eu" "R1" 1 1 = allowed=true remaining=0 retry=0ms
-+ 2966
-S "acme:eu" "{r2}" 1 0 = applied=false
-S "b" "R3" 1000000000 827638780 = applied=false
-R "acme " "r4" 59 59 = allowed=true remaining=0 retry=0ms
-R "acme:eu" "{r2} " 1 1 = allowed=false remaining=0 retry=57034ms
-S "acme " "r4" 59 0 = applied=true
-R "b" "R3:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 600 600 = allowed=true remaining=0 retry=0ms
-+ 82613
-S "b" "R3" 600 421 = applied=false
-R "acme:eu" "{R2} " 1 0 = allowed=true remaining=1 retry=0ms
-R "acme:eu" "settled:{R2} " 1 0 = allowed=true remaining=1 retry=0ms
-+ 2
-+ 1
-S "acme:eu" "{r2}" 1 1 = applied=false
-+ 6957
-R "acme:eu" "open:settled:{R2} " 1 1 = allowed=true remaining=0 retry=0ms
-S "b" "R3:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 59 601 = applied=false
-R "acme " "r10" 59 0 = allowed=true remaining=59 retry=0ms
-S "acme:eu" "settled:{R2} " 1 0 = applied=false
-S "acme:eu" "bad" 1 -1 = ErrInvalidArgument
-R "acme " "r11" 59 21 = allowed=true remaining=38 retry=0ms
-S "acme:eu" "settled:{R2} " 1 0 = applied=false
-R "acme " "r12" 59 10 = allowed=true remaining=28 retry=0ms
-trace w395353-d2-3tenants-debt-lowered-again-bad "" 395353 2
-R "acme:eu" "settled:r1" 1 1 = allowed=true remaining=0 retry=0ms
-R "acme:eu" "bad" 1 -1 = ErrInvalidArgument
-S "acme:eu" "settled:r1" 1 2 = applied=true
-R "b" "r2" 59 36 = allowed=true remaining=23 retry=0ms
-S "b" "R2" 59 20 = applied=false
-S "acme:eu" "open:settled:r1" 1 1 = applied=false
-S "b" "r2" 59 21 = applied=true
-R "acme:eu" "bad" 1000000001 1 = ErrInvalidArgument
-R "b" "bad" 59 60 = ErrEstimateTooLarge
-R "acme" "r5" 59 0 = allowed=true remaining=59 retry=0ms
-S "b" "r2" 59 1 = applied=false
-+ 1
-R "acme" "r5" 59 59 = allowed=true remaining=59 retry=0ms
-+ 4006
-S "acme" "r5" 59 1000000000 = applied=true
-+ 7347
-R "b" "r6" 59 0 = allowed=true remaining=49 retry=0ms
-R "b" "r6" 59 4 = allowed=true remaining=49 retry=0ms
-R "acme:eu" "open:settled:r1 " 1 0 = allowed=false remaining=0 retry=48646ms
-R "b" "settled:r6" 59 59 = allowed=false remaining=49 retry=10002ms
-R "acme:eu" "r9" 1 1 = allowed=false remaining=0 retry=108646ms
-S "b" "r6" 59 1 = applied=true
-trace w7200000-d1-1tenants-debt-back-lowered-edge-again-bad "tq" 7200000 1
-R "b" "open:r1" 1000000000 0 = allowed=true remaining=1000000000 retry=0ms
+R "b" "r6" 1 0 = allowed=true remaining=1 retry=0ms
+R "acme " "r4" 7 0 = allowed=true remaining=7 retry=0ms
+R "acme " "r4" 7 7 = allowed=true remaining=7 retry=0ms
+R "acme " "r4 " 7 6 = allowed=true remaining=1 retry=0ms
+R "Acme" "{r8}" 3 1 = allowed=true remaining=2 retry=0ms
+S "acme " "r4 " 7 5 = applied=true
+S "Acme" "{r8}" 3 0 = applied=true
+R "Acme" "{r8}:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 3 0 = allowed=true remaining=3 retry=0ms
+S "Acme" "{r8}:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 3 9 = applied=true
+R "acme " "r10" 7 1 = allowed=true remaining=1 retry=0ms
+S "b" "r6" 1 0 = applied=true
+S "acme " "r10" 7 1 = applied=true
+R "acme " "r4 " 7 7 = allowed=true remaining=1 retry=0ms
+R "b" "bad" 1000000001 1 = ErrInvalidArgument
++ 1736
+S "b" "open:r1" 1 0 = applied=false
+R "Acme" "{r8}:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx " 3 2 = allowed=false remaining=0 retry=98264ms
+R "Acme" "{r12}" 3 1 = allowed=false remaining=0 retry=78264ms
+S "acme " "r2" 7 1 = applied=false
+R "acme " "R10" 7 0 = allowed=true remaining=1 retry=0ms
+S "b" "open:open:r1" 1 0 = applied=true
+R "Acme" "{r12}:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 3 0 = allowed=false remaining=0 retry=58264ms
+trace w7200000-d60-1tenants-debt-edge-again-bad "q-2" 7200000 60
+R "acme " "bad" 600 -1 = ErrInvalidArgument
+S "acme " "r1" 600 166 = applied=false
+R "acme " "settled:r1" 600 600 = allowed=true remaining=0 retry=0ms
 + 7199999
-R "b" "" 1000000000 1 = ErrInvalidArgument
-S "b" "open:r1" 1000000000 1000000000 = applied=true
-R "b" "open:open:r1" 60 60 = allowed=false remaining=0 retry=60000ms
-R "b" "r3" 60 0 = allowed=true remaining=0 retry=0ms
-R "b" "open:r1" 60 0 = allowed=true remaining=0 retry=0ms
-S "b" "r3" 60 0 = applied=true
-- 1
-R "b" "r4" 60 1 = allowed=false remaining=0 retry=1001ms
-R "b" "r5" 60 1 = allowed=false remaining=0 retry=1001ms
-R "b" "r3" 60 2 = allowed=true remaining=0 retry=0ms
-S "b" "bad" 60 -1 = ErrInvalidArgument
-S "b" "r5 " 60 44 = applied=false
+R "acme " "SETTLED:R1" 600 0 = allowed=true remaining=600 retry=0ms
+S "acme " "SETTLED:R1" 600 0 = applied=true
+R "acme " "r4" 600 600 = allowed=true remaining=0 retry=0ms
++ 1717
+S "acme " "SETTLED:R1" 600 90 = applied=false
+R "acme " "SETTLED:R1" 600 157 = allowed=true remaining=17 retry=0ms
+S "acme " "r4" 600 0 = applied=true
 + 1
+R "acme " "r5" 600 18 = allowed=true remaining=582 retry=0ms
++ 13901
+S "acme " "r5" 600 19 = applied=true
+R "acme " "r4" 600 600 = allowed=true remaining=599 retry=0ms
+R "acme " "r5:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 600 600 = allowed=false remaining=599 retry=100ms
+S "acme " "settled:r1" 600 600 = applied=false
++ 3050
+R "acme " "r7" 600 600 = allowed=true remaining=0 retry=0ms
++ 7200000
+S "acme " "r7" 600 599 = applied=false
+R "acme " "r7:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 600 0 = allowed=true remaining=600 retry=0ms
++ 96302
+S "acme " "r7" 600 272 = applied=false
+R "acme " "open:r7:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 600 1 = allowed=true remaining=599 retry=0ms
+S "acme " "r7:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 600 0 = applied=true
++ 7200000
+S "acme " "bad" 600 -1 = ErrInvalidArgument
+R "acme " "r10" 600 26 = allowed=true remaining=574 retry=0ms
+trace w3600000-d3-1tenants-debt-lowered-edge-again-bad "tq" 3600000 3
+S "acme" "bad" 7919 1000000001 = ErrInvalidArgument
+R "acme" "r1" 7919 7918 = allowed=true remaining=1 retry=0ms
++ 21175
+R "acme" "r1 " 7919 1 = allowed=true remaining=2794 retry=0ms
+S "acme" "r1" 7919 7918 = applied=true
+R "acme" "r1" 7919 0 = allowed=true remaining=2794 retry=0ms
++ 3600000
+S "acme" "r1" 1000 893 = applied=false
+R "acme" "settled:r1 " 1000 1 = allowed=true remaining=999 retry=0ms
+R "acme" "bad" 0 0 = ErrInvalidArgument
+S "acme" "r1 " 1000 1 = applied=false
+R "acme" "settled:r1 " 1000 33 = allowed=true remaining=999 retry=0ms
+S "acme" "settled:r1 " 1000 3000 = applied=true
++ 3600000
 + 1
-R "b" "R5 " 60 1 = allowed=false remaining=0 retry=999ms
-+ 1
-R "b{x}" "bad" 60 1 = ErrInvalidArgument
-R "b" "r8" 60 0 = allowed=true remaining=0 retry=0ms
-R "b" "r9" 60 0 = allowed=true remaining=0 retry=0ms
-S "b" "r8" 60 0 = applied=true
-R "b" "bad" 60 61 = ErrEstimateTooLarge
-S "b" "r9" 60 0 = applied=true
-+ 1
-R "b" "r10" 60 0 = allowed=true remaining=0 retry=0ms
-S "b" "r10" 60 0 = applied=true
-R "b" "r5" 60 0 = allowed=true remaining=0 retry=0ms
-S "b" "r5" 60 0 = applied=true
-R "b" "open:r10" 60 33 = allowed=false remaining=0 retry=32997ms
-+ 32997
-R "b" "open:r10" 60 0 = allowed=true remaining=33 retry=0ms
-R "b" "r12" 60 5 = allowed=true remaining=28 retry=0ms
-S "b" "open:r10" 60 0 = applied=true
-R "b" "R5 " 60 44 = allowed=false remaining=28 retry=16000ms
-R "b" "r12 " 60 1 = allowed=true remaining=27 retry=0ms
-S "b" "r12" 60 0 = applied=true
-trace w0-d0-3tenants-debt-lowered-edge-again-bad "q-2" 0 0
-+ 14915
-R "acme" "r1" 1 0 = allowed=true remaining=1 retry=0ms
-R "acme " "open:r2" 61 48 = allowed=true remaining=13 retry=0ms
-R "acme" "r1" 1 0 = allowed=true remaining=1 retry=0ms
-+ 1
-R "acme " "bad" 0 0 = ErrInvalidArgument
-R "Acme" "open:r3" 61 0 = allowed=true remaining=61 retry=0ms
+R "acme" "{r4}" 1000 1000 = allowed=true remaining=0 retry=0ms
++ 106478
+R "acme" "r5" 1000 0 = allowed=true remaining=1000 retry=0ms
 + 1
 + 3599998
-S "acme " "open:r2" 61 49 = applied=false
-R "acme " "bad" 61 -1 = ErrInvalidArgument
-R "acme" "r4" 1 0 = allowed=true remaining=1 retry=0ms
-R "acme " "open:r2 " 61 2 = allowed=true remaining=59 retry=0ms
-S "acme " "open:r2 " 61 2 = applied=true
+R "acme" "open:r5" 1000 85 = allowed=true remaining=915 retry=0ms
+S "acme" "open:r5" 1000 3000 = applied=true
+S "acme" "r5" 1000 1 = applied=true
+trace w60000-d3-3tenants-debt-lowered-again-bad "" 60000 3
 + 1
-S "acme" "r4" 1 0 = applied=true
-trace w2-d0-1tenants-debt-lowered-edge-bad "tq" 2 0
-R "Acme" "bad" 60 -1 = ErrInvalidArgument
-R "" "bad" 60 1 = ErrInvalidArgument
-R "Acme" "r1" 60 1 = allowed=true remaining=59 retry=0ms
+R "acme " "r1" 1000 1000 = allowed=true remaining=0 retry=0ms
+R "Acme" "settled:r2" 600 0 = allowed=true remaining=600 retry=0ms
+S "acme " "r1" 1000 0 = applied=true
+R "Acme" "{r3}" 600 600 = allowed=true remaining=0 retry=0ms
+S "Acme" "{r3}" 600 600 = applied=true
+S "Acme" "settled:r2" 600 0 = applied=true
+R "Acme" "open:{r3}" 600 0 = allowed=true remaining=0 retry=0ms
 + 1
-R "Acme" "r1 " 60 59 = allowed=true remaining=0 retry=0ms
-+ 2
-R "Acme" "open:r1 " 60 1 = allowed=false remaining=0 retry=997ms
+R "" "bad" 600 1 = ErrInvalidArgument
+S "Acme" "open:{r3}" 600 1800 = applied=true
 + 1
-R "Acme" "open:r1 :xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 60 0 = allowed=true remaining=0 retry=0ms
-+ 464
-R "Acme" "OPEN:R1 :XXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXX" 60 2 = allowed=false remaining=0 retry=1532ms
-S "Acme" "r1 " 60 58 = applied=false
-R "Acme" "r6" 60 1 = allowed=false remaining=0 retry=532ms
-R "Acme" "r7" 60 60 = allowed=false remaining=0 retry=59532ms
-S "Acme" "r1" 60 2 = applied=false
-+ 4865
-+ 17928
-+ 59533
-S "Acme" "open:r1 :xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 60 0 = applied=false
-R "Acme" "r7 " 60 0 = allowed=true remaining=60 retry=0ms
-+ 4417
-+ 3637
+S "acme" "{r5}" 1000000 848752 = applied=false
+S "acme " "r6" 1000 853 = applied=false
 + 1
-trace w60000-d1-1tenants-debt-back-lowered-again-bad "" 60000 1
+R "acme" "{r5} " 1000000 1000000 = allowed=true remaining=0 retry=0ms
 + 1
-S "Acme" "r1" 3 2 = applied=false
-+ 1
-S "Acme" "R1" 3 0 = applied=false
+R "acme " "r1" 2 0 = allowed=true remaining=2 retry=0ms
+trace w529000-d2-3tenants-debt-back-lowered-edge-again-bad "tq" 529000 2
+R "Acme" "R1" 61 0 = allowed=true remaining=61 retry=0ms
+R "b" "r2 " 3 1 = allowed=true remaining=2 retry=0ms
++ 528999
+S "acme" "bad" 59 1000000001 = ErrInvalidArgument
++ 6957
+R "acme" "open:r3" 59 59 = allowed=true remaining=0 retry=0ms
+S "b" "r2 " 2 2 = applied=false
+R "Acme" "r4" 61 0 = allowed=true remaining=61 retry=0ms
+S "acme" "open:r3" 59 57 = applied=true
+S "acme" "bad" 59 -1 = ErrInvalidArgument
+R "Acme" "r5" 61 21 = allowed=true remaining=40 retry=0ms
+S "acme" "settled:open:r3" 59 24 = applied=false
+R "Acme" "r7" 61 10 = allowed=true remaining=30 retry=0ms
+R "b" "r8" 1 0 = allowed=true remaining=1 retry=0ms
+R "acme" "settled:open:r3:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 3 0 = allowed=true remaining=2 retry=0ms
+R "b" "r8 " 1 1 = allowed=true remaining=0 retry=0ms
+S "Acme" "R1" 61 112 = applied=false
+R "b" "r11" 1 1 = allowed=false remaining=0 retry=60000ms
+S "b" "R11" 1 1 = applied=false
 - 60000
-R "Acme" "{r3}" 3 2 = allowed=true remaining=1 retry=0ms
-R "Acme" "R1" 3 0 = allowed=true remaining=1 retry=0ms
-R "Acme" "{r3} " 3 2 = allowed=false remaining=1 retry=20000ms
-+ 787
-R "Acme" "{r3} :xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 3 2 = allowed=false remaining=1 retry=19213ms
-R "" "bad" 3 1 = ErrInvalidArgument
-R "Acme" "r6" 3 0 = allowed=true remaining=1 retry=0ms
-S "Acme" "r6" 3 1 = applied=true
-R "Acme" "bad" 3 -1 = ErrInvalidArgument
-R "Acme" "r6 " 3 0 = allowed=true remaining=0 retry=0ms
-S "Acme" "bad" 3 1000000001 = ErrInvalidArgument
+R "acme" "open:settled:open:r3:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 3 2 = allowed=true remaining=0 retry=0ms
+R "Acme" "r7 " 61 29 = allowed=true remaining=1 retry=0ms
+S "Acme" "r5" 61 0 = applied=true
+R "Acme" "bad" 0 0 = ErrInvalidArgument
+R "b" "r15" 1 0 = allowed=true remaining=0 retry=0ms
 + 1
-R "Acme" "r8" 3 0 = allowed=true remaining=0 retry=0ms
-R "Acme" "r8 " 3 0 = allowed=true remaining=0 retry=0ms
+trace w7200000-d1-1tenants-debt-back-lowered-again-bad "tq" 7200000 1
+R "acme:eu" "open:r1" 1000 0 = allowed=true remaining=1000 retry=0ms
++ 7347
+R "acme:eu" "r2" 1000 0 = allowed=true remaining=1000 retry=0ms
+R "acme:eu" "r2" 1000 82 = allowed=true remaining=1000 retry=0ms
+R "acme:eu" "r2 " 3 0 = allowed=true remaining=3 retry=0ms
+R "acme:eu" "settled:r2 " 3 3 = allowed=true remaining=0 retry=0ms
+R "acme:eu" "r5" 3 3 = allowed=false remaining=0 retry=60000ms
+S "acme:eu" "settled:r2 " 3 4 = applied=true
+R "acme:eu" "r6" 3 1 = allowed=false remaining=0 retry=40000ms
+R "acme:eu" "r2" 3 0 = allowed=true remaining=0 retry=0ms
+R "acme:eu" "R6" 3 1 = allowed=false remaining=0 retry=40000ms
+R "acme:eu" "r8" 3 1 = allowed=false remaining=0 retry=40000ms
+S "acme:eu" "open:r1" 3 5 = applied=true
+R "acme:eu" "open:r8" 1 0 = allowed=false remaining=0 retry=60000ms
+R "acme:eu" "r10" 1 0 = allowed=false remaining=0 retry=60000ms
+R "acme:eu" "open:r1" 1 0 = allowed=true remaining=0 retry=0ms
+S "acme:eu" "r2 " 1 0 = applied=true
+S "acme:eu" "r2" 1 2 = applied=true
++ 1
+R "acme:eu" "{r11}" 1 0 = allowed=false remaining=0 retry=59999ms
+R "acme:eu" "{r11} " 1 1 = allowed=false remaining=0 retry=119999ms
+R "acme:eu" "{R11} " 1 0 = allowed=false remaining=0 retry=59999ms
++ 1
++ 101022
+R "acme:eu" "bad" 1 2 = ErrEstimateTooLarge
+R "acme:eu" "r2" 1 0 = allowed=true remaining=0 retry=0ms
+- 2201
+R "acme:eu{x}" "bad" 1 1 = ErrInvalidArgument
+R "acme:eu" "r14" 1 0 = allowed=true remaining=0 retry=0ms
+R "acme:eu" "r15" 1 0 = allowed=true remaining=0 retry=0ms
+S "acme:eu" "r14" 1 0 = applied=true
+R "acme:eu" "bad" 1 2 = ErrEstimateTooLarge
+S "acme:eu" "r15" 1 0 = applied=true
++ 1
+R "acme:eu" "r16" 1 0 = allowed=true remaining=0 retry=0ms
+S "acme:eu" "r16" 1 0 = applied=true
+R "acme:eu" "{R11} " 1 0 = allowed=true remaining=0 retry=0ms
+S "acme:eu" "{R11} " 1 0 = applied=true
+trace w2-d0-1tenants-debt-back-edge-again-bad "q-2" 2 0
+R "b" "" 1000 1 = ErrInvalidArgument
 + 1
 + 1
-S "Acme" "r8" 3 0 = applied=true
++ 1928
 + 1
-R "Acme" "r10" 1 0 = allowed=true remaining=0 retry=0ms
-R "Acme" "r10:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1 0 = allowed=true remaining=0 retry=0ms
-S "Acme" "r8" 1 1 = applied=false
-+ 77233
-R "Acme" "r12" 1 1 = allowed=true remaining=0 retry=0ms
-R "Acme" "r13" 1 1 = allowed=false remaining=0 retry=60000ms
-R "Acme" "r14" 1 1 = allowed=false remaining=0 retry=60000ms
-R "Acme" "{r3} :xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1 0 = allowed=true remaining=0 retry=0ms
-S "Acme" "r12" 1 1 = applied=true
-R "Acme" "bad" 1 -1 = ErrInvalidArgument
-trace w7-d2-1tenants-debt-back-lowered-again-bad "" 7 2
+R "b{x}" "bad" 1000 1 = ErrInvalidArgument
+R "b" "r1" 1000 1000 = allowed=true remaining=0 retry=0ms
+- 1
+R "b" "r1" 1000 0 = allowed=true remaining=0 retry=0ms
+R "b" "{r2}" 1000 0 = allowed=true remaining=0 retry=0ms
++ 60042
+S "b" "{r2}" 1000 0 = applied=false
++ 14915
+R "b" "r3" 1000 0 = allowed=true remaining=1000 retry=0ms
+R "b" "open:r3" 1000 775 = allowed=true remaining=225 retry=0ms
+R "b" "open:r3" 1000 75 = allowed=true remaining=225 retry=0ms
++ 2
+S "b" "open:r3" 1000 3000 = applied=false
+R "b" "r5" 1000 557 = allowed=false remaining=225 retry=19918ms
+S "b" "r3" 1000 0 = applied=false
+trace w457386-d0-3tenants-debt-back-lowered-edge-again-bad "tq" 457386 0
+S "acme " "bad" 3 1000000001 = ErrInvalidArgument
+R "acme" "r1 " 61 2 = allowed=true remaining=59 retry=0ms
+S "acme" "r1 " 61 2 = applied=true
++ 1
+R "acme" "r2" 7 1 = allowed=true remaining=6 retry=0ms
+- 1
+R "acme:eu" "r3 " 7919 7919 = allowed=true remaining=0 retry=0ms
+S "acme:eu" "r3 " 7919 15383 = applied=true
+R "acme" "r2" 7 6 = allowed=true remaining=6 retry=0ms
+R "acme:eu" "open:r3 " 7919 7919 = allowed=false remaining=0 retry=116553ms
+S "acme" "r2" 7 2 = applied=true
+R "acme:eu" "open:r3 " 7919 0 = allowed=false remaining=0 retry=56553ms
+R "acme" "r2" 7 0 = allowed=true remaining=5 retry=0ms
+R "acme" "r5" 7 1 = allowed=true remaining=4 retry=0ms
++ 56553
+R "acme" "r2" 7 3 = allowed=true remaining=7 retry=0ms
++ 457386
+R "acme" "r5:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 7 0 = allowed=true remaining=7 retry=0ms
++ 457386
+- 60000
++ 1
++ 457386
++ 17928
++ 56554
+S "acme" "r5" 7 0 = applied=false
+R "acme " "r7 " 3 0 = allowed=true remaining=3 retry=0ms
++ 4417
+trace w5000-d3-1tenants-busy-debt-again "tq" 5000 3
++ 2156
+S "Acme" "settled:r1" 1000000 684839 = applied=false
+R "Acme" "open:settled:r1" 1000000 90 = allowed=true remaining=999910 retry=0ms
+S "Acme" "open:settled:r1" 1000000 1910194 = applied=true
++ 3119
++ 519
+S "Acme" "open:settled:r1" 1000000 219140 = applied=false
+R "Acme" "OPEN:SETTLED:R1" 1000000 13 = allowed=false remaining=0 retry=50975ms
+R "Acme" "{r4}" 1000000 91 = allowed=false remaining=0 retry=50980ms
+S "Acme" "open:settled:r1" 1000000 60842 = applied=false
+R "Acme" "open:{r4}" 1000000 87 = allowed=false remaining=0 retry=50979ms
+R "Acme" "OPEN:{R4}" 1000000 23 = allowed=false remaining=0 retry=50976ms
+R "Acme" "r7" 1000000 84 = allowed=false remaining=0 retry=50979ms
+R "Acme" "r7 " 1000000 15 = allowed=false remaining=0 retry=50975ms
+R "Acme" "r7  " 1000000 6 = allowed=false remaining=0 retry=50974ms
+R "Acme" "r10" 1000000 75 = allowed=false remaining=0 retry=50979ms
++ 3577
+R "Acme" "r11" 1000000 28 = allowed=false remaining=0 retry=47399ms
+R "Acme" "r12" 1000000 3 = allowed=false remaining=0 retry=47397ms
++ 4863
+R "Acme" "settled:r12" 1000000 47 = allowed=false remaining=0 retry=42537ms
+R "Acme" "open:settled:r12" 1000000 93 = allowed=false remaining=0 retry=42540ms
+R "Acme" "r15" 1000000 20 = allowed=false remaining=0 retry=42535ms
+R "Acme" "r16" 1000000 29 = allowed=false remaining=0 retry=42536ms
+S "Acme" "open:settled:r1" 1000000 568107 = applied=false
+R "Acme" "r16:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000 46 = allowed=false remaining=0 retry=42537ms
+S "Acme" "open:settled:r1" 1000000 972440 = applied=false
++ 1450
+S "Acme" "settled:r1" 1000000 57934 = applied=false
++ 1224
++ 3527
+R "Acme" "settled:r16:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000 43 = allowed=false remaining=0 retry=36336ms
++ 1946
+R "Acme" "r19" 1000000 19 = allowed=false remaining=0 retry=34388ms
++ 527
+R "Acme" "r20" 1000000 66 = allowed=false remaining=0 retry=33864ms
+R "Acme" "r21" 1000000 13 = allowed=false remaining=0 retry=33861ms
+R "Acme" "settled:r21" 1000000 73 = allowed=false remaining=0 retry=33865ms
+R "Acme" "r23" 1000000 94 = allowed=false remaining=0 retry=33866ms
+R "Acme" "r24" 1000000 4 = allowed=false remaining=0 retry=33860ms
++ 225
+R "Acme" "r25" 1000000 27 = allowed=false remaining=0 retry=33637ms
+R "Acme" "r26" 1000000 31 = allowed=false remaining=0 retry=33637ms
+S "Acme" "{r27}" 1000000 283585 = applied=false
+R "Acme" "{r27} " 1000000 16 = allowed=false remaining=0 retry=33636ms
+S "Acme" "{r27}" 1000000 337934 = applied=false
+R "Acme" "r29" 1000000 83 = allowed=false remaining=0 retry=33640ms
++ 4123
++ 1282
+R "Acme" "r29:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000 32 = allowed=false remaining=0 retry=28232ms
++ 679
++ 444
++ 3120
+R "Acme" "r31" 1000000 16 = allowed=false remaining=0 retry=23988ms
++ 3490
++ 2839
++ 1952
+R "Acme" "{r32}" 1000000 96 = allowed=false remaining=0 retry=15712ms
+trace w359715-d60-3tenants-debt-back-edge-again-bad "" 359715 60
 + 1
 + 1
-R "acme" "r1" 1000000000 0 = allowed=true remaining=1000000000 retry=0ms
-R "acme" "r2" 1000000000 0 = allowed=true remaining=1000000000 retry=0ms
+R "b" "r1" 1 0 = allowed=true remaining=1 retry=0ms
+R "b" "r2" 1 0 = allowed=true remaining=1 retry=0ms
 + 4583
 + 1
-R "acme" "settled:r2" 1000000000 0 = allowed=true remaining=1000000000 retry=0ms
-R "acme" "SETTLED:R2" 1000000000 600979474 = allowed=true remaining=399020526 retry=0ms
+R "b" "settled:r2" 1 0 = allowed=true remaining=1 retry=0ms
+R "acme" "R4" 1000000000 600979474 = allowed=true remaining=399020526 retry=0ms
 R "acme" "bad" 1000000001 1 = ErrInvalidArgument
-R "acme" "settled:r2" 1000000000 1000000000 = allowed=true remaining=399020526 retry=0ms
-R "acme" "open:SETTLED:R2" 1000000000 1 = allowed=true remaining=399020525 retry=0ms
-R "acme" "{r6}" 1000000000 1 = allowed=true remaining=399020524 retry=0ms
-- 1
-R "acme" "{r7}" 1000000000 1 = allowed=true remaining=399020523 retry=0ms
+R "acme" "r5" 1000000000 0 = allowed=true remaining=399020526 retry=0ms
+S "b" "r2" 1 3 = applied=true
++ 355131
+R "b" "settled:r2" 1 1 = allowed=true remaining=1 retry=0ms
+R "b" "r6" 1 0 = allowed=true remaining=1 retry=0ms
++ 359714
+- 1519
+R "b" "r6:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1 1 = allowed=true remaining=0 retry=0ms
 + 1
-R "acme" "settled:{r7}" 3 3 = allowed=true remaining=0 retry=0ms
-R "acme" "settled:{r7}:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 3 1 = allowed=false remaining=0 retry=20000ms
-+ 1058
-S "acme" "settled:r2" 3 0 = applied=false
+S "b" "r6" 1 0 = applied=true
 + 907
-S "acme" "r2" 3 1 = applied=false
+S "acme" "r5" 1000000000 525548242 = applied=false
 + 1
-R "acme" "r10" 3 0 = allowed=true remaining=0 retry=0ms
-S "acme" "open:SETTLED:R2" 3 4 = applied=false
-S "acme" "r10" 3 0 = applied=true
-S "acme" "SETTLED:R2" 3 9 = applied=false
-R "acme" "r11" 3 0 = allowed=true remaining=0 retry=0ms
+R "acme" "r8" 1000000000 857644960 = allowed=true remaining=142355040 retry=0ms
+S "acme" "r8" 1000000000 422960784 = applied=true
+S "acme:eu" "r9 " 1000000000 269862177 = applied=false
+S "acme" "R4" 1000000000 600979475 = applied=false
+R "acme" "settled:r8" 1000000000 0 = allowed=true remaining=577039216 retry=0ms
+S "acme:eu" "bad" 1000000000 -1 = ErrInvalidArgument
++ 1
+trace w2-d1-1tenants-edge-again-bad "" 2 1
++ 1
+R "b" "settled:r1" 3 1 = allowed=true remaining=2 retry=0ms
++ 1
+R "b" "settled:r1" 3 3 = allowed=true remaining=2 retry=0ms
+R "b" "settled:r1" 3 3 = allowed=true remaining=2 retry=0ms
+R "b" "" 3 1 = ErrInvalidArgument
+R "b" "bad" 3 4 = ErrEstimateTooLarge
+R "b" "open:settled:r1" 3 1 = allowed=true remaining=1 retry=0ms
+S "b" "r3" 3 1 = applied=false
+R "b" "r4" 3 0 = allowed=true remaining=1 retry=0ms
++ 2
+S "b" "r5" 3 2 = applied=false
++ 814
+S "b" "open:settled:r1" 3 0 = applied=false
+R "b" "{r6}" 3 2 = allowed=false remaining=1 retry=19183ms
+R "b" "r7" 3 3 = allowed=false remaining=1 retry=39183ms
+R "b" "bad" 3 4 = ErrEstimateTooLarge
+R "b" "{r6}" 3 3 = allowed=false remaining=1 retry=39183ms
+S "b" "open:settled:r1" 3 1 = applied=false
+R "b" "r8" 3 0 = allowed=true remaining=1 retry=0ms
++ 3079
+R "b" "r9" 3 3 = allowed=false remaining=1 retry=36104ms
++ 2
+trace w7-d3-3tenants-debt-back-lowered-edge-again-bad "tq" 7 3
+R "acme" "r1" 59 1 = allowed=true remaining=58 retry=0ms
+R "Acme" "r2" 2 0 = allowed=true remaining=2 retry=0ms
++ 50871
++ 1
+R "acme" "r3" 59 59 = allowed=true remaining=0 retry=0ms
+S "acme" "r3 " 59 26 = applied=false
++ 7
++ 1
+S "acme" "r1" 59 0 = applied=false
++ 1
+R "Acme" "r5" 2 1 = allowed=true remaining=1 retry=0ms
++ 1
+S "acme" "r3" 59 59 = applied=false
+S "Acme" "r5" 2 6 = applied=true
+S "Acme" "r2" 2 0 = applied=false
+R "Acme" "r6" 2 1 = allowed=false remaining=0 retry=149999ms
+R "Acme" "r5" 2 0 = allowed=true remaining=0 retry=0ms
++ 1
++ 36169
 - 60000
-R "acme" "settled:{r7}:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 3 0 = allowed=true remaining=0 retry=0ms
-S "acme" "r11" 3 0 = applied=true
-R "acme" "r12" 3 0 = allowed=true remaining=0 retry=0ms
-R "acme" "r11" 3 0 = allowed=true remaining=0 retry=0ms
-R "acme" "r10" 3 1 = allowed=true remaining=0 retry=0ms
-R "acme" "r10" 3 3 = allowed=true remaining=0 retry=0ms
-R "acme" "" 3 1 = ErrInvalidArgument
-R "acme" "bad" 3 4 = ErrEstimateTooLarge
-R "acme" "open:r12" 3 0 = allowed=true remaining=0 retry=0ms
-S "acme" "r11" 3 0 = applied=false
-R "acme" "r14" 3 1 = allowed=false remaining=0 retry=78034ms
-R "acme" "r15" 3 2 = allowed=false remaining=0 retry=98034ms
-R "acme" "r16" 3 0 = allowed=true remaining=0 retry=0ms
-R "acme" "r16:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 3 0 = allowed=true remaining=0 retry=0ms
-trace w0-d0-1tenants-debt-back-lowered-again-bad "" 0 0
-R "acme " "bad" 1000000 1000001 = ErrEstimateTooLarge
-S "acme " "r1" 1000000 109697 = applied=false
-R "acme " "r1" 1000000 0 = allowed=true remaining=1000000 retry=0ms
 + 1
-R "acme " "r2" 600 600 = allowed=true remaining=0 retry=0ms
-+ 3600000
-+ 1
-+ 41340
-- 2601
-R "acme " "r3" 600 0 = allowed=true remaining=600 retry=0ms
-S "acme " "r2" 600 464 = applied=false
-R "acme " "r4" 600 306 = allowed=true remaining=294 retry=0ms
-R "acme " "r5" 600 0 = allowed=true remaining=294 retry=0ms
-- 333
-S "acme " "r5:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 600 426 = applied=false
-R "acme " "r7" 600 420 = allowed=false remaining=294 retry=12933ms
-R "acme " "r8" 600 295 = allowed=false remaining=294 retry=433ms
-S "acme " "r5" 600 0 = applied=true
-R "acme " "r5" 600 167 = allowed=true remaining=294 retry=0ms
-R "acme " "r8 " 600 295 = allowed=false remaining=294 retry=433ms
-S "acme " "r5:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 600 184 = applied=false
-+ 1
-S "acme " "r3" 600 102 = applied=true
-S "acme " "r5:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 600 421 = applied=false
-+ 1
-R "acme " "r8 " 600 293 = allowed=false remaining=192 retry=10431ms
-trace w509962-d3-1tenants-back-lowered-edge-again-bad "" 509962 3
-+ 77942
 - 567
-R "Acme" "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000 907591 = allowed=true remaining=92409 retry=0ms
-R "Acme" "r2" 1000000 785137 = allowed=false remaining=92409 retry=41564ms
-R "Acme" "bad" 0 0 = ErrInvalidArgument
-S "Acme" "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000 0 = applied=true
-+ 759
-R "Acme" "r2 " 1000000 92408 = allowed=true remaining=907592 retry=0ms
+R "acme" "r3 :xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 59 54 = allowed=false remaining=0 retry=79302ms
+R "acme" "r8" 59 47 = allowed=false remaining=0 retry=72183ms
+R "acme" "bad" 0 0 = ErrInvalidArgument
++ 1
++ 1
++ 1
+R "acme:eu" "r9 " 600 599 = allowed=true remaining=1 retry=0ms
 + 2000
-R "Acme" "r2 :xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 60 60 = allowed=true remaining=0 retry=0ms
-R "Acme" "bad" 0 0 = ErrInvalidArgument
-R "Acme" "r2 :xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 60 1 = allowed=false remaining=0 retry=1000ms
-R "" "bad" 60 1 = ErrInvalidArgument
-R "Acme" "bad" 60 -1 = ErrInvalidArgument
-R "Acme" "bad" 1000000001 1 = ErrInvalidArgument
-R "Acme" "r2 :xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx " 60 1 = allowed=false remaining=0 retry=1000ms
-S "Acme" "R2 :XXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXX:XXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXX " 60 30 = applied=false
-R "Acme" "r2 :xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 60 0 = allowed=true remaining=0 retry=0ms
-R "Acme" "R2 :XXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXX:XXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXX " 60 1 = allowed=true remaining=0 retry=0ms
-S "Acme" "r2 :xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 60 0 = applied=true
-S "Acme" "R2 :XXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXX:XXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXX " 60 3 = applied=false
-R "Acme" "r2" 59 3 = allowed=true remaining=56 retry=0ms
-R "Acme" "r2 :xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx " 59 55 = allowed=true remaining=1 retry=0ms
-R "Acme" "r8" 59 1 = allowed=true remaining=0 retry=0ms
-+ 509961
-S "Acme" "r8" 59 1 = applied=true
-R "Acme" "r2 :xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 59 1 = allowed=true remaining=59 retry=0ms
-R "Acme" "r9" 59 59 = allowed=true remaining=0 retry=0ms
-S "Acme" "R2 :XXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXX:XXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXX " 59 11 = applied=false
-R "Acme" "settled:r9" 59 0 = allowed=true remaining=0 retry=0ms
-R "Acme" "r11" 59 0 = allowed=true remaining=0 retry=0ms
-S "Acme" "r2 :xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 59 0 = applied=true
-R "Acme" "open:r11" 59 0 = allowed=true remaining=0 retry=0ms
-trace w1-d1-2tenants-lowered-edge-again-bad "q-2" 1 1
+R "acme:eu" "r9 :xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 59 59 = allowed=false remaining=2 retry=56984ms
+R "acme:eu" "bad" 0 0 = ErrInvalidArgument
+R "Acme" "r6:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 2 1 = allowed=false remaining=0 retry=172392ms
+trace w0-d60-2tenants-debt-back-lowered-edge-again-bad "tq" 0 60
+S "acme:eu" "settled:r1" 7 0 = applied=false
++ 1
+R "acme:eu" "r2" 7 1 = allowed=true remaining=6 retry=0ms
+S "acme:eu" "r2" 7 1 = applied=true
 + 1
 + 1
-R "acme" "r1" 2 0 = allowed=true remaining=2 retry=0ms
-+ 101052
-R "acme:eu" "open:r2" 1000000 999999 = allowed=true remaining=1 retry=0ms
-R "acme:eu" "settled:open:r2" 1000000 1 = allowed=true remaining=0 retry=0ms
-R "acme" "r4" 2 2 = allowed=true remaining=0 retry=0ms
+R "acme:eu" "r3" 3 3 = allowed=true remaining=0 retry=0ms
+S "acme " "r4" 2 2 = applied=false
+R "acme:eu" "R3" 3 1 = allowed=false remaining=0 retry=20000ms
 + 1
-S "acme:eu" "open:r2" 2 999998 = applied=false
-S "acme" "r4" 2 2 = applied=false
-+ 44
-R "acme" "r5" 2 2 = allowed=false remaining=0 retry=59955ms
-R "acme:eu" "open:settled:open:r2" 2 1 = allowed=false remaining=0 retry=29955ms
-+ 1
-R "acme:eu" "bad" 2 -1 = ErrInvalidArgument
-R "acme:eu" "open:settled:open:r2:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 2 2 = allowed=false remaining=0 retry=59954ms
-+ 59955
-S "acme" "r1" 2 0 = applied=false
-R "acme" "r5" 2 2 = allowed=true remaining=0 retry=0ms
-S "acme:eu" "settled:open:r2" 2 0 = applied=false
-R "acme" "r5" 2 0 = allowed=true remaining=0 retry=0ms
-+ 109149
-R "acme:eu" "open:settled:open:r2:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 2 0 = allowed=true remaining=2 retry=0ms
-trace w7-d2-3tenants-debt-edge-again-bad "q-2" 7 2
-R "acme:eu" "r1" 1000000 461704 = allowed=true remaining=538296 retry=0ms
-R "acme" "settled:r2" 3 3 = allowed=true remaining=0 retry=0ms
-S "b" "r3" 2 1 = applied=false
-R "b" "r3:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 2 0 = allowed=true remaining=2 retry=0ms
-R "" "bad" 1000000 1 = ErrInvalidArgument
-R "b" "r3:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 2 0 = allowed=true remaining=2 retry=0ms
-R "acme:eu" "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000 538297 = allowed=false remaining=538296 retry=1ms
-R "acme" "settled:r2 " 3 0 = allowed=true remaining=0 retry=0ms
-R "acme:eu" "r7" 1000000 0 = allowed=true remaining=538296 retry=0ms
-S "acme:eu" "r7" 1000000 0 = applied=true
-S "acme:eu" "r1" 1000000 461705 = applied=true
-+ 7
-R "acme:eu" "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000 538295 = allowed=true remaining=116 retry=0ms
-+ 1
-R "acme" "r8" 3 0 = allowed=true remaining=0 retry=0ms
-S "acme" "r8" 3 9 = applied=true
-S "acme" "settled:r2 " 3 9 = applied=false
-R "acme:eu" "r7:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000 1282 = allowed=false remaining=133 retry=69ms
-S "acme:eu" "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000 0 = applied=true
-+ 4847
-R "b" "r3:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx " 2 0 = allowed=true remaining=2 retry=0ms
-+ 1
-R "b" "r3:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx " 2 0 = allowed=true remaining=2 retry=0ms
-R "b" "R3:XXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXX " 2 0 = allowed=true remaining=2 retry=0ms
-trace w482296-d3-1tenants-debt-back-lowered-again-bad "q-2" 482296 3
-+ 82524
-+ 1
-R "acme" "r1" 1 1 = allowed=true remaining=0 retry=0ms
-S "acme" "r1" 1 0 = applied=true
-- 1193
-R "acme" "bad" 1000000001 1 = ErrInvalidArgument
-R "acme" "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1 1 = allowed=true remaining=0 retry=0ms
-R "acme" "r3" 1 0 = allowed=true remaining=0 retry=0ms
-S "acme" "r3" 1 0 = applied=true
-R "acme" "R3" 1 0 = allowed=true remaining=0 retry=0ms
-+ 1
-S "acme" "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1 1 = applied=true
-R "acme" "r5" 1 1 = allowed=false remaining=0 retry=59999ms
-S "acme" "R3" 1 2 = applied=true
-R "acme" "bad" 1 -1 = ErrInvalidArgument
-- 60000
-R "acme" "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1 0 = allowed=true remaining=0 retry=0ms
-+ 39350
-R "acme" "r6" 1 0 = allowed=false remaining=0 retry=140649ms
-R "acme" "r7" 1 0 = allowed=false remaining=0 retry=140649ms
-+ 98946
-trace w255186-d3-1tenants-debt-lowered-again-bad "" 255186 3
-R "acme " "r1" 7919 188 = allowed=true remaining=7731 retry=0ms
-R "acme " "r2" 7919 5226 = allowed=true remaining=2505 retry=0ms
-R "acme " "open:r2" 7919 0 = allowed=true remaining=2505 retry=0ms
-R "acme " "open:open:r2" 7919 1 = allowed=true remaining=2504 retry=0ms
-R "acme " "open:open:open:r2" 7919 1 = allowed=true remaining=2503 retry=0ms
-S "acme " "r1" 7919 0 = applied=true
-S "acme " "r2" 7919 5226 = applied=true
-R "acme " "r1" 7919 2503 = allowed=true remaining=2691 retry=0ms
-R "acme " "r6" 7919 0 = allowed=true remaining=2691 retry=0ms
-S "acme " "open:open:open:r2" 7919 1 = applied=true
-R "acme " "r7" 7919 0 = allowed=true remaining=2691 retry=0ms
-R "acme " "r8" 7919 2690 = allowed=true remaining=1 retry=0ms
-S "acme " "r7" 7919 0 = applied=true
-S "acme " "r6" 7919 12402 = applied=true
-R "acme " "r9" 7919 2282 = allowed=false remaining=0 retry=111249ms
-S "acme " "r8" 59 2690 = applied=true
-+ 3600000
-R "acme " "r10" 59 0 = allowed=true remaining=59 retry=0ms
-R "acme " "bad" 59 60 = ErrEstimateTooLarge
-R "acme " "{r11}" 59 58 = allowed=true remaining=1 retry=0ms
-trace w7200000-d2-3tenants-debt-back-lowered-edge-again-bad "q-2" 7200000 2
-R "acme:eu" "r1" 60 60 = allowed=true remaining=0 retry=0ms
-+ 37321
-R "" "bad" 60 1 = ErrInvalidArgument
-+ 67455
-R "acme" "r2" 59 58 = allowed=true remaining=1 retry=0ms
-S "acme" "r2" 59 58 = applied=true
-S "b" "open:r3" 1000 93 = applied=false
-S "acme:eu" "r1" 60 77 = applied=true
-+ 1
-- 1
-S "acme" "r2:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 59 42 = applied=false
-R "b" "r5" 1000 0 = allowed=true remaining=1000 retry=0ms
-+ 1
-R "b" "{r6}" 1000 27 = allowed=true remaining=973 retry=0ms
-S "b" "{r6}" 1000 3000 = applied=true
-R "acme" "R2:XXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXX" 59 28 = allowed=false remaining=1 retry=27457ms
-S "b" "r5" 1000 0 = applied=true
-R "acme:eu" "r1 " 60 1 = allowed=true remaining=42 retry=0ms
-S "acme:eu" "bad" 60 -1 = ErrInvalidArgument
-+ 1
-R "b" "{r9}" 1000 974 = allowed=false remaining=0 retry=178439ms
-R "acme" "open:R2:XXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXX" 59 0 = allowed=true remaining=1 retry=0ms
-S "acme" "open:R2:XXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXX" 59 0 = applied=true
-+ 1
-R "b" "r11" 1000 1 = allowed=false remaining=0 retry=120058ms
-R "acme:eu" "r12" 60 2 = allowed=true remaining=40 retry=0ms
-+ 7200000
-R "b" "r13" 1000 54 = allowed=true remaining=946 retry=0ms
-R "b" "settled:r13" 1000 1000 = allowed=false remaining=946 retry=3240ms
-+ 1
-+ 1599
-R "acme:eu" "settled:r12" 1 1 = allowed=true remaining=0 retry=0ms
-S "acme:eu" "settled:r12" 1 0 = applied=true
-R "b" "open:settled:r13" 1000 0 = allowed=true remaining=972 retry=0ms
-trace w59999-d2-3tenants-debt-back-lowered-again "tq" 59999 2
-R "acme" "r1 " 1000000000 1 = allowed=true remaining=999999999 retry=0ms
-R "acme:eu" "r2" 1000000000 999999999 = allowed=true remaining=1 retry=0ms
-S "acme" "r1 " 1000000000 1 = applied=true
-R "acme" "r3" 1000000000 0 = allowed=true remaining=999999999 retry=0ms
-+ 1921
-S "acme" "r3" 1000000000 1000000000 = applied=true
-R "acme:eu" "{r4}" 1000000000 0 = allowed=true remaining=32016667 retry=0ms
-R "acme " "r5" 1 1 = allowed=true remaining=0 retry=0ms
-R "acme" "r6" 1000000000 1 = allowed=false remaining=0 retry=1ms
-+ 23175
-R "acme" "r7" 1000000000 0 = allowed=true remaining=386250000 retry=0ms
-- 60000
-R "acme" "r7:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000000 1393926 = allowed=true remaining=384856074 retry=0ms
-R "acme" "open:r7:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000000 1000000000 = allowed=false remaining=384856074 retry=96909ms
-S "acme " "r5" 1 1 = applied=true
-+ 96910
-- 2946
-R "acme " "r5:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1 0 = allowed=true remaining=0 retry=0ms
-- 1670
-R "acme " "r5:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1 0 = allowed=true remaining=0 retry=0ms
-+ 1
-S "acme" "r7" 1000000000 0 = applied=true
-+ 1
-R "acme " "r5:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx " 1 1 = allowed=false remaining=0 retry=4529ms
-- 1353
-R "acme" "settled:open:r7:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000000 384856074 = allowed=true remaining=538250000 retry=0ms
-+ 109698
-S "acme" "r7:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000000 1393926 = applied=false
-trace w60000-d1-3tenants-debt-edge-again-bad "q-2" 60000 1
-R "acme " "r1" 600 600 = allowed=true remaining=0 retry=0ms
-R "acme " "r2" 600 600 = allowed=false remaining=0 retry=60000ms
-R "acme:eu" "open:r3" 7919 7918 = allowed=true remaining=1 retry=0ms
-+ 60000
-+ 114895
-R "acme:eu" "r4" 7919 0 = allowed=true remaining=7919 retry=0ms
-+ 3105
-R "acme " "r2" 600 1 = allowed=true remaining=599 retry=0ms
-R "acme:eu" "bad" 7919 -1 = ErrInvalidArgument
-+ 535
-R "acme " "r2" 600 600 = allowed=true remaining=600 retry=0ms
-R "acme " "r2" 600 600 = allowed=true remaining=600 retry=0ms
-+ 4285
-R "Acme" "r5" 600 599 = allowed=true remaining=1 retry=0ms
-R "acme:eu" "r4:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 7919 7918 = allowed=true remaining=1 retry=0ms
-+ 60000
-R "Acme" "r7" 600 2 = allowed=true remaining=598 retry=0ms
-+ 1
-+ 1
-R "acme:eu" "r4:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx " 7919 1 = allowed=true remaining=7918 retry=0ms
-+ 4766
-S "acme:eu" "open:r4:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx " 7919 3483 = applied=false
-R "Acme" "r7" 600 460 = allowed=true remaining=600 retry=0ms
-R "acme:eu" "settled:open:r4:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx " 7919 7918 = allowed=true remaining=1 retry=0ms
-+ 60000
-R "Acme" "r7 " 600 600 = allowed=true remaining=0 retry=0ms
-+ 1
-S "acme " "r2" 600 2 = applied=false
-+ 4592
-R "acme " "r12" 600 600 = allowed=true remaining=0 retry=0ms
-R "acme " "r12:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 600 0 = allowed=true remaining=0 retry=0ms
-R "acme:eu" "r14" 7919 2 = allowed=true remaining=7917 retry=0ms
-R "acme " "r12:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 600 600 = allowed=true remaining=0 retry=0ms
-S "acme " "r1" 600 1800 = applied=false
-R "acme:eu" "r14:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 7919 0 = allowed=true remaining=7917 retry=0ms
-S "acme " "r12:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 600 0 = applied=true
-+ 59999
-+ 113
-+ 3643
-+ 1
-+ 2824
-trace w1000-d0-3tenants-debt-back-edge-again-bad "q-2" 1000 0
-R "acme" "r1" 3 3 = allowed=true remaining=0 retry=0ms
-+ 999
-S "acme" "r1" 3 9 = applied=true
-+ 181
-S "acme " "settled:r2" 1 1 = applied=false
-R "b" "r3" 1000 1000 = allowed=true remaining=0 retry=0ms
-R "acme" "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 3 0 = allowed=false remaining=0 retry=59819ms
-R "acme" "r5" 3 1 = allowed=false remaining=0 retry=79819ms
-+ 79819
-+ 3405
-R "acme " "r6" 1 0 = allowed=true remaining=1 retry=0ms
-R "b" "r7" 1000 0 = allowed=true remaining=1000 retry=0ms
-S "b" "r8" 1000 332 = applied=false
-R "acme" "r9" 3 0 = allowed=true remaining=1 retry=0ms
-R "acme " "r6" 1 1 = allowed=true remaining=1 retry=0ms
-S "b" "r3" 1000 3000 = applied=false
-S "acme " "r6" 1 0 = applied=true
-R "acme " "r10" 1 0 = allowed=true remaining=1 retry=0ms
-S "acme " "r10" 1 1 = applied=true
-+ 999
-S "acme" "r9" 3 0 = applied=true
-- 1
-R "acme " "r11" 1 0 = allowed=true remaining=0 retry=0ms
-R "acme" "r9 " 3 0 = allowed=true remaining=1 retry=0ms
-R "" "bad" 1000 1 = ErrInvalidArgument
-R "acme" "r5" 3 1 = allowed=true remaining=0 retry=0ms
-S "acme " "r11" 1 0 = applied=true
-R "acme " "r13" 1 1 = allowed=false remaining=0 retry=59002ms
-R "b" "r14" 1000 1000 = allowed=true remaining=0 retry=0ms
-R "acme " "r15" 1 0 = allowed=true remaining=0 retry=0ms
-S "acme" "r5" 3 9 = applied=true
-S "acme" "r5" 3 3 = applied=false
-S "acme " "bad" 1 1000000001 = ErrInvalidArgument
-+ 15323
-S "acme" "r9 " 3 0 = applied=false
-trace w7-d0-1tenants-back-lowered-edge-again-bad "tq" 7 0
-R "acme:eu" "settled:r1" 7 1 = allowed=true remaining=6 retry=0ms
-+ 16493
-R "acme:eu" "SETTLED:R1" 7 0 = allowed=true remaining=7 retry=0ms
-+ 7
-R "acme:eu" "SETTLED:R1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 7 0 = allowed=true remaining=7 retry=0ms
-S "acme:eu" "settled:r1" 1 0 = applied=false
-R "acme:eu" "r4" 1 0 = allowed=true remaining=1 retry=0ms
-+ 1841
-S "acme:eu" "bad" 1 -1 = ErrInvalidArgument
-R "acme:eu" "r5" 1 1 = allowed=true remaining=0 retry=0ms
-S "acme:eu" "SETTLED:R1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1 0 = applied=false
-+ 7
-R "acme:eu" "open:r5" 1 0 = allowed=true remaining=0 retry=0ms
-R "acme:eu" "OPEN:R5" 1 0 = allowed=true remaining=0 retry=0ms
-- 60000
-S "acme:eu" "SETTLED:R1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1 1 = applied=false
-R "acme:eu" "OPEN:R5 " 1 0 = allowed=true remaining=0 retry=0ms
-trace w40763-d1-1tenants-back-lowered-again-bad "" 40763 1
-+ 1
-+ 1
-+ 82265
-R "acme:eu" "bad" 1 -1 = ErrInvalidArgument
-R "acme:eu" "" 1 1 = ErrInvalidArgument
-+ 1
-- 60000
-+ 1
-R "acme:eu" "r1" 1 0 = allowed=true remaining=1 retry=0ms
-+ 1860
-R "acme:eu" "r2" 1 0 = allowed=true remaining=1 retry=0ms
-R "acme:eu" "r3" 1 1 = allowed=true remaining=0 retry=0ms
-S "acme:eu" "{r4}" 1 0 = applied=false
-S "acme:eu" "bad" 1 -1 = ErrInvalidArgument
+R "acme " "bad" 2 -1 = ErrInvalidArgument
+R "acme " "r6" 2 0 = allowed=true remaining=2 retry=0ms
+R "acme:eu" "r7" 3 0 = allowed=true remaining=0 retry=0ms
 R "acme:eu" "bad" 1000000001 1 = ErrInvalidArgument
-S "acme:eu" "{r4}" 1 0 = applied=false
-R "acme:eu" "r5" 1 0 = allowed=true remaining=0 retry=0ms
-R "acme:eu" "settled:r5" 1 0 = allowed=true remaining=0 retry=0ms
+S "acme:eu" "r3" 3 4 = applied=true
+R "acme " "open:r6" 2 1 = allowed=true remaining=1 retry=0ms
+R "acme " "OPEN:R6" 2 1 = allowed=true remaining=0 retry=0ms
+R "acme:eu" "r7 " 3 0 = allowed=false remaining=0 retry=19999ms
+R "acme " "bad" 2 3 = ErrEstimateTooLarge
+R "acme " "open:OPEN:R6" 2 0 = allowed=true remaining=0 retry=0ms
+R "acme " "r4" 2 0 = allowed=true remaining=0 retry=0ms
+S "acme:eu" "r7" 3 0 = applied=true
+R "acme:eu" "{r12}" 3 1 = allowed=false remaining=0 retry=39999ms
++ 3599999
+R "acme:eu" "R3" 3 0 = allowed=true remaining=3 retry=0ms
+R "acme:eu" "{R12}" 3 3 = allowed=true remaining=0 retry=0ms
+R "acme " "r14" 2 0 = allowed=true remaining=2 retry=0ms
++ 3599999
+S "acme " "open:OPEN:R6" 1 0 = applied=false
+R "acme:eu" "r15" 3 3 = allowed=true remaining=0 retry=0ms
+- 58
+R "acme " "r16" 1 0 = allowed=true remaining=1 retry=0ms
++ 1
+R "acme " "r17" 1 1 = allowed=true remaining=0 retry=0ms
+R "acme:eu" "open:r15" 3 1 = allowed=false remaining=0 retry=20057ms
+trace w593865-d3-2tenants-debt-back-again-bad "q-2" 593865 3
+R "acme " "open:r1" 60 1 = allowed=true remaining=59 retry=0ms
+S "acme " "open:r1" 60 1 = applied=true
++ 78469
+R "acme " "{r2}" 60 1 = allowed=true remaining=59 retry=0ms
+S "Acme" "settled:r3" 600 111 = applied=false
++ 109149
+S "acme " "{r2}" 60 0 = applied=true
++ 1
+- 60000
+- 1
+R "acme " "{r2}:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 60 60 = allowed=true remaining=0 retry=0ms
+R "acme " "" 60 1 = ErrInvalidArgument
+R "Acme" "settled:settled:r3" 600 600 = allowed=true remaining=0 retry=0ms
+S "Acme" "settled:r3" 600 303 = applied=false
+S "acme " "{r2}:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 60 180 = applied=true
+R "Acme" "r6" 600 1 = allowed=false remaining=0 retry=100ms
+R "Acme" "settled:r6" 600 0 = allowed=true remaining=0 retry=0ms
+R "Acme" "r8" 600 0 = allowed=true remaining=0 retry=0ms
+R "Acme" "r9" 600 0 = allowed=true remaining=0 retry=0ms
+- 1
+S "Acme" "r9" 600 0 = applied=true
+S "Acme" "settled:settled:r3" 600 601 = applied=true
++ 1
+R "acme " "{R2}:XXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXX" 60 1 = allowed=false remaining=0 retry=121000ms
++ 591
+R "Acme" "r11" 600 0 = allowed=true remaining=4 retry=0ms
+S "Acme" "r11" 600 1800 = applied=true
+R "Acme" "r12" 600 1 = allowed=false remaining=0 retry=179609ms
+R "Acme" "settled:r3" 600 0 = allowed=true remaining=0 retry=0ms
+S "acme " "{r2}:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 60 31 = applied=false
++ 4847
+R "Acme" "r12 " 600 0 = allowed=false remaining=0 retry=174662ms
++ 1
+R "Acme" "settled:r3" 600 0 = allowed=true remaining=0 retry=0ms
+R "acme " "r14" 60 16 = allowed=false remaining=0 retry=130561ms
++ 1
+trace w7200000-d60-1tenants-debt-back-lowered-bad "" 7200000 60
++ 1
+R "Acme" "r1" 1 1 = allowed=true remaining=0 retry=0ms
+S "Acme" "r1" 1 0 = applied=true
+- 1193
+R "Acme" "bad" 1000000001 1 = ErrInvalidArgument
+R "Acme" "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1 1 = allowed=true remaining=0 retry=0ms
+R "Acme" "r3" 1 0 = allowed=true remaining=0 retry=0ms
+S "Acme" "r3" 1 0 = applied=true
+R "Acme" "R3" 1 0 = allowed=true remaining=0 retry=0ms
++ 1
+S "Acme" "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1 1 = applied=true
+R "Acme" "r5" 1 1 = allowed=false remaining=0 retry=59999ms
+S "Acme" "R3" 1 2 = applied=true
+R "Acme" "bad" 1 -1 = ErrInvalidArgument
++ 1
+R "Acme" "r6" 1 0 = allowed=false remaining=0 retry=119998ms
+R "Acme" "open:r6" 1 1 = allowed=false remaining=0 retry=179998ms
+R "Acme" "open:open:r6" 1 0 = allowed=false remaining=0 retry=119998ms
++ 8740
+R "Acme" "r9" 1 0 = allowed=false remaining=0 retry=111258ms
++ 111259
+R "Acme" "r10" 1 0 = allowed=true remaining=0 retry=0ms
+S "Acme" "r10" 1 0 = applied=true
+R "Acme" "r10 " 1 1 = allowed=false remaining=0 retry=59999ms
+trace w7-d1-3tenants-debt-back-lowered-edge-again-bad "" 7 1
+R "acme" "bad" 1 -1 = ErrInvalidArgument
+R "acme" "r1 " 1 0 = allowed=true remaining=1 retry=0ms
+R "acme " "r2" 1000000 0 = allowed=true remaining=1000000 retry=0ms
+R "acme " "r3" 1000000 1000000 = allowed=true remaining=0 retry=0ms
+R "acme" "{r4}" 1 1 = allowed=true remaining=0 retry=0ms
+S "acme" "r1 " 1 0 = applied=true
++ 1
++ 5
+S "acme " "r2" 1000000 0 = applied=true
+S "acme:eu" "r5" 1000000 492344 = applied=false
+S "acme " "r3" 60 1000000 = applied=true
+R "acme" "bad" 1000000001 1 = ErrInvalidArgument
+R "acme " "bad" 60 61 = ErrEstimateTooLarge
+R "acme " "{r6}" 60 0 = allowed=true remaining=60 retry=0ms
+S "acme" "{r4}" 1 3 = applied=true
+R "acme {x}" "bad" 60 1 = ErrInvalidArgument
+R "acme{x}" "bad" 1 1 = ErrInvalidArgument
+R "acme:eu" "r7" 1000000 999999 = allowed=true remaining=1 retry=0ms
+R "acme:eu" "r5" 1000000 1 = allowed=true remaining=1 retry=0ms
+- 1
+R "acme " "open:{r6}" 60 60 = allowed=true remaining=0 retry=0ms
+R "acme:eu" "R7" 1000000 0 = allowed=true remaining=1 retry=0ms
+trace w59999-d2-1tenants-debt-lowered-edge-again-bad "q-2" 59999 2
+R "acme" "r1" 7 7 = allowed=true remaining=0 retry=0ms
+R "acme" "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 7 0 = allowed=true remaining=0 retry=0ms
++ 59999
+S "acme" "{r3}" 7 0 = applied=false
++ 1
+R "acme" "{r4}" 7 0 = allowed=true remaining=7 retry=0ms
+S "acme" "{r4}" 7 21 = applied=true
+R "acme" "{R4}" 7 5 = allowed=false remaining=0 retry=162858ms
+S "acme" "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 7 0 = applied=false
+S "acme" "r1" 7 6 = applied=false
+R "acme" "{r4}" 7 5 = allowed=true remaining=0 retry=0ms
++ 1
+R "acme" "{r6}" 7 1 = allowed=false remaining=0 retry=128571ms
+R "acme" "open:{r6}" 7 0 = allowed=false remaining=0 retry=119999ms
++ 119998
++ 1
+R "acme" "r8" 3 1 = allowed=false remaining=0 retry=20001ms
+R "acme" "r9" 3 0 = allowed=false remaining=0 retry=1ms
++ 1
++ 1
+R "acme" "bad" 0 0 = ErrInvalidArgument
+R "acme" "r10" 1 0 = allowed=false remaining=0 retry=1ms
++ 1599
+R "acme" "r10" 1 1 = allowed=false remaining=0 retry=58402ms
+R "acme" "r11" 1 0 = allowed=true remaining=0 retry=0ms
+R "acme" "r10" 1 0 = allowed=true remaining=0 retry=0ms
+R "acme" "r11 " 1 1 = allowed=false remaining=0 retry=58402ms
+S "acme" "r10" 1 2 = applied=true
+trace w7200000-d60-2tenants-debt-back-lowered-edge-again "q-2" 7200000 60
++ 1
++ 1
++ 7200000
+R "Acme" "open:r1" 59 40 = allowed=true remaining=19 retry=0ms
+R "Acme" "r2" 59 2 = allowed=true remaining=17 retry=0ms
+R "b" "settled:r3" 3 3 = allowed=true remaining=0 retry=0ms
+R "Acme" "open:r1" 59 0 = allowed=true remaining=17 retry=0ms
++ 7200000
+S "b" "settled:r3" 3 0 = applied=false
++ 1
+S "Acme" "open:r1" 3 9 = applied=false
++ 1
+- 60000
+R "b" "settled:r3:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 3 0 = allowed=true remaining=3 retry=0ms
+R "b" "open:settled:r3:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 3 3 = allowed=true remaining=0 retry=0ms
+S "b" "open:settled:r3:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 3 3 = applied=true
++ 1
++ 1
+R "b" "settled:r3:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 3 3 = allowed=true remaining=0 retry=0ms
+R "Acme" "r2:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 3 3 = allowed=true remaining=0 retry=0ms
+S "b" "settled:r3:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 3 9 = applied=true
+S "Acme" "r2:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 3 0 = applied=true
+R "Acme" "r2:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx " 3 0 = allowed=true remaining=3 retry=0ms
+R "Acme" "r2:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx  " 3 0 = allowed=true remaining=3 retry=0ms
+R "Acme" "r9" 3 3 = allowed=true remaining=0 retry=0ms
+R "b" "settled:r3:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 3 1 = allowed=true remaining=0 retry=0ms
+S "Acme" "r9" 3 2 = applied=true
++ 151
++ 1
+trace w114953-d0-3tenants-debt-back-edge-again-bad "tq" 114953 0
+R "acme" "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 60 4 = allowed=true remaining=56 retry=0ms
+S "acme" "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 60 4 = applied=true
+R "b" "open:r2" 59 58 = allowed=true remaining=1 retry=0ms
++ 1
+R "acme " "r3" 600 599 = allowed=true remaining=1 retry=0ms
+S "acme " "r3" 600 0 = applied=true
+S "b" "settled:open:r2" 59 20 = applied=false
+S "acme" "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 60 59 = applied=false
++ 90993
+R "acme " "r3:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 600 0 = allowed=true remaining=600 retry=0ms
+R "acme" "R1:XXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXX" 60 0 = allowed=true remaining=60 retry=0ms
+S "acme" "r7" 60 52 = applied=false
+R "acme" "r8" 60 59 = allowed=true remaining=1 retry=0ms
+R "b" "settled:open:r2:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 59 0 = allowed=true remaining=59 retry=0ms
++ 114953
+R "acme" "r10" 60 2 = allowed=true remaining=58 retry=0ms
++ 1
++ 1
+R "b" "settled:open:r2:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx " 59 59 = allowed=true remaining=0 retry=0ms
++ 4766
+S "b" "settled:open:r2:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx  " 59 21 = applied=false
++ 4939
++ 105248
+- 1373
+R "b" "bad" 0 0 = ErrInvalidArgument
+S "acme " "r3:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 600 0 = applied=false
+R "acme" "R10" 60 0 = allowed=true remaining=60 retry=0ms
++ 1
+- 1
++ 1
+R "acme " "r3:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 600 0 = allowed=true remaining=600 retry=0ms
+R "b" "r15" 59 1 = allowed=true remaining=58 retry=0ms
+R "acme " "r3:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 600 600 = allowed=true remaining=600 retry=0ms
+S "acme " "r3:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 600 1800 = applied=true
+R "b" "r15:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 59 0 = allowed=true remaining=58 retry=0ms
+S "acme" "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 60 31 = applied=false
++ 1
+R "acme" "r17" 60 1 = allowed=true remaining=59 retry=0ms
++ 4852
+R "b" "r18" 59 59 = allowed=true remaining=0 retry=0ms
+trace w2000-d0-1tenants-busy-debt-again "q-2" 2000 0
++ 1328
+R "acme" "r1" 1000000 6 = allowed=true remaining=999994 retry=0ms
++ 83
++ 1183
++ 1740
+S "acme" "r1" 1000000 4 = applied=false
++ 314
+R "acme" "R1" 1000000 49 = allowed=true remaining=999951 retry=0ms
+R "acme" "r3" 1000000 68 = allowed=true remaining=999883 retry=0ms
+R "acme" "open:r3" 1000000 62 = allowed=true remaining=999821 retry=0ms
+R "acme" "r5" 1000000 10 = allowed=true remaining=999811 retry=0ms
+S "acme" "r3" 1000000 60 = applied=true
+S "acme" "r5" 1000000 462628 = applied=true
+S "acme" "open:r5" 1000000 412656 = applied=false
+R "acme" "r7" 1000000 67 = allowed=true remaining=537134 retry=0ms
+R "acme" "r8" 1000000 67 = allowed=true remaining=537067 retry=0ms
+S "acme" "R1" 1000000 3000000 = applied=true
+R "acme" "r9" 1000000 98 = allowed=false remaining=0 retry=60006ms
+S "acme" "r8" 1000000 67 = applied=true
+R "acme" "settled:r9" 1000000 76 = allowed=false remaining=0 retry=60005ms
+S "acme" "open:r3" 1000000 39 = applied=true
+R "acme" "r11" 1000000 52 = allowed=false remaining=0 retry=60002ms
+R "acme" "r12" 1000000 26 = allowed=false remaining=0 retry=60001ms
+R "acme" "r12:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000 93 = allowed=false remaining=0 retry=60005ms
++ 958
+S "acme" "r7" 1000000 47 = applied=true
+R "acme" "r12:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx " 1000000 70 = allowed=false remaining=0 retry=59044ms
+R "acme" "r15" 1000000 60 = allowed=false remaining=0 retry=59044ms
+R "acme" "open:r15" 1000000 77 = allowed=false remaining=0 retry=59045ms
+R "acme" "r17" 1000000 30 = allowed=false remaining=0 retry=59042ms
+R "acme" "R17" 1000000 89 = allowed=false remaining=0 retry=59045ms
+R "acme" "r19" 1000000 53 = allowed=false remaining=0 retry=59043ms
++ 857
+S "acme" "r8" 1000000 888958 = applied=false
+R "acme" "{r20}" 1000000 1 = allowed=false remaining=0 retry=58183ms
+S "acme" "r7" 1000000 685672 = applied=false
++ 210
++ 645
+R "acme" "r21" 1000000 51 = allowed=false remaining=0 retry=57331ms
+R "acme" "r22" 1000000 13 = allowed=false remaining=0 retry=57329ms
+R "acme" "r23" 1000000 4 = allowed=false remaining=0 retry=57328ms
+R "acme" "{r24}" 1000000 94 = allowed=false remaining=0 retry=57334ms
++ 570
+R "acme" "r25" 1000000 73 = allowed=false remaining=0 retry=56762ms
+R "acme" "settled:r25" 1000000 59 = allowed=false remaining=0 retry=56761ms
+S "acme" "r8" 1000000 51332 = applied=false
++ 1261
+R "acme" "{r27}" 1000000 18 = allowed=false remaining=0 retry=55498ms
+R "acme" "r28" 1000000 99 = allowed=false remaining=0 retry=55503ms
+S "acme" "open:r5" 1000000 276471 = applied=false
+R "acme" "r28:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000 28 = allowed=false remaining=0 retry=55499ms
+R "acme" "r28:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000 79 = allowed=false remaining=0 retry=55502ms
+R "acme" "r28:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000 4 = allowed=false remaining=0 retry=55497ms
+R "acme" "R28:XXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXX:XXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXX:XXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXX" 1000000 54 = allowed=false remaining=0 retry=55500ms
+S "acme" "r8" 1000000 137435 = applied=false
++ 406
+R "acme" "settled:R28:XXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXX:XXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXX:XXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXX" 1000000 7 = allowed=false remaining=0 retry=55091ms
+R "acme" "{r34}" 1000000 85 = allowed=false remaining=0 retry=55096ms
+R "acme" "{r35}" 1000000 89 = allowed=false remaining=0 retry=55096ms
+R "acme" "{r35}:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000 88 = allowed=false remaining=0 retry=55096ms
+R "acme" "settled:{r35}:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000 26 = allowed=false remaining=0 retry=55092ms
++ 26
+S "acme" "r8" 1000000 589647 = applied=false
+trace w7200000-d0-3tenants-debt-back-lowered-again-bad "q-2" 7200000 0
+S "b" "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1 1 = applied=false
+S "b" "r2" 1 1 = applied=false
+R "acme " "r3" 7 0 = allowed=true remaining=7 retry=0ms
+R "acme " "r4" 7 7 = allowed=true remaining=0 retry=0ms
+R "acme " "r3" 7 0 = allowed=true remaining=0 retry=0ms
++ 3600000
+S "acme " "r5" 7 0 = applied=false
+R "acme " "open:r5" 7 0 = allowed=true remaining=7 retry=0ms
++ 22445
+S "acme " "open:r5" 7 1 = applied=true
+R "acme " "open:r5:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 7 7 = allowed=false remaining=6 retry=8572ms
++ 1
++ 1
+S "acme " "r3" 7 0 = applied=true
++ 1
+R "b" "R2" 1 1 = allowed=true remaining=0 retry=0ms
+S "acme " "r4" 7 0 = applied=true
++ 1
+- 60000
++ 1
+R "b" "r9" 1 0 = allowed=true remaining=0 retry=0ms
+R "b" "r9" 1 0 = allowed=true remaining=0 retry=0ms
+R "acme " "r10" 7 5 = allowed=true remaining=2 retry=0ms
+R "Acme" "r11" 600 600 = allowed=true remaining=0 retry=0ms
+S "Acme" "{r12}" 600 259 = applied=false
+- 60000
+R "b" "r13" 1 1 = allowed=false remaining=0 retry=179998ms
+R "b" "settled:r13" 1 0 = allowed=true remaining=0 retry=0ms
+R "Acme" "{R12}" 1 0 = allowed=true remaining=0 retry=0ms
+R "" "bad" 1 1 = ErrInvalidArgument
 + 3193
-R "acme:eu" "r7" 1 0 = allowed=true remaining=0 retry=0ms
+R "acme " "r16" 7 2 = allowed=true remaining=0 retry=0ms
 - 60000
 + 1
-trace w3600001-d0-1tenants-debt-back-lowered-edge-again-bad "" 3600001 0
-S "b" "r1" 59 54 = applied=false
-R "b" "r2" 59 36 = allowed=true remaining=23 retry=0ms
-S "b" "r3" 59 4 = applied=false
+R "acme " "r17" 7 7 = allowed=false remaining=0 retry=176806ms
+R "acme " "{r18}" 7 6 = allowed=false remaining=0 retry=168235ms
+R "b" "r19" 1 0 = allowed=true remaining=0 retry=0ms
+S "acme " "r16" 7 10 = applied=true
+trace w7200000-d3-1tenants-debt-back-lowered-edge-again-bad "q-2" 7200000 3
 + 1
-R "b" "r3 " 59 59 = allowed=false remaining=23 retry=36610ms
-R "b" "bad" 0 0 = ErrInvalidArgument
+R "Acme" "bad" 0 0 = ErrInvalidArgument
 - 1
-R "b" "r3 :xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 2 1 = allowed=true remaining=1 retry=0ms
+R "Acme" "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 2 1 = allowed=true remaining=1 retry=0ms
 + 1
-+ 3600000
-+ 1595
-R "b" "R3 :XXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXX" 2 1 = allowed=true remaining=1 retry=0ms
-R "b" "{r7}" 2 0 = allowed=true remaining=1 retry=0ms
-S "b" "r3" 2 0 = applied=false
-+ 118225
-S "b" "R3 :XXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXX" 2 6 = applied=true
-S "b" "r2" 2 36 = applied=false
-R "b" "r8" 2 2 = allowed=false remaining=0 retry=120000ms
++ 1
+S "Acme" "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 2 0 = applied=true
++ 1
+R "Acme" "r2" 2 0 = allowed=true remaining=2 retry=0ms
+S "Acme" "r2" 2 1 = applied=true
++ 1
+R "" "bad" 2 1 = ErrInvalidArgument
++ 1
+R "Acme" "r3" 2 1 = allowed=true remaining=0 retry=0ms
+R "Acme" "r4" 2 2 = allowed=false remaining=0 retry=59998ms
 - 1
-S "b" "{r7}" 2 1 = applied=true
-R "b" "{r9}" 2 0 = allowed=false remaining=0 retry=60001ms
+S "Acme" "r3" 2 2 = applied=true
+R "Acme" "{r5}" 2 0 = allowed=false remaining=0 retry=29999ms
 - 1887
-S "b" "r2" 2 2 = applied=false
-S "b" "r3 :xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 2 1 = applied=false
-S "b" "{r7}" 2 1 = applied=false
-R "b" "{r7}" 2 2 = allowed=true remaining=0 retry=0ms
-R "b" "r10" 2 0 = allowed=false remaining=0 retry=61888ms
-R "b" "bad" 0 0 = ErrInvalidArgument
+S "Acme" "r2" 2 1 = applied=false
++ 56152
+R "Acme" "r6" 2 0 = allowed=true remaining=0 retry=0ms
+S "Acme" "r6" 2 0 = applied=true
+R "Acme" "bad" 1000000001 1 = ErrInvalidArgument
+R "Acme" "r7" 2 0 = allowed=true remaining=0 retry=0ms
+R "Acme" "bad" 0 0 = ErrInvalidArgument
++ 7199999
+R "Acme" "r6" 1 0 = allowed=true remaining=1 retry=0ms
+R "Acme" "{r8}" 1 0 = allowed=true remaining=1 retry=0ms
 + 1
-R "b" "r3 " 1 1 = allowed=false remaining=0 retry=121887ms
-R "b" "settled:r10" 1 1 = allowed=false remaining=0 retry=121887ms
-+ 3600000
-- 60000
-trace w423792-d3-2tenants-debt-lowered-edge-again-bad "q-2" 423792 3
+S "Acme" "bad" 1 -1 = ErrInvalidArgument
++ 7200000
++ 1
+trace w59999-d3-2tenants-debt-lowered-edge-again-bad "q-2" 59999 3
 R "acme:eu" "open:r1" 60 0 = allowed=true remaining=60 retry=0ms
 S "acme:eu" "open:r1" 60 0 = applied=true
-R "Acme" "open:r2" 60 59 = allowed=true remaining=1 retry=0ms
+R "acme " "open:r2" 61 60 = allowed=true remaining=1 retry=0ms
 R "acme:eu" "r3" 60 60 = allowed=true remaining=0 retry=0ms
-+ 423792
-S "Acme" "open:r2" 60 98 = applied=false
++ 59999
+S "acme " "open:r2" 61 100 = applied=false
 S "acme:eu" "r3" 60 180 = applied=false
-R "acme:eu" "r4" 60 1 = allowed=true remaining=59 retry=0ms
-R "acme:eu" "r4" 60 60 = allowed=true remaining=59 retry=0ms
+R "acme:eu" "r4" 60 1 = allowed=true remaining=58 retry=0ms
+R "acme:eu" "r4" 60 59 = allowed=true remaining=58 retry=0ms
 S "acme:eu" "r4" 60 1 = applied=true
-R "acme:eu" "r5" 60 60 = allowed=false remaining=59 retry=1000ms
-R "acme:eu" "r6" 60 60 = allowed=false remaining=59 retry=1000ms
-R "Acme" "r7" 60 55 = allowed=true remaining=5 retry=0ms
-S "Acme" "r7" 60 54 = applied=true
-R "acme:eu" "{r8}" 60 58 = allowed=true remaining=1 retry=0ms
+R "acme:eu" "r5" 60 60 = allowed=false remaining=58 retry=1001ms
+R "acme:eu" "r6" 60 60 = allowed=false remaining=58 retry=1001ms
+R "acme " "r7" 61 56 = allowed=true remaining=5 retry=0ms
+S "acme " "r7" 61 55 = applied=true
+R "acme:eu" "{r8}" 60 57 = allowed=true remaining=1 retry=0ms
 + 2793
 R "acme:eu" "bad" 0 0 = ErrInvalidArgument
 + 1
-R "acme:eu" "{r8}:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 60 1 = allowed=true remaining=2 retry=0ms
+R "acme:eu" "{r8}:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 60 1 = allowed=true remaining=3 retry=0ms
 + 1999
-S "acme:eu" "{r8}" 60 57 = applied=true
-trace w3600001-d1-3tenants-debt-edge-again-bad "tq" 3600001 1
+S "acme:eu" "{r8}" 60 56 = applied=true
+R "acme:eu" "r10" 60 2 = allowed=true remaining=4 retry=0ms
+trace w7200000-d60-3tenants-debt-lowered-edge-again-bad "" 7200000 60
+R "acme " "r1" 1000000000 35939703 = allowed=true remaining=964060297 retry=0ms
++ 7200000
+R "Acme" "R2" 2 2 = allowed=true remaining=0 retry=0ms
 + 1
-R "acme " "r1" 1000000000 999999999 = allowed=true remaining=1 retry=0ms
-+ 1196
-S "acme " "r1" 1000000000 596881671 = applied=true
-R "b" "r2" 1 0 = allowed=true remaining=1 retry=0ms
-+ 3600000
-R "Acme" "settled:r3" 1 1 = allowed=true remaining=0 retry=0ms
-S "Acme" "settled:r3" 1 1 = applied=true
-R "Acme" "r4" 1 1 = allowed=false remaining=0 retry=60000ms
+R "Acme{x}" "bad" 2 1 = ErrInvalidArgument
+S "Acme" "R2" 2 2 = applied=true
+R "b" "R3" 7 7 = allowed=true remaining=0 retry=0ms
+S "Acme" "R2:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 2 1 = applied=false
+S "b" "R3" 7 21 = applied=true
 + 1
-R "acme " "r5" 1000000000 2 = allowed=true remaining=999999998 retry=0ms
-R "b" "bad" 1000000001 1 = ErrInvalidArgument
+R "b" "r5" 7 1 = allowed=false remaining=0 retry=128571ms
+R "acme " "bad" 1000000001 1 = ErrInvalidArgument
 + 3081
-S "b" "r2" 1 0 = applied=false
-S "Acme" "settled:r3" 1 0 = applied=false
-R "Acme" "settled:r4" 1 1 = allowed=false remaining=0 retry=56918ms
+S "acme " "r1" 1000000000 35939702 = applied=false
+S "Acme" "R2:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 2 1 = applied=false
+R "b" "r6" 7 7 = allowed=false remaining=0 retry=176918ms
 + 1
 + 1
-S "b" "r2" 1 0 = applied=false
-S "Acme" "{r7}" 1 1 = applied=false
+S "Acme" "R2:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1 1 = applied=false
 + 2473
-S "acme " "r5:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000000 16898056 = applied=false
-R "b" "r9" 1 1 = allowed=true remaining=0 retry=0ms
-S "acme " "r1" 1000000000 346880297 = applied=false
-R "b" "{r10}" 1 1 = allowed=false remaining=0 retry=60000ms
-R "b" "open:{r10}" 1 0 = allowed=true remaining=0 retry=0ms
-R "Acme" "{r7}:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1 1 = allowed=false remaining=0 retry=54443ms
-R "Acme" "{r7}:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx " 1 1 = allowed=false remaining=0 retry=54443ms
-+ 3600000
-R "Acme" "r14" 1 1 = allowed=true remaining=0 retry=0ms
-+ 3600001
-S "Acme" "r14" 1 3 = applied=false
-R "Acme" "r15" 1 1 = allowed=true remaining=0 retry=0ms
-R "Acme" "r16" 1 1 = allowed=false remaining=0 retry=60000ms
-R "acme " "R5:XXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXX" 1000000000 1 = allowed=true remaining=999999999 retry=0ms
-R "acme " "r18" 1000000000 1 = allowed=true remaining=999999998 retry=0ms
-R "Acme" "open:r16" 1 1 = allowed=false remaining=0 retry=60000ms
-R "acme " "r20" 1000000000 999999997 = allowed=true remaining=1 retry=0ms
+S "b" "r6:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 7 3 = applied=false
+R "acme " "r8" 1000000000 1000000000 = allowed=true remaining=0 retry=0ms
+S "b" "R3" 7 5 = applied=false
+R "acme " "{r9}" 1000000000 1 = allowed=false remaining=0 retry=1ms
+R "acme " "open:{r9}" 1000000000 0 = allowed=true remaining=0 retry=0ms
+R "Acme" "R2:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1 1 = allowed=false remaining=0 retry=51359ms
+trace w1000-d1-3tenants-edge-again-bad "tq" 1000 1
 + 1
-trace w98085-d3-1tenants-back-lowered-edge-again-bad "" 98085 3
-+ 75818
-S "acme" "r1" 59 36 = applied=false
+R "acme:eu" "open:r1" 61 24 = allowed=true remaining=37 retry=0ms
+R "acme:eu" "r2" 61 38 = allowed=false remaining=37 retry=984ms
+R "acme:eu" "r3" 61 1 = allowed=true remaining=36 retry=0ms
+R "Acme" "R4" 7 1 = allowed=true remaining=6 retry=0ms
+R "Acme" "r5" 7 1 = allowed=true remaining=5 retry=0ms
+R "acme:eu" "open:r3" 61 61 = allowed=false remaining=36 retry=24591ms
+R "Acme" "r7" 7 4 = allowed=true remaining=1 retry=0ms
 + 1
-R "acme" "R1" 59 59 = allowed=true remaining=0 retry=0ms
-R "acme" "bad" 0 0 = ErrInvalidArgument
-R "acme" "settled:R1" 59 0 = allowed=true remaining=0 retry=0ms
-R "" "bad" 59 1 = ErrInvalidArgument
-+ 98084
-+ 98085
-R "acme" "settled:R1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 59 59 = allowed=true remaining=0 retry=0ms
-R "acme" "settled:R1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 59 1 = allowed=false remaining=0 retry=1017ms
-+ 136
-R "acme" "{r6}" 59 0 = allowed=true remaining=0 retry=0ms
-R "acme" "open:{r6}" 59 0 = allowed=true remaining=0 retry=0ms
-R "acme" "open:open:{r6}" 59 4 = allowed=false remaining=0 retry=3932ms
-R "acme" "open:open:{r6}" 59 1 = allowed=false remaining=0 retry=881ms
-R "acme" "" 7 1 = ErrInvalidArgument
-R "acme" "open:open:open:{r6}" 7 0 = allowed=true remaining=0 retry=0ms
-R "acme" "" 7 1 = ErrInvalidArgument
-+ 97949
-R "acme" "OPEN:OPEN:OPEN:{R6}" 7 0 = allowed=true remaining=7 retry=0ms
-+ 136
++ 99
+R "Acme" "bad" 1000000001 1 = ErrInvalidArgument
++ 24592
 + 1
-R "acme" "r11" 7 0 = allowed=true remaining=7 retry=0ms
-S "acme" "open:open:open:{r6}" 7 0 = applied=false
-R "acme" "{r12}" 7 7 = allowed=true remaining=0 retry=0ms
-R "acme" "{r12} " 7 1 = allowed=false remaining=0 retry=8572ms
-R "acme" "r11" 7 1 = allowed=true remaining=0 retry=0ms
-+ 97947
-S "acme" "bad" 7 1000000001 = ErrInvalidArgument
-S "acme" "{r6}" 7 0 = applied=false
-+ 51956
-R "acme" "{r12} :xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 7 4 = allowed=true remaining=3 retry=0ms
+S "acme " "r8" 59 36 = applied=false
++ 1
+R "acme " "R8" 59 59 = allowed=true remaining=0 retry=0ms
+R "Acme" "bad" 0 0 = ErrInvalidArgument
+R "acme:eu" "settled:open:r3" 61 35 = allowed=true remaining=26 retry=0ms
 R "" "bad" 7 1 = ErrInvalidArgument
++ 999
++ 1000
+R "Acme" "r7:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 7 7 = allowed=false remaining=4 retry=24736ms
+R "acme " "R8:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 59 1 = allowed=true remaining=0 retry=0ms
++ 136
+R "acme " "{r13}" 59 0 = allowed=true remaining=1 retry=0ms
+R "Acme" "open:r7:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 7 0 = allowed=true remaining=4 retry=0ms
+R "acme:eu" "open:settled:open:r3" 61 5 = allowed=true remaining=23 retry=0ms
+trace w3600001-d1-1tenants-debt-back-edge-again-bad "" 3600001 1
+R "acme" "r1" 1000000000 999999999 = allowed=true remaining=1 retry=0ms
+R "acme" "r1" 1000000000 744434408 = allowed=true remaining=1 retry=0ms
+R "acme" "R1" 1000000000 1 = allowed=true remaining=0 retry=0ms
++ 3600001
++ 1
+R "acme" "r3" 1000000000 0 = allowed=true remaining=1000000000 retry=0ms
+S "acme" "r1" 1000000000 999999999 = applied=false
+R "acme" "{r4}" 1000000000 1000000000 = allowed=true remaining=0 retry=0ms
+R "acme" "{r4} " 1000000000 1 = allowed=false remaining=0 retry=1ms
+R "acme" "{r4}" 1000000000 1 = allowed=true remaining=0 retry=0ms
++ 3600001
+S "acme" "bad" 1000000000 1000000001 = ErrInvalidArgument
+S "acme" "{r4}" 1000000000 999999999 = applied=false
++ 51956
+R "acme" "{r4} :xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000000 576753507 = allowed=true remaining=423246493 retry=0ms
+R "" "bad" 1000000000 1 = ErrInvalidArgument
 - 60000
-R "acme" "r15" 7 7 = allowed=false remaining=3 retry=94286ms
-S "acme" "r1" 7 6 = applied=false
-trace w170358-d1-2tenants-debt-back-again-bad "tq" 170358 1
-R "Acme" "bad" 600 -1 = ErrInvalidArgument
-S "acme" "bad" 7919 -1 = ErrInvalidArgument
-+ 6683
-R "Acme" "r1 " 600 600 = allowed=true remaining=0 retry=0ms
-+ 3829
-S "Acme" "r1 " 600 601 = applied=true
+R "acme" "r7" 1000000000 1000000000 = allowed=false remaining=423246493 retry=94606ms
+S "acme" "r1" 1000000000 131354499 = applied=false
+S "acme" "{r4} :xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000000 0 = applied=true
++ 3021
+S "acme" "R1" 1000000000 2 = applied=false
+R "acme" "r8" 1000000000 613322154 = allowed=true remaining=386677846 retry=0ms
+S "acme" "r8" 1000000000 489446451 = applied=true
+- 168
+S "acme" "r1" 1000000000 318030122 = applied=false
+R "acme" "R8" 1000000000 386677845 = allowed=true remaining=123875704 retry=0ms
+S "acme" "R8" 1000000000 1000000000 = applied=true
+R "acme" "" 1000000000 1 = ErrInvalidArgument
 - 60000
-R "Acme" "bad" 600 601 = ErrEstimateTooLarge
-R "Acme" "settled:r1 " 600 0 = allowed=true remaining=37 retry=0ms
-S "Acme" "r3" 600 462 = applied=false
-S "acme" "R4" 7919 4094 = applied=false
-S "acme" "bad" 7919 1000000001 = ErrInvalidArgument
-R "Acme" "settled:r1 " 600 231 = allowed=true remaining=37 retry=0ms
-R "Acme" "r5" 600 0 = allowed=true remaining=37 retry=0ms
-S "Acme" "r3" 600 379 = applied=false
-R "Acme" "r5 " 600 0 = allowed=true remaining=37 retry=0ms
-trace w59999-d2-2tenants-debt-again-bad "" 59999 2
-R "acme:eu" "{r1}" 61 1 = allowed=true remaining=60 retry=0ms
-R "b" "r2" 2 2 = allowed=true remaining=0 retry=0ms
-R "acme:eu" "{r1}" 61 2 = allowed=true remaining=60 retry=0ms
-S "acme:eu" "{r1}" 61 1 = applied=true
-R "b" "" 2 1 = ErrInvalidArgument
-R "b" "R2" 2 0 = allowed=true remaining=0 retry=0ms
-R "b" "r4" 2 2 = allowed=false remaining=0 retry=60000ms
-S "b" "r5" 2 1 = applied=false
-+ 60000
+R "acme" "bad" 1000000000 1000000001 = ErrEstimateTooLarge
+R "acme" "settled:R8" 1000000000 123875703 = allowed=false remaining=0 retry=96968ms
+S "acme" "r8" 1000000000 517006987 = applied=false
+S "acme" "bad" 1000000000 1000000001 = ErrInvalidArgument
+R "acme" "r8" 1000000000 385954611 = allowed=true remaining=0 retry=0ms
+R "acme" "r11" 1000000000 0 = allowed=false remaining=0 retry=89535ms
+S "acme" "R8" 1000000000 229319688 = applied=false
+trace w7-d0-3tenants-debt-back-lowered-edge-again-bad "q-2" 7 0
 + 1
-S "b" "R2" 2 0 = applied=false
-R "b" "{r6}" 2 0 = allowed=true remaining=2 retry=0ms
-R "acme:eu" "{r1}:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 61 0 = allowed=true remaining=61 retry=0ms
-R "b" "{r6}" 2 1 = allowed=true remaining=2 retry=0ms
-R "b" "{r6}" 2 2 = allowed=true remaining=2 retry=0ms
-S "b" "r5" 2 1 = applied=false
-R "b" "r8" 2 2 = allowed=true remaining=0 retry=0ms
-S "acme:eu" "{r1}:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 61 183 = applied=true
-R "b" "r9" 2 0 = allowed=true remaining=0 retry=0ms
-S "b" "{r6}" 2 0 = applied=true
-R "acme:eu" "bad" 61 -1 = ErrInvalidArgument
+R "Acme" "{r1}" 2 1 = allowed=true remaining=1 retry=0ms
+R "Acme" "r2" 2 2 = allowed=false remaining=1 retry=30000ms
+R "Acme" "R2" 2 1 = allowed=true remaining=0 retry=0ms
 + 1
-R "acme:eu" "" 61 1 = ErrInvalidArgument
-R "b" "r8" 2 0 = allowed=true remaining=0 retry=0ms
-R "acme:eu" "{r1}:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 61 1 = allowed=true remaining=0 retry=0ms
-+ 1
-R "acme:eu" "{r1}:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 61 1 = allowed=true remaining=0 retry=0ms
-R "b" "r10" 2 0 = allowed=true remaining=0 retry=0ms
-+ 1
-+ 1
-R "b" "open:r10" 2 0 = allowed=true remaining=0 retry=0ms
-R "acme:eu" "r12" 61 0 = allowed=false remaining=0 retry=119996ms
-trace w230713-d60-3tenants-debt-back-lowered-edge-again-bad "q-2" 230713 60
-+ 1
+R "b" "r4:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 61 5 = allowed=true remaining=56 retry=0ms
++ 6
+R "acme" "r5" 61 60 = allowed=true remaining=1 retry=0ms
+R "acme" "R5" 61 61 = allowed=false remaining=1 retry=59017ms
+R "acme" "R5" 61 1 = allowed=true remaining=0 retry=0ms
+S "Acme" "r7" 2 1 = applied=false
 - 60000
-S "acme " "r1" 60 58 = applied=false
+R "acme" "R5" 61 0 = allowed=true remaining=0 retry=0ms
+R "acme" "r8" 61 1 = allowed=false remaining=0 retry=60984ms
 + 1
-R "acme:eu" "r2" 1 0 = allowed=true remaining=1 retry=0ms
+R "acme" "r5" 61 1 = allowed=true remaining=0 retry=0ms
+R "acme" "R5" 61 1 = allowed=true remaining=0 retry=0ms
+S "Acme" "r7" 2 0 = applied=false
 + 1
-R "acme:eu" "bad" 0 0 = ErrInvalidArgument
-S "acme:eu" "r2:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1 0 = applied=false
 + 1
-S "acme:eu" "r2" 1 3 = applied=true
-R "acme" "settled:r4" 7919 1 = allowed=true remaining=7918 retry=0ms
-R "acme" "r5" 7919 305 = allowed=true remaining=7613 retry=0ms
-S "acme:eu" "r2:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1 0 = applied=false
+S "acme" "r5" 61 60 = applied=true
+S "acme" "R5" 61 2 = applied=true
+S "acme" "bad" 61 1000000001 = ErrInvalidArgument
+R "b" "r4:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 61 59 = allowed=true remaining=56 retry=0ms
+R "Acme" "r9" 2 0 = allowed=true remaining=0 retry=0ms
+R "b" "open:r4:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 61 56 = allowed=true remaining=0 retry=0ms
+R "acme" "r8:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 61 40 = allowed=false remaining=0 retry=100325ms
+R "b" "r12" 61 1 = allowed=false remaining=0 retry=60975ms
++ 1
++ 1
++ 1
+R "b" "open:r12" 1 0 = allowed=true remaining=0 retry=0ms
+trace w581115-d0-3tenants-debt-back-lowered-edge-again-bad "q-2" 581115 0
++ 1
++ 36080
+- 60000
+S "acme " "r1" 1000000 964646 = applied=false
++ 1
+R "Acme" "r2" 3 2 = allowed=true remaining=1 retry=0ms
++ 1
+R "Acme" "bad" 0 0 = ErrInvalidArgument
+S "Acme" "r2:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 3 0 = applied=false
++ 1
+S "Acme" "r2" 3 9 = applied=true
+R "b" "settled:r4" 1000000 1 = allowed=true remaining=999999 retry=0ms
+R "b" "r5" 1000000 38609 = allowed=true remaining=961390 retry=0ms
+S "Acme" "r2:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 3 0 = applied=false
 + 78201
-R "acme " "open:r1" 60 4 = allowed=true remaining=56 retry=0ms
+R "acme " "open:r1" 1000000 60227 = allowed=true remaining=939773 retry=0ms
 + 592
 + 1
-S "acme" "r5" 7919 23757 = applied=true
-+ 230119
-R "acme:eu" "settled:r2:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1 1 = allowed=true remaining=0 retry=0ms
-S "acme:eu" "settled:r2:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1 0 = applied=true
-S "acme " "open:r1" 2 6 = applied=true
-R "acme:eu" "settled:r2:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1 0 = allowed=true remaining=1 retry=0ms
-- 60000
+S "b" "r5" 1000000 3000000 = applied=true
++ 580521
+R "Acme" "settled:r2:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 3 2 = allowed=true remaining=1 retry=0ms
+trace w1-d2-2tenants-debt-edge-again-bad "" 1 2
+R "Acme" "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000000 86387202 = allowed=true remaining=913612798 retry=0ms
 + 1
-S "acme:eu" "settled:r2:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1 0 = applied=true
+R "Acme" "r2" 1000000000 58811228 = allowed=true remaining=854818236 retry=0ms
+S "Acme" "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000000 83159825 = applied=false
 + 1
-- 1156
-R "acme " "settled:open:r1" 2 0 = allowed=true remaining=0 retry=0ms
-S "acme " "settled:open:r1" 2 0 = applied=true
-S "acme:eu" "settled:r2:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1 1 = applied=false
-R "acme:eu" "{r10}" 1 1 = allowed=true remaining=0 retry=0ms
-trace w1-d3-2tenants-debt-back-lowered-again-bad "tq" 1 3
+S "Acme" "r2" 1000000000 0 = applied=false
+S "Acme" "r2" 1000000000 316905657 = applied=false
+R "" "bad" 1000000000 1 = ErrInvalidArgument
+R "acme:eu" "r3" 7 6 = allowed=true remaining=1 retry=0ms
+R "Acme" "r4" 1000000000 854818237 = allowed=true remaining=16666 retry=0ms
+R "Acme" "R4" 1000000000 96626334 = allowed=false remaining=16666 retry=5797ms
+R "acme:eu" "r6" 7 0 = allowed=true remaining=1 retry=0ms
+R "Acme" "r7" 1000000000 16665 = allowed=true remaining=1 retry=0ms
 + 1
-S "b" "settled:r1" 2 0 = applied=false
-R "b" "{r2}" 1 0 = allowed=true remaining=1 retry=0ms
-R "b{x}" "bad" 1 1 = ErrInvalidArgument
-S "b" "{r2}" 1 1 = applied=true
-R "acme" "bad" 1000000 1000001 = ErrEstimateTooLarge
-R "acme" "r3:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 59 58 = allowed=true remaining=1 retry=0ms
-R "acme" "r4" 59 59 = allowed=false remaining=1 retry=58984ms
-S "acme" "r3:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 59 59 = applied=true
-R "b" "r5" 1 0 = allowed=true remaining=0 retry=0ms
-- 60000
-S "b" "r5" 1 0 = applied=true
-R "b" "{r2}" 1 0 = allowed=true remaining=0 retry=0ms
-R "acme" "r6" 59 2 = allowed=false remaining=0 retry=62034ms
+R "Acme" "r8" 1000000000 0 = allowed=true remaining=16668 retry=0ms
+R "Acme" "R4" 1000000000 16668 = allowed=true remaining=0 retry=0ms
+R "acme:eu" "r9" 7 1 = allowed=true remaining=0 retry=0ms
+R "Acme" "r10" 1000000000 0 = allowed=true remaining=0 retry=0ms
+S "acme:eu" "r6" 7 0 = applied=false
+S "Acme" "R4" 1000000000 1000000000 = applied=true
+R "acme:eu" "R9" 7 1 = allowed=false remaining=0 retry=8571ms
 + 1
+R "Acme" "r12" 1000000000 37027310 = allowed=false remaining=0 retry=62220ms
+S "acme:eu" "r9" 7 1 = applied=false
+S "Acme" "r10" 1000000000 0 = applied=false
+trace w0-d2-2tenants-back-lowered-edge-bad "" 0 2
++ 62237
 + 1
-R "acme" "r7" 59 0 = allowed=true remaining=0 retry=0ms
-R "acme" "settled:r7" 59 57 = allowed=false remaining=0 retry=117965ms
-R "b" "R5" 1 1 = allowed=false remaining=0 retry=119998ms
-R "b" "r10" 1 0 = allowed=true remaining=0 retry=0ms
-R "acme" "settled:r7:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 59 0 = allowed=true remaining=0 retry=0ms
-R "b" "{r2}" 1 0 = allowed=true remaining=0 retry=0ms
-trace w3600000-d0-2tenants-debt-back-lowered-again-bad "" 3600000 0
-R "Acme" "r1" 1000000 889942 = allowed=true remaining=110058 retry=0ms
-R "acme:eu" "bad" 0 0 = ErrInvalidArgument
-R "Acme" "r2" 1000000 0 = allowed=true remaining=110058 retry=0ms
-S "Acme" "r1" 1000000 1794068 = applied=true
-S "acme:eu" "r3" 7919 5277 = applied=false
-R "Acme" "r1" 1000000 110058 = allowed=true remaining=0 retry=0ms
-R "acme:eu" "r4" 61 29 = allowed=true remaining=32 retry=0ms
-+ 21114
-S "acme:eu" "r4" 61 0 = applied=true
-R "acme:eu" "r4" 61 0 = allowed=true remaining=61 retry=0ms
-R "Acme" "r5" 1000000 1000000 = allowed=false remaining=0 retry=86531ms
-R "Acme" "r6" 1000000 41664 = allowed=false remaining=0 retry=29030ms
-+ 29031
-R "Acme" "r7" 1000000 1 = allowed=true remaining=41681 retry=0ms
+R "Acme" "r1" 1000000000 0 = allowed=true remaining=1000000000 retry=0ms
+R "Acme" "settled:r1" 1000000000 961307825 = allowed=true remaining=38692175 retry=0ms
+R "acme " "R3" 61 61 = allowed=true remaining=0 retry=0ms
+R "acme " "r4" 61 0 = allowed=true remaining=0 retry=0ms
+R "Acme" "settled:r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000000 12905841 = allowed=true remaining=25786334 retry=0ms
+S "acme " "R3" 61 0 = applied=true
+R "acme " "open:r4" 61 0 = allowed=true remaining=61 retry=0ms
++ 2958
++ 3597042
+S "acme " "open:r4" 61 0 = applied=false
+R "Acme" "bad" 0 0 = ErrInvalidArgument
+R "acme " "r7" 61 0 = allowed=true remaining=61 retry=0ms
+S "Acme" "r1" 1000000000 0 = applied=false
++ 1
+S "acme " "r7" 61 0 = applied=true
++ 1
+S "acme " "r4" 61 0 = applied=false
+S "Acme" "settled:r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000000 0 = applied=false
+S "Acme" "settled:r1" 1000000000 814832569 = applied=false
++ 1
+R "acme " "r8" 2 0 = allowed=true remaining=2 retry=0ms
++ 3599999
+R "acme " "r9" 2 1 = allowed=true remaining=1 retry=0ms
 - 1458
-R "Acme" "" 1000000 1 = ErrInvalidArgument
+R "acme " "" 2 1 = ErrInvalidArgument
 - 60000
 + 1
-R "acme:eu" "r3" 61 61 = allowed=true remaining=61 retry=0ms
-S "acme:eu" "r8" 61 18 = applied=false
-R "Acme" "r7 " 1000000 0 = allowed=true remaining=41681 retry=0ms
-R "Acme{x}" "bad" 1000000 1 = ErrInvalidArgument
-S "Acme" "r1" 1000000 710761 = applied=false
-trace w60000-d3-1tenants-lowered-edge-again-bad "q-2" 60000 3
-R "acme " "open:r1" 1000000 804079 = allowed=true remaining=195921 retry=0ms
-R "acme " "settled:open:r1" 1000000 8225 = allowed=true remaining=187696 retry=0ms
-S "acme " "open:r1" 1000000 804079 = applied=true
-+ 207
-+ 59793
+trace w5000-d3-1tenants-busy-debt-again "" 5000 3
++ 4374
+R "acme " "r1 " 1000000 99 = allowed=true remaining=999901 retry=0ms
+R "acme " "r2" 1000000 62 = allowed=true remaining=999839 retry=0ms
++ 3554
++ 3877
+S "acme " "r2" 1000000 63 = applied=false
+R "acme " "r3" 1000000 25 = allowed=true remaining=999975 retry=0ms
+R "acme " "settled:r3" 1000000 19 = allowed=true remaining=999956 retry=0ms
++ 2959
++ 2214
+R "acme " "settled:settled:r3" 1000000 83 = allowed=true remaining=999917 retry=0ms
+R "acme " "r6" 1000000 68 = allowed=true remaining=999849 retry=0ms
+S "acme " "r1 " 1000000 99 = applied=false
+S "acme " "settled:r3" 1000000 19 = applied=false
+R "acme " "r7" 1000000 94 = allowed=true remaining=999755 retry=0ms
+S "acme " "r2" 1000000 228778 = applied=false
+R "acme " "r8" 1000000 18 = allowed=true remaining=999737 retry=0ms
+R "acme " "r8 " 1000000 71 = allowed=true remaining=999666 retry=0ms
+R "acme " "r10" 1000000 86 = allowed=true remaining=999580 retry=0ms
+R "acme " "r11" 1000000 39 = allowed=true remaining=999541 retry=0ms
+R "acme " "r12" 1000000 57 = allowed=true remaining=999484 retry=0ms
+S "acme " "settled:r3" 1000000 962112 = applied=false
+S "acme " "r1 " 1000000 215035 = applied=false
++ 3644
++ 2908
++ 2729
+R "acme " "R12" 1000000 24 = allowed=true remaining=999976 retry=0ms
++ 4108
+R "acme " "settled:R12" 1000000 97 = allowed=true remaining=999903 retry=0ms
+S "acme " "r11" 1000000 0 = applied=false
+S "acme " "settled:R12" 1000000 96 = applied=true
+S "acme " "r6" 1000000 1000000000 = applied=false
+S "acme " "r8" 1000000 17 = applied=false
+R "acme " "{r15}" 1000000 11 = allowed=true remaining=999893 retry=0ms
++ 4397
+S "acme " "settled:R12" 1000000 699498 = applied=false
+R "acme " "r16" 1000000 78 = allowed=true remaining=999922 retry=0ms
+R "acme " "R16" 1000000 76 = allowed=true remaining=999846 retry=0ms
+S "acme " "r12" 1000000 56 = applied=false
+S "acme " "settled:settled:r3" 1000000 82 = applied=false
+R "acme " "settled:R16" 1000000 77 = allowed=true remaining=999769 retry=0ms
+S "acme " "r8 " 1000000 71 = applied=false
++ 612
++ 3694
++ 4356
+R "acme " "r19" 1000000 57 = allowed=true remaining=999943 retry=0ms
+S "acme " "settled:R16" 1000000 78 = applied=false
+S "acme " "r8" 1000000 978960 = applied=false
+S "acme " "{r15}" 1000000 1425469 = applied=false
+R "acme " "r19 " 1000000 75 = allowed=true remaining=999868 retry=0ms
+R "acme " "r21" 1000000 6 = allowed=true remaining=999862 retry=0ms
+S "acme " "r10" 1000000 85 = applied=false
+R "acme " "{r22}" 1000000 79 = allowed=true remaining=999783 retry=0ms
+S "acme " "R12" 1000000 3000000 = applied=false
+R "acme " "{r22} " 1000000 8 = allowed=true remaining=999775 retry=0ms
+R "acme " "settled:{r22} " 1000000 32 = allowed=true remaining=999743 retry=0ms
++ 780
+S "acme " "{r22}" 1000000 79 = applied=true
++ 1716
+S "acme " "{r22} " 1000000 9 = applied=true
+S "acme " "{r22} " 1000000 891379 = applied=false
+R "acme " "settled:{r22}  " 1000000 29 = allowed=true remaining=999970 retry=0ms
++ 1830
+S "acme " "{r22} " 1000000 339979 = applied=false
+S "acme " "r7" 1000000 3000000 = applied=false
+R "acme " "r26" 1000000 78 = allowed=true remaining=999922 retry=0ms
++ 1827
++ 1113
+R "acme " "open:r26" 1000000 34 = allowed=true remaining=999966 retry=0ms
+R "acme " "{r28}" 1000000 6 = allowed=true remaining=999960 retry=0ms
+S "acme " "r3" 1000000 449409 = applied=false
+R "acme " "{R28}" 1000000 68 = allowed=true remaining=999892 retry=0ms
+S "acme " "r26" 1000000 77 = applied=true
+S "acme " "open:r26" 1000000 1000000000 = applied=true
+S "acme " "R16" 1000000 76 = applied=false
+S "acme " "open:r26" 1000000 585226 = applied=false
+R "acme " "r30" 1000000 91 = allowed=false remaining=0 retry=180006ms
+S "acme " "open:r26" 1000000 350805 = applied=false
++ 744
+trace w3600001-d0-2tenants-debt-lowered-edge-again "tq" 3600001 0
 + 1
-S "acme " "settled:open:r1" 3 0 = applied=false
-+ 1
-+ 1
-R "acme " "bad" 3 -1 = ErrInvalidArgument
-R "acme " "r3" 3 3 = allowed=true remaining=0 retry=0ms
-S "acme " "r3" 3 2 = applied=true
-R "acme " "r4" 3 0 = allowed=true remaining=1 retry=0ms
-R "acme " "r5" 3 1 = allowed=true remaining=0 retry=0ms
-S "acme " "r4" 3 0 = applied=true
-R "acme " "r6" 3 0 = allowed=true remaining=0 retry=0ms
-+ 59999
-+ 78512
-S "acme " "settled:open:r1" 3 2 = applied=false
-R "acme " "r7" 3 3 = allowed=true remaining=0 retry=0ms
-S "acme " "r6" 3 0 = applied=false
-R "acme " "R7" 3 0 = allowed=true remaining=0 retry=0ms
-trace w3600000-d0-3tenants-debt-back-lowered-again-bad "" 3600000 0
-+ 1
-+ 1
-+ 3354
-+ 1
-+ 1
-R "acme" "r1" 7919 1 = allowed=true remaining=7918 retry=0ms
-R "acme:eu" "r2:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000 0 = allowed=true remaining=1000000 retry=0ms
-S "acme" "r1" 7919 23757 = applied=true
-S "acme:eu" "r2:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000 3000000 = applied=true
-+ 4511
-- 60000
-R "acme:eu" "bad" 7 -1 = ErrInvalidArgument
-R "acme:eu" "r3" 7 7 = allowed=false remaining=0 retry=175489ms
-R "acme" "{r4}" 7919 7918 = allowed=false remaining=0 retry=175482ms
-R "acme" "{r4} " 7919 7919 = allowed=false remaining=0 retry=175489ms
-+ 175489
-R "acme:eu" "settled:r3" 7 0 = allowed=true remaining=7 retry=0ms
-R "acme:eu" "r7" 7 1 = allowed=true remaining=6 retry=0ms
-R "acme" "{r4}" 7919 1 = allowed=true remaining=7918 retry=0ms
-+ 1
-+ 3600000
-+ 1
-R "acme:eu" "R7" 7 0 = allowed=true remaining=7 retry=0ms
-R "acme " "open:r9" 2 2 = allowed=true remaining=0 retry=0ms
-R "acme:eu" "r3" 7 7 = allowed=true remaining=0 retry=0ms
-+ 3600000
-+ 3600000
-trace w0-d2-3tenants-debt-back-lowered-edge-again "tq" 0 2
-R "acme " "r1 " 600 0 = allowed=true remaining=600 retry=0ms
-R "acme " "r2" 600 49 = allowed=true remaining=551 retry=0ms
-R "Acme" "r3:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 600 1 = allowed=true remaining=599 retry=0ms
-R "Acme" "{r4}" 600 43 = allowed=true remaining=556 retry=0ms
-+ 3600000
-+ 1
-- 60000
-R "Acme" "{R4}" 600 87 = allowed=true remaining=513 retry=0ms
-R "b" "r6" 1000 1 = allowed=true remaining=999 retry=0ms
-R "b" "r7" 1000 998 = allowed=true remaining=1 retry=0ms
-R "b" "settled:r7" 1000 1 = allowed=true remaining=0 retry=0ms
-R "Acme" "{R4}" 600 600 = allowed=true remaining=513 retry=0ms
-R "b" "r9" 1000 37 = allowed=false remaining=0 retry=2220ms
-R "b" "r10" 1000 232 = allowed=false remaining=0 retry=13920ms
+R "b" "r1" 1 0 = allowed=true remaining=1 retry=0ms
+R "Acme" "r2" 3 1 = allowed=true remaining=2 retry=0ms
+S "Acme" "r2" 3 0 = applied=true
+R "Acme" "r3" 3 0 = allowed=true remaining=3 retry=0ms
 + 3339
++ 3596661
++ 3600000
++ 66636
+S "b" "r1" 1 0 = applied=false
 + 1
-R "b" "r11" 1000 990 = allowed=false remaining=55 retry=56060ms
-S "Acme" "{R4}" 600 62 = applied=true
-R "b" "R11" 1000 1 = allowed=true remaining=54 retry=0ms
-R "b" "r10" 1000 1 = allowed=true remaining=53 retry=0ms
-R "Acme" "r13" 600 42 = allowed=true remaining=529 retry=0ms
-S "b" "r10" 1000 2 = applied=true
+R "Acme" "r3:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 3 0 = allowed=true remaining=3 retry=0ms
++ 3600001
++ 3600001
+S "Acme" "r3:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 2 1 = applied=false
 + 57852
 + 1
-S "acme " "r2" 600 1092 = applied=false
-R "acme " "r14" 600 551 = allowed=true remaining=49 retry=0ms
-R "b" "{r15}" 1000 1 = allowed=true remaining=999 retry=0ms
-R "b" "r7" 1000 998 = allowed=true remaining=999 retry=0ms
-trace w7-d1-1tenants-back-lowered-again-bad "" 7 1
-R "Acme" "r1" 1000000000 1000000000 = allowed=true remaining=0 retry=0ms
-R "Acme" "r2" 1000000000 1 = allowed=false remaining=0 retry=1ms
-+ 1
-S "Acme" "r1" 1000000000 1000000000 = applied=true
+S "Acme" "r3" 2 4 = applied=false
+R "Acme" "r5" 2 2 = allowed=true remaining=0 retry=0ms
+R "b" "{r6}" 1 1 = allowed=true remaining=0 retry=0ms
+R "Acme" "r5" 2 0 = allowed=true remaining=0 retry=0ms
+R "b" "{R6}" 1 0 = allowed=true remaining=0 retry=0ms
+R "b" "settled:{R6}" 1 0 = allowed=true remaining=0 retry=0ms
+S "Acme" "r5" 2 0 = applied=true
+trace w61000-d0-1tenants-lowered-edge-again-bad "q-2" 61000 0
+R "acme" "r1" 2 0 = allowed=true remaining=2 retry=0ms
 + 1955
-S "Acme" "r1" 1000000000 276655949 = applied=false
-S "Acme" "r3" 1000000000 256813753 = applied=false
-R "Acme" "r4" 1000000000 247681784 = allowed=false remaining=32600000 retry=12905ms
-R "Acme" "r5" 1000000000 99616622 = allowed=false remaining=32600000 retry=4021ms
-R "Acme" "r5 " 1000000000 32600001 = allowed=false remaining=32600000 retry=1ms
-R "Acme" "r2" 1000000000 1000000000 = allowed=false remaining=32600000 retry=58044ms
-R "Acme" "r7" 1000000000 32600001 = allowed=false remaining=32600000 retry=1ms
-R "Acme" "r8" 1000000000 32600001 = allowed=false remaining=32600000 retry=1ms
-R "Acme" "r8" 1000000000 1000000000 = allowed=false remaining=32600000 retry=58044ms
-R "Acme" "bad" 1000000000 1000000001 = ErrEstimateTooLarge
-+ 58044
-S "Acme" "r1" 1000000000 620126234 = applied=false
-R "Acme" "r9" 1000000000 77674517 = allowed=true remaining=922325483 retry=0ms
-R "Acme" "r9 " 1000000000 922325483 = allowed=true remaining=0 retry=0ms
-R "Acme" "r11" 2 0 = allowed=true remaining=0 retry=0ms
+S "acme" "r2" 2 0 = applied=false
+S "acme" "r3" 2 0 = applied=false
+R "acme" "r4" 2 0 = allowed=true remaining=2 retry=0ms
+S "acme" "r1" 2 0 = applied=true
+R "acme" "{r5}" 2 2 = allowed=true remaining=0 retry=0ms
++ 61000
+R "acme" "bad" 0 0 = ErrInvalidArgument
+R "acme" "r6" 2 1 = allowed=true remaining=1 retry=0ms
+R "acme" "r7" 2 2 = allowed=false remaining=1 retry=30000ms
+S "acme" "{r5}" 2 0 = applied=false
++ 30001
+S "acme" "r4" 2 0 = applied=false
+R "acme" "open:r7" 2 0 = allowed=true remaining=2 retry=0ms
+S "acme" "{r5}" 2 2 = applied=false
+R "acme" "open:r7 " 2 2 = allowed=true remaining=0 retry=0ms
+R "acme" "r10" 1 0 = allowed=true remaining=0 retry=0ms
 + 1783
 + 63679
-S "Acme" "r12" 2 2 = applied=false
-R "Acme" "{r13}" 2 0 = allowed=true remaining=2 retry=0ms
-S "Acme" "r9" 2 77674516 = applied=false
-- 1978
-R "Acme" "{R13}" 2 2 = allowed=true remaining=0 retry=0ms
-+ 1
+S "acme" "{r5}" 1 1 = applied=false
+trace w7-d60-2tenants-back-again-bad "" 7 60
+S "Acme" "r1" 1000 925 = applied=false
++ 386
 - 60000
-R "Acme" "settled:{R13}" 2 0 = allowed=true remaining=0 retry=0ms
-R "" "bad" 2 1 = ErrInvalidArgument
-S "Acme" "r11" 2 0 = applied=false
-R "Acme" "SETTLED:{R13}" 2 0 = allowed=true remaining=0 retry=0ms
-R "Acme" "SETTLED:{R13} " 2 1 = allowed=false remaining=0 retry=89999ms
-R "Acme" "SETTLED:{R13}  " 2 0 = allowed=true remaining=0 retry=0ms
-R "Acme" "r19" 2 0 = allowed=true remaining=0 retry=0ms
-R "Acme" "r19:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 2 2 = allowed=false remaining=0 retry=119999ms
-R "Acme" "{r21}" 2 2 = allowed=false remaining=0 retry=119999ms
-trace w3600000-d1-1tenants-debt-edge-again "q-2" 3600000 1
-R "Acme" "settled:r1" 1 0 = allowed=true remaining=1 retry=0ms
-R "Acme" "r2" 1 1 = allowed=true remaining=0 retry=0ms
-R "Acme" "r3" 1 0 = allowed=true remaining=0 retry=0ms
-R "Acme" "r4" 1 0 = allowed=true remaining=0 retry=0ms
-R "Acme" "R4" 1 1 = allowed=false remaining=0 retry=60000ms
-R "Acme" "r6" 1 1 = allowed=false remaining=0 retry=60000ms
-S "Acme" "r4" 1 3 = applied=true
-+ 16490
-R "Acme" "r7" 1 0 = allowed=false remaining=0 retry=43510ms
-R "Acme" "r8" 1 0 = allowed=false remaining=0 retry=43510ms
-S "Acme" "r3" 1 0 = applied=true
-S "Acme" "r3" 1 0 = applied=false
-S "Acme" "settled:r1" 1 0 = applied=true
-+ 3583509
-R "Acme" "{r9}" 1 0 = allowed=true remaining=1 retry=0ms
-S "Acme" "r2" 1 2 = applied=true
-+ 104516
-R "Acme" "open:{r9}" 1 1 = allowed=true remaining=0 retry=0ms
-R "Acme" "settled:open:{r9}" 1 1 = allowed=false remaining=0 retry=60000ms
-+ 3495483
-R "Acme" "r6" 1 1 = allowed=true remaining=0 retry=0ms
-S "Acme" "open:{r9}" 1 0 = applied=true
-trace w1000-d0-3tenants-debt-lowered-edge-bad "q-2" 1000 0
-R "Acme" "" 59 1 = ErrInvalidArgument
-+ 4827
-R "acme " "{r1}" 1 0 = allowed=true remaining=1 retry=0ms
+R "Acme" "settled:r1" 1000 0 = allowed=true remaining=1000 retry=0ms
+R "" "bad" 1000 1 = ErrInvalidArgument
+R "b" "r3" 1000 999 = allowed=true remaining=1 retry=0ms
+R "Acme" "settled:settled:r1" 1000 1000 = allowed=true remaining=0 retry=0ms
+R "Acme" "settled:settled:r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000 0 = allowed=true remaining=0 retry=0ms
 + 1
-R "acme:eu" "r2" 2 1 = allowed=true remaining=1 retry=0ms
+R "Acme" "r6" 1000 0 = allowed=true remaining=0 retry=0ms
+R "b" "r3:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000 1000 = allowed=false remaining=1 retry=59939ms
+R "Acme" "{r8}" 1000 887 = allowed=false remaining=0 retry=53219ms
+R "b" "r3:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000 0 = allowed=true remaining=1 retry=0ms
+S "Acme" "r1" 1000 26 = applied=false
++ 53218
+R "Acme" "{r8}:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000 0 = allowed=true remaining=886 retry=0ms
+R "Acme{x}" "bad" 1000 1 = ErrInvalidArgument
+S "Acme" "r10" 1000 967 = applied=false
++ 1
+R "b" "R3:XXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXX" 1000 1 = allowed=true remaining=887 retry=0ms
+R "b" "r12" 1000 888 = allowed=false remaining=887 retry=60ms
+trace w1000-d2-1tenants-debt-edge-again "tq" 1000 2
++ 1
++ 755
++ 76956
+R "Acme" "R1" 1 1 = allowed=true remaining=0 retry=0ms
 + 1000
-S "acme " "{r1}" 1 3 = applied=false
 + 1
-R "acme " "r3" 1 0 = allowed=true remaining=1 retry=0ms
-+ 1
-S "acme " "bad" 1 -1 = ErrInvalidArgument
-R "Acme" "open:r4" 59 59 = allowed=true remaining=0 retry=0ms
-S "Acme" "open:r4" 59 59 = applied=true
-R "acme " "r3:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1 1 = allowed=true remaining=0 retry=0ms
-+ 1
-R "Acme" "bad" 59 60 = ErrEstimateTooLarge
-R "acme " "{r6}" 1 0 = allowed=true remaining=0 retry=0ms
+S "Acme" "R1" 1 0 = applied=false
+R "Acme" "R1 " 1 0 = allowed=true remaining=0 retry=0ms
+R "Acme" "R1 :xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1 0 = allowed=true remaining=0 retry=0ms
+S "Acme" "R1 :xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1 1 = applied=true
 + 999
+R "Acme" "R1 " 1 1 = allowed=true remaining=0 retry=0ms
+S "Acme" "R1 " 1 0 = applied=true
+trace w1000-d0-3tenants-debt-lowered-edge-bad "q-2" 1000 0
+R "Acme" "" 2 1 = ErrInvalidArgument
++ 4827
+R "acme " "{r1}" 59 1 = allowed=true remaining=58 retry=0ms
++ 1
+R "acme:eu" "r2" 1000 383 = allowed=true remaining=617 retry=0ms
++ 1000
+S "acme " "{r1}" 59 177 = applied=false
++ 1
++ 3600000
+R "acme " "r3" 3 0 = allowed=true remaining=3 retry=0ms
++ 39075
+R "Acme" "open:r4" 2 2 = allowed=true remaining=0 retry=0ms
+S "Acme" "open:r4" 2 2 = applied=true
+R "acme " "r3:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 3 3 = allowed=true remaining=0 retry=0ms
+trace w592304-d3-3tenants-debt-back-lowered-again-bad "tq" 592304 3
 + 78229
 + 1
-R "acme:eu" "bad" 2 -1 = ErrInvalidArgument
-R "Acme" "open:open:r4" 59 50 = allowed=true remaining=9 retry=0ms
-S "Acme" "open:open:r4" 59 29 = applied=true
+R "acme" "bad" 7919 -1 = ErrInvalidArgument
+R "Acme" "open:r1" 2 2 = allowed=true remaining=0 retry=0ms
+S "Acme" "open:r1" 2 1 = applied=true
 + 1
-S "acme:eu" "r2" 1 0 = applied=false
-R "acme:eu" "settled:r2" 1 0 = allowed=true remaining=1 retry=0ms
-S "acme:eu" "settled:r2" 1 0 = applied=true
-R "acme:eu" "open:settled:r2" 1 0 = allowed=true remaining=1 retry=0ms
-R "acme:eu" "open:open:settled:r2" 1 0 = allowed=true remaining=1 retry=0ms
-trace w3600001-d60-2tenants-debt-back-edge-again-bad "tq" 3600001 60
-R "b" "{r1}" 3 0 = allowed=true remaining=3 retry=0ms
-+ 1191
-R "b" "{r1}" 3 0 = allowed=true remaining=3 retry=0ms
-R "Acme" "r2:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000 49 = allowed=true remaining=951 retry=0ms
-+ 3598809
-S "Acme" "r2:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000 3000 = applied=true
-S "b" "{r1}" 3 9 = applied=true
-- 60000
-R "Acme" "r3" 1000 952 = allowed=false remaining=0 retry=234180ms
-R "b" "bad" 3 4 = ErrEstimateTooLarge
-R "Acme" "R3" 1000 1 = allowed=false remaining=0 retry=177120ms
-R "Acme" "r5" 1000 77 = allowed=false remaining=0 retry=181680ms
-S "b" "{r1} " 3 1 = applied=false
-+ 88565
-R "b" "settled:{r1} " 3 3 = allowed=false remaining=0 retry=151435ms
-+ 1
-S "b" "bad" 3 -1 = ErrInvalidArgument
-S "b" "r8" 3 2 = applied=false
-+ 1
-+ 3600001
-S "Acme" "{r9}" 1000 420 = applied=false
-trace w323618-d0-2tenants-debt-back-lowered-again-bad "q-2" 323618 0
-R "Acme" "open:r1" 61 10 = allowed=true remaining=51 retry=0ms
-S "Acme" "open:r1" 61 1000000000 = applied=true
-+ 1
-+ 3152
-R "Acme" "r2" 61 4 = allowed=false remaining=0 retry=60782ms
-R "Acme" "open:r2" 61 1 = allowed=false remaining=0 retry=57831ms
-R "b" "r4:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000000 1000000000 = allowed=true remaining=0 retry=0ms
-R "b" "settled:r4:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000000 243241424 = allowed=false remaining=0 retry=14595ms
-R "b" "r4:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000000 0 = allowed=true remaining=0 retry=0ms
-R "Acme" "r6" 61 1 = allowed=false remaining=0 retry=57831ms
-S "b" "{r7}" 1000000000 176980851 = applied=false
-R "Acme" "r6:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 3 1 = allowed=false remaining=0 retry=80000ms
-+ 80000
-+ 487
-R "Acme" "r6:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx " 3 0 = allowed=true remaining=1 retry=0ms
-R "b" "settled:{r7}" 1000000000 1000000000 = allowed=true remaining=0 retry=0ms
-R "b" "settled:{r7} " 1000000000 1000000000 = allowed=false remaining=0 retry=60000ms
-- 2440
-S "Acme" "r6:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx " 3 2 = applied=true
++ 1989
 + 1
 + 1
-S "b" "bad" 1000000000 -1 = ErrInvalidArgument
-trace w2-d1-1tenants-debt-edge-again-bad "q-2" 2 1
-+ 114842
-S "acme" "bad" 1 -1 = ErrInvalidArgument
+R "Acme" "open:r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 2 0 = allowed=true remaining=1 retry=0ms
+R "acme" "open:r3" 1 0 = allowed=true remaining=1 retry=0ms
+R "acme" "open:open:r3" 1 0 = allowed=true remaining=1 retry=0ms
+- 2478
+S "Acme" "r5" 2 1 = applied=false
 + 1
+R "acme" "{r6}" 1 0 = allowed=true remaining=1 retry=0ms
+S "acme" "{r6}" 1 0 = applied=true
+R "b" "R7" 1000000 1000000 = allowed=true remaining=0 retry=0ms
+S "b" "R7" 1000000 999999 = applied=true
 + 1
-+ 1
-R "acme" "r1" 1 1 = allowed=true remaining=0 retry=0ms
-R "acme" "{r2}" 1 0 = allowed=true remaining=0 retry=0ms
-+ 2
-S "acme" "{r2}" 1 3 = applied=false
-R "acme" "{r3}" 1 1 = allowed=false remaining=0 retry=59998ms
-S "acme" "r1" 1 2 = applied=false
-+ 3600000
-R "acme" "r4" 1 0 = allowed=true remaining=1 retry=0ms
-R "acme" "r5" 1 0 = allowed=true remaining=1 retry=0ms
-R "acme" "r5" 1 0 = allowed=true remaining=1 retry=0ms
+R "b" "r8" 1000000 0 = allowed=true remaining=17 retry=0ms
+- 2164
 R "acme" "" 1 1 = ErrInvalidArgument
-S "acme" "r5" 1 0 = applied=true
-R "acme" "r5:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1 1 = allowed=true remaining=0 retry=0ms
-S "acme" "r5" 1 1 = applied=false
-R "acme" "bad" 1 -1 = ErrInvalidArgument
-S "acme" "r4" 1 0 = applied=true
-R "acme" "settled:r5:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1 1 = allowed=false remaining=0 retry=60000ms
-R "acme" "settled:r5:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx " 1 0 = allowed=true remaining=0 retry=0ms
+R "Acme" "r9" 2 0 = allowed=true remaining=1 retry=0ms
+R "Acme" "r10" 2 2 = allowed=false remaining=1 retry=32648ms
+R "Acme" "bad" 2 3 = ErrEstimateTooLarge
+R "b" "R8" 1000000 1 = allowed=true remaining=16 retry=0ms
+R "b" "r12" 1000000 76450 = allowed=false remaining=16 retry=6750ms
+S "acme" "{r6} " 1 1 = applied=false
+S "Acme" "open:r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 2 4 = applied=true
+R "b" "r14" 1000000 0 = allowed=true remaining=16 retry=0ms
+S "acme" "open:r3" 1 0 = applied=true
+S "acme" "open:open:r3" 1 0 = applied=true
+S "Acme" "r9" 2 0 = applied=true
+R "acme{x}" "bad" 1 1 = ErrInvalidArgument
++ 32648
+R "acme" "{R6} " 1 0 = allowed=true remaining=1 retry=0ms
+R "Acme" "settled:r10" 2 0 = allowed=false remaining=0 retry=60000ms
+trace w101855-d0-1tenants-debt-back-lowered-again-bad "tq" 101855 0
+R "acme:eu" "r1" 600 1 = allowed=true remaining=599 retry=0ms
 + 1
-R "acme" "settled:r5:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1 1 = allowed=false remaining=0 retry=59999ms
+R "acme:eu" "r2" 600 41 = allowed=true remaining=558 retry=0ms
+S "acme:eu" "r2" 600 695 = applied=true
+R "acme:eu" "r3" 600 600 = allowed=false remaining=0 retry=69599ms
+R "acme:eu" "r4" 600 20 = allowed=false remaining=0 retry=11599ms
++ 11599
+R "acme:eu" "r1" 600 1 = allowed=true remaining=20 retry=0ms
+R "acme:eu" "r4 " 600 21 = allowed=false remaining=20 retry=100ms
+R "acme:eu" "r6" 600 0 = allowed=true remaining=20 retry=0ms
+S "acme:eu" "r1" 600 0 = applied=true
+R "acme:eu" "r6 " 600 19 = allowed=true remaining=2 retry=0ms
+R "acme:eu" "{r8}" 600 1 = allowed=true remaining=1 retry=0ms
+S "acme:eu" "r6" 600 583 = applied=true
+R "acme:eu" "settled:{r8}" 600 600 = allowed=false remaining=0 retry=118200ms
+R "acme:eu" "settled:{r8} " 600 600 = allowed=false remaining=0 retry=118200ms
+- 2440
+S "acme:eu" "{r8}" 600 379 = applied=true
 + 1
-R "acme" "r9" 1 0 = allowed=true remaining=0 retry=0ms
-+ 2
-R "acme" "{r3}" 1 1 = allowed=false remaining=0 retry=59996ms
-S "acme" "settled:r5:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx " 1 3 = applied=false
-R "acme" "r9:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1 1 = allowed=false remaining=0 retry=59996ms
-+ 3999
-trace w217388-d2-3tenants-debt-lowered-edge-again-bad "tq" 217388 2
-R "Acme" "" 7919 1 = ErrInvalidArgument
-R "Acme" "r1" 7919 0 = allowed=true remaining=7919 retry=0ms
-R "Acme" "r2" 7919 7919 = allowed=true remaining=0 retry=0ms
-R "acme:eu" "r3:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 59 0 = allowed=true remaining=59 retry=0ms
++ 1
+S "acme:eu" "r6 " 600 20 = applied=true
+R "acme:eu" "r2" 600 42 = allowed=true remaining=0 retry=0ms
+R "acme:eu" "{r11}" 600 0 = allowed=false remaining=0 retry=62438ms
+R "acme:eu" "r3" 7 0 = allowed=false remaining=0 retry=62438ms
++ 1
+R "acme:eu" "{r11}:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 3 0 = allowed=false remaining=0 retry=62437ms
+R "acme:eu" "r13" 3 1 = allowed=false remaining=0 retry=82437ms
+R "acme:eu" "{r14}" 3 0 = allowed=false remaining=0 retry=62437ms
++ 1
+R "acme:eu" "r15" 3 0 = allowed=false remaining=0 retry=62436ms
+R "" "bad" 3 1 = ErrInvalidArgument
+R "acme:eu" "r16" 3 0 = allowed=false remaining=0 retry=62436ms
+R "acme:eu" "settled:r16" 1 0 = allowed=false remaining=0 retry=62436ms
+R "acme:eu" "r18" 1 0 = allowed=false remaining=0 retry=62436ms
+R "acme:eu" "r19" 1 0 = allowed=false remaining=0 retry=62436ms
+trace w507260-d60-3tenants-back-lowered-again-bad "tq" 507260 60
+R "acme:eu" "r1" 60 0 = allowed=true remaining=60 retry=0ms
+S "b" "r2" 61 6 = applied=false
++ 1
++ 507260
+- 1
+S "acme:eu" "settled:r1" 60 37 = applied=false
+R "acme:eu" "settled:r1 " 60 60 = allowed=true remaining=0 retry=0ms
++ 1
+S "acme:eu" "settled:r1 " 60 60 = applied=true
++ 1
+R "acme " "bad" 1000000000 -1 = ErrInvalidArgument
+R "acme " "r5" 1000000000 999999999 = allowed=true remaining=1 retry=0ms
+R "acme " "r6" 1000000000 1 = allowed=true remaining=0 retry=0ms
+R "acme " "r5" 1000000000 1 = allowed=true remaining=0 retry=0ms
+S "acme:eu" "{r7}" 2 2 = applied=false
++ 1
+S "acme " "r6" 1000000000 1 = applied=true
++ 1
++ 4669
+trace w305042-d1-1tenants-debt-back-again-bad "q-2" 305042 1
+R "b" "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 7 0 = allowed=true remaining=7 retry=0ms
 + 103326
-R "acme:eu" "r4" 59 59 = allowed=true remaining=0 retry=0ms
-R "acme:eu" "r5" 59 59 = allowed=false remaining=0 retry=60000ms
-R "b" "r6" 7 0 = allowed=true remaining=7 retry=0ms
-R "b" "R6" 7 7 = allowed=true remaining=0 retry=0ms
-S "acme:eu" "r3:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 59 0 = applied=true
-R "b" "r6" 7 0 = allowed=true remaining=0 retry=0ms
+R "b" "r2" 7 7 = allowed=true remaining=0 retry=0ms
+R "b" "r3" 7 7 = allowed=false remaining=0 retry=60000ms
+R "b" "r4" 7 0 = allowed=true remaining=0 retry=0ms
+R "b" "R4" 7 7 = allowed=false remaining=0 retry=60000ms
+S "b" "r2" 7 7 = applied=true
+R "b" "r4" 7 0 = allowed=true remaining=0 retry=0ms
 + 3557
-S "acme:eu" "r8" 59 58 = applied=false
-S "acme:eu" "r4" 59 71 = applied=true
-R "acme:eu" "R8" 59 0 = allowed=false remaining=0 retry=8647ms
-R "b" "open:R6" 7 0 = allowed=true remaining=0 retry=0ms
+S "b" "r6" 7 0 = applied=false
+S "b" "r4" 7 8 = applied=true
+R "b" "R6" 7 0 = allowed=false remaining=0 retry=60000ms
+R "b" "open:R6" 7 0 = allowed=false remaining=0 retry=60000ms
 + 1
 + 1202
-R "Acme{x}" "bad" 7919 1 = ErrInvalidArgument
-R "acme:eu" "R8 " 59 1 = allowed=false remaining=0 retry=8461ms
-S "Acme" "r2" 7919 7920 = applied=true
-R "acme:eu" "r12" 59 0 = allowed=false remaining=0 retry=7444ms
+R "b{x}" "bad" 7 1 = ErrInvalidArgument
+R "b" "open:R6 " 7 1 = allowed=false remaining=0 retry=67369ms
+S "b" "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 7 1 = applied=true
+R "b" "r10" 7 0 = allowed=false remaining=0 retry=60000ms
 + 1965
 R "b" "" 7 1 = ErrInvalidArgument
-S "b" "open:R6 " 7 0 = applied=false
-R "acme:eu" "r14" 59 42 = allowed=false remaining=0 retry=48191ms
-S "b" "bad" 7 1000000001 = ErrInvalidArgument
-+ 107337
-+ 1
-R "b" "r15" 7 1 = allowed=true remaining=6 retry=0ms
-R "b" "R6" 7 0 = allowed=true remaining=6 retry=0ms
-S "acme:eu" "open:r14" 59 29 = applied=false
+S "b" "r6" 7 4 = applied=false
++ 2422
+- 60000
+R "b" "r11" 7 7 = allowed=false remaining=0 retry=175613ms
+S "b" "r6" 7 2 = applied=false
+R "b" "r12" 7 0 = allowed=false remaining=0 retry=115613ms
++ 115613
 + 1
 + 3600000
-S "Acme" "r1" 60 1 = applied=false
-trace w3600000-d60-2tenants-back-edge-again "tq" 3600000 60
-R "acme " "r1" 1 0 = allowed=true remaining=1 retry=0ms
-R "acme " "r2" 1 0 = allowed=true remaining=1 retry=0ms
-S "acme:eu" "R3" 60 41 = applied=false
 + 1
+R "b" "r11" 7 0 = allowed=true remaining=7 retry=0ms
++ 1
+S "b" "r11" 7 0 = applied=true
+R "b" "r13" 7 6 = allowed=true remaining=1 retry=0ms
+S "b" "r13" 7 21 = applied=true
+R "b" "r13 " 7 7 = allowed=false remaining=0 retry=120000ms
++ 52438
 - 2713
-S "acme " "r1" 1 0 = applied=true
+trace w2-d2-3tenants-debt-back-lowered-edge-again-bad "q-2" 2 2
+S "b" "bad" 1000000 -1 = ErrInvalidArgument
+R "b" "r1" 1000000 1000000 = allowed=true remaining=0 retry=0ms
 + 1
-S "acme:eu" "{r4}" 60 58 = applied=false
-R "acme:eu" "{r5}" 60 59 = allowed=true remaining=1 retry=0ms
-S "acme " "r2" 1 0 = applied=true
-+ 4784
-R "acme:eu" "r6" 60 0 = allowed=true remaining=5 retry=0ms
-R "acme:eu" "r7" 60 60 = allowed=false remaining=5 retry=54216ms
-R "acme " "r2" 1 0 = allowed=true remaining=1 retry=0ms
-R "acme " "r2:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1 0 = allowed=true remaining=1 retry=0ms
-+ 3600000
-R "acme:eu" "r7" 60 5 = allowed=true remaining=55 retry=0ms
-R "acme:eu" "settled:r7" 60 55 = allowed=true remaining=0 retry=0ms
-R "acme " "r10" 1 1 = allowed=true remaining=0 retry=0ms
-trace w90074-d3-3tenants-debt-back-lowered-again-bad "q-2" 90074 3
-+ 1
-R "acme:eu" "open:r1" 61 61 = allowed=true remaining=0 retry=0ms
-R "" "bad" 61 1 = ErrInvalidArgument
-S "acme:eu" "open:r1" 61 183 = applied=true
-- 1
-R "acme:eu" "open:r1" 61 1 = allowed=true remaining=0 retry=0ms
-+ 1
-R "acme " "r2" 1 1 = allowed=true remaining=0 retry=0ms
-- 60000
-S "acme " "r2" 1 2 = applied=true
-R "acme:eu" "open:r1 " 61 1 = allowed=false remaining=0 retry=180984ms
-+ 1
-R "acme" "r4" 7919 0 = allowed=true remaining=7919 retry=0ms
-R "acme:eu" "bad" 61 -1 = ErrInvalidArgument
-R "acme:eu" "open:r1 " 61 1 = allowed=false remaining=0 retry=180983ms
-R "acme:eu" "open:r1 " 3 1 = allowed=false remaining=0 retry=259999ms
-R "acme " "r5" 1 1 = allowed=false remaining=0 retry=179999ms
-R "acme" "r4" 7919 301 = allowed=true remaining=7919 retry=0ms
-S "acme" "r4" 7919 0 = applied=true
-R "acme" "r4" 7919 7919 = allowed=true remaining=7919 retry=0ms
-+ 1
-+ 1
-+ 1
-R "acme " "r6" 1 1 = allowed=false remaining=0 retry=179996ms
-trace w442257-d2-2tenants-debt-back-edge-again-bad "" 442257 2
-R "acme" "{r1}" 2 2 = allowed=true remaining=0 retry=0ms
-R "acme" "{R1}" 2 0 = allowed=true remaining=0 retry=0ms
-+ 442256
-R "acme" "bad" 2 -1 = ErrInvalidArgument
-R "acme" "{R1}:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 2 0 = allowed=true remaining=2 retry=0ms
-- 1
-+ 2218
-S "acme" "r4" 2 2 = applied=false
-R "acme:eu" "r5" 60 59 = allowed=true remaining=1 retry=0ms
-R "acme" "r6" 2 0 = allowed=true remaining=2 retry=0ms
-S "acme:eu" "r5" 60 59 = applied=true
-+ 1
-R "acme:eu" "r5" 60 18 = allowed=true remaining=1 retry=0ms
-R "acme" "r7" 2 2 = allowed=true remaining=0 retry=0ms
-R "acme:eu" "r8" 60 53 = allowed=false remaining=1 retry=51999ms
-R "acme:eu" "r9" 60 5 = allowed=false remaining=1 retry=3999ms
-S "acme" "r7" 2 2 = applied=true
-R "acme" "settled:r7" 2 0 = allowed=true remaining=0 retry=0ms
-+ 52794
-S "acme:eu" "r11" 60 1 = applied=false
-S "acme" "{R1}" 2 0 = applied=false
-R "acme:eu" "R11" 60 46 = allowed=true remaining=7 retry=0ms
-R "acme:eu" "r13" 60 0 = allowed=true remaining=7 retry=0ms
-R "acme" "settled:r7 " 2 0 = allowed=true remaining=1 retry=0ms
-S "acme:eu" "r13" 60 99 = applied=true
-- 60000
-S "acme:eu" "R11" 60 31 = applied=true
+S "Acme" "bad" 7 1000000001 = ErrInvalidArgument
+S "b" "r2" 1000000 90763 = applied=false
 + 2207
-R "acme:eu" "settled:r13" 60 2 = allowed=false remaining=0 retry=135998ms
-R "acme" "{r16}" 2 2 = allowed=false remaining=1 retry=64999ms
-R "acme" "{r16} " 2 1 = allowed=true remaining=0 retry=0ms
-S "acme" "{R1}:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 2 0 = applied=true
-R "acme" "bad" 2 -1 = ErrInvalidArgument
-+ 442257
-R "acme" "open:{r16} " 2 0 = allowed=true remaining=2 retry=0ms
-R "acme" "r19" 2 2 = allowed=true remaining=0 retry=0ms
-+ 442256
-trace w218318-d1-1tenants-back-again-bad "q-2" 218318 1
-R "acme" "r1 " 1000000000 1000000000 = allowed=true remaining=0 retry=0ms
-S "acme" "r1 " 1000000000 1000000000 = applied=true
+R "Acme" "settled:r3" 1 0 = allowed=true remaining=1 retry=0ms
+S "b" "r2" 1000000 133906 = applied=false
 + 1
-S "acme" "r1 " 1000000000 766682623 = applied=false
-- 60000
-+ 1
-+ 1
-+ 1
-R "acme" "r2" 1000000000 644703623 = allowed=false remaining=16666 retry=98679ms
-R "acme" "{r3}" 1000000000 0 = allowed=true remaining=16666 retry=0ms
-R "acme" "bad" 0 0 = ErrInvalidArgument
-S "acme" "{r3}" 1000000000 0 = applied=true
-R "acme" "r4" 1000000000 381467257 = allowed=false remaining=16666 retry=82885ms
-R "acme" "r4" 1000000000 16666 = allowed=true remaining=0 retry=0ms
-+ 1
-S "acme" "r4" 1000000000 0 = applied=true
-R "acme" "open:r4" 1000000000 4229092 = allowed=false remaining=16666 retry=60249ms
-trace w234825-d0-3tenants-debt-back-lowered-again-bad "q-2" 234825 0
-R "acme " "R1" 7 0 = allowed=true remaining=7 retry=0ms
-+ 1
-S "acme " "R1" 7 0 = applied=true
-R "" "bad" 7919 1 = ErrInvalidArgument
-R "acme" "settled:r2" 7919 0 = allowed=true remaining=7919 retry=0ms
-R "acme " "r3" 7 7 = allowed=true remaining=0 retry=0ms
-- 2841
-R "acme" "settled:r2 " 7919 1 = allowed=true remaining=7918 retry=0ms
-R "b" "r5" 2 1 = allowed=true remaining=1 retry=0ms
-R "acme " "r6" 7 3 = allowed=false remaining=0 retry=28556ms
-S "acme" "settled:r2  " 7919 4685 = applied=false
-S "b" "r5" 2 6 = applied=true
-S "acme " "r3" 7 6 = applied=true
-+ 60903
-R "acme{x}" "bad" 7919 1 = ErrInvalidArgument
-R "acme" "r8" 7919 7919 = allowed=true remaining=0 retry=0ms
-R "acme" "settled:r8" 7919 0 = allowed=true remaining=0 retry=0ms
-R "acme " "r6:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 7 0 = allowed=true remaining=7 retry=0ms
-trace w60000-d60-3tenants-debt-back-lowered-edge-again-bad "tq" 60000 60
-S "Acme" "r1" 7 6 = applied=false
-R "Acme" "r2" 7 7 = allowed=true remaining=0 retry=0ms
-R "Acme" "open:r2" 7 0 = allowed=true remaining=0 retry=0ms
-R "b" "r4" 1000 1000 = allowed=true remaining=0 retry=0ms
-+ 59999
-S "Acme" "open:r2" 7 0 = applied=true
-S "b" "r5" 1000 224 = applied=false
-R "b" "" 1000 1 = ErrInvalidArgument
-R "b" "settled:r5" 1000 1 = allowed=true remaining=998 retry=0ms
-+ 1
-R "acme " "r7" 7 7 = allowed=true remaining=0 retry=0ms
-+ 1
-S "acme " "r7" 7 1000000000 = applied=true
-+ 1
-R "acme " "{r8}" 7 0 = allowed=false remaining=0 retry=3599999ms
-S "Acme" "r2" 7 7 = applied=false
-R "acme " "r9" 7 1 = allowed=false remaining=0 retry=3608571ms
-R "Acme" "bad" 0 0 = ErrInvalidArgument
-R "b" "r5" 1000 506 = allowed=true remaining=999 retry=0ms
-R "Acme" "r10" 7 0 = allowed=true remaining=7 retry=0ms
-R "Acme" "bad" 1000000001 1 = ErrInvalidArgument
-R "Acme" "r10" 7 7 = allowed=true remaining=7 retry=0ms
-S "b" "settled:r5" 1000 1 = applied=true
-+ 1673
-R "acme " "r11" 7 7 = allowed=false remaining=0 retry=3658326ms
-R "Acme" "r12" 7 0 = allowed=true remaining=7 retry=0ms
-+ 446
-S "Acme" "r10" 7 0 = applied=true
+R "b" "R2" 1000000 10319 = allowed=true remaining=26497 retry=0ms
+R "acme" "r5:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 600 599 = allowed=true remaining=1 retry=0ms
+S "acme" "r5:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 600 599 = applied=true
+S "Acme" "r6" 1 0 = applied=false
+R "b" "R2" 1000000 60382 = allowed=true remaining=26497 retry=0ms
+S "b" "R2" 1000000 10318 = applied=true
+R "acme" "open:r5:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 600 1 = allowed=true remaining=0 retry=0ms
+R "" "bad" 600 1 = ErrInvalidArgument
+S "acme" "open:r5:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 600 1800 = applied=true
 - 1
-trace w7-d2-3tenants-debt-again-bad "tq" 7 2
-R "acme:eu" "settled:r1" 1000000000 1 = allowed=true remaining=999999999 retry=0ms
-S "acme" "r2" 1000000000 268274516 = applied=false
-R "b" "bad" 0 0 = ErrInvalidArgument
-R "acme:eu" "bad" 1000000000 1000000001 = ErrEstimateTooLarge
-R "b" "R3" 1 1 = allowed=true remaining=0 retry=0ms
-S "b" "R3" 1 1 = applied=true
-R "acme" "bad" 0 0 = ErrInvalidArgument
-R "b" "r4" 1 0 = allowed=true remaining=0 retry=0ms
-S "b" "r4" 1 1 = applied=true
-R "b" "R3" 1 0 = allowed=true remaining=0 retry=0ms
-S "acme" "r2" 1000000000 337843562 = applied=false
-R "b" "R4" 1 0 = allowed=false remaining=0 retry=60000ms
-S "acme:eu" "settled:r1" 1000000000 0 = applied=true
-S "acme:eu" "r6" 1000000000 974262351 = applied=false
-+ 1
-R "acme:eu" "r7" 1000000000 56129366 = allowed=true remaining=943870634 retry=0ms
-+ 1
-R "acme" "R2" 1000000000 722552776 = allowed=true remaining=277447224 retry=0ms
-+ 1722
-+ 1
-+ 4539
-S "acme:eu" "r7" 1000000000 1000000000 = applied=false
-R "acme" "r9" 1000000000 1 = allowed=true remaining=381813889 retry=0ms
-+ 7179
-+ 4146
-S "acme" "r9" 1000000000 0 = applied=false
-R "b" "R4 " 1 0 = allowed=false remaining=0 retry=42411ms
-R "b" "r11" 1 1 = allowed=false remaining=0 retry=102411ms
-trace w189010-d60-2tenants-back-lowered-again "tq" 189010 60
-+ 1
-R "b" "R1" 7 7 = allowed=true remaining=0 retry=0ms
-+ 1
-S "acme" "settled:r2" 3 0 = applied=false
-R "acme" "settled:r2" 3 3 = allowed=true remaining=3 retry=0ms
-R "b" "open:R1" 7 0 = allowed=true remaining=0 retry=0ms
-S "acme" "open:settled:r2" 3 3 = applied=false
-- 1
+S "Acme" "settled:r3" 1 1 = applied=true
+R "b" "r8" 1000000 1000000 = allowed=false remaining=26498 retry=58412ms
 - 60000
+R "" "bad" 600 1 = ErrInvalidArgument
+trace w2000-d1-1tenants-busy-debt-again "tq" 2000 1
++ 1037
++ 595
++ 238
+R "acme " "r1" 1000000 95 = allowed=true remaining=999905 retry=0ms
+S "acme " "r1" 1000000 96 = applied=true
++ 1157
++ 904
+R "acme " "R1" 1000000 54 = allowed=true remaining=999946 retry=0ms
++ 1230
+R "acme " "open:R1" 1000000 63 = allowed=true remaining=999937 retry=0ms
+S "acme " "open:R1" 1000000 3000000 = applied=true
+R "acme " "OPEN:R1" 1000000 92 = allowed=false remaining=0 retry=60006ms
+R "acme " "OPEN:R1 " 1000000 85 = allowed=false remaining=0 retry=60006ms
+S "acme " "R1" 1000000 53 = applied=true
++ 739
+S "acme " "open:R1" 1000000 58863 = applied=false
++ 1734
++ 861
+R "acme " "open:OPEN:R1 " 1000000 59 = allowed=false remaining=0 retry=56670ms
++ 488
+R "acme " "r7" 1000000 39 = allowed=false remaining=0 retry=56181ms
+R "acme " "r7 " 1000000 2 = allowed=false remaining=0 retry=56179ms
+R "acme " "{r9}" 1000000 73 = allowed=false remaining=0 retry=56183ms
+R "acme " "r10" 1000000 22 = allowed=false remaining=0 retry=56180ms
+R "acme " "r10 " 1000000 12 = allowed=false remaining=0 retry=56179ms
++ 469
+R "acme " "{r12}" 1000000 80 = allowed=false remaining=0 retry=55714ms
+R "acme " "r13" 1000000 21 = allowed=false remaining=0 retry=55711ms
+R "acme " "R13" 1000000 55 = allowed=false remaining=0 retry=55713ms
+R "acme " "{r15}" 1000000 4 = allowed=false remaining=0 retry=55710ms
+S "acme " "open:R1" 1000000 431168 = applied=false
+R "acme " "r16" 1000000 58 = allowed=false remaining=0 retry=55713ms
+R "acme " "open:r16" 1000000 28 = allowed=false remaining=0 retry=55711ms
+R "acme " "open:open:r16" 1000000 86 = allowed=false remaining=0 retry=55715ms
++ 839
+R "acme " "open:open:r16:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000 77 = allowed=false remaining=0 retry=54875ms
+S "acme " "r20" 1000000 873480 = applied=false
++ 1222
+R "acme " "r21" 1000000 50 = allowed=false remaining=0 retry=53651ms
+R "acme " "r22" 1000000 76 = allowed=false remaining=0 retry=53653ms
+R "acme " "r23" 1000000 71 = allowed=false remaining=0 retry=53653ms
+R "acme " "open:r23" 1000000 81 = allowed=false remaining=0 retry=53653ms
+R "acme " "r25" 1000000 69 = allowed=false remaining=0 retry=53653ms
+R "acme " "settled:r25" 1000000 20 = allowed=false remaining=0 retry=53650ms
++ 908
++ 630
+R "acme " "settled:r25 " 1000000 79 = allowed=false remaining=0 retry=52115ms
++ 18
+R "acme " "SETTLED:R25 " 1000000 36 = allowed=false remaining=0 retry=52095ms
++ 287
++ 230
++ 316
+S "acme " "open:R1" 1000000 869502 = applied=false
++ 845
++ 914
++ 1257
+R "acme " "settled:SETTLED:R25 " 1000000 89 = allowed=false remaining=0 retry=48249ms
++ 164
+R "acme " "r30" 1000000 85 = allowed=false remaining=0 retry=48085ms
+trace w0-d2-3tenants-back-bad "tq" 0 2
 + 1
-R "b" "r5" 1 0 = allowed=true remaining=0 retry=0ms
-S "b" "R1" 1 3 = applied=true
-R "b" "open:r5" 1 0 = allowed=true remaining=1 retry=0ms
-R "b" "OPEN:R5" 1 1 = allowed=true remaining=0 retry=0ms
-R "b" "OPEN:R5 " 1 0 = allowed=true remaining=0 retry=0ms
-S "b" "r5" 1 0 = applied=true
 + 1
+R "Acme" "{r1}" 60 60 = allowed=true remaining=0 retry=0ms
++ 1
++ 1
+- 60000
+R "acme" "R2" 1000 48 = allowed=true remaining=952 retry=0ms
+S "Acme" "{r1}" 60 60 = applied=true
+R "b" "{r3}" 7919 7919 = allowed=true remaining=0 retry=0ms
+R "b" "{r3} " 7919 1 = allowed=false remaining=0 retry=8ms
+S "acme" "R2" 1000 47 = applied=true
+R "acme" "bad" 1000 -1 = ErrInvalidArgument
 + 3600000
-R "acme" "open:settled:r2:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 3 3 = allowed=true remaining=0 retry=0ms
-S "b" "open:r5" 1 0 = applied=false
-R "acme" "open:open:settled:r2:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 3 0 = allowed=true remaining=0 retry=0ms
-R "acme" "r11" 3 3 = allowed=false remaining=0 retry=60000ms
-S "acme" "open:open:settled:r2:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 3 0 = applied=true
-R "b" "r12" 1 1 = allowed=true remaining=0 retry=0ms
-- 60000
-+ 1
-R "b" "r13" 1 1 = allowed=false remaining=0 retry=119999ms
-R "b" "r13 " 1 1 = allowed=false remaining=0 retry=119999ms
-trace w3600000-d1-1tenants-debt-back-again-bad "q-2" 3600000 1
+R "Acme" "open:{r1}" 60 0 = allowed=true remaining=60 retry=0ms
+R "b" "r6" 7919 7919 = allowed=true remaining=0 retry=0ms
 + 1
 + 1
-+ 394
-R "acme:eu" "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 61 0 = allowed=true remaining=61 retry=0ms
-S "acme:eu" "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 61 0 = applied=true
-R "acme:eu" "{r2}" 61 61 = allowed=true remaining=0 retry=0ms
-R "acme:eu" "r3" 61 0 = allowed=true remaining=0 retry=0ms
-S "acme:eu" "{r2}" 61 38 = applied=true
-R "acme:eu" "r4" 61 0 = allowed=true remaining=23 retry=0ms
-R "acme:eu" "r5" 61 23 = allowed=true remaining=0 retry=0ms
-R "acme:eu" "r5" 61 1 = allowed=true remaining=0 retry=0ms
-S "acme:eu" "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 61 57 = applied=false
-S "acme:eu" "r4" 61 36 = applied=true
-+ 4178
-R "acme:eu" "r6" 61 7 = allowed=false remaining=0 retry=38118ms
-S "acme:eu" "r3" 61 1 = applied=true
-R "acme:eu" "r7" 61 1 = allowed=false remaining=0 retry=33200ms
-S "acme:eu" "r5" 61 23 = applied=true
-R "acme:eu" "r5" 61 0 = allowed=true remaining=0 retry=0ms
-R "acme:eu" "r7" 61 0 = allowed=false remaining=0 retry=32216ms
-R "acme:eu" "bad" 61 62 = ErrEstimateTooLarge
-R "acme:eu" "r7 " 61 1 = allowed=false remaining=0 retry=33200ms
-R "acme:eu" "r3" 61 0 = allowed=true remaining=0 retry=0ms
-- 1
-R "acme:eu" "r7" 61 0 = allowed=false remaining=0 retry=32217ms
-+ 32217
+R "b" "bad" 0 0 = ErrInvalidArgument
+R "acme" "R2 " 1000 10 = allowed=true remaining=990 retry=0ms
+S "b" "r6" 7919 7918 = applied=true
+R "acme" "R2  " 1000 1000 = allowed=false remaining=990 retry=600ms
+S "acme" "R2 " 1000 10 = applied=true
+trace w395710-d3-1tenants-debt-back-lowered-edge-again-bad "" 395710 3
+R "acme:eu" "r1" 1000000 999999 = allowed=true remaining=1 retry=0ms
++ 56530
+R "acme:eu" "r2" 1000000 644704 = allowed=true remaining=297463 retry=0ms
+R "acme:eu" "{r3}" 1000000 0 = allowed=true remaining=297463 retry=0ms
 R "acme:eu" "bad" 0 0 = ErrInvalidArgument
-R "acme:eu" "r9" 61 61 = allowed=false remaining=0 retry=60000ms
-R "acme:eu" "bad" 61 -1 = ErrInvalidArgument
+S "acme:eu" "r2" 1000000 644704 = applied=true
+S "acme:eu" "r1" 1000000 3000000 = applied=true
+R "acme:eu" "{R3}" 1000000 1 = allowed=false remaining=0 retry=102153ms
+R "acme:eu" "r5" 1000000 1 = allowed=false remaining=0 retry=102153ms
+R "acme:eu" "{r6}" 1000000 0 = allowed=false remaining=0 retry=102153ms
++ 395709
+R "acme:eu" "{r7}" 1000000 0 = allowed=true remaining=1000000 retry=0ms
 + 1
+S "acme:eu" "{r3}" 1000000 1 = applied=false
+R "acme:eu" "r8" 1000000 1 = allowed=true remaining=999999 retry=0ms
+R "acme:eu" "r8 " 1000000 999999 = allowed=true remaining=0 retry=0ms
++ 395709
+R "acme:eu" "r10" 1000000 1 = allowed=true remaining=999999 retry=0ms
+S "acme:eu" "r8 " 1000000 169248 = applied=true
+R "" "bad" 1000000 1 = ErrInvalidArgument
+S "acme:eu" "r10" 1000000 0 = applied=true
+S "acme:eu" "{r7}" 1000000 0 = applied=false
+- 2841
+R "acme:eu" "r10 " 1000000 1 = allowed=true remaining=999999 retry=0ms
+R "acme:eu" "r12" 1000000 1 = allowed=true remaining=999998 retry=0ms
+R "acme:eu" "r13" 1000000 252536 = allowed=true remaining=747462 retry=0ms
+S "acme:eu" "r10" 1000000 204952 = applied=false
+R "acme:eu" "r13 " 1000000 747463 = allowed=false remaining=747462 retry=1ms
 + 1
-- 1
-R "acme:eu" "bad" 61 62 = ErrEstimateTooLarge
-R "acme:eu" "open:r9" 61 1 = allowed=false remaining=0 retry=983ms
-trace w7-d0-2tenants-back-lowered-again "q-2" 7 0
-+ 341
++ 60903
+R "acme:eu{x}" "bad" 1000000 1 = ErrInvalidArgument
+R "acme:eu" "r15" 1000000 1000000 = allowed=true remaining=0 retry=0ms
+R "acme:eu" "settled:r15" 1000000 0 = allowed=true remaining=0 retry=0ms
+R "acme:eu" "settled:r15:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000 0 = allowed=true remaining=0 retry=0ms
 + 1
-R "b" "r1" 600 526 = allowed=true remaining=74 retry=0ms
-S "acme:eu" "r2" 600 537 = applied=false
+S "acme:eu" "settled:r15:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 60 0 = applied=true
+R "acme:eu" "{r6}" 60 0 = allowed=true remaining=0 retry=0ms
+S "acme:eu" "r8" 60 2 = applied=false
++ 395708
+R "acme:eu" "r18" 60 37 = allowed=true remaining=23 retry=0ms
+S "acme:eu" "settled:r15:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 60 19 = applied=false
+S "acme:eu" "{r6}" 60 0 = applied=true
+trace w327288-d3-1tenants-debt-back-lowered-again-bad "tq" 327288 3
+R "acme " "R1" 7 0 = allowed=true remaining=7 retry=0ms
+R "acme " "bad" 7 8 = ErrEstimateTooLarge
+R "acme " "R1" 7 1 = allowed=true remaining=7 retry=0ms
+S "acme " "R1" 7 0 = applied=true
+R "acme " "r2" 7 1 = allowed=true remaining=6 retry=0ms
+S "acme " "r2 " 7 2 = applied=false
++ 100007
+S "acme " "r2 " 1 1 = applied=false
+S "acme " "r2" 1 1 = applied=true
++ 18353
+S "acme " "r2 " 1 1 = applied=false
+R "acme " "bad" 0 0 = ErrInvalidArgument
+S "acme " "bad" 1 1000000001 = ErrInvalidArgument
++ 65537
+R "acme " "R2 " 1 0 = allowed=true remaining=1 retry=0ms
+S "acme " "R2 " 1 0 = applied=true
+R "" "bad" 1 1 = ErrInvalidArgument
+- 60000
++ 446
+R "acme " "r5" 1 0 = allowed=true remaining=1 retry=0ms
+R "acme " "bad" 1 2 = ErrEstimateTooLarge
+R "acme " "settled:r5" 1 1 = allowed=true remaining=0 retry=0ms
+S "acme " "settled:r5" 1 2 = applied=true
+R "acme " "r7" 1 1 = allowed=false remaining=0 retry=120000ms
+R "acme " "r7 " 1 1 = allowed=false remaining=0 retry=120000ms
+S "acme " "r5" 1 0 = applied=true
+R "acme " "r7  " 1 0 = allowed=false remaining=0 retry=60000ms
+R "acme " "R7  " 1 1 = allowed=false remaining=0 retry=120000ms
++ 31387
 + 1
+R "acme " "bad" 0 0 = ErrInvalidArgument
+R "acme " "r11" 1 0 = allowed=false remaining=0 retry=28612ms
+R "acme " "r12" 1 0 = allowed=false remaining=0 retry=28612ms
+trace w7-d1-2tenants-debt-back-lowered-edge-again-bad "tq" 7 1
+R "acme " "settled:r1" 1 1 = allowed=true remaining=0 retry=0ms
+R "acme " "open:settled:r1" 1 1 = allowed=false remaining=0 retry=60000ms
++ 7
 + 1
+R "acme:eu" "r3" 59 3 = allowed=true remaining=56 retry=0ms
+S "acme:eu" "r3" 59 0 = applied=true
++ 4236
+S "acme " "settled:r1" 1 1 = applied=false
+R "acme:eu" "r4" 59 4 = allowed=true remaining=55 retry=0ms
+S "acme:eu" "r4" 59 177 = applied=true
+R "acme:eu" "r5" 59 1 = allowed=false remaining=0 retry=61017ms
++ 91358
+R "acme:eu" "r6" 2 0 = allowed=true remaining=1 retry=0ms
+R "acme " "settled:open:settled:r1" 1 0 = allowed=true remaining=1 retry=0ms
++ 7
+R "acme:eu" "r8" 2 0 = allowed=true remaining=1 retry=0ms
 + 1
-S "b" "r1" 600 406 = applied=true
-+ 1
-R "b" "r3" 600 600 = allowed=false remaining=194 retry=40596ms
-+ 1
-R "b" "r1" 600 193 = allowed=true remaining=194 retry=0ms
-R "acme:eu" "R2" 600 600 = allowed=true remaining=0 retry=0ms
-R "b" "R3" 600 194 = allowed=true remaining=0 retry=0ms
-S "b" "R3" 600 111 = applied=true
-S "acme:eu" "R2" 2 599 = applied=true
-- 1
-+ 1
-+ 1
-+ 1
-trace w3600001-d1-2tenants-debt-back-lowered-edge-again-bad "" 3600001 1
-R "acme:eu" "R1" 7919 7918 = allowed=true remaining=1 retry=0ms
-R "acme:eu" "R1" 7919 0 = allowed=true remaining=1 retry=0ms
-R "acme" "r2" 60 60 = allowed=true remaining=0 retry=0ms
-R "acme:eu" "r3" 59 0 = allowed=true remaining=1 retry=0ms
-S "acme:eu" "r3" 59 1 = applied=true
-R "acme:eu" "settled:r3" 59 0 = allowed=true remaining=0 retry=0ms
-+ 4092
-+ 8430
-+ 3587478
-+ 1
-+ 1
-- 1
-+ 1
-+ 85035
-R "acme" "bad" 1000000001 1 = ErrInvalidArgument
-R "acme:eu" "r5" 59 0 = allowed=true remaining=59 retry=0ms
-R "acme:eu" "settled:r5" 59 59 = allowed=true remaining=0 retry=0ms
-R "acme:eu" "open:settled:r5" 59 0 = allowed=true remaining=0 retry=0ms
-S "acme" "r2" 60 180 = applied=false
-R "acme:eu" "r8" 59 59 = allowed=false remaining=0 retry=60000ms
-S "acme:eu" "bad" 59 -1 = ErrInvalidArgument
-S "acme:eu" "R1" 59 177 = applied=false
-R "acme:eu" "R8" 59 0 = allowed=true remaining=0 retry=0ms
+R "acme " "open:settled:r1" 1 1 = allowed=true remaining=0 retry=0ms
+R "acme:eu" "r8:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 2 1 = allowed=true remaining=0 retry=0ms
+R "acme:eu" "r8" 2 1 = allowed=true remaining=0 retry=0ms
++ 7
+S "acme " "open:settled:r1" 1 2 = applied=false
+R "acme:eu" "r10" 2 0 = allowed=true remaining=0 retry=0ms
+S "acme:eu" "r6" 2 0 = applied=false
++ 2412
+S "acme " "settled:open:settled:r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1 1 = applied=false
+R "acme " "settled:open:settled:r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx " 1 0 = allowed=true remaining=0 retry=0ms
 - 60000
 + 1
-S "acme" "r2" 60 57 = applied=false
-R "acme:eu" "open:settled:r5" 59 0 = allowed=true remaining=0 retry=0ms
+R "acme:eu" "r13" 2 0 = allowed=true remaining=0 retry=0ms
+R "acme " "settled:open:settled:r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1 0 = allowed=true remaining=0 retry=0ms
+R "acme:eu" "r14" 2 2 = allowed=false remaining=0 retry=116214ms
+R "acme " "bad" 1 -1 = ErrInvalidArgument
+S "acme " "settled:open:settled:r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx " 1 3 = applied=true
+R "acme " "settled:open:settled:r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx  " 1 1 = allowed=false remaining=0 retry=179999ms
+- 60000
+trace w1000-d60-1tenants-lowered-edge-again-bad "q-2" 1000 60
 + 1
-S "acme:eu" "r5" 1 0 = applied=true
-R "acme" "" 60 1 = ErrInvalidArgument
-- 1
-S "acme" "{r10}" 60 17 = applied=false
-R "acme" "{r10}" 60 0 = allowed=true remaining=60 retry=0ms
+R "acme " "open:r1" 600 1 = allowed=true remaining=599 retry=0ms
+R "acme " "open:r1" 600 547 = allowed=true remaining=599 retry=0ms
+R "acme " "OPEN:R1" 7 2 = allowed=true remaining=5 retry=0ms
++ 999
+S "acme " "OPEN:R1" 7 0 = applied=true
+R "acme " "{r3}" 7 7 = allowed=true remaining=0 retry=0ms
+R "acme " "{r3}:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 7 0 = allowed=true remaining=0 retry=0ms
++ 1000
+R "acme " "open:{r3}:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 7 0 = allowed=true remaining=0 retry=0ms
+S "acme " "OPEN:R1" 7 7 = applied=false
+S "acme " "{r3}:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 7 0 = applied=false
++ 999
+R "acme " "open:{r3}:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 7 7 = allowed=true remaining=0 retry=0ms
+R "acme " "open:open:{r3}:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 7 1 = allowed=false remaining=0 retry=6573ms
+R "acme " "{r7}" 7 1 = allowed=false remaining=0 retry=6573ms
+R "acme " "r8" 7 0 = allowed=true remaining=0 retry=0ms
+S "acme " "open:{r3}:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 7 0 = applied=true
+R "acme " "r9" 7 0 = allowed=true remaining=0 retry=0ms
+R "acme " "r10" 7 0 = allowed=true remaining=0 retry=0ms
+R "acme " "r10" 7 0 = allowed=true remaining=0 retry=0ms
+S "acme " "open:{r3}:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 7 3 = applied=false
+S "acme " "{r3}" 7 7 = applied=false
++ 89449
 + 1
-R "acme:eu" "R8:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1 1 = allowed=false remaining=0 retry=119998ms
-S "acme:eu" "r5" 1 1 = applied=false
-R "acme:eu" "open:R8:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1 1 = allowed=false remaining=0 retry=119998ms
-+ 119998
-trace w60000-d1-3tenants-debt-edge-again-bad "tq" 60000 1
-R "acme:eu" "r1" 1 1 = allowed=true remaining=0 retry=0ms
-R "acme" "r2 " 7 0 = allowed=true remaining=7 retry=0ms
-R "acme:eu" "r3" 1 0 = allowed=true remaining=0 retry=0ms
 + 1
+R "acme " "open:r10" 7 0 = allowed=true remaining=7 retry=0ms
+R "acme " "r12" 7 7 = allowed=true remaining=0 retry=0ms
+S "acme " "r8" 7 0 = applied=false
+R "acme " "{r7}" 7 0 = allowed=true remaining=0 retry=0ms
+R "acme " "open:open:{r3}:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 7 0 = allowed=true remaining=0 retry=0ms
+R "acme " "bad" 7 8 = ErrEstimateTooLarge
+trace w59999-d1-3tenants-debt-back-lowered-edge-again-bad "tq" 59999 1
++ 1
+R "acme " "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 61 61 = allowed=true remaining=0 retry=0ms
++ 1
+R "b" "r2 " 2 2 = allowed=true remaining=0 retry=0ms
+R "acme " "r3" 61 61 = allowed=false remaining=0 retry=59999ms
+R "acme " "bad" 61 -1 = ErrInvalidArgument
 + 59998
-S "acme" "r2 " 7 0 = applied=true
-S "acme" "r2 " 7 7 = applied=false
-R "acme:eu" "bad" 1000000001 1 = ErrInvalidArgument
+S "b" "r2 " 2 2 = applied=true
++ 1
+R "acme:eu" "r4" 60 59 = allowed=true remaining=1 retry=0ms
+R "acme:eu" "r4" 60 0 = allowed=true remaining=1 retry=0ms
+S "acme " "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 61 73 = applied=false
+R "acme " "R3" 61 61 = allowed=true remaining=0 retry=0ms
+S "acme:eu" "r4" 60 0 = applied=true
+- 60000
++ 64125
++ 1
+S "acme " "R3" 61 47 = applied=true
++ 1
+R "acme:eu" "r6" 60 60 = allowed=true remaining=0 retry=0ms
++ 1
+R "acme:eu" "r4" 60 0 = allowed=true remaining=0 retry=0ms
+R "acme:eu" "R6" 60 0 = allowed=true remaining=0 retry=0ms
+R "acme " "r8" 61 0 = allowed=true remaining=18 retry=0ms
+S "acme " "r8" 61 0 = applied=true
+R "b" "r9" 2 0 = allowed=true remaining=2 retry=0ms
+S "acme " "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 2 1 = applied=false
++ 59998
+R "b" "r10" 2 1 = allowed=true remaining=1 retry=0ms
+R "b" "r10" 2 0 = allowed=true remaining=1 retry=0ms
+R "acme:eu" "R6 " 60 60 = allowed=false remaining=59 retry=1ms
+S "b" "bad" 2 -1 = ErrInvalidArgument
+R "acme:eu" "R6 " 60 59 = allowed=true remaining=0 retry=0ms
++ 9201
+S "acme:eu" "r12" 60 56 = applied=false
+S "b" "r10" 2 1 = applied=true
+S "b" "r9" 2 3 = applied=false
+R "b" "r10 " 2 0 = allowed=true remaining=1 retry=0ms
+R "acme:eu" "r14" 60 0 = allowed=true remaining=10 retry=0ms
++ 3832
+R "b" "r15" 2 0 = allowed=true remaining=1 retry=0ms
++ 59999
+trace w0-d3-3tenants-back-lowered-again-bad "" 0 3
+S "acme " "bad" 7919 1000000001 = ErrInvalidArgument
+R "acme " "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 7919 1 = allowed=true remaining=7918 retry=0ms
+R "acme " "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 7919 992 = allowed=true remaining=7918 retry=0ms
+S "acme " "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 7919 1 = applied=true
+R "acme:eu" "r2" 59 24 = allowed=true remaining=35 retry=0ms
+S "acme " "bad" 7919 -1 = ErrInvalidArgument
+S "acme:eu" "r2" 2 6 = applied=true
+R "acme:eu" "R2" 2 1 = allowed=true remaining=1 retry=0ms
+R "acme:eu" "r2" 2 2 = allowed=true remaining=1 retry=0ms
++ 1
+S "acme " "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 7919 7475 = applied=false
+R "acme " "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 7919 7918 = allowed=true remaining=7918 retry=0ms
++ 1
+S "acme:eu" "R2" 2 1 = applied=true
+R "acme:eu" "" 2 1 = ErrInvalidArgument
+- 1
+S "acme:eu" "R2:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 2 0 = applied=false
+R "acme " "{r5}" 7919 0 = allowed=true remaining=7918 retry=0ms
+S "acme" "r6" 7 7 = applied=false
+trace w366225-d0-3tenants-debt-back-lowered-again-bad "" 366225 0
++ 1
+S "acme " "R1" 3 3 = applied=false
+R "acme" "R2" 61 52 = allowed=true remaining=9 retry=0ms
+- 1
+S "acme" "R2" 61 0 = applied=true
++ 11300
++ 1
++ 1
+R "b" "bad" 1000000001 1 = ErrInvalidArgument
+S "acme " "R1" 2 1 = applied=false
+R "b" "bad" 1000000001 1 = ErrInvalidArgument
 + 1659
-R "acme " "r4" 60 59 = allowed=true remaining=1 retry=0ms
+R "acme" "r3" 60 8 = allowed=true remaining=52 retry=0ms
 + 1
 + 2518
 + 1
-S "acme " "r4" 60 60 = applied=true
-S "acme:eu" "{r5}" 1 1 = applied=false
-R "acme:eu" "{r5}" 1 0 = allowed=true remaining=1 retry=0ms
-S "acme:eu" "r1" 1 1 = applied=false
+S "acme" "r3" 60 9 = applied=true
+S "b" "{r4}" 7 5 = applied=false
+R "b" "{r4}" 7 6 = allowed=true remaining=7 retry=0ms
+R "acme " "R1" 2 2 = allowed=true remaining=2 retry=0ms
+S "b" "bad" 7 -1 = ErrInvalidArgument
 + 1
 + 81485
-S "acme:eu" "r3" 1 0 = applied=false
-+ 27920
-+ 1155
+trace w233771-d2-1tenants-debt-back-edge-again-bad "q-2" 233771 2
 + 1
 + 1
-R "acme:eu" "r6" 1 0 = allowed=true remaining=1 retry=0ms
-R "acme:eu" "{r7}" 1 1 = allowed=true remaining=0 retry=0ms
-R "acme:eu" "{r7}" 1 0 = allowed=true remaining=0 retry=0ms
-R "acme:eu" "{R7}" 1 0 = allowed=true remaining=0 retry=0ms
-S "acme:eu" "{r7}" 1 0 = applied=true
-R "acme " "settled:r4" 60 1 = allowed=true remaining=59 retry=0ms
-+ 60000
 + 1
-trace w3600001-d3-2tenants-debt-back-lowered-edge-again-bad "" 3600001 3
-+ 1
-R "acme:eu" "r1" 60 60 = allowed=true remaining=0 retry=0ms
-R "acme:eu" "" 60 1 = ErrInvalidArgument
-+ 3600000
-R "Acme" "r2" 1000000 57415 = allowed=true remaining=942585 retry=0ms
-R "acme:eu" "r1" 60 0 = allowed=true remaining=60 retry=0ms
-R "Acme" "r3" 1000000 1 = allowed=true remaining=942584 retry=0ms
-R "acme:eu" "settled:r1" 60 60 = allowed=true remaining=0 retry=0ms
-+ 3600000
-R "Acme" "R3" 1000000 1000000 = allowed=true remaining=0 retry=0ms
-R "acme:eu" "bad" 60 61 = ErrEstimateTooLarge
-R "Acme" "R3" 1000000 1 = allowed=true remaining=0 retry=0ms
-S "Acme" "r3" 1000000 1 = applied=true
-S "Acme" "R3" 1000000 1000000000 = applied=true
+R "acme " "r1" 1000000 344462 = allowed=true remaining=655538 retry=0ms
+R "acme " "{r2}" 1000000 655539 = allowed=false remaining=655538 retry=1ms
+R "acme " "{r2}" 1000000 5354 = allowed=true remaining=650184 retry=0ms
+R "acme " "{R2}" 1000000 650184 = allowed=true remaining=0 retry=0ms
+S "acme " "r1" 1000000 344463 = applied=true
+S "acme " "{r2}" 1000000 5354 = applied=true
+R "acme " "{R2}" 1000000 0 = allowed=true remaining=0 retry=0ms
+R "acme " "{r2}" 1000000 0 = allowed=true remaining=0 retry=0ms
+R "acme " "{r2}" 1000000 0 = allowed=true remaining=0 retry=0ms
++ 233770
+S "acme " "{R2}" 1000000 1417745 = applied=true
+R "acme " "r4" 1000000 1 = allowed=true remaining=232438 retry=0ms
+R "acme " "" 1000000 1 = ErrInvalidArgument
++ 233770
+R "acme " "r5" 1000000 57415 = allowed=true remaining=942585 retry=0ms
+R "acme " "r5" 1000000 942584 = allowed=true remaining=942585 retry=0ms
+R "acme " "r6" 1000000 1 = allowed=true remaining=942584 retry=0ms
+R "acme " "settled:r6" 1000000 1000000 = allowed=false remaining=942584 retry=3445ms
++ 3446
+R "acme " "SETTLED:R6" 1000000 1000000 = allowed=true remaining=0 retry=0ms
+R "acme " "bad" 1000000 1000001 = ErrEstimateTooLarge
+R "acme " "r5" 1000000 1 = allowed=true remaining=0 retry=0ms
++ 230324
+S "acme " "r4" 1000000 1 = applied=false
+S "acme " "r5" 1000000 1000000000 = applied=true
 + 64406
-S "acme:eu" "settled:r1" 60 61 = applied=false
-S "acme:eu" "r1" 60 0 = applied=false
+S "acme " "SETTLED:R6" 1000000 1000001 = applied=false
+S "acme " "r6" 1000000 0 = applied=false
 + 1
-R "acme:eu" "r6" 60 35 = allowed=true remaining=25 retry=0ms
-R "Acme" "r7" 1000000 0 = allowed=false remaining=0 retry=115593ms
+R "acme " "r9" 1000000 584047 = allowed=false remaining=0 retry=90636ms
+R "acme " "r10" 1000000 0 = allowed=false remaining=0 retry=55593ms
 - 2483
-R "acme:eu" "open:r6" 60 60 = allowed=false remaining=25 retry=37483ms
+R "acme " "open:r10" 1000000 1000000 = allowed=false remaining=0 retry=118076ms
 + 1
 + 1
-R "acme:eu" "{r9}" 60 24 = allowed=true remaining=1 retry=0ms
-R "Acme" "R7" 1000000 0 = allowed=false remaining=0 retry=118074ms
-R "acme:eu" "{R9}" 60 37 = allowed=false remaining=1 retry=38481ms
-R "acme:eu" "r12" 60 0 = allowed=true remaining=1 retry=0ms
-R "Acme" "R7 " 1000000 0 = allowed=false remaining=0 retry=118074ms
-trace w0-d0-3tenants-debt-back-lowered-again-bad "tq" 0 0
+R "acme " "{r12}" 1000000 0 = allowed=false remaining=0 retry=58074ms
+trace w1000-d0-2tenants-debt-lowered-edge-again-bad "q-2" 1000 0
+R "b" "r1" 1000000 999999 = allowed=true remaining=1 retry=0ms
+R "acme " "r2 " 600 599 = allowed=true remaining=1 retry=0ms
+R "b" "{r3}" 60 1 = allowed=true remaining=0 retry=0ms
+R "b" "r1" 60 47 = allowed=true remaining=0 retry=0ms
+R "b" "{r3}" 60 4 = allowed=true remaining=0 retry=0ms
+R "b" "{r3}" 60 0 = allowed=true remaining=0 retry=0ms
+S "acme " "r2 " 600 599 = applied=true
+R "acme " "r4" 600 2 = allowed=false remaining=1 retry=100ms
++ 68647
++ 46654
+S "b" "{r3}:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 60 24 = applied=false
+S "b" "{r3}" 60 180 = applied=false
++ 99
++ 101
++ 99
+R "acme " "R4" 600 579 = allowed=true remaining=21 retry=0ms
++ 1000
+R "b" "settled:{r3}:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 2 0 = allowed=true remaining=2 retry=0ms
 + 1
-- 1
++ 998
 + 1
-R "b" "r1 " 7919 7918 = allowed=true remaining=1 retry=0ms
-R "acme" "r2" 60 1 = allowed=true remaining=59 retry=0ms
-R "b" "" 7919 1 = ErrInvalidArgument
-R "acme" "bad" 60 61 = ErrEstimateTooLarge
-S "b" "r1 " 7919 23757 = applied=true
-R "acme" "R2" 60 0 = allowed=true remaining=59 retry=0ms
-R "acme" "open:R2" 60 58 = allowed=true remaining=1 retry=0ms
-R "acme " "{r5}" 7919 0 = allowed=true remaining=7919 retry=0ms
-S "acme " "{r5}" 7919 1 = applied=true
-R "b" "r1 " 7919 281 = allowed=true remaining=0 retry=0ms
-+ 1
-R "b" "r1 " 7919 0 = allowed=true remaining=0 retry=0ms
-+ 1
-+ 1
-+ 1
-S "b" "r6" 7919 4393 = applied=false
-R "acme" "{r7}" 60 1 = allowed=true remaining=0 retry=0ms
-R "acme" "settled:{r7}" 60 4 = allowed=false remaining=0 retry=3996ms
-R "acme" "bad" 60 -1 = ErrInvalidArgument
+R "acme " "r8" 600 20 = allowed=true remaining=21 retry=0ms
+S "acme " "R4" 600 135 = applied=false
+R "b" "bad" 1 -1 = ErrInvalidArgument
 + 1
 + 1
-trace w60000-d1-3tenants-debt-back-lowered-again-bad "tq" 60000 1
-R "Acme" "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 7919 7919 = allowed=true remaining=0 retry=0ms
-S "Acme" "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 7919 7919 = applied=true
-R "Acme" "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 7919 0 = allowed=true remaining=0 retry=0ms
-R "b" "r2" 1000 1000 = allowed=true remaining=0 retry=0ms
+R "b" "bad" 1 -1 = ErrInvalidArgument
+S "acme " "R4" 600 579 = applied=false
+trace w1000-d3-1tenants-busy-debt-again "q-2" 1000 3
+R "b" "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000 4 = allowed=true remaining=999996 retry=0ms
++ 687
+R "b" "r2" 1000000 28 = allowed=true remaining=999972 retry=0ms
+S "b" "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000 1 = applied=true
+R "b" "r2 " 1000000 68 = allowed=true remaining=999907 retry=0ms
+R "b" "{r4}" 1000000 76 = allowed=true remaining=999831 retry=0ms
+R "b" "r5" 1000000 67 = allowed=true remaining=999764 retry=0ms
+R "b" "r6" 1000000 42 = allowed=true remaining=999722 retry=0ms
+S "b" "{r4}" 1000000 0 = applied=true
++ 171
+R "b" "r7" 1000000 31 = allowed=true remaining=999969 retry=0ms
+S "b" "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000 603404 = applied=false
+R "b" "r8" 1000000 32 = allowed=true remaining=999937 retry=0ms
+R "b" "r9" 1000000 44 = allowed=true remaining=999893 retry=0ms
+R "b" "R9" 1000000 39 = allowed=true remaining=999854 retry=0ms
+R "b" "r11" 1000000 10 = allowed=true remaining=999844 retry=0ms
+S "b" "r5" 1000000 518232 = applied=true
+S "b" "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000 738773 = applied=false
+S "b" "r11" 1000000 1790728 = applied=true
+S "b" "r5" 1000000 428184 = applied=false
+S "b" "R9" 1000000 3000000 = applied=true
+S "b" "r9" 1000000 45 = applied=true
+S "b" "r8" 1000000 1 = applied=true
+S "b" "r2" 1000000 28 = applied=true
++ 593
++ 66
++ 186
+R "b" "r12" 1000000 76 = allowed=false remaining=0 retry=179158ms
+R "b" "{r13}" 1000000 5 = allowed=false remaining=0 retry=179154ms
++ 842
+R "b" "{R13}" 1000000 9 = allowed=false remaining=0 retry=178312ms
+R "b" "r15" 1000000 45 = allowed=false remaining=0 retry=178314ms
+S "b" "r11" 1000000 253931 = applied=false
+S "b" "r2 " 1000000 0 = applied=false
+S "b" "r7" 1000000 3000000 = applied=false
++ 805
+R "b" "r16" 1000000 27 = allowed=false remaining=0 retry=177508ms
+R "b" "r17" 1000000 54 = allowed=false remaining=0 retry=177510ms
+R "b" "settled:r17" 1000000 38 = allowed=false remaining=0 retry=177509ms
+R "b" "r19" 1000000 78 = allowed=false remaining=0 retry=177511ms
+R "b" "r19:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000 64 = allowed=false remaining=0 retry=177510ms
+R "b" "{r21}" 1000000 84 = allowed=false remaining=0 retry=177512ms
+S "b" "r6" 1000000 0 = applied=false
++ 289
+R "b" "r22" 1000000 87 = allowed=false remaining=0 retry=177223ms
++ 522
+R "b" "r23" 1000000 88 = allowed=false remaining=0 retry=176701ms
+R "b" "{r24}" 1000000 46 = allowed=false remaining=0 retry=176698ms
+R "b" "r25" 1000000 38 = allowed=false remaining=0 retry=176698ms
++ 900
+R "b" "open:r25" 1000000 35 = allowed=false remaining=0 retry=175798ms
++ 116
++ 460
+R "b" "open:r25:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000 96 = allowed=false remaining=0 retry=175225ms
+R "b" "r28" 1000000 30 = allowed=false remaining=0 retry=175221ms
+R "b" "open:r28" 1000000 94 = allowed=false remaining=0 retry=175225ms
+R "b" "OPEN:R28" 1000000 70 = allowed=false remaining=0 retry=175224ms
+R "b" "r31" 1000000 83 = allowed=false remaining=0 retry=175225ms
+S "b" "r9" 1000000 799722 = applied=false
+R "b" "R31" 1000000 46 = allowed=false remaining=0 retry=175222ms
++ 662
+S "b" "r11" 1000000 595750 = applied=false
+R "b" "{r33}" 1000000 35 = allowed=false remaining=0 retry=174560ms
+R "b" "settled:{r33}" 1000000 95 = allowed=false remaining=0 retry=174563ms
++ 583
++ 304
++ 890
+R "b" "settled:{r33} " 1000000 55 = allowed=false remaining=0 retry=172784ms
+trace w7200000-d0-3tenants-debt-back-lowered-edge-again "q-2" 7200000 0
++ 2064
+R "acme" "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1 0 = allowed=true remaining=1 retry=0ms
++ 1883
 + 1
-+ 1
-S "b" "r2" 1000 3000 = applied=true
-R "acme {x}" "bad" 1000000000 1 = ErrInvalidArgument
-R "acme " "" 1000000000 1 = ErrInvalidArgument
-+ 1
-R "b" "r3" 1000 0 = allowed=false remaining=0 retry=59999ms
-R "b" "R3" 1000 0 = allowed=false remaining=0 retry=59999ms
-S "acme " "r5:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000000 259116093 = applied=false
-R "Acme" "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx " 7919 5783 = allowed=false remaining=0 retry=43814ms
-+ 1
-- 218
-+ 1
-R "Acme" "r7" 7919 490 = allowed=false remaining=0 retry=3926ms
-R "b" "{r8}" 1000 55 = allowed=false remaining=0 retry=63515ms
-R "acme " "r5:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000000 0 = allowed=true remaining=1000000000 retry=0ms
-R "b" "r9" 1000 0 = allowed=false remaining=0 retry=60215ms
-R "Acme" "r10" 7919 0 = allowed=true remaining=0 retry=0ms
-R "Acme" "{r11}" 7919 417 = allowed=false remaining=0 retry=3373ms
-R "acme " "r5:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000000 1000000000 = allowed=true remaining=1000000000 retry=0ms
-R "" "bad" 7919 1 = ErrInvalidArgument
-R "b" "{r8}" 3 0 = allowed=false remaining=0 retry=60216ms
-+ 1092
-R "b" "r12" 3 0 = allowed=false remaining=0 retry=59124ms
-+ 3372
-trace w3600000-d1-3tenants-debt-back-edge-again "" 3600000 1
-R "acme " "r1" 7 7 = allowed=true remaining=0 retry=0ms
-R "b" "r2" 7 0 = allowed=true remaining=7 retry=0ms
-+ 62596
-+ 69173
-R "acme:eu" "r3 " 7919 7919 = allowed=true remaining=0 retry=0ms
-- 1
-+ 1
-S "b" "r2" 7 3 = applied=true
-R "acme:eu" "open:r3 " 7919 7919 = allowed=false remaining=0 retry=60000ms
-R "b" "r5" 7 0 = allowed=true remaining=4 retry=0ms
-+ 59608
-S "acme " "r1" 7 7 = applied=true
-R "acme " "R1" 7 5 = allowed=true remaining=2 retry=0ms
++ 7198115
+R "acme" "{r2}" 1 0 = allowed=true remaining=1 retry=0ms
++ 3326
+R "Acme" "r3" 600 0 = allowed=true remaining=600 retry=0ms
+S "acme" "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1 1 = applied=false
++ 7196673
+S "Acme" "open:r3" 600 552 = applied=false
+R "acme " "r5:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 2 2 = allowed=true remaining=0 retry=0ms
+S "Acme" "r3" 600 0 = applied=true
+R "acme " "R5:XXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXX" 2 0 = allowed=true remaining=0 retry=0ms
+R "acme " "open:R5:XXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXX" 2 0 = allowed=true remaining=0 retry=0ms
 + 3600000
-S "b" "r5" 7 21 = applied=false
+R "Acme" "open:r3" 600 600 = allowed=true remaining=600 retry=0ms
++ 57126
+S "acme" "{r2}" 1 0 = applied=false
+S "acme" "{r2}" 1 1 = applied=false
+- 1
+R "Acme" "r8" 600 600 = allowed=true remaining=0 retry=0ms
+trace w3600001-d0-2tenants-debt-back-lowered-edge-again "" 3600001 0
+S "acme " "r1" 600 588 = applied=false
+R "acme " "{r2}" 600 1 = allowed=true remaining=599 retry=0ms
+R "acme " "r3" 600 600 = allowed=false remaining=599 retry=100ms
 + 1
-R "acme:eu" "OPEN:R3 " 7919 0 = allowed=true remaining=7919 retry=0ms
-R "acme:eu" "r8" 7919 7919 = allowed=true remaining=0 retry=0ms
-- 60000
-R "b" "r5 " 7 4 = allowed=true remaining=3 retry=0ms
+R "acme " "{r4}" 600 598 = allowed=true remaining=1 retry=0ms
 + 1
-R "b" "r10" 7 0 = allowed=true remaining=3 retry=0ms
-R "b" "settled:r10" 7 7 = allowed=false remaining=3 retry=34285ms
-S "b" "r2" 7 7 = applied=false
-R "acme:eu" "open:r8" 7919 7842 = allowed=false remaining=0 retry=119416ms
-R "b" "r5 " 7 0 = allowed=true remaining=3 retry=0ms
-R "b" "SETTLED:R10" 7 0 = allowed=true remaining=3 retry=0ms
-R "acme " "r14" 7 0 = allowed=true remaining=7 retry=0ms
-+ 2665
-+ 1
-S "acme " "r14" 7 1 = applied=true
-S "b" "r5 " 7 5 = applied=true
-+ 1
-S "acme:eu" "OPEN:R3 " 7919 23757 = applied=true
-R "acme:eu" "open:r8:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 7919 0 = allowed=false remaining=0 retry=117332ms
-trace w197228-d0-1tenants-back-lowered-edge-again-bad "" 197228 0
-R "acme " "r1" 61 61 = allowed=true remaining=0 retry=0ms
-R "acme " "bad" 61 -1 = ErrInvalidArgument
-+ 197227
-R "acme " "r2" 61 58 = allowed=true remaining=3 retry=0ms
-R "acme " "r2" 61 11 = allowed=true remaining=3 retry=0ms
-S "acme " "r3" 61 24 = applied=false
-R "acme " "r2" 60 60 = allowed=true remaining=3 retry=0ms
-S "acme " "r2" 60 5 = applied=true
-S "acme " "r1" 60 0 = applied=true
-S "acme " "r3:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 60 1 = applied=false
-R "acme " "r3:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 60 4 = allowed=true remaining=56 retry=0ms
-S "acme " "r3:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 60 4 = applied=true
-R "acme " "R3:XXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXX:XXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXX" 60 0 = allowed=true remaining=56 retry=0ms
-S "acme " "R3:XXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXX:XXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXX" 60 0 = applied=true
 - 1
 + 1
-R "acme {x}" "bad" 60 1 = ErrInvalidArgument
+S "acme " "{r4}" 600 599 = applied=true
+R "b" "r5 " 1 0 = allowed=true remaining=1 retry=0ms
++ 3599999
 + 1
-S "acme " "R3:XXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXX:XXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXX" 60 43 = applied=false
+R "b" "r6" 1 0 = allowed=true remaining=1 retry=0ms
+R "acme " "r3" 600 600 = allowed=true remaining=0 retry=0ms
+R "b" "r7" 1 1 = allowed=true remaining=0 retry=0ms
+R "acme " "r8" 600 1 = allowed=false remaining=0 retry=100ms
+S "acme " "r3" 600 600 = applied=true
 + 1
-R "acme " "r7" 60 60 = allowed=false remaining=56 retry=3998ms
-S "acme " "R3:XXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXX:XXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXX" 60 30 = applied=false
-trace w61000-d3-1tenants-debt-again-bad "" 61000 3
-R "acme" "r1" 61 61 = allowed=true remaining=0 retry=0ms
-S "acme" "{r2}" 61 58 = applied=false
-R "acme" "{R2}" 61 35 = allowed=false remaining=0 retry=34427ms
-R "acme" "settled:{R2}" 61 0 = allowed=true remaining=0 retry=0ms
+S "acme " "{r2}" 600 2 = applied=false
+R "acme " "settled:r8" 60 0 = allowed=true remaining=0 retry=0ms
 + 2077
-R "acme" "open:settled:{R2}" 61 5 = allowed=false remaining=2 retry=2842ms
-R "acme" "open:settled:{R2}" 61 3 = allowed=false remaining=2 retry=874ms
+R "acme " "open:settled:r8" 60 5 = allowed=false remaining=2 retry=2913ms
+trace w262031-d1-2tenants-debt-back-lowered-edge-again-bad "q-2" 262031 1
++ 1
+R "acme:eu" "R1" 600 234 = allowed=true remaining=366 retry=0ms
+R "acme:eu" "R1" 600 58 = allowed=true remaining=366 retry=0ms
++ 4536
++ 257494
++ 1
+S "acme:eu" "R1" 600 234 = applied=false
 + 1
 + 1
-S "acme" "bad" 61 -1 = ErrInvalidArgument
-S "acme" "settled:{R2}" 61 0 = applied=true
-R "acme" "r1" 61 6 = allowed=true remaining=2 retry=0ms
-S "acme" "r1" 61 60 = applied=true
+S "Acme" "r2" 3 0 = applied=false
+R "acme:eu" "R1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 600 29 = allowed=true remaining=571 retry=0ms
+R "acme:eu" "open:R1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 600 600 = allowed=false remaining=571 retry=2900ms
 + 1
+R "Acme" "r5" 3 0 = allowed=true remaining=3 retry=0ms
+S "acme:eu" "R1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 600 29 = applied=true
+R "acme:eu" "open:R1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 600 571 = allowed=true remaining=0 retry=0ms
++ 817
+S "Acme" "r5" 3 0 = applied=true
+- 60000
 + 1
-R "acme" "r6" 61 2 = allowed=true remaining=1 retry=0ms
-S "acme" "r6" 61 3 = applied=true
-S "acme" "bad" 61 -1 = ErrInvalidArgument
+R "Acme" "settled:r5" 3 0 = allowed=true remaining=3 retry=0ms
 + 1
-R "acme" "r6:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 61 3 = allowed=false remaining=0 retry=2837ms
-trace w2-d0-2tenants-debt-back-lowered-again-bad "q-2" 2 0
+R "Acme" "settled:r5:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 3 3 = allowed=true remaining=0 retry=0ms
 + 1
-+ 42146
-+ 1
-+ 1
-R "Acme" "r1" 3 1 = allowed=true remaining=2 retry=0ms
-+ 46887
-S "b" "bad" 60 -1 = ErrInvalidArgument
-+ 63713
-S "Acme" "r1" 3 1000000000 = applied=false
-+ 2413
-R "Acme" "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 3 3 = allowed=true remaining=0 retry=0ms
-+ 1
-R "Acme" "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 3 0 = allowed=true remaining=0 retry=0ms
-S "Acme" "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 3 0 = applied=true
-R "Acme" "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 3 1 = allowed=true remaining=3 retry=0ms
-R "b" "bad" 3 -1 = ErrInvalidArgument
+R "Acme" "r2" 3 0 = allowed=true remaining=0 retry=0ms
+S "Acme" "settled:r5:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 3 0 = applied=true
+R "Acme" "settled:r5" 3 1 = allowed=true remaining=3 retry=0ms
+R "acme:eu" "bad" 2 -1 = ErrInvalidArgument
 + 61712
-S "b" "r3" 3 0 = applied=false
+S "Acme" "settled:r5" 3 1 = applied=true
+R "Acme" "r8" 3 3 = allowed=false remaining=2 retry=20000ms
+R "acme:eu" "bad" 1000000001 1 = ErrInvalidArgument
+R "acme:eu" "r9" 2 0 = allowed=true remaining=0 retry=0ms
+R "acme:eu" "r10" 2 1 = allowed=false remaining=0 retry=27168ms
+trace w0-d0-2tenants-back-lowered-again "" 0 0
 + 1
-R "b" "r4" 3 0 = allowed=true remaining=3 retry=0ms
-R "b" "settled:r4" 3 1 = allowed=true remaining=2 retry=0ms
-R "b" "open:settled:r4" 3 0 = allowed=true remaining=2 retry=0ms
-R "Acme" "settled:r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 3 0 = allowed=true remaining=3 retry=0ms
-R "Acme" "SETTLED:R1:XXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXX" 3 3 = allowed=true remaining=0 retry=0ms
-R "b" "r9" 3 0 = allowed=true remaining=2 retry=0ms
-+ 2
++ 3600000
 + 1
 + 1856
-R "b" "r10" 3 1 = allowed=true remaining=1 retry=0ms
-S "b" "r9" 3 0 = applied=false
-S "Acme" "settled:r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 3 0 = applied=false
-R "Acme" "r11" 3 0 = allowed=true remaining=0 retry=0ms
+R "acme " "r1" 60 1 = allowed=true remaining=59 retry=0ms
+S "acme " "r1" 60 0 = applied=true
++ 1
+R "acme:eu" "R2" 1000000 0 = allowed=true remaining=1000000 retry=0ms
 - 280
 + 1
-trace w1-d3-3tenants-back-lowered-again-bad "q-2" 1 3
-R "b" "bad" 2 3 = ErrEstimateTooLarge
-R "acme:eu" "{r1}" 600 8 = allowed=true remaining=592 retry=0ms
-S "acme:eu" "{r1}" 600 8 = applied=true
-R "acme:eu" "{r1}" 600 43 = allowed=true remaining=592 retry=0ms
+S "acme:eu" "settled:R2" 2 0 = applied=false
+R "acme " "r1" 60 0 = allowed=true remaining=60 retry=0ms
+R "acme:eu" "r4" 2 0 = allowed=true remaining=2 retry=0ms
+R "acme " "settled:r1" 60 60 = allowed=true remaining=0 retry=0ms
+S "acme " "settled:r1" 60 42 = applied=true
+R "acme " "r6" 60 59 = allowed=false remaining=18 retry=41000ms
 + 1
-R "Acme" "r2" 3 2 = allowed=true remaining=1 retry=0ms
-R "Acme" "r2" 3 0 = allowed=true remaining=1 retry=0ms
-R "Acme" "settled:r2" 3 3 = allowed=false remaining=1 retry=40000ms
++ 1698
+R "acme:eu" "r4 " 2 0 = allowed=true remaining=2 retry=0ms
+R "acme:eu" "r8" 2 1 = allowed=true remaining=1 retry=0ms
++ 1923
 + 1
+trace w59999-d60-1tenants-debt-back-lowered-edge-again-bad "q-2" 59999 60
+S "acme" "{r1}" 600 34 = applied=false
++ 4218
+R "acme" "r2" 600 599 = allowed=true remaining=1 retry=0ms
++ 59999
+- 1
++ 3079
+R "acme" "settled:r2" 600 0 = allowed=true remaining=600 retry=0ms
++ 2932
++ 57067
 + 1
-+ 1
-+ 1
-R "acme:eu" "r4" 600 592 = allowed=true remaining=0 retry=0ms
-+ 113709
-+ 4488
-R "Acme" "settled:r2" 2 2 = allowed=true remaining=0 retry=0ms
-R "b" "r5" 2 0 = allowed=true remaining=2 retry=0ms
-R "b" "R5" 2 1 = allowed=true remaining=1 retry=0ms
-+ 1
-+ 1
-R "Acme" "r7" 2 2 = allowed=false remaining=0 retry=59998ms
-R "acme:eu" "{r8}" 600 0 = allowed=true remaining=600 retry=0ms
-R "acme:eu" "{r8}" 2 2 = allowed=true remaining=2 retry=0ms
+R "acme" "r4" 600 600 = allowed=true remaining=0 retry=0ms
+R "acme" "{r5}" 600 0 = allowed=true remaining=0 retry=0ms
+R "acme" "{r5}" 2 2 = allowed=true remaining=0 retry=0ms
 + 1
 - 2141
 + 1
-R "Acme" "r9" 2 0 = allowed=true remaining=0 retry=0ms
-S "Acme" "r2" 2 0 = applied=false
+R "acme" "r6" 2 0 = allowed=true remaining=0 retry=0ms
+S "acme" "r2" 2 0 = applied=false
 + 1
-S "acme:eu" "r4" 2 277 = applied=false
-R "b" "r10" 2 0 = allowed=true remaining=1 retry=0ms
-R "b" "r11" 2 1 = allowed=true remaining=0 retry=0ms
-trace w3600001-d2-3tenants-debt-back-lowered-edge-again-bad "tq" 3600001 2
-R "acme:eu" "r1" 1000000000 45506746 = allowed=true remaining=954493254 retry=0ms
-S "acme:eu" "r1" 1000000000 45506746 = applied=true
+S "acme" "{r5}" 2 2 = applied=true
+S "acme" "r4" 2 0 = applied=true
+R "acme" "{r7}" 2 0 = allowed=true remaining=2 retry=0ms
+R "acme" "{R7}" 2 0 = allowed=true remaining=2 retry=0ms
+S "acme" "{r7}" 2 0 = applied=true
+R "acme" "r9" 2 2 = allowed=true remaining=0 retry=0ms
+S "acme" "{r7}" 2 2 = applied=false
+S "acme" "r6" 2 0 = applied=true
 + 3401
-S "b" "R2" 1000000000 604495734 = applied=false
-R "b" "settled:R2" 1000000000 999999999 = allowed=true remaining=1 retry=0ms
-R "b" "bad" 0 0 = ErrInvalidArgument
-R "" "bad" 1000000000 1 = ErrInvalidArgument
-R "b" "r4" 1000000000 0 = allowed=true remaining=1 retry=0ms
-R "acme " "r5" 61 61 = allowed=true remaining=0 retry=0ms
-S "acme:eu" "r1" 1000000000 720947829 = applied=false
-- 1
-+ 1
-R "acme " "R5" 61 61 = allowed=false remaining=0 retry=60000ms
-R "acme:eu" "{r7}" 1000000000 0 = allowed=true remaining=1000000000 retry=0ms
+S "acme" "r2" 2 0 = applied=false
+R "acme" "r10" 2 2 = allowed=false remaining=0 retry=56599ms
+R "" "bad" 2 1 = ErrInvalidArgument
+R "acme" "r11" 2 0 = allowed=true remaining=0 retry=0ms
+R "acme" "r12" 2 2 = allowed=false remaining=0 retry=56599ms
+trace w1000-d3-1tenants-back-lowered-edge-again-bad "q-2" 1000 3
+R "acme:eu" "R1" 61 61 = allowed=true remaining=0 retry=0ms
+R "acme:eu" "{r2}" 61 0 = allowed=true remaining=0 retry=0ms
 R "acme:eu" "bad" 1000000001 1 = ErrInvalidArgument
-S "acme:eu" "{r7}" 1000000000 0 = applied=true
-S "b" "r4:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000000 555316937 = applied=false
+S "acme:eu" "{r2}" 61 0 = applied=true
+S "acme:eu" "{r2}:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 61 34 = applied=false
 + 4250
-+ 3595750
-S "b" "r4" 1000000000 0 = applied=true
-R "acme " "open:R5" 61 0 = allowed=true remaining=61 retry=0ms
-R "acme " "r5" 61 1 = allowed=true remaining=61 retry=0ms
-R "acme " "open:open:R5" 61 61 = allowed=true remaining=0 retry=0ms
-S "b" "settled:R2" 1000000000 999999998 = applied=true
-R "acme " "r11" 61 0 = allowed=true remaining=0 retry=0ms
-S "acme " "r11" 61 76 = applied=true
-R "acme:eu" "r12" 2 2 = allowed=true remaining=0 retry=0ms
-R "acme " "r11 " 61 0 = allowed=false remaining=0 retry=74755ms
-S "acme " "r14" 61 19 = applied=false
-R "acme:eu" "R12" 2 0 = allowed=true remaining=0 retry=0ms
-+ 1623
-S "acme " "open:open:R5" 61 62 = applied=true
-R "b" "open:r4:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000000 0 = allowed=true remaining=1000000000 retry=0ms
-+ 74756
-trace w0-d60-3tenants-debt-lowered-edge "q-2" 0 60
 + 1
-R "acme:eu" "R1" 3 3 = allowed=true remaining=0 retry=0ms
-R "b" "r2" 600 0 = allowed=true remaining=600 retry=0ms
-R "acme:eu" "settled:R1" 3 0 = allowed=true remaining=0 retry=0ms
-+ 106629
-R "b" "r4" 600 1 = allowed=true remaining=599 retry=0ms
-S "acme:eu" "R1" 3 9 = applied=true
-R "acme:eu" "SETTLED:R1" 3 3 = allowed=false remaining=0 retry=120000ms
+R "acme:eu" "r4" 61 1 = allowed=true remaining=3 retry=0ms
++ 1000
+- 60000
+R "acme:eu" "r5" 61 3 = allowed=true remaining=0 retry=0ms
+S "acme:eu" "settled:r5" 61 11 = applied=false
+R "acme:eu" "{r7}" 3 0 = allowed=true remaining=0 retry=0ms
+R "acme:eu" "{r8}" 3 3 = allowed=false remaining=0 retry=112563ms
+R "acme:eu" "{r8}" 3 0 = allowed=true remaining=0 retry=0ms
+R "acme:eu" "{r8} " 3 0 = allowed=true remaining=0 retry=0ms
+S "acme:eu" "settled:r5" 3 3 = applied=false
++ 33065
 + 1
-R "Acme" "r6" 1000 999 = allowed=true remaining=1 retry=0ms
-+ 3171
-S "acme:eu" "settled:R1" 3 0 = applied=true
-S "b" "r2" 600 0 = applied=true
-+ 119999
-S "b" "r4" 600 0 = applied=true
-+ 116
-S "Acme" "r6" 1000 479 = applied=true
-R "b" "{r7}" 600 1 = allowed=true remaining=599 retry=0ms
+R "acme:eu" "{r10}" 3 0 = allowed=true remaining=0 retry=0ms
+R "acme:eu" "r11" 3 0 = allowed=true remaining=0 retry=0ms
+R "acme:eu" "r12" 3 0 = allowed=true remaining=0 retry=0ms
++ 1
+R "acme:eu" "r13" 3 1 = allowed=false remaining=0 retry=39496ms
+R "acme:eu" "settled:r13" 3 0 = allowed=true remaining=0 retry=0ms
++ 32154
+S "acme:eu" "settled:r13" 3 0 = applied=false
+S "acme:eu" "{r8}" 3 0 = applied=false
+R "acme:eu" "r15" 3 1 = allowed=false remaining=0 retry=7342ms
+S "acme:eu" "{r7}" 3 0 = applied=false
+R "acme:eu" "settled:r15" 3 0 = allowed=true remaining=0 retry=0ms
+trace w7-d1-3tenants-debt-back-lowered-edge-again-bad "tq" 7 1
+S "acme:eu" "settled:r1" 7919 3386 = applied=false
++ 1
++ 1
+R "b" "r2:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 3 0 = allowed=true remaining=3 retry=0ms
++ 1
++ 1
+S "b" "r2:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 2 0 = applied=true
+R "acme:eu" "{r3}" 7919 1 = allowed=true remaining=7918 retry=0ms
 + 3728
-R "acme:eu" "settled:SETTLED:R1" 3 1 = allowed=true remaining=2 retry=0ms
+R "Acme" "settled:r4" 1000 1000 = allowed=true remaining=0 retry=0ms
 + 1
-S "acme:eu" "settled:SETTLED:R1" 3 2 = applied=true
-+ 3596270
+S "Acme" "settled:r4" 1000 620 = applied=true
 + 1
-R "Acme" "open:r6" 1000 971 = allowed=true remaining=29 retry=0ms
-+ 1
-+ 108124
-+ 1
-+ 1
+R "b" "r5" 2 0 = allowed=true remaining=2 retry=0ms
+R "Acme" "bad" 1000 1001 = ErrEstimateTooLarge
+R "acme:eu" "r6" 7919 988 = allowed=true remaining=6931 retry=0ms
+- 60000
+S "acme:eu" "r6" 7919 989 = applied=true
 + 94977
-S "Acme" "open:r6" 1000 181 = applied=true
-R "acme:eu" "r10" 2 2 = allowed=true remaining=0 retry=0ms
-trace w1-d60-3tenants-debt-back-again-bad "tq" 1 60
+S "b" "r5" 2 0 = applied=false
+R "Acme" "r7" 1000 1 = allowed=true remaining=961 retry=0ms
+R "b{x}" "bad" 2 1 = ErrInvalidArgument
+R "Acme" "r8" 1000 1 = allowed=true remaining=960 retry=0ms
+R "acme:eu" "r9" 59 0 = allowed=true remaining=59 retry=0ms
++ 6
++ 487
+trace w0-d60-2tenants-lowered-edge-again "tq" 0 60
 + 1
-+ 1
-+ 1
-+ 1
-R "acme" "settled:r1" 3 3 = allowed=true remaining=0 retry=0ms
-+ 1
-+ 1
-S "acme:eu" "r2" 7 0 = applied=false
+S "Acme" "r1" 7 0 = applied=false
 + 4076
-R "Acme" "r3" 7 7 = allowed=true remaining=0 retry=0ms
-R "acme" "settled:r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 3 1 = allowed=false remaining=0 retry=15922ms
-R "acme" "open:settled:r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 3 0 = allowed=true remaining=0 retry=0ms
+R "Acme" "r2" 7 7 = allowed=true remaining=0 retry=0ms
+R "Acme" "r2:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 7 1 = allowed=false remaining=0 retry=8572ms
+R "Acme" "open:r2:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 7 0 = allowed=true remaining=0 retry=0ms
 + 1
-S "Acme" "r3" 7 1 = applied=false
-R "acme" "settled:r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 3 2 = allowed=false remaining=0 retry=35921ms
-R "acme" "open:settled:r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx " 3 1 = allowed=false remaining=0 retry=15921ms
-R "acme" "open:settled:r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx " 3 0 = allowed=true remaining=0 retry=0ms
-+ 3858
-R "acme{x}" "bad" 3 1 = ErrInvalidArgument
-S "acme" "bad" 3 1000000001 = ErrInvalidArgument
-S "acme" "settled:r1" 3 4 = applied=false
-S "Acme" "open:r3" 7 1 = applied=false
-R "acme:eu" "r8" 7 0 = allowed=true remaining=7 retry=0ms
-+ 1
-- 1
-R "acme" "settled:r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 3 0 = allowed=true remaining=0 retry=0ms
-R "acme" "settled:open:settled:r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx " 3 0 = allowed=true remaining=0 retry=0ms
-S "acme" "open:settled:r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx " 3 0 = applied=false
-R "acme" "{r10}" 3 3 = allowed=false remaining=0 retry=52063ms
-+ 48478
-R "acme" "{r10}" 3 3 = allowed=false remaining=2 retry=3585ms
-S "acme:eu" "r11" 7 2 = applied=false
-R "acme:eu{x}" "bad" 7 1 = ErrInvalidArgument
-+ 16302
-+ 3585
-S "acme:eu" "r8" 7 21 = applied=false
-trace w3600000-d1-2tenants-lowered-edge-again-bad "q-2" 3600000 1
-R "acme:eu" "settled:r1" 7 7 = allowed=true remaining=0 retry=0ms
-R "acme:eu" "r2" 7 1 = allowed=false remaining=0 retry=8572ms
-+ 4789
-R "acme:eu" "r3" 7 0 = allowed=true remaining=0 retry=0ms
-+ 3595210
-S "b" "{r4}" 3 0 = applied=false
-S "b" "bad" 3 1000000001 = ErrInvalidArgument
-S "acme:eu" "r3" 7 0 = applied=true
-R "acme:eu" "r5" 7 0 = allowed=true remaining=7 retry=0ms
-R "acme:eu" "r2" 7 7 = allowed=true remaining=0 retry=0ms
-R "b" "{r4}" 3 0 = allowed=true remaining=3 retry=0ms
-S "acme:eu" "r5:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 7 7 = applied=false
+S "Acme" "r2" 7 1 = applied=true
+R "Acme" "r2" 7 2 = allowed=true remaining=6 retry=0ms
+R "Acme" "open:r2:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx " 7 1 = allowed=true remaining=5 retry=0ms
+R "Acme" "{r6}" 7 4 = allowed=true remaining=1 retry=0ms
++ 117286
 + 3600000
+R "Acme" "r7" 7 0 = allowed=true remaining=7 retry=0ms
++ 3599999
+S "Acme" "r2" 7 1 = applied=false
+R "b" "r8" 61 0 = allowed=true remaining=61 retry=0ms
+R "Acme" "r2:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1 1 = allowed=true remaining=0 retry=0ms
+R "Acme" "settled:r7" 1 0 = allowed=true remaining=0 retry=0ms
+trace w104950-d2-1tenants-back-lowered-edge-again-bad "q-2" 104950 2
++ 101862
+R "acme:eu" "R1" 7 0 = allowed=true remaining=7 retry=0ms
+R "acme:eu" "R1" 7 0 = allowed=true remaining=7 retry=0ms
+S "acme:eu" "R1" 7 0 = applied=true
+R "acme:eu" "r2" 7 4 = allowed=true remaining=3 retry=0ms
++ 104950
 + 1
++ 40388
 + 1
-S "acme:eu" "r2" 7 7 = applied=false
-R "acme:eu" "" 7 1 = ErrInvalidArgument
-+ 1424
-trace w565619-d1-3tenants-edge-again "tq" 565619 1
-R "acme:eu" "R1" 7919 1 = allowed=true remaining=7918 retry=0ms
-R "acme:eu" "r2" 7919 7918 = allowed=true remaining=0 retry=0ms
-+ 1
-+ 1
-+ 1
-R "acme " "r3" 60 59 = allowed=true remaining=1 retry=0ms
-R "acme:eu" "r2" 7919 0 = allowed=true remaining=0 retry=0ms
-S "acme:eu" "r4" 7919 4582 = applied=false
-R "acme " "r3" 60 0 = allowed=true remaining=1 retry=0ms
-S "acme" "r5" 61 50 = applied=false
-R "acme" "r5" 61 60 = allowed=true remaining=61 retry=0ms
-+ 4164
-+ 561454
-+ 1914
-+ 1
-S "acme " "r3" 60 0 = applied=false
-R "acme:eu" "R4" 7919 0 = allowed=true remaining=7919 retry=0ms
-R "acme" "r7" 61 0 = allowed=true remaining=61 retry=0ms
-+ 565618
-R "acme:eu" "r8" 7919 213 = allowed=true remaining=7706 retry=0ms
-trace w59999-d0-3tenants-debt-lowered-edge-again "" 59999 0
-S "acme:eu" "r1" 2 0 = applied=false
-+ 1
-R "acme:eu" "r2" 2 0 = allowed=true remaining=2 retry=0ms
-R "Acme" "r3" 3 0 = allowed=true remaining=3 retry=0ms
-+ 59999
-R "Acme" "{r4}" 3 0 = allowed=true remaining=3 retry=0ms
-+ 1
-R "acme:eu" "r5" 2 2 = allowed=true remaining=0 retry=0ms
-R "Acme" "{r4}" 3 3 = allowed=true remaining=3 retry=0ms
-+ 1
-R "acme:eu" "r5 " 2 1 = allowed=false remaining=0 retry=29999ms
-R "Acme" "r7" 3 0 = allowed=true remaining=3 retry=0ms
-+ 59996
-R "Acme" "r7:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 3 3 = allowed=true remaining=0 retry=0ms
-R "Acme" "r9" 3 1 = allowed=false remaining=0 retry=20000ms
-R "b" "r10" 59 59 = allowed=true remaining=0 retry=0ms
-S "Acme" "open:r9" 3 1 = applied=false
-S "acme:eu" "r5" 2 1 = applied=true
-R "b" "r12" 59 0 = allowed=true remaining=0 retry=0ms
-R "b" "r13" 59 59 = allowed=false remaining=0 retry=60000ms
-S "Acme" "r7:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 3 9 = applied=true
-R "Acme" "open:r9:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 3 0 = allowed=false remaining=0 retry=60000ms
-+ 3
-trace w59491-d1-1tenants-debt-back-lowered-again-bad "q-2" 59491 1
-R "Acme" "r1 " 3 2 = allowed=true remaining=1 retry=0ms
-S "Acme" "r1 " 3 6 = applied=true
-+ 1
-+ 1
-R "Acme" "bad" 3 -1 = ErrInvalidArgument
-R "Acme" "r1 " 3 2 = allowed=true remaining=0 retry=0ms
-R "Acme" "settled:r1 " 3 1 = allowed=false remaining=0 retry=79998ms
-+ 79998
-R "Acme" "open:settled:r1 " 1 0 = allowed=true remaining=0 retry=0ms
-R "Acme" "r4" 1 0 = allowed=true remaining=0 retry=0ms
-R "Acme" "{r5}" 1 1 = allowed=false remaining=0 retry=40002ms
-R "Acme" "r6" 1 0 = allowed=true remaining=0 retry=0ms
-+ 3600000
-R "Acme" "{r7}" 1 0 = allowed=true remaining=1 retry=0ms
-S "Acme" "r4" 1 1 = applied=false
-- 1
-S "Acme" "open:settled:r1 " 1 0 = applied=false
-S "Acme" "r6" 1 0 = applied=false
-S "Acme" "{r7}" 1 0 = applied=true
-trace w0-d2-2tenants-debt-again-bad "" 0 2
-S "Acme" "bad" 7 -1 = ErrInvalidArgument
-R "Acme" "open:r1" 7 0 = allowed=true remaining=7 retry=0ms
-S "Acme" "open:r1" 7 21 = applied=true
-S "Acme" "r2" 7 7 = applied=false
-R "b" "R3" 2 1 = allowed=true remaining=1 retry=0ms
-R "Acme" "{r4}" 7 6 = allowed=false remaining=0 retry=171429ms
-R "Acme" "r5" 7 7 = allowed=false remaining=0 retry=180000ms
-S "b" "R3" 2 0 = applied=true
-R "Acme" "r5:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 7 4 = allowed=false remaining=0 retry=154286ms
-R "Acme" "bad" 1000000001 1 = ErrInvalidArgument
-R "b" "R3" 2 2 = allowed=true remaining=2 retry=0ms
-R "Acme" "{r4}" 7 0 = allowed=false remaining=0 retry=120000ms
-S "Acme" "bad" 7 1000000001 = ErrInvalidArgument
-+ 3600000
-trace w583885-d0-2tenants-debt-lowered-edge-again-bad "tq" 583885 0
-R "acme:eu" "r1" 2 0 = allowed=true remaining=2 retry=0ms
-R "acme:eu" "r2" 2 2 = allowed=true remaining=0 retry=0ms
-S "acme:eu" "r2" 2 0 = applied=true
-R "acme:eu" "settled:r2" 2 0 = allowed=true remaining=2 retry=0ms
-R "acme:eu" "{r4}" 2 1 = allowed=true remaining=1 retry=0ms
-R "acme" "settled:r5" 1000000 0 = allowed=true remaining=1000000 retry=0ms
-S "acme:eu" "settled:{r4}" 2 1 = applied=false
-S "acme" "bad" 1000000 1000000001 = ErrInvalidArgument
-R "acme" "settled:r5" 1000000 1000000 = allowed=true remaining=1000000 retry=0ms
-R "acme" "settled:r5 " 1000000 999999 = allowed=true remaining=1 retry=0ms
-R "acme" "SETTLED:R5 " 1000000 2 = allowed=false remaining=1 retry=1ms
-R "acme:eu" "bad" 2 3 = ErrEstimateTooLarge
-R "acme" "r9" 1000000 2 = allowed=false remaining=1 retry=1ms
-S "acme" "bad" 1000000 1000000001 = ErrInvalidArgument
-R "acme:eu" "r10" 2 0 = allowed=true remaining=1 retry=0ms
-S "acme" "settled:r5" 1000000 0 = applied=true
-S "acme:eu" "settled:r2" 2 6 = applied=true
-S "acme:eu" "r10" 2 0 = applied=true
-+ 2
-+ 583882
-S "acme:eu" "{r4}" 2 2 = applied=true
-+ 1
-R "acme:eu" "r11" 2 1 = allowed=true remaining=0 retry=0ms
-S "acme:eu" "r11" 2 0 = applied=true
-+ 2716
-trace w7-d0-3tenants-debt-again "tq" 7 0
-R "acme" "r1 " 60 60 = allowed=true remaining=0 retry=0ms
-+ 1
-R "acme" "settled:r1 " 60 0 = allowed=true remaining=0 retry=0ms
-R "acme" "settled:r1 " 60 1 = allowed=true remaining=0 retry=0ms
-S "acme" "settled:r1 " 60 1 = applied=true
-S "acme" "r1 " 60 61 = applied=true
-R "acme" "r1 " 60 0 = allowed=true remaining=0 retry=0ms
-R "b" "R3" 7919 7919 = allowed=true remaining=0 retry=0ms
-S "b" "open:R3" 7919 6125 = applied=false
-R "acme:eu" "r5" 1000000000 999999999 = allowed=true remaining=1 retry=0ms
-R "acme" "SETTLED:R1 " 60 60 = allowed=false remaining=0 retry=61999ms
-R "acme:eu" "r7" 1000000000 1000000000 = allowed=false remaining=1 retry=60000ms
-R "acme" "SETTLED:R1  " 60 0 = allowed=false remaining=0 retry=1999ms
-R "acme:eu" "r7 " 1000000000 0 = allowed=true remaining=1 retry=0ms
-S "b" "R3" 7919 7919 = applied=true
-R "acme" "settled:r1 " 60 1 = allowed=true remaining=0 retry=0ms
-S "acme" "r10" 60 20 = applied=false
-+ 91617
-+ 2159
-S "acme:eu" "r5" 1000000000 1000000000 = applied=false
-R "acme" "r11" 60 0 = allowed=true remaining=60 retry=0ms
-S "acme:eu" "r7 " 1000000000 1000000000 = applied=false
-R "acme" "r12" 60 60 = allowed=true remaining=0 retry=0ms
-+ 90192
-R "acme:eu" "r7" 1000000000 2 = allowed=true remaining=999999998 retry=0ms
-trace w0-d3-2tenants-back-edge-again-bad "" 0 3
-R "acme:eu" "r1" 7 0 = allowed=true remaining=7 retry=0ms
-S "acme:eu" "r1" 7 0 = applied=true
-+ 1
-+ 3600000
-S "acme:eu" "r2" 7 6 = applied=false
-R "acme:eu" "r3" 7 0 = allowed=true remaining=7 retry=0ms
-R "acme:eu" "r4" 7 1 = allowed=true remaining=6 retry=0ms
+R "acme:eu" "r2 " 7 1 = allowed=true remaining=6 retry=0ms
++ 104949
+S "acme:eu" "r2 " 7 0 = applied=true
+R "acme:eu" "r2 " 7 0 = allowed=true remaining=7 retry=0ms
+R "acme:eu" "r4" 7 0 = allowed=true remaining=7 retry=0ms
++ 104949
 S "acme:eu" "r4" 7 0 = applied=true
-R "acme:eu" "R4" 7 6 = allowed=true remaining=1 retry=0ms
-+ 82097
-R "Acme" "r6" 59 59 = allowed=true remaining=0 retry=0ms
-R "Acme" "r7" 59 0 = allowed=true remaining=0 retry=0ms
-R "Acme" "settled:r7" 59 0 = allowed=true remaining=0 retry=0ms
-S "acme:eu" "r9" 7 2 = applied=false
++ 1
+S "acme:eu" "r2" 1 3 = applied=false
+R "acme:eu" "r5" 1 1 = allowed=true remaining=0 retry=0ms
+R "acme:eu" "r5" 1 0 = allowed=true remaining=0 retry=0ms
+S "acme:eu" "r5" 1 1 = applied=true
+S "acme:eu" "bad" 1 1000000001 = ErrInvalidArgument
+S "acme:eu" "r5" 1 1 = applied=false
+R "acme:eu" "r5" 1 0 = allowed=true remaining=0 retry=0ms
+R "acme:eu" "r6" 1 1 = allowed=false remaining=0 retry=60000ms
+S "acme:eu" "bad" 1 -1 = ErrInvalidArgument
+R "acme:eu" "{r7}" 1 0 = allowed=true remaining=0 retry=0ms
+R "acme:eu" "r8" 1 0 = allowed=true remaining=0 retry=0ms
+- 60000
++ 1
+S "acme:eu" "r8" 1 0 = applied=true
+R "acme:eu" "r5" 1 1 = allowed=true remaining=0 retry=0ms
+S "acme:eu" "{r7}" 1 0 = applied=true
+R "acme:eu" "r9" 1 0 = allowed=true remaining=0 retry=0ms
+R "acme:eu" "r10" 1 1 = allowed=false remaining=0 retry=119999ms
++ 1
+S "acme:eu" "{r7}" 1 1 = applied=false
+trace w61000-d0-2tenants-debt-back-edge-bad "" 61000 0
++ 113869
++ 1
++ 1
+R "acme:eu" "open:r1" 7919 7919 = allowed=true remaining=0 retry=0ms
++ 1
+R "acme " "r2" 1000000 0 = allowed=true remaining=1000000 retry=0ms
++ 60998
+R "acme " "r3" 1000000 26960 = allowed=true remaining=973040 retry=0ms
+R "acme " "r4" 1000000 973041 = allowed=false remaining=973040 retry=1ms
+S "acme " "bad" 1000000 -1 = ErrInvalidArgument
+R "acme " "r5" 1000000 973041 = allowed=false remaining=973040 retry=1ms
+R "acme:eu" "r6" 7919 7919 = allowed=true remaining=0 retry=0ms
+S "acme " "r3" 1000000 3000000 = applied=true
+- 60000
++ 1
+R "acme " "r7" 1000000 13269 = allowed=false remaining=0 retry=120796ms
+R "acme:eu" "r8" 7919 0 = allowed=true remaining=0 retry=0ms
++ 120795
+trace w1000-d0-1tenants-busy-debt-again "tq" 1000 0
++ 885
++ 440
+R "acme" "r1" 1000000 98 = allowed=true remaining=999902 retry=0ms
+R "acme" "R1" 1000000 75 = allowed=true remaining=999827 retry=0ms
++ 508
+R "acme" "settled:R1" 1000000 42 = allowed=true remaining=999958 retry=0ms
++ 698
+S "acme" "R1" 1000000 47 = applied=false
+R "acme" "r4" 1000000 78 = allowed=true remaining=999922 retry=0ms
+R "acme" "settled:r4" 1000000 60 = allowed=true remaining=999862 retry=0ms
+R "acme" "settled:r4:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000 33 = allowed=true remaining=999829 retry=0ms
+R "acme" "r7" 1000000 62 = allowed=true remaining=999767 retry=0ms
+R "acme" "r8" 1000000 45 = allowed=true remaining=999722 retry=0ms
+R "acme" "r9" 1000000 94 = allowed=true remaining=999628 retry=0ms
+R "acme" "r10" 1000000 25 = allowed=true remaining=999603 retry=0ms
+S "acme" "r10 " 1000000 652279 = applied=false
+R "acme" "r10 :xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000 4 = allowed=true remaining=999599 retry=0ms
+S "acme" "r1" 1000000 45 = applied=false
+S "acme" "r13" 1000000 712995 = applied=false
++ 145
++ 906
+R "acme" "R13" 1000000 37 = allowed=true remaining=999963 retry=0ms
+S "acme" "r10" 1000000 3000000 = applied=false
+R "acme" "open:R13" 1000000 27 = allowed=true remaining=999936 retry=0ms
+R "acme" "{r16}" 1000000 94 = allowed=true remaining=999842 retry=0ms
+S "acme" "R13" 1000000 741433 = applied=true
+S "acme" "r10 :xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000 4 = applied=false
+R "acme" "{r16}:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000 24 = allowed=true remaining=258422 retry=0ms
+R "acme" "r18" 1000000 3 = allowed=true remaining=258419 retry=0ms
+S "acme" "{r16}:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000 0 = applied=true
+S "acme" "r18" 1000000 3 = applied=true
+S "acme" "R13" 1000000 445943 = applied=false
+R "acme" "r18 " 1000000 61 = allowed=true remaining=258382 retry=0ms
+R "acme" "settled:r18 " 1000000 8 = allowed=true remaining=258374 retry=0ms
+R "acme" "r21" 1000000 64 = allowed=true remaining=258310 retry=0ms
+R "acme" "r22" 1000000 71 = allowed=true remaining=258239 retry=0ms
+S "acme" "{r16}:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000 716789 = applied=false
+S "acme" "r18" 1000000 930608 = applied=false
+S "acme" "r7" 1000000 63 = applied=false
+R "acme" "{r23}" 1000000 57 = allowed=true remaining=258182 retry=0ms
++ 702
++ 985
++ 233
+R "acme" "r24" 1000000 92 = allowed=true remaining=290090 retry=0ms
+S "acme" "r18" 1000000 312212 = applied=false
+S "acme" "r9" 1000000 94 = applied=false
++ 316
+S "acme" "r21" 1000000 64 = applied=false
+S "acme" "{r16}" 1000000 84 = applied=false
+R "acme" "r25" 1000000 92 = allowed=true remaining=295264 retry=0ms
+R "acme" "r26" 1000000 50 = allowed=true remaining=295214 retry=0ms
++ 139
+S "acme" "settled:R1" 1000000 42 = applied=false
+S "acme" "open:R13" 1000000 7 = applied=false
++ 827
+S "acme" "r4" 1000000 77 = applied=false
+R "acme" "r27" 1000000 13 = allowed=true remaining=311301 retry=0ms
+S "acme" "settled:r4:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000 3000000 = applied=false
++ 663
+S "acme" "{r23}" 1000000 4 = applied=false
+S "acme" "r27" 1000000 14 = applied=true
++ 108
+S "acme" "r27" 1000000 818840 = applied=false
+R "acme" "r27:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000 29 = allowed=true remaining=324121 retry=0ms
+S "acme" "r26" 1000000 29 = applied=false
+S "acme" "settled:r18 " 1000000 1076044 = applied=false
+R "acme" "open:r27:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000 65 = allowed=true remaining=324056 retry=0ms
+R "acme" "OPEN:R27:XXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXX" 1000000 40 = allowed=true remaining=324016 retry=0ms
++ 317
+R "acme" "OPEN:R27:XXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXX " 1000000 98 = allowed=true remaining=329202 retry=0ms
++ 907
++ 963
+S "acme" "r8" 1000000 45 = applied=false
+R "acme" "OPEN:R27:XXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXX  " 1000000 45 = allowed=true remaining=360323 retry=0ms
+S "acme" "r18 " 1000000 61 = applied=false
++ 234
++ 279
+R "acme" "r33" 1000000 1 = allowed=true remaining=368872 retry=0ms
+R "acme" "r34" 1000000 94 = allowed=true remaining=368778 retry=0ms
+S "acme" "OPEN:R27:XXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXX" 1000000 0 = applied=false
+trace w393483-d0-1tenants-debt-lowered-edge-again-bad "q-2" 393483 0
+R "Acme" "settled:r1" 600 600 = allowed=true remaining=0 retry=0ms
+R "Acme" "SETTLED:R1" 600 106 = allowed=false remaining=0 retry=10600ms
+R "Acme" "settled:SETTLED:R1" 600 35 = allowed=false remaining=0 retry=3500ms
+R "Acme" "SETTLED:SETTLED:R1" 600 0 = allowed=true remaining=0 retry=0ms
+R "Acme{x}" "bad" 600 1 = ErrInvalidArgument
+R "Acme" "settled:SETTLED:SETTLED:R1" 600 0 = allowed=true remaining=0 retry=0ms
++ 2943
+R "Acme" "bad" 600 601 = ErrEstimateTooLarge
+R "Acme" "r6" 600 1 = allowed=true remaining=28 retry=0ms
+S "Acme" "bad" 600 1000000001 = ErrInvalidArgument
+R "Acme" "r7" 600 27 = allowed=true remaining=1 retry=0ms
+S "Acme" "r7" 600 0 = applied=true
+S "Acme" "SETTLED:SETTLED:R1" 600 1800 = applied=true
+S "Acme" "r6" 600 0 = applied=true
++ 390539
+S "Acme" "settled:SETTLED:SETTLED:R1" 60 1 = applied=true
+R "Acme" "r8" 60 1 = allowed=true remaining=58 retry=0ms
+S "Acme" "r8" 60 0 = applied=true
++ 2716
+R "Acme" "r8:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 60 60 = allowed=true remaining=0 retry=0ms
+R "Acme" "r8" 60 27 = allowed=true remaining=0 retry=0ms
+R "Acme" "open:r8:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 60 0 = allowed=true remaining=0 retry=0ms
++ 67090
+R "Acme" "settled:open:r8:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 60 0 = allowed=true remaining=60 retry=0ms
+R "Acme" "open:r8:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 60 1 = allowed=true remaining=60 retry=0ms
+S "Acme" "r8:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 60 61 = applied=true
+S "Acme" "settled:r1" 60 601 = applied=false
+R "Acme" "r8" 60 59 = allowed=true remaining=59 retry=0ms
+R "Acme" "SETTLED:OPEN:R8:XXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXX" 60 59 = allowed=true remaining=0 retry=0ms
+trace w1-d3-2tenants-debt-back-edge-again "q-2" 1 3
+R "Acme" "R1" 600 600 = allowed=true remaining=0 retry=0ms
+R "b" "r2" 2 2 = allowed=true remaining=0 retry=0ms
+R "Acme" "R1 " 600 0 = allowed=true remaining=0 retry=0ms
+R "Acme" "R1  " 600 0 = allowed=true remaining=0 retry=0ms
+S "Acme" "R1  " 600 0 = applied=true
++ 1
+R "Acme" "r5" 600 1 = allowed=false remaining=0 retry=99ms
+R "Acme" "r6" 600 204 = allowed=false remaining=0 retry=20399ms
++ 1
+S "Acme" "r6:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 600 297 = applied=false
+S "Acme" "R1" 600 1800 = applied=false
+R "b" "r8" 2 0 = allowed=true remaining=0 retry=0ms
+S "b" "r2" 2 1000000000 = applied=false
+R "b" "r9" 2 2 = allowed=false remaining=0 retry=59998ms
+S "b" "r8" 2 6 = applied=true
+R "b" "r8" 2 0 = allowed=true remaining=0 retry=0ms
+R "Acme" "r10" 600 600 = allowed=false remaining=0 retry=59998ms
+S "Acme" "R1" 600 123 = applied=false
++ 1
+R "Acme" "settled:r10" 600 1 = allowed=false remaining=0 retry=97ms
+R "b" "r9 " 2 0 = allowed=false remaining=0 retry=179997ms
+R "Acme" "r5" 600 600 = allowed=false remaining=0 retry=59997ms
+R "b" "r9" 2 0 = allowed=false remaining=0 retry=179997ms
+- 1624
+R "b" "r13" 2 0 = allowed=false remaining=0 retry=181621ms
+R "Acme" "open:settled:r10" 600 0 = allowed=true remaining=0 retry=0ms
+R "Acme" "r6" 600 0 = allowed=true remaining=0 retry=0ms
++ 1507
 + 3600000
-- 1
-S "acme:eu" "R4" 7 0 = applied=false
-S "acme:eu" "r3" 7 0 = applied=false
+S "Acme" "r6" 600 1800 = applied=false
+trace w60000-d0-3tenants-debt-lowered-edge-again-bad "" 60000 0
+R "Acme" "r1" 60 60 = allowed=true remaining=0 retry=0ms
++ 59999
+S "Acme" "r1" 60 60 = applied=true
 R "Acme" "bad" 0 0 = ErrInvalidArgument
-R "Acme" "r10" 59 0 = allowed=true remaining=59 retry=0ms
-R "acme:eu" "r11" 7 7 = allowed=true remaining=0 retry=0ms
-S "acme:eu" "r11" 7 6 = applied=true
-trace w3600001-d60-1tenants-debt-back-edge-again-bad "tq" 3600001 60
-R "Acme" "{r1}" 59 1 = allowed=true remaining=58 retry=0ms
-S "Acme" "{R1}" 59 31 = applied=false
-R "Acme" "r3" 59 0 = allowed=true remaining=58 retry=0ms
-S "Acme" "{r1}" 59 1 = applied=true
-+ 3600001
-R "Acme" "r4" 59 0 = allowed=true remaining=59 retry=0ms
-R "Acme" "r4" 59 0 = allowed=true remaining=59 retry=0ms
+R "acme " "r2" 60 0 = allowed=true remaining=60 retry=0ms
+R "Acme" "r3" 60 60 = allowed=false remaining=59 retry=1ms
+S "acme " "r2" 60 0 = applied=true
+S "Acme" "r4" 60 9 = applied=false
+R "acme " "r5" 59 10 = allowed=true remaining=49 retry=0ms
+R "b" "r6" 600 599 = allowed=true remaining=1 retry=0ms
+R "acme " "r5" 59 50 = allowed=true remaining=49 retry=0ms
+S "acme " "r5" 3 10 = applied=true
++ 1
+R "acme " "r7" 3 0 = allowed=true remaining=3 retry=0ms
+R "Acme" "r4" 60 0 = allowed=true remaining=60 retry=0ms
 + 81524
-R "Acme{x}" "bad" 59 1 = ErrInvalidArgument
-R "Acme" "r5" 59 1 = allowed=true remaining=58 retry=0ms
-S "Acme" "{r1}" 59 52 = applied=false
-S "Acme" "r5" 59 177 = applied=true
-R "Acme" "R5" 59 0 = allowed=false remaining=0 retry=120000ms
-S "Acme" "bad" 59 1000000001 = ErrInvalidArgument
-R "Acme" "r7" 59 5 = allowed=false remaining=0 retry=125085ms
-S "Acme" "r4" 59 111 = applied=true
-R "Acme" "r8" 59 44 = allowed=false remaining=0 retry=277628ms
-R "Acme" "r9" 59 2 = allowed=false remaining=0 retry=234916ms
+R "Acme{x}" "bad" 60 1 = ErrInvalidArgument
+R "acme " "r8" 3 0 = allowed=true remaining=3 retry=0ms
+S "Acme" "r1" 60 52 = applied=false
+S "b" "r6" 600 1800 = applied=false
+R "Acme" "R4" 60 0 = allowed=true remaining=60 retry=0ms
+S "b" "bad" 600 1000000001 = ErrInvalidArgument
+R "Acme" "r10" 60 6 = allowed=true remaining=54 retry=0ms
+S "acme " "r8" 3 6 = applied=true
+R "acme " "r11" 3 0 = allowed=false remaining=0 retry=60000ms
+R "b" "r12" 600 25 = allowed=true remaining=575 retry=0ms
 + 1
-R "Acme" "r4" 59 1 = allowed=true remaining=0 retry=0ms
-+ 1
-- 1
-S "Acme" "r3" 59 0 = applied=false
-R "Acme" "r10" 59 0 = allowed=false remaining=0 retry=232881ms
-+ 3600001
-R "Acme" "r11" 59 7 = allowed=true remaining=52 retry=0ms
-R "Acme" "{r12}" 59 59 = allowed=false remaining=52 retry=7119ms
-trace w59999-d60-2tenants-debt-back-edge-again-bad "" 59999 60
-R "acme:eu" "bad" 1000000000 -1 = ErrInvalidArgument
+R "acme " "r8" 3 1 = allowed=true remaining=0 retry=0ms
++ 59998
+S "Acme" "r10" 60 1000000000 = applied=true
+S "b" "r12" 600 766 = applied=true
+R "b" "{r13}" 600 58 = allowed=false remaining=0 retry=19900ms
++ 19900
+S "Acme" "R4" 60 0 = applied=false
+trace w59999-d60-2tenants-debt-back-lowered-edge-again-bad "" 59999 60
+R "acme:eu" "bad" 2 -1 = ErrInvalidArgument
 S "acme " "{r1}" 1000000000 532199635 = applied=false
 + 1415
 R "acme " "open:{r1}" 1000000000 1000000000 = allowed=true remaining=0 retry=0ms
 R "acme " "r3" 1000000000 0 = allowed=true remaining=0 retry=0ms
-R "acme:eu" "r4" 1000000000 1000000000 = allowed=true remaining=0 retry=0ms
+R "acme:eu" "r4" 2 2 = allowed=true remaining=0 retry=0ms
 + 59999
-R "acme:eu" "bad" 1000000000 1000000001 = ErrEstimateTooLarge
+R "acme:eu" "bad" 2 3 = ErrEstimateTooLarge
 S "acme " "open:{r1}" 1000000000 1000000000 = applied=false
 + 3757
 - 1952
-R "acme:eu" "r5" 1000000000 0 = allowed=true remaining=1000000000 retry=0ms
-S "acme:eu" "r5" 1000000000 1000000000 = applied=true
-R "acme:eu" "r5" 1000000000 0 = allowed=true remaining=0 retry=0ms
+R "acme:eu" "r5" 2 0 = allowed=true remaining=2 retry=0ms
+S "acme:eu" "r5" 2 6 = applied=true
+R "acme:eu" "r5" 2 0 = allowed=true remaining=0 retry=0ms
 S "acme " "r3" 1000000000 1000000000 = applied=false
 R "acme " "r6" 1000000000 0 = allowed=true remaining=1000000000 retry=0ms
-R "acme:eu" "settled:r5" 1000000000 1 = allowed=false remaining=0 retry=1ms
+R "acme:eu" "settled:r5" 2 1 = allowed=false remaining=0 retry=150000ms
 S "acme " "r3" 1000000000 549194621 = applied=false
-R "acme:eu" "SETTLED:R5" 1000000000 1000000000 = allowed=false remaining=0 retry=60000ms
+R "acme:eu" "SETTLED:R5" 2 2 = allowed=false remaining=0 retry=180000ms
 R "acme " "r9" 1000000000 1000000000 = allowed=true remaining=0 retry=0ms
-trace w316243-d60-2tenants-debt-back-edge-again-bad "" 316243 60
-R "acme:eu" "r1" 59 59 = allowed=true remaining=0 retry=0ms
-R "Acme" "r2" 2 0 = allowed=true remaining=2 retry=0ms
-+ 316242
-S "Acme" "settled:r2" 2 0 = applied=false
-- 1
-R "acme:eu" "r4" 59 0 = allowed=true remaining=59 retry=0ms
-+ 3319
-R "acme:eu" "open:r4" 59 59 = allowed=true remaining=0 retry=0ms
-S "Acme" "bad" 2 1000000001 = ErrInvalidArgument
-R "Acme" "r6" 2 2 = allowed=true remaining=0 retry=0ms
-+ 2890
-S "Acme" "r2" 2 1 = applied=false
-S "Acme" "r6" 2 2 = applied=true
-S "acme:eu" "open:r4" 59 177 = applied=true
-R "acme:eu" "open:open:r4" 59 0 = allowed=false remaining=0 retry=117110ms
-R "Acme" "r8" 2 1 = allowed=false remaining=0 retry=27110ms
-R "acme:eu" "r4" 59 1 = allowed=true remaining=0 retry=0ms
+S "acme " "r9" 1000000000 0 = applied=true
+R "acme " "r9" 1000000000 0 = allowed=true remaining=1000000000 retry=0ms
+R "acme:eu" "r10" 1 0 = allowed=false remaining=0 retry=240000ms
++ 3600000
++ 240001
+S "acme " "r3" 1000000000 411842902 = applied=false
+S "acme " "settled:r9" 1000000000 673680228 = applied=false
++ 1429
+R "acme " "r12" 1000000000 1000000000 = allowed=true remaining=0 retry=0ms
+R "acme:eu" "bad" 1 2 = ErrEstimateTooLarge
++ 3242
+R "acme:eu" "r13" 1 0 = allowed=true remaining=1 retry=0ms
+R "acme:eu" "settled:r5" 1 0 = allowed=true remaining=1 retry=0ms
+S "acme " "r6" 1000000000 0 = applied=false
+S "acme:eu" "r13" 1 3 = applied=true
+R "acme:eu" "open:r13" 1 0 = allowed=false remaining=0 retry=120000ms
+R "acme " "r15" 1000000000 1 = allowed=true remaining=54033332 retry=0ms
+R "acme:eu" "SETTLED:R5" 1 1 = allowed=false remaining=0 retry=180000ms
 + 25345
-S "acme:eu" "r4" 59 0 = applied=true
+S "acme:eu" "settled:r5" 1 0 = applied=true
 + 1
-R "acme:eu" "open:open:open:r4" 59 55 = allowed=false remaining=0 retry=147697ms
-S "acme:eu" "r1" 59 60 = applied=false
-R "acme:eu" "settled:open:open:open:r4" 59 1 = allowed=false remaining=0 retry=92781ms
-+ 1
-R "acme:eu" "open:settled:open:open:open:r4" 59 59 = allowed=false remaining=0 retry=151763ms
-R "Acme" "r12" 2 0 = allowed=true remaining=0 retry=0ms
-R "acme:eu" "r13" 59 1 = allowed=false remaining=0 retry=92780ms
-R "acme:eu" "open:settled:open:open:open:r4" 59 1 = allowed=false remaining=0 retry=92780ms
-R "Acme" "r14" 2 1 = allowed=false remaining=0 retry=1763ms
-R "acme:eu" "r15" 59 4 = allowed=false remaining=0 retry=95831ms
+trace w2-d0-1tenants-debt-lowered-edge-again-bad "" 2 0
+R "acme:eu" "settled:r1" 7919 7919 = allowed=true remaining=0 retry=0ms
++ 2
+S "acme:eu" "settled:r1" 7919 7920 = applied=false
+R "acme:eu" "r2" 7919 600 = allowed=false remaining=0 retry=4545ms
+R "acme:eu" "r3" 7919 1 = allowed=false remaining=0 retry=6ms
+R "acme:eu" "r3" 7919 1 = allowed=false remaining=0 retry=6ms
+R "acme:eu" "r4" 7919 1 = allowed=false remaining=0 retry=6ms
+R "acme:eu" "r5" 7919 540 = allowed=false remaining=0 retry=4090ms
 + 101450
-R "" "bad" 59 1 = ErrInvalidArgument
-S "Acme" "bad" 2 1000000001 = ErrInvalidArgument
+R "" "bad" 7919 1 = ErrInvalidArgument
+S "acme:eu" "bad" 7919 1000000001 = ErrInvalidArgument
 + 29459
-+ 1762
-+ 1764
-trace w1000-d2-2tenants-debt-back-lowered-again-bad "q-2" 1000 2
-R "Acme" "r1" 60 0 = allowed=true remaining=60 retry=0ms
-R "Acme" "r1" 60 60 = allowed=true remaining=60 retry=0ms
-+ 3151
-R "acme:eu" "r2" 1000000000 999999999 = allowed=true remaining=1 retry=0ms
-R "acme:eu" "R2" 1000000000 73068294 = allowed=false remaining=1 retry=4385ms
-+ 4384
++ 4089
++ 4091
+R "acme:eu" "bad" 1000000001 1 = ErrInvalidArgument
+R "acme:eu" "bad" 1000000001 1 = ErrInvalidArgument
 + 1
-R "acme:eu" "r4" 1000000000 863042072 = allowed=false remaining=73083334 retry=47398ms
-R "Acme" "{r5}" 60 0 = allowed=true remaining=60 retry=0ms
-R "Acme" "{r6}" 60 1 = allowed=true remaining=59 retry=0ms
+R "acme:eu" "r6" 3 0 = allowed=true remaining=3 retry=0ms
+R "acme:eu" "r3" 3 3 = allowed=true remaining=0 retry=0ms
+S "acme:eu" "r3" 3 0 = applied=true
 + 1
-R "Acme" "{r6}:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 60 1 = allowed=true remaining=58 retry=0ms
-S "acme:eu" "r2" 1000000000 999999998 = applied=false
-+ 4967
-R "acme:eu" "R4" 1000000000 1 = allowed=true remaining=155883333 retry=0ms
-R "Acme" "{r9}" 60 60 = allowed=true remaining=0 retry=0ms
+S "acme:eu" "r6" 3 0 = applied=true
+R "acme:eu" "r7" 3 3 = allowed=true remaining=0 retry=0ms
+S "acme:eu" "r7" 3 0 = applied=true
+trace w0-d0-3tenants-debt-back-lowered-edge-again-bad "" 0 0
++ 1
+R "Acme" "{r1}" 1000000 1000000 = allowed=true remaining=0 retry=0ms
+R "Acme" "{r1}:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000 1 = allowed=false remaining=0 retry=1ms
+R "" "bad" 59 1 = ErrInvalidArgument
+R "acme " "r3" 59 4 = allowed=true remaining=55 retry=0ms
+R "Acme" "{R1}:XXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXX" 1000000 1 = allowed=false remaining=0 retry=1ms
+R "acme:eu" "{r5}" 1 1 = allowed=true remaining=0 retry=0ms
 - 1
-R "Acme" "r10" 2 1 = allowed=false remaining=0 retry=30001ms
-S "acme:eu" "R4" 1000000000 2 = applied=true
-S "Acme" "{r9}" 1 3 = applied=true
-R "Acme" "R10" 1 1 = allowed=true remaining=0 retry=0ms
-R "acme:eu" "r12" 1000000000 155883332 = allowed=true remaining=0 retry=0ms
-S "Acme" "r13" 1 0 = applied=false
-S "Acme" "bad" 1 -1 = ErrInvalidArgument
-R "acme:eu" "r14" 1000000000 0 = allowed=true remaining=0 retry=0ms
+R "Acme" "r6" 1000000 1 = allowed=false remaining=0 retry=2ms
+S "acme " "r3" 2 5 = applied=true
+S "acme:eu" "{r5}" 1 3 = applied=true
+R "Acme" "R6" 1000000 1 = allowed=false remaining=0 retry=2ms
++ 1
++ 1
+R "acme " "r8" 1 0 = allowed=true remaining=1 retry=0ms
 + 3600000
-R "acme:eu" "{r15}" 1000000000 39468603 = allowed=true remaining=960531397 retry=0ms
-R "acme:eu" "r16" 1000000000 960531397 = allowed=true remaining=0 retry=0ms
-S "Acme" "{r9}" 1 1 = applied=false
-R "acme:eu" "{r17}" 1000000000 0 = allowed=true remaining=0 retry=0ms
-R "acme:eu" "{r18}" 1000000000 1 = allowed=false remaining=0 retry=1ms
-S "Acme" "{r6}" 1 3 = applied=false
-R "Acme" "r19" 1 0 = allowed=true remaining=1 retry=0ms
-trace w7-d2-3tenants-debt-lowered-again-bad "" 7 2
-S "b" "r1" 1000000000 561131434 = applied=false
++ 2
+R "Acme" "r9" 1000000 0 = allowed=true remaining=1000000 retry=0ms
 R "Acme" "bad" 1000000001 1 = ErrInvalidArgument
-R "acme " "open:r2" 2 0 = allowed=true remaining=2 retry=0ms
-R "Acme" "r3" 3 3 = allowed=true remaining=0 retry=0ms
-R "Acme" "open:r3" 3 1 = allowed=false remaining=0 retry=20000ms
-+ 20000
-R "b" "r5" 7 7 = allowed=true remaining=0 retry=0ms
-S "acme " "open:r2" 2 0 = applied=false
-R "Acme" "r6" 3 0 = allowed=true remaining=1 retry=0ms
-S "Acme" "r3" 3 3 = applied=false
-+ 1
-R "b" "r5" 7 1 = allowed=true remaining=0 retry=0ms
-S "b" "r5" 7 21 = applied=true
-trace w0-d60-3tenants-debt-back-lowered-again-bad "tq" 0 60
-+ 67237
-- 1
-R "acme" "" 7919 1 = ErrInvalidArgument
-- 1422
-R "b" "bad" 1000000000 1000000001 = ErrEstimateTooLarge
-R "Acme" "settled:r1" 7919 0 = allowed=true remaining=7919 retry=0ms
-R "acme" "r2" 7919 30 = allowed=true remaining=7889 retry=0ms
-R "Acme" "SETTLED:R1" 7919 7919 = allowed=true remaining=0 retry=0ms
-R "acme" "r2" 7919 0 = allowed=true remaining=7889 retry=0ms
-+ 1
-+ 1
-R "Acme" "r4" 3 0 = allowed=true remaining=0 retry=0ms
-S "Acme" "settled:r1" 3 0 = applied=true
-S "Acme" "SETTLED:R1" 3 9 = applied=true
-R "acme" "r5" 7919 0 = allowed=true remaining=7889 retry=0ms
-R "acme" "r5" 7919 7919 = allowed=true remaining=7889 retry=0ms
-R "acme" "r2" 7919 0 = allowed=true remaining=7889 retry=0ms
-+ 1
-R "Acme" "{r6}" 3 0 = allowed=true remaining=3 retry=0ms
-- 1
-+ 1
-R "Acme" "{R6}" 3 3 = allowed=true remaining=0 retry=0ms
-R "Acme" "{R6}:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 3 1 = allowed=false remaining=0 retry=20000ms
-R "b" "r9" 1000000000 999999999 = allowed=true remaining=1 retry=0ms
-R "b" "r10" 1000000000 2 = allowed=false remaining=1 retry=1ms
-S "Acme" "r4" 3 9 = applied=true
-R "b" "r9" 1000000000 1000000000 = allowed=true remaining=1 retry=0ms
-S "Acme" "{r6}" 3 0 = applied=true
-R "Acme" "r11" 3 3 = allowed=false remaining=0 retry=240000ms
-S "acme" "r5" 7919 15198 = applied=true
-R "Acme" "R11" 3 0 = allowed=false remaining=0 retry=180000ms
-trace w325000-d0-2tenants-back-lowered-edge-again-bad "" 325000 0
-R "b" "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 600 156 = allowed=true remaining=444 retry=0ms
-R "acme" "r2" 600 0 = allowed=true remaining=600 retry=0ms
-R "acme" "r3" 600 3 = allowed=true remaining=597 retry=0ms
-R "acme" "r4" 600 1 = allowed=true remaining=596 retry=0ms
-R "b" "r5" 600 443 = allowed=true remaining=1 retry=0ms
-R "" "bad" 600 1 = ErrInvalidArgument
-R "b" "r6" 600 0 = allowed=true remaining=1 retry=0ms
-R "acme" "r7" 600 364 = allowed=true remaining=232 retry=0ms
-S "b" "r6" 600 0 = applied=true
-R "acme" "R7" 600 600 = allowed=false remaining=232 retry=36800ms
-+ 325000
-+ 1
-S "b" "r5" 600 443 = applied=false
-R "acme" "r9" 600 0 = allowed=true remaining=600 retry=0ms
-S "acme" "settled:r9" 600 85 = applied=false
-S "acme" "r4" 600 1 = applied=false
-+ 325000
-+ 1
-R "b" "r6:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 600 0 = allowed=true remaining=600 retry=0ms
-R "acme" "settled:r9:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 600 600 = allowed=true remaining=0 retry=0ms
-R "acme" "r13" 600 0 = allowed=true remaining=0 retry=0ms
-- 1
-R "acme" "{r14}" 600 0 = allowed=true remaining=0 retry=0ms
-S "b" "bad" 1 -1 = ErrInvalidArgument
-R "b" "r15" 1 0 = allowed=true remaining=1 retry=0ms
-S "acme" "settled:r9" 600 445 = applied=false
-R "acme" "r16" 600 0 = allowed=true remaining=0 retry=0ms
-S "acme" "{r14}" 600 0 = applied=true
-R "b" "{r17}" 1 0 = allowed=true remaining=1 retry=0ms
-trace w61000-d0-1tenants-debt-back-lowered-again-bad "q-2" 61000 0
-R "Acme" "r1" 60 60 = allowed=true remaining=0 retry=0ms
-S "Acme" "r1" 60 180 = applied=true
-+ 1
-+ 1
-- 2202
-S "Acme" "bad" 3 1000000001 = ErrInvalidArgument
-+ 3206
-- 1
-R "Acme" "" 3 1 = ErrInvalidArgument
-R "Acme" "r2" 3 0 = allowed=false remaining=0 retry=58995ms
-R "Acme" "r2" 3 0 = allowed=false remaining=0 retry=58995ms
-R "Acme" "r2" 3 0 = allowed=false remaining=0 retry=58995ms
-R "Acme" "r3" 3 0 = allowed=false remaining=0 retry=58995ms
-R "Acme" "r3 " 3 0 = allowed=false remaining=0 retry=58995ms
-R "Acme" "r1" 3 0 = allowed=true remaining=0 retry=0ms
-+ 1732
-trace w0-d0-1tenants-debt-lowered-edge-again "tq" 0 0
-R "acme" "r1" 3 3 = allowed=true remaining=0 retry=0ms
-R "acme" "settled:r1" 3 0 = allowed=true remaining=0 retry=0ms
-S "acme" "r1" 3 2 = applied=true
+S "acme " "r3" 1 1 = applied=false
+R "acme " "settled:r8" 1 0 = allowed=true remaining=1 retry=0ms
 + 3600000
-R "acme" "r3" 3 1 = allowed=true remaining=2 retry=0ms
-R "acme" "r3" 3 1 = allowed=true remaining=2 retry=0ms
-+ 3599999
-S "acme" "settled:r1" 3 1 = applied=false
-S "acme" "r3" 3 1 = applied=true
-R "acme" "R3" 3 3 = allowed=true remaining=0 retry=0ms
-S "acme" "R3" 3 3 = applied=true
-S "acme" "R3" 1 0 = applied=false
-R "acme" "open:R3" 1 0 = allowed=true remaining=0 retry=0ms
-R "acme" "{r6}" 1 1 = allowed=false remaining=0 retry=60000ms
-R "acme" "r7" 1 1 = allowed=false remaining=0 retry=60000ms
-S "acme" "open:R3" 1 0 = applied=true
-R "acme" "r7" 1 1 = allowed=false remaining=0 retry=60000ms
-R "acme" "open:r7" 1 0 = allowed=true remaining=0 retry=0ms
-R "acme" "r3" 1 1 = allowed=true remaining=0 retry=0ms
-trace w61000-d1-1tenants-debt-back-lowered-edge-again-bad "" 61000 1
-R "acme " "R1" 1000 0 = allowed=true remaining=1000 retry=0ms
-S "acme " "R1" 1000 0 = applied=true
+R "Acme" "r9:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000 1000000 = allowed=true remaining=0 retry=0ms
+R "Acme" "r12" 1000000 0 = allowed=true remaining=0 retry=0ms
+- 2428
+S "Acme" "{r1}" 1000000 0 = applied=false
+trace w1-d60-3tenants-back-edge-bad "" 1 60
+R "Acme" "bad" 1000000001 1 = ErrInvalidArgument
+R "b" "open:r1" 59 0 = allowed=true remaining=59 retry=0ms
+R "Acme" "r2" 7 7 = allowed=true remaining=0 retry=0ms
+R "Acme" "open:r2" 7 1 = allowed=false remaining=0 retry=8572ms
++ 8572
+R "acme:eu" "r4" 1000000000 1000000000 = allowed=true remaining=0 retry=0ms
+S "b" "open:r1" 59 0 = applied=false
+R "Acme" "r5" 7 0 = allowed=true remaining=1 retry=0ms
+S "Acme" "r2" 7 7 = applied=false
 + 1
-R "acme " "r2" 1000 1000 = allowed=true remaining=0 retry=0ms
+R "b" "r6" 59 59 = allowed=true remaining=0 retry=0ms
 + 1
-R "acme " "r2 " 59 0 = allowed=true remaining=0 retry=0ms
-+ 61000
-S "acme " "r2 " 59 0 = applied=false
-R "acme " "settled:r2 " 59 59 = allowed=true remaining=0 retry=0ms
-+ 77931
-S "acme " "settled:r2 " 59 40 = applied=false
-+ 1656
-R "acme " "r5" 59 1 = allowed=true remaining=58 retry=0ms
-R "acme " "r5:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 59 59 = allowed=false remaining=58 retry=1017ms
-R "acme " "r7" 59 58 = allowed=true remaining=0 retry=0ms
-R "acme " "r8" 59 0 = allowed=true remaining=0 retry=0ms
-- 60000
-+ 1
-+ 2598
-R "acme " "" 59 1 = ErrInvalidArgument
-S "acme " "r8" 59 1 = applied=true
-- 1
-+ 1
-+ 23319
-R "acme " "r8" 59 1 = allowed=true remaining=0 retry=0ms
-+ 1
-+ 1
-R "acme " "r9" 59 0 = allowed=false remaining=0 retry=35097ms
-R "acme " "r5" 59 59 = allowed=true remaining=0 retry=0ms
-+ 1
-R "acme " "{r10}" 59 3 = allowed=false remaining=0 retry=38147ms
-+ 4495
-S "acme " "r2" 59 0 = applied=false
-trace w3600001-d1-2tenants-debt-back-lowered-edge-again-bad "q-2" 3600001 1
-+ 1
-R "b" "r1" 1000000000 1 = allowed=true remaining=999999999 retry=0ms
-S "b" "r1" 1000000000 0 = applied=true
-+ 1
-R "b" "r2" 1000000000 1 = allowed=true remaining=999999999 retry=0ms
-+ 3600001
-R "b" "r3" 60 4 = allowed=true remaining=56 retry=0ms
-+ 1
-+ 39479
-S "b" "r2" 60 2 = applied=false
-S "acme " "open:r4" 3 3 = applied=false
-R "acme " "open:r4" 3 2 = allowed=true remaining=3 retry=0ms
-R "b" "{r5}" 60 5 = allowed=true remaining=55 retry=0ms
-S "b" "r3" 60 5 = applied=true
-S "b" "{r5}" 60 6 = applied=true
-+ 47344
-R "acme " "" 3 1 = ErrInvalidArgument
+S "Acme" "r5" 7 0 = applied=false
+S "acme:eu" "r4" 1000000000 1000000000 = applied=false
++ 3340
 + 1
 - 1
-R "acme " "open:r4 " 3 0 = allowed=true remaining=3 retry=0ms
-+ 1
-R "acme " "r7" 3 1 = allowed=true remaining=2 retry=0ms
-S "acme " "r8" 3 0 = applied=false
-S "acme " "r7" 3 9 = applied=true
-R "acme " "r9" 3 0 = allowed=false remaining=0 retry=60000ms
-R "acme " "r10" 3 0 = allowed=false remaining=0 retry=60000ms
-R "b" "{r5}" 60 1 = allowed=true remaining=60 retry=0ms
-+ 4708
-S "acme " "open:r4 " 3 0 = applied=true
-R "acme " "r9" 3 0 = allowed=false remaining=0 retry=55292ms
-trace w1-d2-3tenants-back-lowered-edge-again-bad "tq" 1 2
-+ 1
-S "acme:eu" "bad" 1000000000 -1 = ErrInvalidArgument
-+ 1
-+ 1
-R "Acme" "r1" 1000 1000 = allowed=true remaining=0 retry=0ms
-+ 1
-R "acme:eu" "bad" 1000000000 -1 = ErrInvalidArgument
-R "acme:eu" "R2" 1000000000 0 = allowed=true remaining=1000000000 retry=0ms
-R "acme:eu" "r3" 1000000000 1000000000 = allowed=true remaining=0 retry=0ms
-- 1
-S "Acme" "r4" 1000 802 = applied=false
-- 60000
-R "Acme" "settled:r4" 1000 330 = allowed=false remaining=0 retry=79800ms
-+ 79800
-S "Acme" "r4" 1000 189 = applied=false
-+ 1
-R "Acme" "r6" 1000 1 = allowed=true remaining=329 retry=0ms
-R "Acme" "settled:r6" 1000 1000 = allowed=false remaining=329 retry=40259ms
-+ 2638
-S "Acme" "r4" 1000 937 = applied=false
-R "acme" "R8" 59 0 = allowed=true remaining=59 retry=0ms
-S "acme" "R8" 59 0 = applied=true
-R "Acme" "settled:settled:r6" 1000 330 = allowed=true remaining=42 retry=0ms
-S "acme:eu" "R2" 1000000000 0 = applied=false
-R "acme:eu" "r10" 1000000000 1000000000 = allowed=false remaining=373966666 retry=37562ms
-R "Acme" "r11" 1000 777 = allowed=false remaining=42 retry=44041ms
-R "acme:eu" "{r12}" 1000000000 373966665 = allowed=true remaining=1 retry=0ms
-+ 1
-R "acme" "R8 " 59 59 = allowed=true remaining=0 retry=0ms
-S "Acme" "r6" 1000 1 = applied=false
-- 1
-+ 55301
-trace w51691-d0-3tenants-debt-back-lowered-again-bad "tq" 51691 0
-R "acme " "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000000 0 = allowed=true remaining=1000000000 retry=0ms
-S "acme " "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000000 1000000000 = applied=true
-+ 1
-- 1
-R "acme " "r2" 1000000000 717708491 = allowed=false remaining=0 retry=43063ms
-+ 1
-R "acme:eu" "R3" 7919 7918 = allowed=true remaining=1 retry=0ms
-+ 1
-R "acme " "r4" 1000000000 1 = allowed=true remaining=33332 retry=0ms
-S "acme:eu" "R3" 7919 1000000000 = applied=true
-R "acme:eu{x}" "bad" 7919 1 = ErrInvalidArgument
-R "acme " "r4 " 1000000000 0 = allowed=true remaining=33332 retry=0ms
-R "acme:eu" "R3" 1 1 = allowed=true remaining=0 retry=0ms
-S "acme:eu" "bad" 1 1000000001 = ErrInvalidArgument
-+ 1
-R "acme:eu" "r6" 1 0 = allowed=false remaining=0 retry=59999ms
-R "acme " "{r7}" 1000000000 0 = allowed=true remaining=49999 retry=0ms
-R "b" "settled:r8" 1000 1000 = allowed=true remaining=0 retry=0ms
-R "acme " "settled:{r7}" 60 27 = allowed=true remaining=33 retry=0ms
-R "b" "SETTLED:R8" 1000 0 = allowed=true remaining=0 retry=0ms
-R "b" "r11" 1000 0 = allowed=true remaining=0 retry=0ms
-S "acme " "settled:{r7}" 2 27 = applied=true
-R "acme " "SETTLED:{R7}" 2 0 = allowed=true remaining=2 retry=0ms
-R "acme " "" 2 1 = ErrInvalidArgument
-+ 72563
-S "acme " "r4" 2 6 = applied=false
-R "acme " "open:SETTLED:{R7}" 2 0 = allowed=true remaining=2 retry=0ms
-trace w59999-d1-2tenants-back-again-bad "q-2" 59999 1
-R "acme:eu" "settled:r1" 1000 0 = allowed=true remaining=1000 retry=0ms
-R "acme:eu" "r2" 1000 9 = allowed=true remaining=991 retry=0ms
-R "acme:eu" "open:r2" 1000 513 = allowed=true remaining=478 retry=0ms
-R "acme " "bad" 600 -1 = ErrInvalidArgument
-+ 1
-R "acme:eu" "r4" 1000 477 = allowed=true remaining=1 retry=0ms
-R "acme " "settled:r5" 600 0 = allowed=true remaining=600 retry=0ms
-S "acme " "settled:r5" 600 0 = applied=true
-R "acme:eu" "r6" 1000 273 = allowed=false remaining=1 retry=16319ms
-S "acme:eu" "R6" 1000 754 = applied=false
+R "Acme" "" 7 1 = ErrInvalidArgument
+- 1422
+R "acme:eu" "bad" 1000000000 1000000001 = ErrEstimateTooLarge
+R "b" "settled:r6" 59 0 = allowed=true remaining=1 retry=0ms
+trace w22778-d0-1tenants-debt-back-again-bad "q-2" 22778 0
+R "acme " "R1" 600 13 = allowed=true remaining=587 retry=0ms
 S "acme " "bad" 600 -1 = ErrInvalidArgument
+R "acme " "r2" 600 0 = allowed=true remaining=587 retry=0ms
+R "acme " "r2" 600 1 = allowed=true remaining=587 retry=0ms
+S "acme " "R1" 600 13 = applied=true
+S "acme " "r2" 600 1800 = applied=true
+R "acme " "r3" 600 0 = allowed=false remaining=0 retry=60000ms
+R "acme " "r3" 600 600 = allowed=false remaining=0 retry=120000ms
+R "acme " "r2" 600 0 = allowed=true remaining=0 retry=0ms
 + 1
-+ 1
-+ 1
-R "acme:eu" "r8" 1000 606 = allowed=false remaining=1 retry=36296ms
-R "acme:eu" "r8" 1000 97 = allowed=false remaining=1 retry=5756ms
-R "acme " "r9" 600 600 = allowed=true remaining=0 retry=0ms
+R "acme " "{r4}" 600 220 = allowed=false remaining=0 retry=81999ms
 - 1
-R "acme " "r10" 600 570 = allowed=false remaining=0 retry=57001ms
++ 1
+R "acme " "{R4}" 600 0 = allowed=false remaining=0 retry=59999ms
+R "acme " "{R4}:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 600 122 = allowed=false remaining=0 retry=72199ms
+R "acme " "r7" 600 0 = allowed=false remaining=0 retry=59999ms
+R "acme " "r8" 600 1 = allowed=false remaining=0 retry=60099ms
+R "acme " "r9" 600 600 = allowed=false remaining=0 retry=119999ms
+R "acme " "R9" 600 0 = allowed=false remaining=0 retry=59999ms
+trace w0-d1-2tenants-debt-back-lowered-again-bad "tq" 0 1
+R "acme " "" 59 1 = ErrInvalidArgument
+R "acme {x}" "bad" 59 1 = ErrInvalidArgument
+R "acme {x}" "bad" 59 1 = ErrInvalidArgument
+R "Acme" "open:r1" 59 58 = allowed=true remaining=1 retry=0ms
++ 1
+S "Acme" "open:r1" 59 17 = applied=true
+R "acme " "settled:r2" 59 1 = allowed=true remaining=58 retry=0ms
+R "acme " "settled:r2" 59 0 = allowed=true remaining=58 retry=0ms
+- 60000
+S "acme " "settled:r2" 59 177 = applied=true
++ 1
+R "Acme" "{r3}" 59 59 = allowed=false remaining=42 retry=77287ms
++ 1
+R "Acme" "bad" 59 -1 = ErrInvalidArgument
++ 77287
++ 77286
+- 60000
+R "Acme" "open:r1" 2 0 = allowed=true remaining=2 retry=0ms
+R "acme " "r4" 59 0 = allowed=false remaining=0 retry=25425ms
+S "acme " "settled:r4" 59 56 = applied=false
++ 1
+R "acme " "settled:r4" 59 2 = allowed=true remaining=0 retry=0ms
+R "Acme" "{r3} " 2 0 = allowed=true remaining=2 retry=0ms
+R "Acme" "r7" 2 1 = allowed=true remaining=1 retry=0ms
+S "acme " "r8" 59 50 = applied=false
+R "Acme" "r9" 2 1 = allowed=true remaining=0 retry=0ms
+R "acme " "{r10}" 59 0 = allowed=false remaining=0 retry=25424ms
+S "Acme" "bad" 1 -1 = ErrInvalidArgument
+R "Acme" "r11" 1 0 = allowed=true remaining=0 retry=0ms
+S "acme " "r8" 59 16 = applied=false
++ 2802
+S "Acme" "R11" 1 0 = applied=false
++ 25424
+trace w3600000-d0-2tenants-debt-back-edge-again-bad "" 3600000 0
+R "Acme" "r1 " 1 0 = allowed=true remaining=1 retry=0ms
++ 3244
+S "Acme" "r1 " 1 3 = applied=true
+R "acme:eu" "r2" 1000000000 999999999 = allowed=true remaining=1 retry=0ms
 - 1
-S "acme " "settled:r5" 600 47 = applied=false
-R "" "bad" 1000 1 = ErrInvalidArgument
-S "acme " "r9" 600 599 = applied=true
-R "acme " "r9" 600 96 = allowed=true remaining=1 retry=0ms
-R "acme " "settled:r5" 600 2 = allowed=true remaining=1 retry=0ms
-S "acme " "r9" 600 294 = applied=false
-S "acme:eu" "open:r2" 1000 513 = applied=true
-R "acme " "bad" 600 601 = ErrEstimateTooLarge
-trace w3600001-d60-2tenants-debt-back-again-bad "q-2" 3600001 60
-R "acme:eu" "bad" 60 61 = ErrEstimateTooLarge
 + 1
-+ 83160
+S "Acme" "bad" 1 1000000001 = ErrInvalidArgument
+S "acme:eu" "r2" 1000000000 728130430 = applied=true
+R "Acme" "settled:r1 " 1 1 = allowed=false remaining=0 retry=120000ms
+R "Acme" "r4" 1 0 = allowed=false remaining=0 retry=60000ms
+R "Acme" "r4" 1 0 = allowed=false remaining=0 retry=60000ms
+R "Acme" "r1 " 1 0 = allowed=true remaining=0 retry=0ms
+R "Acme" "r5" 1 0 = allowed=false remaining=0 retry=60000ms
+R "Acme" "r5 " 1 0 = allowed=false remaining=0 retry=60000ms
+R "acme:eu" "r2" 1000000000 0 = allowed=true remaining=271869570 retry=0ms
++ 1732
+R "Acme" "{r7}" 1 1 = allowed=false remaining=0 retry=118268ms
++ 1
+R "Acme" "{r7} " 1 0 = allowed=false remaining=0 retry=58267ms
+R "Acme" "{r7} " 1 0 = allowed=false remaining=0 retry=58267ms
+R "Acme" "{r9}" 1 1 = allowed=false remaining=0 retry=118267ms
+R "acme:eu" "r2 " 1000000000 271869571 = allowed=true remaining=28883332 retry=0ms
+S "Acme" "r11" 1 1 = applied=false
++ 118268
++ 1
++ 3481731
+trace w1000-d0-1tenants-busy-debt-again "" 1000 0
+R "acme:eu" "R1" 1000000 35 = allowed=true remaining=999965 retry=0ms
+R "acme:eu" "r2" 1000000 75 = allowed=true remaining=999890 retry=0ms
+S "acme:eu" "R1" 1000000 35 = applied=true
+S "acme:eu" "R1" 1000000 209320 = applied=false
+S "acme:eu" "r2" 1000000 74 = applied=true
++ 64
++ 547
+S "acme:eu" "r2" 1000000 964639 = applied=false
+R "acme:eu" "open:r2" 1000000 48 = allowed=true remaining=999952 retry=0ms
+R "acme:eu" "r4" 1000000 53 = allowed=true remaining=999899 retry=0ms
+R "acme:eu" "{r5}" 1000000 38 = allowed=true remaining=999861 retry=0ms
+S "acme:eu" "{r6}" 1000000 882702 = applied=false
+R "acme:eu" "{r6} " 1000000 40 = allowed=true remaining=999821 retry=0ms
+S "acme:eu" "r4" 1000000 53 = applied=true
+S "acme:eu" "{r5}" 1000000 0 = applied=true
++ 518
+S "acme:eu" "{r6} " 1000000 0 = applied=true
+R "acme:eu" "open:{r6} " 1000000 30 = allowed=true remaining=999970 retry=0ms
+R "acme:eu" "OPEN:{R6} " 1000000 99 = allowed=true remaining=999871 retry=0ms
+S "acme:eu" "open:r2" 1000000 48 = applied=true
++ 634
++ 332
+S "acme:eu" "{r5}" 1000000 837074 = applied=false
+R "acme:eu" "settled:OPEN:{R6} " 1000000 38 = allowed=true remaining=999962 retry=0ms
+S "acme:eu" "{r6} " 1000000 830819 = applied=false
+R "acme:eu" "r11" 1000000 60 = allowed=true remaining=999902 retry=0ms
+R "acme:eu" "r11 " 1000000 96 = allowed=true remaining=999806 retry=0ms
++ 56
+S "acme:eu" "r11" 1000000 59 = applied=true
+R "acme:eu" "r13" 1000000 12 = allowed=true remaining=999988 retry=0ms
+R "acme:eu" "r14" 1000000 51 = allowed=true remaining=999937 retry=0ms
+R "acme:eu" "r15" 1000000 50 = allowed=true remaining=999887 retry=0ms
++ 196
+S "acme:eu" "r14" 1000000 50 = applied=true
++ 610
+R "acme:eu" "r16" 1000000 81 = allowed=true remaining=999919 retry=0ms
++ 650
+S "acme:eu" "r11 " 1000000 96 = applied=false
++ 275
+S "acme:eu" "r14" 1000000 311522 = applied=false
+R "acme:eu" "r16 " 1000000 61 = allowed=true remaining=999939 retry=0ms
+R "acme:eu" "settled:r16 " 1000000 75 = allowed=true remaining=999864 retry=0ms
+S "acme:eu" "{r6} " 1000000 425467 = applied=false
++ 291
+S "acme:eu" "r14" 1000000 216138 = applied=false
++ 475
+R "acme:eu" "settled:settled:r16 " 1000000 56 = allowed=true remaining=999944 retry=0ms
++ 415
+R "acme:eu" "settled:settled:r16 :xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000 81 = allowed=true remaining=999919 retry=0ms
+R "acme:eu" "r21" 1000000 72 = allowed=true remaining=999847 retry=0ms
++ 195
+S "acme:eu" "r13" 1000000 1993398 = applied=false
+S "acme:eu" "settled:r16 " 1000000 1 = applied=false
++ 11
+S "acme:eu" "r16 " 1000000 62 = applied=false
+R "acme:eu" "r21 " 1000000 8 = allowed=true remaining=999992 retry=0ms
+R "acme:eu" "settled:r21 " 1000000 76 = allowed=true remaining=999916 retry=0ms
+S "acme:eu" "OPEN:{R6} " 1000000 100 = applied=false
++ 324
+S "acme:eu" "OPEN:{R6} " 1000000 293154 = applied=false
+S "acme:eu" "settled:r21 " 1000000 76 = applied=true
++ 532
++ 788
+R "acme:eu" "SETTLED:R21 " 1000000 12 = allowed=true remaining=999988 retry=0ms
+S "acme:eu" "settled:r21 " 1000000 922331 = applied=false
++ 908
+R "acme:eu" "r25" 1000000 93 = allowed=true remaining=999907 retry=0ms
+S "acme:eu" "settled:settled:r16 " 1000000 1000000000 = applied=false
+R "acme:eu" "r26" 1000000 49 = allowed=true remaining=999858 retry=0ms
+S "acme:eu" "r26" 1000000 1976812 = applied=true
+R "acme:eu" "r27" 1000000 70 = allowed=false remaining=0 retry=58619ms
++ 329
+R "acme:eu" "r27 " 1000000 67 = allowed=false remaining=0 retry=58290ms
+S "acme:eu" "settled:OPEN:{R6} " 1000000 39 = applied=false
+R "acme:eu" "r29" 1000000 23 = allowed=false remaining=0 retry=58287ms
+R "acme:eu" "open:r29" 1000000 37 = allowed=false remaining=0 retry=58288ms
+trace w61000-d1-3tenants-debt-back-again-bad "q-2" 61000 1
+R "acme" "{r1}" 61 61 = allowed=true remaining=0 retry=0ms
++ 1
++ 47344
+R "acme " "" 61 1 = ErrInvalidArgument
++ 1
+- 1
+S "acme" "{r1}" 61 62 = applied=true
+R "acme" "settled:{r1}" 61 0 = allowed=true remaining=47 retry=0ms
+R "acme" "SETTLED:{R1}" 61 1 = allowed=true remaining=46 retry=0ms
 - 60000
-R "b" "R1" 1000000000 1000000000 = allowed=true remaining=0 retry=0ms
-R "b" "r2" 1000000000 1 = allowed=false remaining=0 retry=1ms
-R "b" "r3" 1000000000 0 = allowed=true remaining=0 retry=0ms
-R "b" "{r4}" 1000000000 1 = allowed=false remaining=0 retry=1ms
-R "acme:eu" "r5 " 60 60 = allowed=true remaining=0 retry=0ms
-R "b" "r3" 1000000000 0 = allowed=true remaining=0 retry=0ms
+R "acme" "r4" 61 0 = allowed=true remaining=46 retry=0ms
+R "Acme" "r5" 600 0 = allowed=true remaining=600 retry=0ms
+R "acme" "r4" 61 1 = allowed=true remaining=46 retry=0ms
++ 4708
+S "acme" "SETTLED:{R1}" 61 1 = applied=true
+R "acme" "SETTLED:{R1}" 61 47 = allowed=true remaining=46 retry=0ms
+R "acme " "r6" 61 0 = allowed=true remaining=61 retry=0ms
+R "acme" "bad" 61 62 = ErrEstimateTooLarge
+R "" "bad" 600 1 = ErrInvalidArgument
+S "acme" "settled:{r1}" 61 0 = applied=true
++ 105404
 + 1
-S "acme:eu" "r5 " 60 60 = applied=true
-S "b" "{r4} " 1000000000 454707311 = applied=false
+R "Acme" "r7" 600 600 = allowed=true remaining=0 retry=0ms
 + 1
+R "acme " "bad" 61 -1 = ErrInvalidArgument
+R "acme " "R6" 61 0 = allowed=true remaining=61 retry=0ms
+R "acme " "r9" 61 61 = allowed=true remaining=0 retry=0ms
+- 1
+S "Acme" "r10" 600 481 = applied=false
 - 60000
-R "acme:eu" "r5 " 60 0 = allowed=true remaining=0 retry=0ms
+R "Acme" "settled:r10" 600 198 = allowed=false remaining=0 retry=79800ms
+- 60000
+S "acme " "r9" 61 0 = applied=true
+R "Acme" "r12" 600 1 = allowed=false remaining=0 retry=120100ms
+R "acme " "R6" 61 26 = allowed=true remaining=61 retry=0ms
+S "acme " "R6" 61 3 = applied=true
+trace w3600000-d2-3tenants-debt-back-lowered-edge-again-bad "tq" 3600000 2
+R "Acme" "r1" 1000000 1000000 = allowed=true remaining=0 retry=0ms
+S "Acme" "r1" 1000000 1000001 = applied=true
++ 3152
+R "Acme" "r2" 1000000 1 = allowed=true remaining=52531 retry=0ms
+R "acme:eu" "R3" 3 2 = allowed=true remaining=1 retry=0ms
+S "Acme" "r2" 1000000 3000000 = applied=true
++ 3751
+R "acme" "r4" 59 0 = allowed=true remaining=59 retry=0ms
+S "acme" "r4" 2 0 = applied=true
+R "Acme" "r5" 1000000 52531 = allowed=false remaining=0 retry=119401ms
+R "acme" "r6" 1 0 = allowed=true remaining=1 retry=0ms
+S "acme" "r6" 1 1 = applied=true
+R "acme:eu" "r7" 3 1 = allowed=true remaining=0 retry=0ms
+R "acme" "r6 " 1 1 = allowed=false remaining=0 retry=60000ms
 + 1
-S "b" "bad" 1000000000 -1 = ErrInvalidArgument
-S "b" "r3" 1000000000 0 = applied=true
-R "b" "{r4}  " 1000000000 0 = allowed=true remaining=16666 retry=0ms
-R "b" "r8" 1000000000 59317292 = allowed=false remaining=16666 retry=63557ms
-R "b" "r8:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000000 1 = allowed=true remaining=16665 retry=0ms
-R "acme:eu" "bad" 60 61 = ErrEstimateTooLarge
-S "b" "R1" 1000000000 1000000000 = applied=true
-R "b" "r10" 1000000000 1000000000 = allowed=false remaining=16665 retry=119998ms
-R "b" "r10 " 1000000000 205801756 = allowed=false remaining=16665 retry=72346ms
-S "b" "{r4}  " 1000000000 0 = applied=true
-R "" "bad" 60 1 = ErrInvalidArgument
-S "b" "{r4}  " 1000000000 714885742 = applied=false
-R "acme:eu" "open:r5 " 60 0 = allowed=true remaining=0 retry=0ms
-R "b" "open:r10 " 1000000000 369218036 = allowed=false remaining=16665 retry=82151ms
-S "b" "r8:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000000 856916583 = applied=true
+R "acme:eu" "R3" 3 1 = allowed=true remaining=0 retry=0ms
+R "acme" "r9" 1 1 = allowed=false remaining=0 retry=59999ms
+S "acme:eu" "R3" 3 1 = applied=true
+R "Acme" "R5" 1000000 0 = allowed=false remaining=0 retry=116248ms
++ 3599998
+S "acme:eu" "r7" 3 0 = applied=true
++ 66278
++ 3600000
+S "acme:eu" "r11" 3 2 = applied=false
+- 1
+R "Acme" "r5" 1000000 22336 = allowed=true remaining=977664 retry=0ms
+S "Acme" "bad" 1000000 1000000001 = ErrInvalidArgument
 + 1
-R "b" "settled:open:r10 " 1000000000 48104679 = allowed=false remaining=0 retry=114298ms
-R "b" "r10 " 1000000000 39725171 = allowed=false remaining=0 retry=113795ms
-S "acme:eu" "open:r5 " 60 1 = applied=true
-trace w1000-d1-1tenants-debt-lowered-edge-again "" 1000 1
-R "acme " "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 2 1 = allowed=true remaining=1 retry=0ms
+R "Acme" "r12" 1000000 0 = allowed=true remaining=977680 retry=0ms
+R "acme" "{r13}" 1 0 = allowed=true remaining=1 retry=0ms
+R "acme:eu" "settled:r11" 3 3 = allowed=true remaining=0 retry=0ms
+trace w59999-d60-3tenants-debt-edge-again-bad "tq" 59999 60
+R "b" "R1" 7 0 = allowed=true remaining=7 retry=0ms
+S "b" "R1 " 7 7 = applied=false
+S "Acme" "r3" 61 39 = applied=false
+S "b" "R1" 7 14 = applied=true
+R "b" "r4" 7 1 = allowed=false remaining=0 retry=68572ms
++ 72563
+R "Acme" "{r5}" 61 61 = allowed=true remaining=0 retry=0ms
+R "b" "r6" 7 0 = allowed=true remaining=1 retry=0ms
+S "b" "r6" 7 1 = applied=true
+S "acme:eu" "r7" 59 24 = applied=false
+R "acme:eu" "settled:r7" 59 0 = allowed=true remaining=59 retry=0ms
+R "acme:eu" "r9" 59 0 = allowed=true remaining=59 retry=0ms
+R "b" "open:r6" 7 0 = allowed=true remaining=0 retry=0ms
+R "b" "bad" 7 -1 = ErrInvalidArgument
++ 59998
+R "b" "bad" 1000000001 1 = ErrInvalidArgument
++ 1
++ 1
+S "b" "open:r6" 7 0 = applied=false
++ 1
+R "acme:eu" "settled:r9" 59 59 = allowed=true remaining=0 retry=0ms
++ 119744
+trace w3600001-d3-2tenants-debt-back-edge-again-bad "q-2" 3600001 3
+R "b" "r1" 1 1 = allowed=true remaining=0 retry=0ms
+R "b" "r1" 1 0 = allowed=true remaining=0 retry=0ms
+R "acme " "r2" 1000 1000 = allowed=true remaining=0 retry=0ms
+R "b" "r3" 1 0 = allowed=true remaining=0 retry=0ms
++ 3600001
+R "acme " "r4" 1000 0 = allowed=true remaining=1000 retry=0ms
+R "" "bad" 1 1 = ErrInvalidArgument
+S "acme " "r2" 1000 999 = applied=false
+S "acme " "r4" 1000 0 = applied=true
++ 1
+S "b" "r1" 1 2 = applied=false
+S "b" "r3" 1 0 = applied=false
+R "acme " "bad" 1000 1001 = ErrEstimateTooLarge
++ 1493
+R "acme " "r5" 1000 62 = allowed=true remaining=938 retry=0ms
++ 1
++ 3600000
+- 60000
+R "b" "r6" 1 1 = allowed=true remaining=0 retry=0ms
+R "acme " "open:r5" 1000 938 = allowed=true remaining=62 retry=0ms
+R "acme " "open:r5:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000 38 = allowed=true remaining=24 retry=0ms
+S "acme " "open:r5:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000 11 = applied=true
+R "b" "r9" 1 1 = allowed=false remaining=0 retry=60000ms
+R "b" "r9" 1 0 = allowed=true remaining=0 retry=0ms
+S "acme " "open:r5" 1000 1000000000 = applied=true
+R "b" "r9" 1 1 = allowed=true remaining=0 retry=0ms
+R "acme " "bad" 1000 1001 = ErrEstimateTooLarge
+S "acme " "open:r5" 1000 474 = applied=false
+trace w0-d60-1tenants-lowered-edge-again-bad "q-2" 0 60
+S "acme " "bad" 7 -1 = ErrInvalidArgument
+R "acme " "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 7 0 = allowed=true remaining=7 retry=0ms
++ 1
++ 6818
+R "acme " "{r2}" 1 0 = allowed=true remaining=1 retry=0ms
+S "acme " "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1 0 = applied=true
+S "acme " "{r2}" 1 0 = applied=true
+R "acme " "{R2}" 1 1 = allowed=true remaining=0 retry=0ms
+R "acme " "r4" 1 0 = allowed=true remaining=0 retry=0ms
+R "acme " "r5" 1 0 = allowed=true remaining=0 retry=0ms
+R "acme " "r6" 1 0 = allowed=true remaining=0 retry=0ms
++ 3600000
+R "acme " "r7" 1 0 = allowed=true remaining=1 retry=0ms
+R "acme " "r7" 1 1 = allowed=true remaining=1 retry=0ms
+S "acme " "r7" 1 0 = applied=true
+trace w7806-d3-2tenants-debt-lowered-bad "q-2" 7806 3
+R "acme:eu" "" 7919 1 = ErrInvalidArgument
++ 1
+R "acme:eu" "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 7919 0 = allowed=true remaining=7919 retry=0ms
+R "b" "r2" 2 2 = allowed=true remaining=0 retry=0ms
+R "b" "r2:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 2 1 = allowed=false remaining=0 retry=30000ms
 + 687
 + 2033
 + 25721
-R "acme " "r2" 2 0 = allowed=true remaining=1 retry=0ms
-S "acme " "r2" 2 4 = applied=true
-S "acme " "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 2 1 = applied=false
-R "acme " "r3" 2 1 = allowed=false remaining=0 retry=90000ms
-R "acme " "r3 " 2 0 = allowed=false remaining=0 retry=60000ms
-+ 60000
-R "acme " "r3  " 2 0 = allowed=true remaining=0 retry=0ms
-R "acme " "{r6}" 1 0 = allowed=true remaining=0 retry=0ms
-R "acme " "{r6}:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1 0 = allowed=true remaining=0 retry=0ms
+R "acme:eu" "r4" 7919 0 = allowed=true remaining=7919 retry=0ms
+S "acme:eu" "r4" 7919 15000 = applied=true
+S "acme:eu" "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 7919 0 = applied=false
+S "b" "r2" 2 3 = applied=false
+R "b" "r5" 2 1 = allowed=false remaining=0 retry=1559ms
+R "acme:eu" "r6" 7919 0 = allowed=false remaining=0 retry=53651ms
+R "acme:eu" "bad" 7919 7920 = ErrEstimateTooLarge
+R "b" "{r7}" 1 0 = allowed=true remaining=0 retry=0ms
+R "acme:eu" "r6:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 7919 0 = allowed=false remaining=0 retry=53651ms
 + 1190
 + 1
++ 53652
+R "acme:eu" "r9" 7919 1 = allowed=true remaining=156 retry=0ms
+R "b" "r10" 1 1 = allowed=true remaining=0 retry=0ms
+trace w1000-d0-2tenants-debt-back-lowered-again-bad "tq" 1000 0
 + 1
-S "acme " "r3  " 1 0 = applied=false
-R "acme " "r8" 1 1 = allowed=false remaining=0 retry=58808ms
-R "acme " "R8" 1 1 = allowed=false remaining=0 retry=58808ms
-R "acme " "R8" 1 0 = allowed=true remaining=0 retry=0ms
++ 1
++ 1
+R "acme" "r1 " 60 35 = allowed=true remaining=25 retry=0ms
+R "Acme" "r2" 3 3 = allowed=true remaining=0 retry=0ms
+S "Acme" "r2" 3 9 = applied=true
+S "acme" "r1 " 60 1000000000 = applied=true
+R "acme" "r1 " 60 0 = allowed=true remaining=0 retry=0ms
 + 1000
-S "acme " "{r6}" 1 1 = applied=false
-S "acme " "R8" 1 0 = applied=false
-R "acme " "R8 " 1 1 = allowed=false remaining=0 retry=57808ms
-trace w59999-d0-2tenants-debt-back-lowered-edge-again-bad "tq" 59999 0
-+ 1
-R "acme:eu" "settled:r1" 7 6 = allowed=true remaining=1 retry=0ms
-R "" "bad" 7 1 = ErrInvalidArgument
-+ 59998
-R "acme:eu" "settled:r1 " 7 1 = allowed=true remaining=6 retry=0ms
+R "acme" "r1  " 60 0 = allowed=false remaining=0 retry=59000ms
++ 59000
+R "acme" "r1   " 60 1 = allowed=false remaining=0 retry=1000ms
++ 1000
 - 2312
-S "acme:eu" "settled:r1" 7 14 = applied=true
-+ 1
-S "acme:eu" "settled:r1 " 7 1 = applied=true
+R "acme" "bad" 1000000001 1 = ErrInvalidArgument
+R "Acme" "r5" 3 0 = allowed=false remaining=0 retry=1312ms
 - 1
-R "Acme" "" 1 1 = ErrInvalidArgument
-R "acme:eu" "r3" 7 5 = allowed=false remaining=0 retry=62312ms
-S "Acme" "r4" 1 1 = applied=false
-R "acme:eu" "{r5}" 7 2 = allowed=false remaining=0 retry=36598ms
-R "Acme" "r6" 1 1 = allowed=true remaining=0 retry=0ms
-S "Acme" "r6" 1 0 = applied=true
-R "Acme" "" 1 1 = ErrInvalidArgument
-R "acme:eu" "" 7 1 = ErrInvalidArgument
-R "acme:eu" "bad" 1000000001 1 = ErrInvalidArgument
-R "acme:eu" "{R5}" 7 0 = allowed=false remaining=0 retry=19455ms
+R "Acme" "r6" 2 0 = allowed=false remaining=0 retry=1969ms
++ 1000
++ 1
+R "acme" "{r7}" 60 13 = allowed=false remaining=0 retry=13312ms
+R "Acme" "r8" 2 0 = allowed=false remaining=0 retry=968ms
+R "Acme" "settled:r8" 2 1 = allowed=false remaining=0 retry=30968ms
+R "Acme" "{r10}" 2 0 = allowed=false remaining=0 retry=968ms
+R "acme" "{R7}" 60 0 = allowed=true remaining=0 retry=0ms
 + 1052
-R "Acme" "open:r6" 1 1 = allowed=true remaining=0 retry=0ms
-+ 1
-R "Acme" "r9" 1 1 = allowed=false remaining=0 retry=59999ms
-R "acme:eu" "settled:r1 " 7 1 = allowed=true remaining=0 retry=0ms
-S "Acme" "r6" 1 0 = applied=false
-+ 1
-S "acme:eu" "settled:r1" 1 1 = applied=false
-R "Acme" "r10" 1 1 = allowed=false remaining=0 retry=59998ms
-R "acme:eu" "{r11}" 1 0 = allowed=false remaining=0 retry=61258ms
-- 1956
-S "acme:eu" "settled:r1 " 1 1 = applied=false
-R "Acme" "" 1 1 = ErrInvalidArgument
-R "acme:eu" "r12" 1 0 = allowed=false remaining=0 retry=63214ms
-S "Acme" "open:r6" 1 0 = applied=true
-trace w247563-d1-3tenants-debt-back-lowered-edge-again-bad "tq" 247563 1
-R "acme:eu" "{r1}" 7919 0 = allowed=true remaining=7919 retry=0ms
-R "acme" "{r2}" 1 0 = allowed=true remaining=1 retry=0ms
-R "acme:eu" "open:{r1}" 7919 7918 = allowed=true remaining=1 retry=0ms
+trace w2-d0-1tenants-debt-back-lowered-edge-again-bad "q-2" 2 0
+R "acme" "r1 " 2 2 = allowed=true remaining=0 retry=0ms
+S "acme" "r1 " 1 2 = applied=true
+R "acme" "{r2}" 1 0 = allowed=true remaining=0 retry=0ms
+R "acme" "bad" 1 2 = ErrEstimateTooLarge
++ 2
+R "acme" "{r3}" 1 0 = allowed=true remaining=0 retry=0ms
+S "acme" "{r2}" 1 3 = applied=false
+R "acme" "r4" 1 1 = allowed=false remaining=0 retry=59998ms
+R "acme" "r5" 1 0 = allowed=true remaining=0 retry=0ms
+S "acme" "{r3}" 1 0 = applied=true
+R "acme" "r6" 1 1 = allowed=false remaining=0 retry=59998ms
+R "acme" "open:r6" 1 0 = allowed=true remaining=0 retry=0ms
+R "acme" "bad" 0 0 = ErrInvalidArgument
+R "acme" "r8" 1 0 = allowed=true remaining=0 retry=0ms
+S "acme" "r8" 1 0 = applied=true
+S "acme" "open:r6" 1 0 = applied=true
 + 17433
-+ 230129
-R "acme:eu" "OPEN:{R1}" 7919 2 = allowed=true remaining=7917 retry=0ms
-R "acme:eu" "open:OPEN:{R1}" 7919 7919 = allowed=false remaining=7917 retry=16ms
++ 1
+S "acme" "r5" 1 1 = applied=false
+R "acme" "open:r8" 1 1 = allowed=false remaining=0 retry=42564ms
 - 2292
 + 3539
-R "b" "settled:r6" 59 0 = allowed=true remaining=59 retry=0ms
-S "acme" "{r2}" 1 0 = applied=false
-R "b" "bad" 59 -1 = ErrInvalidArgument
-+ 246316
-+ 15
-+ 4742
-S "acme:eu" "bad" 7919 1000000001 = ErrInvalidArgument
+R "acme" "settled:open:r8" 1 0 = allowed=true remaining=0 retry=0ms
+S "acme" "settled:open:r8" 1 0 = applied=true
+R "acme" "bad" 1 -1 = ErrInvalidArgument
 + 1
-S "b" "settled:r6" 59 0 = applied=false
-R "acme:eu" "r7" 7919 7916 = allowed=true remaining=3 retry=0ms
-S "acme:eu" "{r1}" 7919 1 = applied=false
-R "acme:eu" "open:OPEN:{R1}" 7919 2 = allowed=true remaining=1 retry=0ms
-S "acme" "{r2}" 1 0 = applied=false
-+ 1
-+ 4928
-S "acme:eu" "open:OPEN:{R1}" 7919 10034 = applied=true
-R "b" "r8" 59 1 = allowed=true remaining=58 retry=0ms
-R "acme" "r9" 1 1 = allowed=true remaining=0 retry=0ms
-R "b" "r10" 59 59 = allowed=false remaining=58 retry=1017ms
-S "acme:eu" "r7" 7919 12561 = applied=true
 R "acme" "r11" 1 0 = allowed=true remaining=0 retry=0ms
+R "acme" "r11" 1 0 = allowed=true remaining=0 retry=0ms
+R "acme" "open:r8" 1 0 = allowed=true remaining=0 retry=0ms
++ 1
+R "acme" "R11" 1 0 = allowed=true remaining=0 retry=0ms
++ 1
+R "acme" "r4" 1 0 = allowed=true remaining=0 retry=0ms
+trace w61000-d60-1tenants-debt-lowered-edge-again-bad "q-2" 61000 60
++ 3600000
+S "acme" "r1" 1000 188 = applied=false
+R "acme" "settled:r1" 1000 1 = allowed=true remaining=999 retry=0ms
++ 61000
+S "acme" "settled:r1" 1000 2 = applied=false
++ 1
+R "acme" "r3" 1000 999 = allowed=true remaining=1 retry=0ms
+R "acme" "r3 " 1 1 = allowed=true remaining=0 retry=0ms
+R "acme" "r5" 1 0 = allowed=true remaining=0 retry=0ms
+R "acme" "r3 " 1 0 = allowed=true remaining=0 retry=0ms
+S "acme" "r5" 1 0 = applied=true
+S "acme" "r3" 1 0 = applied=true
++ 102283
+R "acme{x}" "bad" 1 1 = ErrInvalidArgument
+S "acme" "r3 " 1 1 = applied=false
++ 1
+R "acme" "{r6}" 1 0 = allowed=true remaining=1 retry=0ms
+R "acme" "r7" 1 0 = allowed=true remaining=1 retry=0ms
+R "acme" "R7" 1 1 = allowed=true remaining=0 retry=0ms
+S "acme" "{r6}" 1 0 = applied=true
++ 112884
++ 3282
+S "acme" "R7" 1 1 = applied=false
+S "acme" "r7" 1 3 = applied=false
+S "acme" "r7" 1 1 = applied=false
++ 1
+R "acme" "R7:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1 0 = allowed=true remaining=1 retry=0ms
+S "acme" "R7:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1 1 = applied=true
+trace w1000-d3-2tenants-debt-lowered-again-bad "q-2" 1000 3
 + 1
 + 1
-R "acme" "r12" 1 0 = allowed=true remaining=0 retry=0ms
-R "acme:eu" "settled:r7" 7919 1 = allowed=false remaining=0 retry=60006ms
-R "acme" "r14" 1 0 = allowed=true remaining=0 retry=0ms
-R "b" "r15" 59 59 = allowed=false remaining=58 retry=1015ms
-R "b" "" 59 1 = ErrInvalidArgument
+R "acme" "" 60 1 = ErrInvalidArgument
+R "acme" "r1" 60 60 = allowed=true remaining=0 retry=0ms
+S "acme" "r1" 60 180 = applied=true
+R "acme" "R1" 60 0 = allowed=false remaining=0 retry=120000ms
+R "acme " "r3" 3 0 = allowed=true remaining=3 retry=0ms
+S "acme " "r3" 3 0 = applied=true
+R "acme {x}" "bad" 3 1 = ErrInvalidArgument
++ 494
++ 11145
 + 1
-+ 37310
-R "acme" "R14" 1 0 = allowed=true remaining=0 retry=0ms
-R "b" "r8" 59 0 = allowed=true remaining=59 retry=0ms
-R "acme" "{r17}" 1 0 = allowed=true remaining=0 retry=0ms
-R "b" "r18" 59 0 = allowed=true remaining=59 retry=0ms
-trace w1000-d1-1tenants-debt-back-lowered-again-bad "tq" 1000 1
-+ 3651
-S "acme:eu" "r1" 1 0 = applied=false
-R "acme:eu" "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1 0 = allowed=true remaining=1 retry=0ms
-S "acme:eu" "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1 3 = applied=true
-S "acme:eu" "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1 0 = applied=false
+R "acme" "r4" 60 0 = allowed=false remaining=0 retry=108360ms
+R "acme " "r5" 3 3 = allowed=true remaining=0 retry=0ms
++ 94745
+R "acme {x}" "bad" 3 1 = ErrInvalidArgument
+R "acme " "r6" 3 0 = allowed=true remaining=3 retry=0ms
+S "acme " "r6" 3 0 = applied=true
 + 1
-R "acme:eu" "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1 1 = allowed=true remaining=0 retry=0ms
-R "acme:eu" "r1" 1 0 = allowed=true remaining=0 retry=0ms
-R "acme:eu" "r3" 1 1 = allowed=false remaining=0 retry=119999ms
-R "acme:eu" "bad" 0 0 = ErrInvalidArgument
-R "acme:eu" "r3 " 1 0 = allowed=false remaining=0 retry=59999ms
-- 60000
-R "acme:eu" "r1" 1 1 = allowed=true remaining=0 retry=0ms
-R "acme:eu" "r3 :xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1 0 = allowed=false remaining=0 retry=119999ms
-R "acme:eu" "" 1 1 = ErrInvalidArgument
-R "acme:eu" "r6" 1 0 = allowed=false remaining=0 retry=119999ms
-+ 1000
-R "acme:eu" "r3" 1 0 = allowed=false remaining=0 retry=118999ms
-R "acme:eu" "r6 " 1 1 = allowed=false remaining=0 retry=178999ms
-R "acme:eu" "r3 " 1 0 = allowed=false remaining=0 retry=118999ms
-R "acme:eu" "r6" 1 0 = allowed=false remaining=0 retry=118999ms
-R "acme:eu" "r8" 1 0 = allowed=false remaining=0 retry=118999ms
-+ 4392
-R "acme:eu" "r9" 1 0 = allowed=false remaining=0 retry=114607ms
+S "acme " "{r7}" 3 0 = applied=false
+R "acme " "r8" 3 1 = allowed=true remaining=2 retry=0ms
+S "acme" "r9" 60 44 = applied=false
+R "acme " "r10" 3 1 = allowed=true remaining=1 retry=0ms
+R "acme" "r9" 60 52 = allowed=true remaining=0 retry=0ms
+S "acme " "bad" 3 1000000001 = ErrInvalidArgument
+R "acme " "r11" 3 1 = allowed=true remaining=0 retry=0ms
+trace w1000-d2-1tenants-busy-debt-again "" 1000 2
+R "acme" "open:r1" 1000000 84 = allowed=true remaining=999916 retry=0ms
++ 345
++ 426
+R "acme" "r2" 1000000 25 = allowed=true remaining=999975 retry=0ms
+R "acme" "r3" 1000000 76 = allowed=true remaining=999899 retry=0ms
+R "acme" "{r4}" 1000000 76 = allowed=true remaining=999823 retry=0ms
+R "acme" "r5" 1000000 70 = allowed=true remaining=999753 retry=0ms
+S "acme" "r3" 1000000 22 = applied=true
+S "acme" "r5" 1000000 70 = applied=true
+S "acme" "r2" 1000000 3000000 = applied=true
+R "acme" "r6" 1000000 92 = allowed=false remaining=0 retry=120006ms
+R "acme" "settled:r6" 1000000 91 = allowed=false remaining=0 retry=120006ms
+S "acme" "r5" 1000000 538325 = applied=false
+R "acme" "r8" 1000000 82 = allowed=false remaining=0 retry=120005ms
+S "acme" "open:r1" 1000000 85 = applied=true
++ 430
++ 433
+S "acme" "{r4}" 1000000 3000000 = applied=true
++ 176
+R "acme" "settled:r8" 1000000 8 = allowed=false remaining=0 retry=119825ms
+R "acme" "r10" 1000000 64 = allowed=false remaining=0 retry=119828ms
+R "acme" "r10 " 1000000 33 = allowed=false remaining=0 retry=119826ms
+R "acme" "r12" 1000000 15 = allowed=false remaining=0 retry=119825ms
++ 559
++ 568
+S "acme" "{r4}" 1000000 797900 = applied=false
+R "acme" "R12" 1000000 24 = allowed=false remaining=0 retry=118699ms
++ 615
+R "acme" "R12:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000 97 = allowed=false remaining=0 retry=118088ms
+S "acme" "{r4}" 1000000 402192 = applied=false
++ 665
++ 727
+R "acme" "r15" 1000000 98 = allowed=false remaining=0 retry=116696ms
+R "acme" "open:r15" 1000000 57 = allowed=false remaining=0 retry=116694ms
++ 138
+R "acme" "r17" 1000000 7 = allowed=false remaining=0 retry=116553ms
+S "acme" "r5" 1000000 580199 = applied=false
+R "acme" "r17 " 1000000 59 = allowed=false remaining=0 retry=116556ms
+R "acme" "R17 " 1000000 94 = allowed=false remaining=0 retry=116558ms
+R "acme" "r20" 1000000 35 = allowed=false remaining=0 retry=116555ms
+S "acme" "r5" 1000000 82620 = applied=false
++ 601
++ 738
++ 129
+S "acme" "{r4}" 1000000 488812 = applied=false
+S "acme" "r5" 1000000 985014 = applied=false
+R "acme" "{r21}" 1000000 68 = allowed=false remaining=0 retry=115089ms
+R "acme" "r22" 1000000 95 = allowed=false remaining=0 retry=115090ms
+R "acme" "R22" 1000000 76 = allowed=false remaining=0 retry=115089ms
++ 163
+S "acme" "r5" 1000000 758103 = applied=false
++ 718
+R "acme" "open:R22" 1000000 93 = allowed=false remaining=0 retry=114209ms
+R "acme" "OPEN:R22" 1000000 66 = allowed=false remaining=0 retry=114207ms
+R "acme" "OPEN:R22:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000 97 = allowed=false remaining=0 retry=114209ms
++ 911
+R "acme" "r27" 1000000 87 = allowed=false remaining=0 retry=113298ms
+R "acme" "r28" 1000000 6 = allowed=false remaining=0 retry=113293ms
++ 998
++ 972
++ 135
+R "acme" "open:r28" 1000000 76 = allowed=false remaining=0 retry=111192ms
+trace w317006-d0-3tenants-edge-again-bad "" 317006 0
+R "acme:eu" "r1" 1000000 999999 = allowed=true remaining=1 retry=0ms
+R "acme " "bad" 59 -1 = ErrInvalidArgument
+R "acme:eu" "{r2}" 1000000 0 = allowed=true remaining=1 retry=0ms
+S "acme:eu" "{r3}" 1000000 146700 = applied=false
 + 1
-R "acme:eu" "r6" 1 0 = allowed=false remaining=0 retry=114606ms
-R "acme:eu" "r10" 1 0 = allowed=false remaining=0 retry=114606ms
-R "acme:eu" "R10" 1 1 = allowed=false remaining=0 retry=174606ms
-trace w1-d0-1tenants-debt-again-bad "tq" 1 0
++ 317004
+R "acme:eu" "r4" 1000000 0 = allowed=true remaining=1000000 retry=0ms
 + 1
-S "b" "r1" 3 1 = applied=false
-R "b" "r2" 3 0 = allowed=true remaining=3 retry=0ms
-R "b" "r2:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 3 2 = allowed=true remaining=1 retry=0ms
-R "" "bad" 3 1 = ErrInvalidArgument
-S "b" "r2" 3 0 = applied=true
-S "b" "r2" 3 0 = applied=false
-R "b" "r4" 3 1 = allowed=true remaining=0 retry=0ms
-R "b" "r5" 3 1 = allowed=false remaining=0 retry=20000ms
-S "b" "r2" 3 2 = applied=false
-S "b" "r2:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 3 1 = applied=true
-+ 20000
-R "b" "r6" 3 0 = allowed=true remaining=2 retry=0ms
-R "b" "{r7}" 3 1 = allowed=true remaining=1 retry=0ms
-S "b" "r6" 3 0 = applied=true
-S "b" "r4" 3 0 = applied=false
-S "b" "{r7}" 3 2 = applied=true
-R "b" "settled:{r7}" 3 0 = allowed=true remaining=0 retry=0ms
-S "b" "settled:{r7}" 3 1 = applied=true
-S "b" "r2:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 3 1 = applied=false
-R "b" "open:settled:{r7}" 3 2 = allowed=false remaining=0 retry=60000ms
-R "b" "settled:open:settled:{r7}" 3 0 = allowed=false remaining=0 retry=20000ms
-trace w306004-d2-3tenants-debt-back-lowered-again-bad "" 306004 2
-+ 1
-R "acme " "r1 " 1000 0 = allowed=true remaining=1000 retry=0ms
-R "acme:eu" "bad" 61 62 = ErrEstimateTooLarge
-S "acme " "r1 " 1000 0 = applied=true
-- 2181
-R "acme:eu" "r2" 60 1 = allowed=true remaining=59 retry=0ms
-R "Acme" "r3" 59 0 = allowed=true remaining=59 retry=0ms
-S "Acme" "r3" 59 177 = applied=true
-S "acme:eu" "r2" 60 2 = applied=true
-R "Acme" "r3" 59 59 = allowed=true remaining=0 retry=0ms
-R "acme " "{r4}" 1000 895 = allowed=true remaining=105 retry=0ms
-+ 1
-+ 1
-S "acme " "{r4}" 1000 0 = applied=true
-R "acme " "{R4}" 1000 17 = allowed=true remaining=983 retry=0ms
-R "acme " "{r6}" 1000 35 = allowed=true remaining=948 retry=0ms
-R "acme:eu" "r2" 60 60 = allowed=true remaining=58 retry=0ms
-+ 1
-R "Acme" "r3" 59 2 = allowed=true remaining=0 retry=0ms
-R "Acme" "open:r3" 59 59 = allowed=false remaining=0 retry=179997ms
-R "acme " "{r6}:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000 973 = allowed=false remaining=948 retry=1499ms
-+ 18442
-trace w7200000-d0-1tenants-debt-back-lowered-edge-again-bad "q-2" 7200000 0
-R "Acme" "R1" 3 3 = allowed=true remaining=0 retry=0ms
-R "Acme" "r2" 3 0 = allowed=true remaining=0 retry=0ms
-+ 7200000
-S "Acme" "R1" 3 1 = applied=false
-S "Acme" "R1" 3 1 = applied=false
-- 1
-+ 1
-+ 1
-R "Acme" "r2 " 3 0 = allowed=true remaining=3 retry=0ms
-R "Acme" "open:r2 " 3 0 = allowed=true remaining=3 retry=0ms
-R "Acme" "open:open:r2 " 3 3 = allowed=true remaining=0 retry=0ms
-R "Acme" "r6" 3 3 = allowed=false remaining=0 retry=60000ms
-R "Acme" "r7" 3 0 = allowed=true remaining=0 retry=0ms
-R "Acme" "r7 " 3 0 = allowed=true remaining=0 retry=0ms
-R "Acme" "bad" 3 4 = ErrEstimateTooLarge
-S "Acme" "R1" 3 2 = applied=false
-R "Acme" "r9" 3 0 = allowed=true remaining=0 retry=0ms
-R "Acme" "r10" 3 0 = allowed=true remaining=0 retry=0ms
-R "Acme" "open:r10" 3 0 = allowed=true remaining=0 retry=0ms
+R "acme:eu" "r5" 1000000 0 = allowed=true remaining=1000000 retry=0ms
+R "acme:eu" "r5 " 1000000 999999 = allowed=true remaining=1 retry=0ms
+R "acme:eu" "bad" 1000000 1000001 = ErrEstimateTooLarge
+S "b" "r7:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 2 0 = applied=false
+R "b" "r8" 2 1 = allowed=true remaining=1 retry=0ms
+R "b" "r9" 2 1 = allowed=true remaining=0 retry=0ms
+R "acme:eu" "open:r5 " 1000000 1 = allowed=true remaining=0 retry=0ms
 + 2493
-S "Acme" "open:r2 " 3 0 = applied=true
-S "Acme" "open:r2 " 3 2 = applied=false
-R "Acme" "r12" 3 0 = allowed=true remaining=0 retry=0ms
-R "Acme" "settled:r12" 3 0 = allowed=true remaining=0 retry=0ms
+S "acme:eu" "{r2}" 1000000 0 = applied=false
+S "acme:eu" "{r3}" 1000000 453271 = applied=false
+R "acme:eu" "r11" 1000000 0 = allowed=true remaining=41550 retry=0ms
+R "acme " "settled:r12" 59 0 = allowed=true remaining=59 retry=0ms
 + 95262
-S "Acme" "open:r10" 3 0 = applied=true
-+ 7102245
-S "Acme" "open:open:r2 " 3 0 = applied=false
-R "Acme" "r14" 3 3 = allowed=true remaining=0 retry=0ms
-S "Acme" "open:r10" 3 0 = applied=false
-S "Acme" "r14" 3 2 = applied=true
-S "Acme" "r2" 1 3 = applied=false
-S "Acme" "r10" 1 0 = applied=false
-R "Acme" "r12" 1 0 = allowed=true remaining=1 retry=0ms
-S "Acme" "r7 " 1 0 = applied=false
-- 898
-S "Acme" "settled:r12" 1 0 = applied=true
-S "Acme" "r12" 1 0 = applied=true
-trace w161276-d3-1tenants-lowered-edge-again-bad "" 161276 3
+trace w3600000-d2-3tenants-debt-back-lowered-again-bad "" 3600000 2
+R "acme" "settled:r1" 1000000 49414 = allowed=true remaining=950586 retry=0ms
++ 3562
+R "b" "r2" 60 1 = allowed=true remaining=59 retry=0ms
+R "acme " "r3" 59 59 = allowed=true remaining=0 retry=0ms
+R "b" "bad" 1000000001 1 = ErrInvalidArgument
+S "acme" "settled:r1" 1000000 3000000 = applied=true
+S "b" "r2" 1 0 = applied=true
+R "b" "r2" 1 0 = allowed=true remaining=1 retry=0ms
+R "acme " "bad" 0 0 = ErrInvalidArgument
+- 60000
+R "acme" "settled:r1" 1000000 0 = allowed=true remaining=0 retry=0ms
+S "b" "r2" 1 1 = applied=false
+R "b" "r2:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1 0 = allowed=true remaining=1 retry=0ms
+R "acme " "r3:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 59 0 = allowed=true remaining=0 retry=0ms
+R "b" "r6" 1 0 = allowed=true remaining=1 retry=0ms
+R "acme " "r7" 59 44 = allowed=false remaining=0 retry=104746ms
+S "b" "r2:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1 0 = applied=true
+R "b" "r8" 1 0 = allowed=true remaining=1 retry=0ms
+trace w1-d3-1tenants-debt-back-edge-again-bad "q-2" 1 3
+R "acme " "r1" 2 2 = allowed=true remaining=0 retry=0ms
+R "acme " "r2" 2 1 = allowed=false remaining=0 retry=30000ms
+S "acme " "r1" 2 6 = applied=true
++ 4378
++ 1954
+R "acme " "r3" 2 2 = allowed=false remaining=0 retry=173668ms
+R "acme " "r4" 2 0 = allowed=false remaining=0 retry=113668ms
+R "acme " "r5" 2 2 = allowed=false remaining=0 retry=173668ms
+R "acme " "r2" 2 0 = allowed=false remaining=0 retry=113668ms
+R "acme " "r3" 2 2 = allowed=false remaining=0 retry=173668ms
 + 1
-R "acme:eu" "bad" 1000000001 1 = ErrInvalidArgument
-R "acme:eu" "r1" 1000000 0 = allowed=true remaining=1000000 retry=0ms
-R "acme:eu" "r2" 3 3 = allowed=true remaining=0 retry=0ms
-S "acme:eu" "r2" 3 2 = applied=true
-R "acme:eu" "r3" 3 1 = allowed=true remaining=0 retry=0ms
-R "acme:eu" "r1" 3 0 = allowed=true remaining=0 retry=0ms
-S "acme:eu" "r3" 3 0 = applied=true
-R "acme:eu" "r2" 3 0 = allowed=true remaining=1 retry=0ms
-+ 161275
-+ 3371
-S "acme:eu" "r1" 3 0 = applied=false
-R "acme:eu" "r4" 1 0 = allowed=true remaining=1 retry=0ms
-R "acme:eu" "R4" 1 1 = allowed=true remaining=0 retry=0ms
-R "acme:eu" "r4" 1 0 = allowed=true remaining=0 retry=0ms
-R "acme:eu" "R4" 1 1 = allowed=true remaining=0 retry=0ms
-+ 161276
-R "acme:eu" "{r6}" 1 0 = allowed=true remaining=1 retry=0ms
-trace w0-d3-1tenants-debt-back-again-bad "" 0 3
-R "Acme{x}" "bad" 1000000 1 = ErrInvalidArgument
-+ 1
+R "acme " "{r6}" 2 0 = allowed=false remaining=0 retry=113667ms
++ 113666
++ 13560
+- 60000
+S "acme " "bad" 2 1000000001 = ErrInvalidArgument
+R "acme " "r7" 2 0 = allowed=false remaining=0 retry=46441ms
 + 104697
 + 1
-R "Acme" "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000 57890 = allowed=true remaining=942110 retry=0ms
-R "Acme" "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000 330127 = allowed=true remaining=611983 retry=0ms
-R "Acme" "open:r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000 0 = allowed=true remaining=611983 retry=0ms
-R "Acme" "r4" 1000000 1 = allowed=true remaining=611982 retry=0ms
-R "Acme" "r5" 1000000 0 = allowed=true remaining=611982 retry=0ms
-S "Acme" "open:r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000 0 = applied=true
-S "Acme" "open:r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000 476356 = applied=false
-R "Acme" "r6" 1000000 611981 = allowed=true remaining=1 retry=0ms
-R "Acme" "r7" 1000000 1000000 = allowed=false remaining=1 retry=60000ms
-S "Acme" "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000 330127 = applied=true
+R "acme " "r7:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 2 0 = allowed=true remaining=1 retry=0ms
+R "acme " "r7:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 2 0 = allowed=true remaining=1 retry=0ms
+R "acme " "open:r7:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 2 0 = allowed=true remaining=1 retry=0ms
+R "acme " "r11" 2 1 = allowed=true remaining=0 retry=0ms
+R "acme " "r12" 2 0 = allowed=true remaining=0 retry=0ms
+S "acme " "open:r7:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 2 0 = applied=true
+S "acme " "r1" 2 0 = applied=false
+S "acme " "r12" 2 0 = applied=true
+S "acme " "r7:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 2 0 = applied=true
 - 2050
-+ 4576
-R "Acme" "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000 84273 = allowed=true remaining=42101 retry=0ms
-S "Acme" "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000 87008 = applied=true
-S "Acme" "r4" 1000000 3000000 = applied=true
-R "Acme" "r8" 1000000 8342 = allowed=false remaining=0 retry=179722ms
-R "Acme" "open:r8" 1000000 1 = allowed=false remaining=0 retry=179222ms
-+ 179221
-S "Acme" "r5" 1000000 0 = applied=true
-+ 179222
-S "Acme" "bad" 1000000 -1 = ErrInvalidArgument
-S "Acme" "r6" 1000000 611981 = applied=true
+trace w61000-d3-3tenants-debt-back-lowered-edge-again-bad "q-2" 61000 3
++ 4210
+S "acme " "r1" 3 2 = applied=false
+R "acme " "r1" 3 0 = allowed=true remaining=3 retry=0ms
+R "acme" "r2:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 7919 271 = allowed=true remaining=7648 retry=0ms
+R "acme" "r2:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 7919 2912 = allowed=true remaining=4736 retry=0ms
++ 4868
++ 56132
+S "acme:eu" "bad" 60 -1 = ErrInvalidArgument
+S "acme" "r2:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 7919 271 = applied=false
 + 9680
 + 1
-S "Acme" "r5" 1000000 381712 = applied=false
-+ 179222
-trace w7200000-d1-2tenants-back-lowered-again-bad "q-2" 7200000 1
+S "acme" "r2:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 7919 5993 = applied=false
 + 1
-S "acme" "open:r1" 2 0 = applied=false
-R "acme" "r2" 2 0 = allowed=true remaining=2 retry=0ms
-S "Acme" "r3" 7 2 = applied=false
+S "acme" "r2:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 7919 1000000000 = applied=false
+- 60000
+R "acme " "r4" 1 0 = allowed=true remaining=1 retry=0ms
 - 1
-R "Acme" "r4" 7 0 = allowed=true remaining=7 retry=0ms
-S "acme" "r2" 2 0 = applied=true
-S "Acme" "bad" 3 1000000001 = ErrInvalidArgument
-R "Acme" "settled:r4" 3 2 = allowed=true remaining=1 retry=0ms
-R "Acme" "settled:r4" 3 0 = allowed=true remaining=1 retry=0ms
-S "Acme" "settled:r4" 3 2 = applied=true
-R "acme" "bad" 0 0 = ErrInvalidArgument
-R "acme" "r6" 2 1 = allowed=true remaining=1 retry=0ms
 + 1
-R "acme" "{r7}" 2 0 = allowed=true remaining=1 retry=0ms
+R "acme:eu" "r5" 60 60 = allowed=true remaining=0 retry=0ms
 + 1
-R "acme" "r2" 2 0 = allowed=true remaining=1 retry=0ms
-trace w1-d3-2tenants-debt-lowered-edge-again-bad "" 1 3
+S "acme" "r2:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 7919 4370 = applied=false
+R "acme " "r6" 1 0 = allowed=true remaining=1 retry=0ms
+R "acme" "r7" 61 0 = allowed=true remaining=61 retry=0ms
+R "acme " "r8" 1 0 = allowed=true remaining=1 retry=0ms
+S "acme:eu" "r5" 60 0 = applied=true
+S "acme" "r7" 7 0 = applied=true
+- 60000
+S "acme " "r8 " 1 1 = applied=false
 + 1
-R "acme:eu" "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000000 999999999 = allowed=true remaining=1 retry=0ms
-R "acme " "R2" 7919 1 = allowed=true remaining=7918 retry=0ms
-R "" "bad" 7919 1 = ErrInvalidArgument
-S "acme:eu" "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000000 1000000000 = applied=true
+R "acme:eu" "{r10}" 60 13 = allowed=true remaining=47 retry=0ms
 + 1
-R "acme " "R2:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 7919 7919 = allowed=false remaining=7918 retry=7ms
-S "acme " "R2" 7919 23757 = applied=false
+R "acme " "r4" 1 0 = allowed=true remaining=1 retry=0ms
++ 1
+R "acme" "r11" 7 7 = allowed=true remaining=0 retry=0ms
+trace w7-d60-1tenants-debt-edge-again "q-2" 7 60
+R "acme" "r1" 7 7 = allowed=true remaining=0 retry=0ms
+R "acme" "open:r1" 7 0 = allowed=true remaining=0 retry=0ms
++ 6
+S "acme" "r1" 7 8 = applied=true
++ 1
+R "acme" "open:r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 7 1 = allowed=false remaining=0 retry=17136ms
+S "acme" "open:r1" 7 21 = applied=false
 + 44051
-R "acme " "settled:R2:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 7919 7919 = allowed=true remaining=0 retry=0ms
+R "acme" "open:r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 7 1 = allowed=true remaining=3 retry=0ms
+R "acme" "OPEN:R1:XXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXX" 7 3 = allowed=true remaining=0 retry=0ms
 + 1
-S "acme " "settled:R2:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 7919 23757 = applied=false
+S "acme" "open:r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 7 21 = applied=true
+S "acme" "OPEN:R1:XXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXX" 7 3 = applied=true
++ 2276
+R "acme" "r5" 7 0 = allowed=false remaining=0 retry=167951ms
+R "acme" "r6" 7 0 = allowed=false remaining=0 retry=167951ms
+R "acme" "open:r6" 7 1 = allowed=false remaining=0 retry=176523ms
+R "acme" "r8" 7 1 = allowed=false remaining=0 retry=176523ms
+R "acme" "r9" 7 0 = allowed=false remaining=0 retry=167951ms
++ 167952
+R "acme" "r9" 7 1 = allowed=false remaining=0 retry=8571ms
 + 1
-+ 1
-R "acme:eu" "R1:XXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXX" 1 0 = allowed=true remaining=0 retry=0ms
-S "acme:eu" "R1:XXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXX" 1 1 = applied=true
-R "acme " "{r6}" 7919 0 = allowed=true remaining=0 retry=0ms
-R "acme:eu" "R1:XXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXX" 1 1 = allowed=true remaining=0 retry=0ms
-R "acme:eu" "open:R1:XXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXX" 1 0 = allowed=false remaining=0 retry=15945ms
-R "acme " "R2:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 7919 0 = allowed=true remaining=0 retry=0ms
-trace w1000-d2-2tenants-back-lowered-again-bad "q-2" 1000 2
-S "acme" "{r1}" 1000 436 = applied=false
-R "acme:eu" "R2" 1 0 = allowed=true remaining=1 retry=0ms
+trace w348015-d3-1tenants-debt-back-lowered-edge-bad "q-2" 348015 3
 R "acme:eu" "bad" 0 0 = ErrInvalidArgument
 + 2837
-R "acme" "open:{r1}" 1000 0 = allowed=true remaining=1000 retry=0ms
-R "acme" "" 1000 1 = ErrInvalidArgument
-S "acme" "open:{r1}" 1000 0 = applied=true
-- 60000
-R "acme" "r4" 1000 1000 = allowed=true remaining=0 retry=0ms
-R "acme:eu" "r5" 1 1 = allowed=true remaining=0 retry=0ms
-R "acme" "r6" 1000 0 = allowed=true remaining=0 retry=0ms
-R "acme:eu" "r7" 1 0 = allowed=true remaining=0 retry=0ms
+R "acme:eu" "r1" 1 1 = allowed=true remaining=0 retry=0ms
+R "acme:eu" "R1" 1 0 = allowed=true remaining=0 retry=0ms
+- 1
+S "acme:eu" "r1" 1 3 = applied=true
+R "acme:eu" "r3" 1 1 = allowed=false remaining=0 retry=180001ms
+R "acme:eu" "R3" 1 1 = allowed=false remaining=0 retry=180001ms
+R "acme:eu" "r5" 1 0 = allowed=false remaining=0 retry=120001ms
+R "acme:eu" "r6" 1 0 = allowed=false remaining=0 retry=120001ms
++ 94821
++ 27699
+- 1
 + 1
-R "acme:eu" "{r8}" 1 0 = allowed=true remaining=0 retry=0ms
-R "acme" "r6 " 7 0 = allowed=true remaining=0 retry=0ms
-R "acme:eu" "{r10}" 1 0 = allowed=true remaining=0 retry=0ms
-R "acme:eu" "{R10}" 1 0 = allowed=true remaining=0 retry=0ms
-trace w60000-d0-2tenants-debt-lowered-edge-again-bad "q-2" 60000 0
-R "Acme" "{r1}" 1000000000 867716089 = allowed=true remaining=132283911 retry=0ms
-R "Acme" "r2" 1000000000 204766976 = allowed=false remaining=132283911 retry=4349ms
-R "Acme" "r2:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000000 0 = allowed=true remaining=132283911 retry=0ms
-S "Acme" "{r1}" 1000000000 867716089 = applied=true
-R "Acme" "bad" 1000000000 1000000001 = ErrEstimateTooLarge
-R "Acme" "r2" 1000000000 0 = allowed=true remaining=132283911 retry=0ms
-R "Acme" "r2:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000000 625041337 = allowed=true remaining=132283911 retry=0ms
-+ 60000
-R "Acme" "open:r2:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 3 1 = allowed=true remaining=2 retry=0ms
-R "Acme" "r5" 3 0 = allowed=true remaining=2 retry=0ms
-R "acme:eu" "bad" 0 0 = ErrInvalidArgument
-R "Acme" "bad" 0 0 = ErrInvalidArgument
-R "Acme" "{r6}" 3 3 = allowed=false remaining=2 retry=20000ms
-R "acme:eu" "bad" 600 -1 = ErrInvalidArgument
-R "acme:eu" "r7" 600 0 = allowed=true remaining=600 retry=0ms
-R "acme:eu" "r7" 600 600 = allowed=true remaining=600 retry=0ms
+R "acme:eu" "open:r6" 1 0 = allowed=true remaining=0 retry=0ms
+R "acme:eu" "open:r6:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1 0 = allowed=true remaining=0 retry=0ms
+S "acme:eu" "open:r6" 1 1 = applied=true
++ 225496
+R "acme:eu" "r9" 1 1 = allowed=true remaining=0 retry=0ms
+R "acme:eu" "r10" 1 1 = allowed=false remaining=0 retry=60000ms
+R "acme:eu" "{r11}" 1 0 = allowed=true remaining=0 retry=0ms
+trace w59999-d1-1tenants-debt-lowered-edge-again-bad "" 59999 1
+R "acme" "r1" 1000000 999999 = allowed=true remaining=1 retry=0ms
+R "acme" "bad" 1000000 1000001 = ErrEstimateTooLarge
+S "acme" "r1" 1000000 1000000 = applied=true
++ 1
++ 1
+R "acme" "r2" 1000000 0 = allowed=true remaining=33 retry=0ms
+R "acme" "{r3}" 1000000 1000000 = allowed=false remaining=33 retry=59998ms
+R "acme" "settled:{r3}" 1000000 0 = allowed=true remaining=33 retry=0ms
+R "acme" "r5" 1000000 4330 = allowed=false remaining=33 retry=258ms
+S "acme" "R5" 1000000 214372 = applied=false
+R "acme" "R5 " 1000000 1 = allowed=true remaining=32 retry=0ms
++ 59998
+R "acme" "open:R5 " 7919 411 = allowed=true remaining=7508 retry=0ms
++ 1
 + 105010
-S "acme:eu" "bad" 600 1000000001 = ErrInvalidArgument
-S "Acme" "r5" 3 1 = applied=false
-S "acme:eu" "r7" 600 1800 = applied=false
-S "Acme" "open:r2:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 3 1 = applied=false
-S "Acme" "r5" 3 0 = applied=false
-+ 19999
-trace w482751-d3-3tenants-back-lowered-edge-again-bad "" 482751 3
-R "acme " "r1 " 60 0 = allowed=true remaining=60 retry=0ms
-R "Acme" "r2" 7 0 = allowed=true remaining=7 retry=0ms
-R "acme:eu" "r3:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 59 0 = allowed=true remaining=59 retry=0ms
-R "acme " "r1 :xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 60 60 = allowed=true remaining=0 retry=0ms
-S "Acme" "r5" 7 6 = applied=false
-S "Acme" "r2" 7 0 = applied=true
-R "Acme" "{r6}" 7 0 = allowed=true remaining=7 retry=0ms
-R "acme:eu" "bad" 1000000001 1 = ErrInvalidArgument
-S "Acme" "r5" 7 4 = applied=false
-+ 482751
-+ 1
-- 1887
-S "acme " "{r7}" 60 47 = applied=false
-S "Acme" "r5" 7 6 = applied=false
-S "acme:eu" "r8" 59 59 = applied=false
-+ 2543
-R "Acme" "r9" 1 1 = allowed=true remaining=0 retry=0ms
-R "acme " "r10" 60 20 = allowed=true remaining=40 retry=0ms
-- 2139
-R "acme " "r11" 60 39 = allowed=true remaining=1 retry=0ms
-S "Acme" "r9" 1 1 = applied=true
-R "acme:eu" "r8" 59 59 = allowed=true remaining=59 retry=0ms
-R "Acme" "r9:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1 0 = allowed=true remaining=0 retry=0ms
-R "acme " "{r13}" 60 1 = allowed=true remaining=0 retry=0ms
-+ 118997
-S "Acme" "r9:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1 0 = applied=true
-R "Acme" "r9" 1 1 = allowed=true remaining=1 retry=0ms
-trace w2-d1-1tenants-debt-lowered-edge-again-bad "q-2" 2 1
-R "acme " "r1" 1000000 0 = allowed=true remaining=1000000 retry=0ms
-R "acme " "open:r1" 1000000 1000000 = allowed=true remaining=0 retry=0ms
-S "acme " "r3" 1000000 390770 = applied=false
-R "acme " "open:r3" 1000000 0 = allowed=true remaining=0 retry=0ms
-R "acme " "open:r3 " 1000000 71766 = allowed=false remaining=0 retry=4306ms
-R "acme " "open:r3 " 1000000 1000000 = allowed=false remaining=0 retry=60000ms
-R "acme " "open:open:r3 " 1000000 149082 = allowed=false remaining=0 retry=8945ms
-R "acme " "OPEN:OPEN:R3 " 1000000 0 = allowed=true remaining=0 retry=0ms
-+ 1
-R "acme " "OPEN:OPEN:R3  " 1000000 1000000 = allowed=false remaining=16 retry=59999ms
-+ 59999
-S "acme " "open:r1" 3 1000001 = applied=false
-R "acme {x}" "bad" 3 1 = ErrInvalidArgument
-R "acme " "open:open:r3 " 3 0 = allowed=true remaining=3 retry=0ms
-R "acme " "settled:OPEN:OPEN:R3  " 3 2 = allowed=true remaining=1 retry=0ms
-R "acme " "open:open:r3 " 3 2 = allowed=true remaining=1 retry=0ms
-R "acme " "r10" 3 2 = allowed=false remaining=1 retry=20000ms
-S "acme " "settled:OPEN:OPEN:R3  " 3 1 = applied=true
-R "acme " "r10:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 3 0 = allowed=true remaining=2 retry=0ms
-R "acme " "{r12}" 3 0 = allowed=true remaining=2 retry=0ms
-+ 2
-trace w7-d60-1tenants-debt-again "" 7 60
-R "Acme" "R1" 1 0 = allowed=true remaining=1 retry=0ms
-R "Acme" "R1" 1 0 = allowed=true remaining=1 retry=0ms
-S "Acme" "R1" 1 0 = applied=true
-R "Acme" "{r2}" 1 0 = allowed=true remaining=1 retry=0ms
-R "Acme" "r3" 1 0 = allowed=true remaining=1 retry=0ms
-R "Acme" "r4" 1 1 = allowed=true remaining=0 retry=0ms
-R "Acme" "r5" 1 1 = allowed=false remaining=0 retry=60000ms
-S "Acme" "{r2}" 1 0 = applied=true
-R "Acme" "settled:r5" 1 1 = allowed=false remaining=0 retry=60000ms
-R "Acme" "open:settled:r5" 1 1 = allowed=false remaining=0 retry=60000ms
-R "Acme" "r8" 1 1 = allowed=false remaining=0 retry=60000ms
-+ 60000
-S "Acme" "r4" 1 1000000000 = applied=false
-S "Acme" "r3" 1 0 = applied=false
-+ 60000
-+ 60001
-S "Acme" "r9" 1 1 = applied=false
-R "Acme" "r10" 1 0 = allowed=true remaining=1 retry=0ms
-R "Acme" "r11" 1 0 = allowed=true remaining=1 retry=0ms
-+ 7
-S "Acme" "r10" 1 0 = applied=false
-S "Acme" "r10" 1 0 = applied=false
-R "Acme" "settled:r11" 1 0 = allowed=true remaining=1 retry=0ms
-S "Acme" "settled:r11" 1 0 = applied=true
-+ 1
-S "Acme" "r11" 1 1 = applied=false
-+ 1920
-+ 1
-S "Acme" "settled:r11" 1 0 = applied=false
-R "Acme" "open:settled:r11" 1 1 = allowed=true remaining=0 retry=0ms
-S "Acme" "open:settled:r11" 1 1 = applied=true
-R "Acme" "r14" 1 1 = allowed=false remaining=0 retry=60000ms
-R "Acme" "r15" 1 1 = allowed=false remaining=0 retry=60000ms
-+ 1
-R "Acme" "open:r15" 1 1 = allowed=false remaining=0 retry=59999ms
-R "Acme" "r17" 1 0 = allowed=true remaining=0 retry=0ms
-trace w198762-d1-3tenants-back-edge-again-bad "q-2" 198762 1
-R "acme " "r1" 3 3 = allowed=true remaining=0 retry=0ms
-+ 198761
-R "Acme" "r2 " 1000000 999999 = allowed=true remaining=1 retry=0ms
-+ 3600000
-S "acme" "r3" 59 49 = applied=false
-+ 1
-S "acme " "settled:r1" 3 2 = applied=false
-S "acme " "r1" 3 3 = applied=false
-R "acme " "r5" 3 0 = allowed=true remaining=3 retry=0ms
-R "acme " "r6" 3 3 = allowed=true remaining=0 retry=0ms
-+ 1
-+ 1
-+ 1
-R "acme" "r3:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 59 59 = allowed=true remaining=0 retry=0ms
-R "Acme" "r8" 1000000 1000000 = allowed=true remaining=0 retry=0ms
-S "acme" "r3:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 59 56 = applied=true
-R "acme" "r3" 59 1 = allowed=true remaining=3 retry=0ms
-- 60000
-R "acme" "bad" 59 60 = ErrEstimateTooLarge
-+ 198762
-R "acme" "r3" 59 0 = allowed=true remaining=59 retry=0ms
-S "acme " "r5" 3 0 = applied=true
-R "Acme" "r9" 1000000 0 = allowed=true remaining=1000000 retry=0ms
-R "acme" "R3:XXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXX" 59 13 = allowed=true remaining=46 retry=0ms
-+ 99631
-S "Acme" "r11" 1000000 38482 = applied=false
-trace w60000-d2-1tenants-debt-lowered-again "tq" 60000 2
-+ 4589
-+ 1
-S "b" "r1" 600 93 = applied=false
-R "b" "R1" 600 599 = allowed=true remaining=1 retry=0ms
-R "b" "open:R1" 600 0 = allowed=true remaining=1 retry=0ms
-S "b" "open:R1" 600 0 = applied=true
-R "b" "r4" 600 600 = allowed=false remaining=1 retry=59900ms
-R "b" "r4 " 600 600 = allowed=false remaining=1 retry=59900ms
-S "b" "R1" 600 905 = applied=true
-+ 59899
-R "b" "{r6}" 600 1 = allowed=true remaining=292 retry=0ms
-S "b" "{r6}" 600 1800 = applied=true
-+ 1
-+ 101
-R "b" "{r6}:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 600 293 = allowed=false remaining=0 retry=149198ms
-S "b" "{r6}" 600 402 = applied=false
-+ 26182
-+ 149197
-S "b" "{r6}" 600 110 = applied=false
-R "b" "{R6}:XXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXX" 600 74 = allowed=true remaining=480 retry=0ms
-S "b" "{R6}:XXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXX" 600 0 = applied=true
-R "b" "r9" 600 481 = allowed=true remaining=73 retry=0ms
-S "b" "r9" 600 0 = applied=true
-S "b" "r9" 600 53 = applied=false
-R "b" "r10" 600 600 = allowed=false remaining=554 retry=4519ms
-+ 4519
-R "b" "r10" 600 0 = allowed=true remaining=600 retry=0ms
-S "b" "r10" 600 1800 = applied=true
-R "b" "settled:r10" 600 600 = allowed=false remaining=0 retry=180000ms
-R "b" "r12" 600 0 = allowed=false remaining=0 retry=120000ms
-R "b" "settled:r12" 600 0 = allowed=false remaining=0 retry=120000ms
-R "b" "open:settled:r12" 600 600 = allowed=false remaining=0 retry=180000ms
-+ 180001
-+ 180001
-trace w2-d0-3tenants-debt-lowered-edge-again-bad "" 2 0
-R "Acme" "r1" 3 2 = allowed=true remaining=1 retry=0ms
-S "Acme" "r1" 3 0 = applied=true
-R "Acme" "r2" 3 0 = allowed=true remaining=3 retry=0ms
-S "acme" "r3 " 3 3 = applied=false
-R "acme" "open:r3 " 3 3 = allowed=true remaining=0 retry=0ms
-S "acme" "open:r3 " 3 4 = applied=true
-S "Acme" "r2" 3 0 = applied=true
-R "b" "{r5}" 600 600 = allowed=true remaining=0 retry=0ms
-R "acme" "r3 " 3 1 = allowed=true remaining=0 retry=0ms
-R "acme" "open:r3 " 3 3 = allowed=true remaining=0 retry=0ms
-R "Acme" "r6" 3 0 = allowed=true remaining=3 retry=0ms
-+ 1
-R "acme" "open:r3  " 3 1 = allowed=false remaining=0 retry=39999ms
-R "Acme" "r6:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 3 2 = allowed=true remaining=1 retry=0ms
-S "Acme" "r6:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 3 0 = applied=true
-S "Acme" "r6" 3 0 = applied=true
-+ 84990
-R "b" "r9" 600 1 = allowed=true remaining=599 retry=0ms
-R "b" "R9" 600 0 = allowed=true remaining=599 retry=0ms
-R "b" "{r11}" 600 1 = allowed=true remaining=598 retry=0ms
-S "b" "R9" 61 94 = applied=true
-+ 39998
-R "Acme" "bad" 3 -1 = ErrInvalidArgument
-R "b" "settled:{r11}" 61 1 = allowed=true remaining=6 retry=0ms
-S "Acme" "r6:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 3 2 = applied=false
-trace w1000-d60-1tenants-debt-back-lowered-edge-again-bad "q-2" 1000 60
-+ 1
-R "acme:eu" "settled:r1" 1000 999 = allowed=true remaining=1 retry=0ms
-R "acme:eu" "settled:r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000 1 = allowed=true remaining=0 retry=0ms
-S "acme:eu" "settled:r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000 1 = applied=true
-+ 3732
-+ 1
-R "acme:eu" "r3" 1000 1 = allowed=true remaining=61 retry=0ms
-S "acme:eu" "settled:r1" 7 21 = applied=false
-R "acme:eu" "r3:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 7 7 = allowed=true remaining=0 retry=0ms
-+ 1000
-R "acme:eu" "bad" 7 8 = ErrEstimateTooLarge
-S "acme:eu" "r3" 7 0 = applied=false
-R "acme:eu" "bad" 0 0 = ErrInvalidArgument
-R "acme:eu" "settled:r3:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 7 0 = allowed=true remaining=0 retry=0ms
-S "acme:eu" "r3:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 7 7 = applied=false
-S "acme:eu" "settled:r3:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 7 0 = applied=true
-R "acme:eu" "r6" 7 0 = allowed=true remaining=0 retry=0ms
-S "acme:eu" "r3:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 7 2 = applied=false
-R "acme:eu" "{r7}" 7 0 = allowed=true remaining=0 retry=0ms
-S "acme:eu" "{r7}" 7 1 = applied=true
-S "acme:eu" "{r7}" 7 6 = applied=false
-- 1
-+ 3127
-S "acme:eu" "r6" 7 21 = applied=false
-R "acme:eu" "r8" 7 0 = allowed=false remaining=0 retry=4446ms
-S "acme:eu" "settled:r3:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 7 1 = applied=false
-R "acme:eu" "r8 " 7 1 = allowed=false remaining=0 retry=13017ms
-R "acme:eu" "r10" 7 0 = allowed=false remaining=0 retry=4446ms
-trace w59999-d1-3tenants-debt-back-lowered-edge-again-bad "q-2" 59999 1
-R "b" "settled:r1" 1000000000 999999999 = allowed=true remaining=1 retry=0ms
-R "b" "settled:r1" 1000000000 0 = allowed=true remaining=1 retry=0ms
-R "acme" "r2:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 7 7 = allowed=true remaining=0 retry=0ms
-R "acme " "r3" 2 1 = allowed=true remaining=1 retry=0ms
-R "acme " "settled:r3" 2 2 = allowed=false remaining=1 retry=30000ms
-+ 59999
-R "acme" "R2:XXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXX" 7 0 = allowed=true remaining=6 retry=0ms
-R "acme" "settled:R2:XXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXX" 7 0 = allowed=true remaining=6 retry=0ms
-S "acme " "r3" 2 0 = applied=false
-+ 1
-+ 59997
-+ 29999
-R "acme " "r7" 2 0 = allowed=true remaining=2 retry=0ms
-R "b" "bad" 1000000000 -1 = ErrInvalidArgument
-+ 114305
-S "acme " "r7" 2 1 = applied=false
-S "b" "settled:r1" 1000000000 999999998 = applied=false
-R "acme " "bad" 0 0 = ErrInvalidArgument
-- 1074
-+ 1
-S "acme " "r7" 2 0 = applied=false
-R "b" "settled:r1 " 1000000000 335499903 = allowed=true remaining=664500097 retry=0ms
-R "acme" "SETTLED:R2:XXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXX" 7 7 = allowed=true remaining=0 retry=0ms
-S "acme " "r10" 2 1 = applied=false
-R "b" "r11" 1000000000 664500098 = allowed=false remaining=664500097 retry=1ms
-S "b" "settled:r1 " 1000000000 0 = applied=true
-S "acme" "SETTLED:R2:XXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXX" 7 21 = applied=true
-trace w466371-d2-2tenants-debt-back-lowered-edge-again-bad "q-2" 466371 2
-S "acme " "r1" 1000 303 = applied=false
-+ 1
-+ 1
-S "acme " "r1" 1000 282 = applied=false
-+ 1
-R "acme " "r2" 1000 1000 = allowed=true remaining=0 retry=0ms
-R "acme " "r3" 1000 0 = allowed=true remaining=0 retry=0ms
-R "acme " "settled:r3" 1000 1 = allowed=false remaining=0 retry=60ms
-+ 466371
-S "acme " "r2" 1000 3000 = applied=false
-R "acme " "r5" 1000 0 = allowed=true remaining=1000 retry=0ms
-S "acme " "r3" 1000 1000000000 = applied=false
-+ 466371
-R "acme " "r6" 1000 0 = allowed=true remaining=1000 retry=0ms
-R "acme " "r7" 1000 381 = allowed=true remaining=619 retry=0ms
-+ 1
-+ 115154
-R "acme" "settled:r8" 59 5 = allowed=true remaining=54 retry=0ms
-- 60000
-+ 1
-S "acme " "r6" 1000 0 = applied=true
-+ 4619
-R "acme" "r9" 59 59 = allowed=false remaining=54 retry=60465ms
-R "acme" "r9" 59 59 = allowed=false remaining=54 retry=60465ms
-R "acme" "r10" 7 0 = allowed=true remaining=7 retry=0ms
-- 2587
-R "acme " "bad" 1000 -1 = ErrInvalidArgument
-+ 1
-R "acme " "open:r7" 1000 620 = allowed=true remaining=380 retry=0ms
-S "acme " "r5" 1000 0 = applied=false
-trace w3600000-d0-2tenants-debt-back-edge-again-bad "" 3600000 0
-+ 1
-R "acme " "r1" 1 0 = allowed=true remaining=1 retry=0ms
-+ 3200
-S "Acme" "bad" 1000 -1 = ErrInvalidArgument
-+ 1
-R "Acme" "r2" 1000 1 = allowed=true remaining=999 retry=0ms
-+ 3599999
-S "Acme" "r2" 1000 1000000000 = applied=true
-S "acme " "r1" 1 0 = applied=false
-R "Acme" "r2" 1000 0 = allowed=true remaining=0 retry=0ms
-+ 1
-S "Acme" "bad" 1000 1000000001 = ErrInvalidArgument
-R "Acme" "r3" 1000 234 = allowed=false remaining=0 retry=74039ms
-+ 2590
-+ 1976
-R "Acme" "r4" 1000 1000 = allowed=false remaining=0 retry=115433ms
-R "Acme" "R4" 1000 0 = allowed=false remaining=0 retry=55433ms
-- 276
-trace w515819-d1-2tenants-debt-back-edge-again-bad "tq" 515819 1
-R "b" "r1" 60 0 = allowed=true remaining=60 retry=0ms
-R "b" "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 60 17 = allowed=true remaining=43 retry=0ms
-S "b" "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 60 9 = applied=false
-R "b" "{r4}" 60 44 = allowed=false remaining=43 retry=1000ms
-R "b" "{r5}" 60 5 = allowed=true remaining=38 retry=0ms
-R "b" "r6" 60 38 = allowed=true remaining=0 retry=0ms
-R "b" "open:r6" 60 0 = allowed=true remaining=0 retry=0ms
-R "acme" "r8" 1 0 = allowed=true remaining=1 retry=0ms
-R "b" "r9" 60 0 = allowed=true remaining=0 retry=0ms
-S "b" "r1" 60 0 = applied=true
-S "acme" "r8" 1 2 = applied=true
-S "b" "r9" 60 0 = applied=true
-R "b" "r10" 60 2 = allowed=false remaining=0 retry=2000ms
-R "acme" "bad" 1000000001 1 = ErrInvalidArgument
-R "" "bad" 1 1 = ErrInvalidArgument
-R "b" "r11" 60 0 = allowed=true remaining=0 retry=0ms
-R "acme" "r12" 1 0 = allowed=false remaining=0 retry=60000ms
-R "acme" "open:r12" 1 0 = allowed=false remaining=0 retry=60000ms
-S "b" "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 60 16 = applied=true
-+ 1
-+ 1
-+ 515816
-R "acme" "open:r12" 1 0 = allowed=true remaining=1 retry=0ms
-R "b" "r14" 60 60 = allowed=true remaining=0 retry=0ms
-+ 1
-R "acme" "r15" 1 1 = allowed=true remaining=0 retry=0ms
-R "b" "" 60 1 = ErrInvalidArgument
-R "acme" "r16" 1 0 = allowed=true remaining=0 retry=0ms
-+ 1
-S "acme" "r15" 1 2 = applied=true
-R "acme" "r16" 1 0 = allowed=true remaining=0 retry=0ms
-R "acme" "open:r12" 1 1 = allowed=true remaining=0 retry=0ms
-- 1
-R "b" "r17" 60 17 = allowed=false remaining=0 retry=16999ms
-+ 488
-R "acme" "r18" 1 1 = allowed=false remaining=0 retry=119512ms
-S "acme" "r15" 1 1 = applied=false
-trace w60000-d2-2tenants-debt-back-lowered-edge-again-bad "" 60000 2
-S "Acme" "r1" 59 30 = applied=false
-R "Acme" "open:r1" 59 59 = allowed=true remaining=0 retry=0ms
-+ 60000
-R "acme" "R3" 7 0 = allowed=true remaining=7 retry=0ms
-R "Acme" "" 59 1 = ErrInvalidArgument
-S "Acme" "open:r1" 59 177 = applied=false
-R "Acme" "open:open:r1" 59 0 = allowed=true remaining=59 retry=0ms
-S "acme" "R3" 7 0 = applied=true
-+ 1
-S "Acme" "open:open:r1" 1 0 = applied=true
-+ 1
-R "acme" "R3 " 7 6 = allowed=true remaining=1 retry=0ms
-+ 51727
-- 1302
-S "acme" "R3 " 7 13 = applied=true
-S "Acme" "open:open:r1" 1 1 = applied=false
-R "Acme" "" 1 1 = ErrInvalidArgument
-S "Acme" "r1" 1 1 = applied=false
-+ 1
-R "acme" "r6" 7 1 = allowed=false remaining=0 retry=8571ms
-S "Acme" "r7" 1 1 = applied=false
-+ 1
-+ 1
-R "Acme" "r7 " 1 1 = allowed=true remaining=0 retry=0ms
-R "Acme" "r9" 1 1 = allowed=false remaining=0 retry=60000ms
-+ 1
-R "Acme" "settled:r9" 1 1 = allowed=false remaining=0 retry=59999ms
-trace w1000-d0-3tenants-debt-lowered-again-bad "tq" 1000 0
-R "Acme" "r1" 59 1 = allowed=true remaining=58 retry=0ms
-S "acme " "r2" 1000000 557049 = applied=false
-S "Acme" "r1" 59 1 = applied=true
-+ 920
-R "acme:eu" "r3" 1000000000 1000000000 = allowed=true remaining=0 retry=0ms
-+ 1
-R "acme:eu" "r4" 1000000000 0 = allowed=true remaining=16666 retry=0ms
-R "acme:eu" "r5" 1000000000 16666 = allowed=true remaining=0 retry=0ms
-+ 2394
-R "Acme" "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 2 2 = allowed=true remaining=0 retry=0ms
-S "acme:eu" "r7" 1000000000 902979736 = applied=false
-R "acme:eu" "r8" 1000000000 1 = allowed=true remaining=39899999 retry=0ms
-S "acme:eu" "r5" 1000000000 587331152 = applied=false
-+ 98131
-S "acme:eu" "r3" 1000000000 1000000000 = applied=false
-R "acme " "settled:r2" 1000000 0 = allowed=true remaining=1000000 retry=0ms
-R "acme:eu" "r8 " 1000000000 1000000000 = allowed=true remaining=0 retry=0ms
-S "Acme" "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 2 0 = applied=false
-S "acme " "settled:r2" 1000000 1 = applied=true
-R "acme " "settled:r2" 1000000 0 = allowed=true remaining=999999 retry=0ms
-S "acme " "bad" 1000000 -1 = ErrInvalidArgument
-R "Acme" "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx " 2 0 = allowed=true remaining=2 retry=0ms
-R "Acme" "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx " 2 2 = allowed=true remaining=2 retry=0ms
-S "Acme" "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx " 2 1 = applied=true
-+ 57977
-R "acme " "SETTLED:R2" 1000000 0 = allowed=true remaining=1000000 retry=0ms
-S "acme:eu" "r7" 1000000000 260538989 = applied=false
-+ 1
-+ 3851
-R "Acme" "r13" 2 2 = allowed=true remaining=0 retry=0ms
-S "Acme" "{r14}" 2 1 = applied=false
-R "acme:eu" "r15" 1000000000 0 = allowed=true remaining=1000000000 retry=0ms
-trace w0-d0-3tenants-debt-back-lowered-again-bad "" 0 0
-R "acme:eu" "r1" 1000 999 = allowed=true remaining=1 retry=0ms
-R "acme:eu" "r1 " 1000 2 = allowed=false remaining=1 retry=60ms
-S "acme:eu" "r1" 1000 999 = applied=true
-S "Acme" "bad" 7919 -1 = ErrInvalidArgument
-+ 1
-R "Acme" "bad" 0 0 = ErrInvalidArgument
-+ 1
-R "acme " "open:r3" 1000000 905841 = allowed=true remaining=94159 retry=0ms
-R "Acme" "open:r4" 600 600 = allowed=true remaining=0 retry=0ms
-R "acme " "open:open:r3" 1000000 0 = allowed=true remaining=94159 retry=0ms
-S "acme " "open:r3" 1000000 1021681 = applied=true
-S "acme " "open:r3" 1000000 875431 = applied=false
-- 992
-R "Acme" "open:r4 " 600 0 = allowed=true remaining=0 retry=0ms
-S "acme " "bad" 1000000 1000000001 = ErrInvalidArgument
-S "Acme" "open:r4 " 600 0 = applied=true
-S "acme " "open:open:r3" 1000000 1 = applied=true
-R "Acme" "settled:open:r4 " 600 0 = allowed=true remaining=0 retry=0ms
-trace w180394-d0-2tenants-debt-back-lowered-edge-again-bad "" 180394 0
-+ 1
 S "acme" "bad" 7919 1000000001 = ErrInvalidArgument
-- 1
+S "acme" "open:R5 " 7919 412 = applied=false
+S "acme" "settled:{r3}" 7919 23757 = applied=false
+S "acme" "R5 " 7919 1 = applied=false
+S "acme" "r2" 7919 1000000000 = applied=false
+R "acme" "r9" 7919 1 = allowed=true remaining=7918 retry=0ms
+R "acme" "r10" 7919 0 = allowed=true remaining=7918 retry=0ms
+S "acme" "r9" 7919 23757 = applied=true
+R "acme" "r10 " 7919 0 = allowed=false remaining=0 retry=60000ms
+R "acme" "r12" 7919 634 = allowed=false remaining=0 retry=64804ms
+R "acme" "r12:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 600 0 = allowed=false remaining=0 retry=60000ms
+R "acme" "r12:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 600 0 = allowed=false remaining=0 retry=60000ms
+S "acme" "r9" 600 231 = applied=false
+R "acme" "{r15}" 600 20 = allowed=false remaining=0 retry=62000ms
+S "acme" "bad" 600 1000000001 = ErrInvalidArgument
+R "acme" "r16" 600 112 = allowed=false remaining=0 retry=71200ms
++ 59999
+trace w7-d3-2tenants-back-lowered-again "" 7 3
+R "acme " "r1 " 1000000 999999 = allowed=true remaining=1 retry=0ms
+S "acme" "r2" 7919 7836 = applied=false
+S "acme " "r1 " 2 1 = applied=true
+R "acme" "r2:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 7919 7919 = allowed=true remaining=0 retry=0ms
 + 1
-R "acme" "r1" 7919 1 = allowed=true remaining=7918 retry=0ms
-R "acme" "{r2}" 7919 3962 = allowed=true remaining=3956 retry=0ms
-+ 47
-R "acme:eu" "r3:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 60 60 = allowed=true remaining=0 retry=0ms
-R "acme" "{r2}" 7919 7919 = allowed=true remaining=3962 retry=0ms
-+ 180393
-R "acme:eu" "r4" 60 1 = allowed=true remaining=59 retry=0ms
-R "acme{x}" "bad" 7919 1 = ErrInvalidArgument
-R "acme:eu" "R4" 60 0 = allowed=true remaining=59 retry=0ms
-+ 1
-+ 180393
-S "acme" "{r2}" 7919 3962 = applied=false
-R "acme:eu" "{r6}" 60 0 = allowed=true remaining=60 retry=0ms
-R "acme:eu" "settled:{r6}" 60 60 = allowed=true remaining=0 retry=0ms
-+ 1
-S "acme:eu" "{r6}" 60 101 = applied=true
-S "acme" "r1" 2 1 = applied=false
 - 60000
+R "acme " "r1 " 2 0 = allowed=true remaining=2 retry=0ms
++ 1
+R "acme " "r1 " 2 0 = allowed=true remaining=2 retry=0ms
+R "acme" "r2" 7919 7919 = allowed=true remaining=0 retry=0ms
+R "acme " "r1 :xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 2 2 = allowed=true remaining=0 retry=0ms
+R "acme " "{r5}" 2 1 = allowed=false remaining=0 retry=30000ms
++ 118997
+S "acme " "r1 :xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 2 2 = applied=false
+trace w7200000-d3-2tenants-debt-back-edge-again "" 7200000 3
 + 1
 + 1
+R "acme" "R1" 1 0 = allowed=true remaining=1 retry=0ms
 + 1
-R "acme" "{r8}" 1 1 = allowed=true remaining=0 retry=0ms
-R "acme" "{r8}" 1 0 = allowed=true remaining=0 retry=0ms
-S "acme:eu" "r3:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 2 4 = applied=false
-R "acme:eu" "r9" 2 0 = allowed=false remaining=0 retry=119997ms
+R "acme" "open:R1" 1 0 = allowed=true remaining=1 retry=0ms
+- 1
+R "acme" "r3" 1 1 = allowed=true remaining=0 retry=0ms
+R "acme" "r4" 1 1 = allowed=false remaining=0 retry=60000ms
+R "acme" "open:r4" 1 0 = allowed=true remaining=0 retry=0ms
+S "acme" "R1" 1 3 = applied=true
+R "b" "settled:r6" 1000000 1 = allowed=true remaining=999999 retry=0ms
+S "b" "settled:r6" 1000000 1 = applied=true
+R "b" "settled:r6 " 1000000 0 = allowed=true remaining=999999 retry=0ms
++ 4940
+R "acme" "open:r4:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1 1 = allowed=false remaining=0 retry=235060ms
+R "acme" "open:open:r4:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1 0 = allowed=false remaining=0 retry=175060ms
+R "b" "settled:r6 " 1000000 0 = allowed=true remaining=1000000 retry=0ms
+R "acme" "settled:open:open:r4:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1 0 = allowed=false remaining=0 retry=175060ms
 + 1
-S "acme:eu" "settled:{r6}" 2 13 = applied=true
-R "acme" "{r8} " 1 1 = allowed=false remaining=0 retry=59999ms
-R "acme" "{r8} " 1 0 = allowed=true remaining=0 retry=0ms
++ 1115
 + 1
-R "acme:eu" "r9 " 2 1 = allowed=true remaining=1 retry=0ms
-R "acme" "r12" 1 0 = allowed=true remaining=0 retry=0ms
-R "acme" "r13" 1 1 = allowed=false remaining=0 retry=59998ms
-trace w2-d60-3tenants-debt-lowered-again-bad "q-2" 2 60
+R "b" "settled:r6 :xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000 0 = allowed=true remaining=1000000 retry=0ms
++ 7193943
+trace w8463-d60-2tenants-debt-back-lowered-edge-again "q-2" 8463 60
+R "acme " "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 7 7 = allowed=true remaining=0 retry=0ms
+R "acme " "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 7 6 = allowed=false remaining=0 retry=51429ms
++ 8462
+R "Acme" "settled:r3" 2 1 = allowed=true remaining=1 retry=0ms
+S "Acme" "settled:r3" 2 6 = applied=true
+- 1
+S "acme " "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 7 8 = applied=true
++ 3312
+R "acme " "open:r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 7 0 = allowed=true remaining=0 retry=0ms
+R "acme " "{r5}" 7 5 = allowed=false remaining=0 retry=39656ms
+R "Acme" "settled:r3:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 2 1 = allowed=false remaining=0 retry=146689ms
++ 161
+R "Acme" "r7" 2 1 = allowed=false remaining=0 retry=146528ms
+R "Acme" "r8" 2 0 = allowed=false remaining=0 retry=116528ms
+S "acme " "open:r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 7 0 = applied=true
++ 39656
++ 39657
+S "acme " "{r5}:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 7 1 = applied=false
+R "acme " "r10" 7 0 = allowed=true remaining=7 retry=0ms
+R "Acme" "r11" 2 0 = allowed=false remaining=0 retry=37215ms
++ 8463
+S "acme " "r10" 7 0 = applied=false
+S "acme " "r10" 7 6 = applied=false
++ 1438
+R "Acme" "r8" 2 2 = allowed=false remaining=0 retry=87314ms
++ 701
+S "acme " "{r5}:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 7 0 = applied=false
++ 1920
++ 87313
+- 1741
+R "acme " "{r12}" 7 0 = allowed=true remaining=7 retry=0ms
+R "Acme" "open:r11" 2 0 = allowed=true remaining=2 retry=0ms
+S "Acme" "open:r11" 2 0 = applied=true
+trace w2000-d1-1tenants-busy-debt-again "" 2000 1
++ 1028
+R "b" "r1" 1000000 50 = allowed=true remaining=999950 retry=0ms
++ 363
+R "b" "r2" 1000000 13 = allowed=true remaining=999987 retry=0ms
+R "b" "r3" 1000000 41 = allowed=true remaining=999946 retry=0ms
++ 1211
+S "b" "r2" 1000000 12 = applied=true
+R "b" "settled:r3" 1000000 69 = allowed=true remaining=999931 retry=0ms
+R "b" "r5" 1000000 67 = allowed=true remaining=999864 retry=0ms
+R "b" "r6" 1000000 18 = allowed=true remaining=999846 retry=0ms
+R "b" "r7" 1000000 80 = allowed=true remaining=999766 retry=0ms
++ 369
+S "b" "r3" 1000000 0 = applied=true
+S "b" "r5" 1000000 56 = applied=true
+R "b" "settled:r7" 1000000 46 = allowed=true remaining=999954 retry=0ms
+R "b" "settled:settled:r7" 1000000 67 = allowed=true remaining=999887 retry=0ms
++ 1427
++ 1772
+S "b" "r10" 1000000 603543 = applied=false
+S "b" "r7" 1000000 81 = applied=false
+S "b" "r6" 1000000 18 = applied=false
++ 1220
+R "b" "r11" 1000000 67 = allowed=true remaining=999933 retry=0ms
++ 1883
+S "b" "r1" 1000000 0 = applied=false
++ 1523
+S "b" "settled:r7" 1000000 0 = applied=false
+S "b" "r11" 1000000 66 = applied=false
+S "b" "settled:settled:r7" 1000000 67 = applied=false
+S "b" "settled:r3" 1000000 69 = applied=false
++ 1658
+R "b" "r12" 1000000 37 = allowed=true remaining=999963 retry=0ms
+S "b" "r11" 1000000 699352 = applied=false
+S "b" "r12" 1000000 38 = applied=true
++ 673
+S "b" "r10" 1000000 400558 = applied=false
+R "b" "r13" 1000000 83 = allowed=true remaining=999917 retry=0ms
+R "b" "r14" 1000000 84 = allowed=true remaining=999833 retry=0ms
++ 632
+S "b" "r12" 1000000 801224 = applied=false
+R "b" "r15" 1000000 77 = allowed=true remaining=999923 retry=0ms
++ 382
+S "b" "r12" 1000000 259756 = applied=false
+R "b" "r16" 1000000 67 = allowed=true remaining=999933 retry=0ms
+S "b" "r12" 1000000 387202 = applied=false
+R "b" "settled:r16" 1000000 47 = allowed=true remaining=999886 retry=0ms
+R "b" "settled:r16:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000 37 = allowed=true remaining=999849 retry=0ms
+R "b" "SETTLED:R16:XXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXX" 1000000 46 = allowed=true remaining=999803 retry=0ms
++ 1849
++ 1027
+R "b" "SETTLED:R16:XXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXX " 1000000 72 = allowed=true remaining=999928 retry=0ms
++ 233
++ 1348
+R "b" "{r21}" 1000000 97 = allowed=true remaining=999903 retry=0ms
+R "b" "{r21} " 1000000 9 = allowed=true remaining=999894 retry=0ms
+S "b" "{r21}" 1000000 3000000 = applied=true
+S "b" "SETTLED:R16:XXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXX " 1000000 72 = applied=true
+R "b" "open:{r21} " 1000000 48 = allowed=false remaining=0 retry=60003ms
+S "b" "r16" 1000000 67 = applied=false
+R "b" "r24" 1000000 49 = allowed=false remaining=0 retry=60003ms
++ 1285
+R "b" "r25" 1000000 41 = allowed=false remaining=0 retry=58718ms
++ 1737
+R "b" "r26" 1000000 78 = allowed=false remaining=0 retry=56983ms
+R "b" "open:r26" 1000000 92 = allowed=false remaining=0 retry=56984ms
+S "b" "r13" 1000000 84 = applied=false
+R "b" "open:open:r26" 1000000 41 = allowed=false remaining=0 retry=56981ms
+R "b" "open:open:r26 " 1000000 79 = allowed=false remaining=0 retry=56983ms
+R "b" "r30" 1000000 38 = allowed=false remaining=0 retry=56981ms
+R "b" "r31" 1000000 59 = allowed=false remaining=0 retry=56982ms
+S "b" "{r21}" 1000000 661454 = applied=false
+R "b" "r31 " 1000000 9 = allowed=false remaining=0 retry=56979ms
+R "b" "settled:r31 " 1000000 46 = allowed=false remaining=0 retry=56981ms
+R "b" "r34" 1000000 37 = allowed=false remaining=0 retry=56981ms
++ 705
+S "b" "SETTLED:R16:XXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXX" 1000000 3000000 = applied=false
++ 1486
+R "b" "settled:r34" 1000000 23 = allowed=false remaining=0 retry=54789ms
+trace w7200000-d2-1tenants-debt-back-lowered-again "tq" 7200000 2
 + 1
-R "acme" "r1" 60 35 = allowed=true remaining=25 retry=0ms
-R "acme" "r1" 60 2 = allowed=true remaining=25 retry=0ms
-S "b" "r2 " 7919 2894 = applied=false
-S "acme" "r1" 60 36 = applied=true
-R "b" "r2 " 7919 0 = allowed=true remaining=7919 retry=0ms
 + 1
-R "b" "r3" 7919 7919 = allowed=true remaining=0 retry=0ms
-R "acme" "r1" 60 26 = allowed=true remaining=24 retry=0ms
-R "b" "bad" 7919 7920 = ErrEstimateTooLarge
-S "acme" "r1" 60 30 = applied=false
-S "b" "r3" 7919 7919 = applied=true
+R "acme " "r1" 1000000 0 = allowed=true remaining=1000000 retry=0ms
+R "acme " "R1" 1000000 38074 = allowed=true remaining=961926 retry=0ms
+R "acme " "r3" 1000000 961927 = allowed=false remaining=961926 retry=1ms
+R "acme " "R1" 7919 1 = allowed=true remaining=7919 retry=0ms
+R "acme " "{r4}" 7919 7919 = allowed=true remaining=0 retry=0ms
+R "acme " "open:{r4}" 59 59 = allowed=false remaining=0 retry=60000ms
+S "acme " "r6" 59 8 = applied=false
+S "acme " "R1" 59 38075 = applied=true
+R "acme " "r6:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 59 0 = allowed=false remaining=0 retry=1017ms
+- 1
+S "acme " "{r4}" 59 7918 = applied=true
+R "acme " "{r4}" 59 0 = allowed=true remaining=0 retry=0ms
+S "acme " "r1" 59 0 = applied=true
+R "acme " "R6:XXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXX" 59 0 = allowed=true remaining=0 retry=0ms
+R "acme " "R6:XXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXX " 59 0 = allowed=true remaining=0 retry=0ms
+R "acme " "r10" 59 0 = allowed=true remaining=0 retry=0ms
+R "acme " "r10 " 59 0 = allowed=true remaining=0 retry=0ms
++ 3600000
 + 1
-R "acme " "r4" 1000000 1000000 = allowed=true remaining=0 retry=0ms
-+ 69107
+R "acme " "r10 :xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 59 0 = allowed=true remaining=59 retry=0ms
+S "acme " "R6:XXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXX " 59 0 = applied=true
+S "acme " "r10 :xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 59 0 = applied=true
+S "acme " "R6:XXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXX" 59 0 = applied=true
++ 84990
+R "acme " "r13" 59 59 = allowed=true remaining=0 retry=0ms
+R "acme " "R13" 59 0 = allowed=true remaining=0 retry=0ms
+R "acme " "{r15}" 59 1 = allowed=false remaining=0 retry=1017ms
+S "acme " "r13" 59 56 = applied=true
++ 1017
+R "acme " "r16" 59 59 = allowed=false remaining=4 retry=55933ms
+S "acme " "R13" 59 10 = applied=true
+trace w550278-d2-3tenants-debt-back-edge-again-bad "" 550278 2
+R "acme:eu" "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 7 0 = allowed=true remaining=7 retry=0ms
+R "acme:eu" "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 7 1 = allowed=true remaining=7 retry=0ms
+R "acme" "r2" 60 0 = allowed=true remaining=60 retry=0ms
+S "acme" "r2" 60 0 = applied=true
 + 1
-R "acme " "r5" 3 1 = allowed=true remaining=2 retry=0ms
-trace w0-d60-1tenants-debt-lowered-again-bad "tq" 0 60
-R "b" "r1" 60 1 = allowed=true remaining=59 retry=0ms
-R "b" "{r2}" 60 0 = allowed=true remaining=59 retry=0ms
-S "b" "{r2}" 60 1 = applied=true
-R "b" "r1" 60 0 = allowed=true remaining=58 retry=0ms
-R "b{x}" "bad" 60 1 = ErrInvalidArgument
-S "b" "r1" 60 180 = applied=true
-S "b" "{r2}" 60 49 = applied=false
-R "b" "r3" 60 1 = allowed=false remaining=0 retry=122000ms
-R "b" "bad" 0 0 = ErrInvalidArgument
-S "b" "{r2}" 59 19 = applied=false
+R "acme:eu" "r3" 7 0 = allowed=true remaining=7 retry=0ms
+R "b" "r4:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 7919 0 = allowed=true remaining=7919 retry=0ms
+R "acme:eu" "r3" 7 0 = allowed=true remaining=7 retry=0ms
++ 2903
 + 1
-S "b" "{r2}" 59 44 = applied=false
-+ 122000
-+ 122000
-R "b" "r4" 59 0 = allowed=true remaining=59 retry=0ms
-trace w7-d2-2tenants-debt-back-lowered-edge-again-bad "" 7 2
+R "acme" "{r5}" 60 59 = allowed=true remaining=1 retry=0ms
+S "b" "r4:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 7919 0 = applied=true
+R "acme:eu" "r6" 7 6 = allowed=true remaining=1 retry=0ms
+R "acme:eu" "bad" 0 0 = ErrInvalidArgument
+R "acme:eu" "settled:r6" 7 0 = allowed=true remaining=1 retry=0ms
+S "acme" "{r5}" 60 27 = applied=true
++ 547373
+S "acme:eu" "r3" 7 1000000000 = applied=true
+S "b" "r4:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 7919 5708 = applied=false
+R "acme:eu" "settled:r6" 7 1 = allowed=true remaining=0 retry=0ms
+R "acme" "{R5}" 60 2 = allowed=true remaining=58 retry=0ms
+S "acme" "{R5}" 60 45 = applied=true
+R "b" "r4:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 7919 7918 = allowed=true remaining=1 retry=0ms
+R "b" "r10" 7919 7919 = allowed=false remaining=1 retry=59993ms
 + 1
+- 2820
+trace w53603-d60-1tenants-back-lowered-edge-again-bad "" 53603 60
+R "acme " "{r1}" 1000000 1000000 = allowed=true remaining=0 retry=0ms
+R "acme " "{r1}:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000 1 = allowed=false remaining=0 retry=1ms
+S "acme " "{r1}" 1000000 0 = applied=true
++ 32160
+R "acme " "settled:{r1}:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 60 0 = allowed=true remaining=60 retry=0ms
+R "acme " "{r1}" 60 0 = allowed=true remaining=60 retry=0ms
+R "acme " "{r1}:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 60 0 = allowed=true remaining=60 retry=0ms
++ 53602
+R "acme " "r4" 59 1 = allowed=true remaining=58 retry=0ms
+R "acme " "settled:r4" 59 59 = allowed=false remaining=58 retry=1017ms
++ 1016
+R "acme " "SETTLED:R4" 59 1 = allowed=true remaining=57 retry=0ms
+R "acme " "settled:SETTLED:R4" 59 0 = allowed=true remaining=57 retry=0ms
+S "acme " "r4" 59 0 = applied=true
++ 53602
+R "acme " "SETTLED:SETTLED:R4" 59 1 = allowed=true remaining=58 retry=0ms
+R "acme " "SETTLED:SETTLED:R4" 59 59 = allowed=true remaining=58 retry=0ms
++ 3600000
+S "acme " "SETTLED:SETTLED:R4" 59 1 = applied=false
+- 1
+R "acme " "bad" 1000000001 1 = ErrInvalidArgument
+R "acme " "bad" 1000000001 1 = ErrInvalidArgument
+trace w60000-d2-2tenants-back-edge-again-bad "tq" 60000 2
+S "acme" "r1" 7919 2950 = applied=false
++ 1
++ 1
+R "b" "{r2}" 59 0 = allowed=true remaining=59 retry=0ms
+R "b" "r3" 59 2 = allowed=true remaining=57 retry=0ms
++ 1
+S "b" "r4" 59 22 = applied=false
+R "acme" "R1" 7919 0 = allowed=true remaining=7919 retry=0ms
+S "acme" "R1" 7919 0 = applied=true
++ 59999
++ 17265
+R "acme" "r6" 7919 5504 = allowed=true remaining=2415 retry=0ms
+S "acme" "r6" 7919 5503 = applied=true
+R "b" "" 59 1 = ErrInvalidArgument
++ 1
++ 1
+S "acme" "r1" 7919 6534 = applied=false
+R "acme" "{r7}" 7919 2414 = allowed=true remaining=2 retry=0ms
+R "b" "r8" 59 58 = allowed=true remaining=1 retry=0ms
+R "acme" "{r9}" 7919 803 = allowed=false remaining=2 retry=6067ms
+R "acme" "r6" 7919 2 = allowed=true remaining=2 retry=0ms
+R "acme" "r10" 7919 7919 = allowed=false remaining=2 retry=59983ms
+- 1
+R "acme" "r6" 7919 7919 = allowed=true remaining=2 retry=0ms
+R "acme" "r11" 7919 2 = allowed=true remaining=0 retry=0ms
+R "b" "{r12}" 59 59 = allowed=false remaining=1 retry=58985ms
+S "acme" "r11" 7919 2 = applied=true
+R "acme" "R11" 7919 7919 = allowed=false remaining=0 retry=59999ms
+- 60000
+R "b" "r14" 59 29 = allowed=false remaining=1 retry=88476ms
+S "b" "bad" 59 -1 = ErrInvalidArgument
+R "b" "r15" 59 0 = allowed=true remaining=1 retry=0ms
++ 125
+R "b" "r16" 59 0 = allowed=true remaining=1 retry=0ms
+R "acme" "r17" 7919 0 = allowed=true remaining=0 retry=0ms
+trace w2-d0-2tenants-debt-again "q-2" 2 0
+R "acme" "r1" 60 0 = allowed=true remaining=60 retry=0ms
+S "acme" "r2" 60 9 = applied=false
+S "acme" "r1" 60 117 = applied=true
+R "acme" "{r3}" 60 60 = allowed=false remaining=0 retry=117000ms
+R "b" "r4" 1000000 999999 = allowed=true remaining=1 retry=0ms
+R "b" "r5" 1000000 0 = allowed=true remaining=1 retry=0ms
+S "b" "r4" 1000000 0 = applied=true
+R "b" "r5 " 1000000 0 = allowed=true remaining=1000000 retry=0ms
++ 4014
+S "acme" "r2" 60 13 = applied=false
++ 3916
+S "acme" "r2" 60 29 = applied=false
+R "acme" "{r3}" 60 0 = allowed=false remaining=0 retry=49070ms
+S "b" "r5" 1000000 1000000000 = applied=false
+S "b" "r5 " 1000000 1585271 = applied=false
+R "acme" "open:{r3}" 60 60 = allowed=false remaining=0 retry=109070ms
+trace w0-d60-3tenants-back-again "q-2" 0 60
++ 1
++ 1976
+R "acme " "r1" 1000000000 1000000000 = allowed=true remaining=0 retry=0ms
+R "Acme" "R2" 1000000 1000000 = allowed=true remaining=0 retry=0ms
+- 276
+R "Acme" "R2" 1000000 1 = allowed=true remaining=0 retry=0ms
++ 1
+R "Acme" "R2 " 1000000 0 = allowed=true remaining=0 retry=0ms
+R "Acme" "r4" 1000000 0 = allowed=true remaining=0 retry=0ms
+R "Acme" "r4:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000 284785 = allowed=false remaining=0 retry=17363ms
+- 2050
+R "acme" "{r6}" 60 0 = allowed=true remaining=60 retry=0ms
++ 1
+R "Acme" "{r7}" 1000000 81784 = allowed=false remaining=0 retry=7232ms
+R "Acme" "r8" 1000000 0 = allowed=true remaining=0 retry=0ms
+S "acme " "r1 " 1000000000 562252552 = applied=false
++ 7815
+S "acme" "{r6}" 60 0 = applied=true
++ 1743
+S "acme " "r1" 1000000000 0 = applied=true
++ 1
+S "Acme" "r4" 1000000 0 = applied=true
+trace w7200000-d0-2tenants-debt-back-lowered-edge-again-bad "tq" 7200000 0
+R "b" "r1" 1 1 = allowed=true remaining=0 retry=0ms
+R "acme:eu" "r2" 1000000000 999999999 = allowed=true remaining=1 retry=0ms
+R "acme:eu" "open:r2" 1000000000 0 = allowed=true remaining=1 retry=0ms
+S "b" "r1" 1 0 = applied=true
++ 1
++ 7199998
+R "b" "" 1 1 = ErrInvalidArgument
++ 7200000
+S "b" "r4" 1 0 = applied=false
++ 1
+R "acme:eu" "r5" 1000000000 2 = allowed=true remaining=999999998 retry=0ms
+R "b" "" 1 1 = ErrInvalidArgument
+R "acme:eu" "r6" 1000000000 0 = allowed=true remaining=999999998 retry=0ms
++ 1
+S "acme:eu" "r5" 1000000000 3 = applied=true
+R "acme:eu" "r6" 1000000000 69323875 = allowed=true remaining=999999999 retry=0ms
+R "acme:eu" "r6" 1000000000 1 = allowed=true remaining=999999999 retry=0ms
+- 1
+R "b" "r7" 1 1 = allowed=true remaining=0 retry=0ms
++ 488
+R "acme:eu" "r8" 1000000000 1000000000 = allowed=true remaining=0 retry=0ms
+S "acme:eu" "R8" 1000000000 456752037 = applied=false
+S "acme:eu" "r8" 1000000000 1000000000 = applied=true
+S "b" "r7" 1 1 = applied=true
+S "acme:eu" "r2" 1000000000 999999999 = applied=false
++ 7199512
+R "acme:eu" "R8" 1000000000 0 = allowed=true remaining=1000000000 retry=0ms
+R "acme:eu" "r10" 1000000000 37351363 = allowed=true remaining=962648637 retry=0ms
+R "b" "" 1 1 = ErrInvalidArgument
+S "acme:eu" "r6" 1000000 0 = applied=false
++ 2435
+S "acme:eu" "r10" 1000000 0 = applied=true
++ 3618
+R "acme:eu" "r10" 1000000 999999 = allowed=true remaining=1000000 retry=0ms
+trace w59999-d3-1tenants-debt-lowered-edge-again-bad "tq" 59999 3
+R "b" "r1" 3 2 = allowed=true remaining=1 retry=0ms
+S "b" "r1" 3 1 = applied=true
+S "b" "r2" 3 2 = applied=false
+R "b" "r3" 3 1 = allowed=true remaining=1 retry=0ms
+S "b" "r3" 3 0 = applied=true
++ 1
++ 1
+R "b" "r4" 3 1 = allowed=true remaining=1 retry=0ms
+S "b" "r5" 3 3 = applied=false
++ 59998
++ 601
+R "b" "r5 " 3 2 = allowed=true remaining=1 retry=0ms
+R "b" "r7" 3 3 = allowed=false remaining=1 retry=40000ms
++ 1
+R "b" "settled:r7" 3 1 = allowed=true remaining=0 retry=0ms
+R "b" "settled:r7 " 3 3 = allowed=false remaining=0 retry=59999ms
+R "b" "r10" 3 1 = allowed=false remaining=0 retry=19999ms
+R "b" "r7" 3 1 = allowed=false remaining=0 retry=19999ms
++ 19998
++ 1
+S "b" "r5 " 3 9 = applied=true
+R "b" "r10 " 3 0 = allowed=false remaining=0 retry=120000ms
+R "b" "r12" 3 1 = allowed=false remaining=0 retry=140000ms
++ 1
+R "b" "r13" 3 0 = allowed=false remaining=0 retry=119999ms
+S "b" "r4" 2 0 = applied=false
+S "b" "settled:r7" 2 1 = applied=true
+R "b{x}" "bad" 2 1 = ErrInvalidArgument
+R "b" "r14" 2 0 = allowed=false remaining=0 retry=179999ms
+R "" "bad" 2 1 = ErrInvalidArgument
+R "b" "r14:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 2 1 = allowed=false remaining=0 retry=209999ms
+R "b" "r16" 2 1 = allowed=false remaining=0 retry=209999ms
+R "b" "R16" 2 0 = allowed=false remaining=0 retry=179999ms
+R "b" "r18" 2 1 = allowed=false remaining=0 retry=209999ms
+R "b" "settled:r18" 2 0 = allowed=false remaining=0 retry=179999ms
++ 50721
++ 98126
+trace w1000-d60-3tenants-debt-lowered-again "" 1000 60
++ 1000
+R "Acme" "r1" 7 1 = allowed=true remaining=6 retry=0ms
++ 1
+S "acme:eu" "r2:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 7919 5689 = applied=false
+R "Acme" "R1" 2 0 = allowed=true remaining=2 retry=0ms
+S "acme:eu" "r2:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 7919 3270 = applied=false
+R "b" "r4" 7919 7918 = allowed=true remaining=1 retry=0ms
++ 4052
+S "Acme" "R1" 2 6 = applied=false
++ 1
+R "acme:eu" "{r5}" 7919 7919 = allowed=true remaining=0 retry=0ms
++ 95406
+R "acme:eu" "{r5}:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 7919 0 = allowed=true remaining=7919 retry=0ms
+R "Acme" "open:R1" 2 2 = allowed=true remaining=0 retry=0ms
+trace w272509-d0-2tenants-debt-back-lowered-edge-again-bad "tq" 272509 0
++ 1
+R "acme" "bad" 0 0 = ErrInvalidArgument
++ 1
+R "acme:eu" "open:r1" 1000000000 905840421 = allowed=true remaining=94159579 retry=0ms
+R "acme:eu" "open:open:r1" 1000000000 94159579 = allowed=true remaining=0 retry=0ms
+R "acme:eu" "open:open:open:r1" 1000000000 0 = allowed=true remaining=0 retry=0ms
+S "acme:eu" "open:open:open:r1" 1000000000 1000000000 = applied=true
+S "acme:eu" "open:open:open:r1" 1000000000 875430180 = applied=false
+- 992
+R "acme:eu" "open:open:open:r1 " 1000000000 0 = allowed=false remaining=0 retry=60992ms
+S "acme" "bad" 1000 1000000001 = ErrInvalidArgument
+S "acme:eu" "open:open:r1" 1000000000 94159579 = applied=true
+S "acme:eu" "open:r1" 1000000000 905840422 = applied=true
+R "acme" "settled:r5" 1000 0 = allowed=true remaining=1000 retry=0ms
+R "acme:eu" "settled:open:open:open:r1 " 1000000000 892057318 = allowed=false remaining=0 retry=114516ms
++ 1
+S "acme" "settled:r5" 1000 0 = applied=true
+S "acme" "bad" 1000 1000000001 = ErrInvalidArgument
+R "acme" "settled:r5:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000 0 = allowed=true remaining=1000 retry=0ms
++ 3554
++ 114517
++ 107178
++ 1
+R "acme:eu" "settled:open:open:open:r1 :xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000000 1000000000 = allowed=true remaining=0 retry=0ms
+R "acme" "settled:r5:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000 1000 = allowed=true remaining=1000 retry=0ms
++ 272508
+R "acme:eu" "r9" 1000000000 1 = allowed=true remaining=999999999 retry=0ms
+R "acme{x}" "bad" 1000 1 = ErrInvalidArgument
+R "acme:eu" "R9" 1000000000 0 = allowed=true remaining=999999999 retry=0ms
++ 1
++ 272508
+S "acme" "settled:r5:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000 0 = applied=false
+R "acme:eu" "{r11}" 1000000000 0 = allowed=true remaining=1000000000 retry=0ms
+R "acme:eu" "settled:{r11}" 1000000000 1000000000 = allowed=true remaining=0 retry=0ms
++ 1
+S "acme:eu" "{r11}" 1000000000 1000000000 = applied=true
+R "acme" "bad" 61 -1 = ErrInvalidArgument
++ 272507
+trace w5000-d60-1tenants-busy-debt-again "" 5000 60
+R "acme" "r1" 1000000 58 = allowed=true remaining=999942 retry=0ms
++ 3461
+R "acme" "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000 8 = allowed=true remaining=999992 retry=0ms
+R "acme" "r3" 1000000 96 = allowed=true remaining=999896 retry=0ms
++ 3232
+R "acme" "r4" 1000000 61 = allowed=true remaining=999939 retry=0ms
+R "acme" "r5" 1000000 94 = allowed=true remaining=999845 retry=0ms
+S "acme" "r1" 1000000 1600146 = applied=false
++ 175
+S "acme" "r5" 1000000 94 = applied=true
+S "acme" "r3" 1000000 987063 = applied=true
+R "acme" "r6" 1000000 14 = allowed=true remaining=13019 retry=0ms
+R "acme" "r6 " 1000000 42 = allowed=true remaining=12977 retry=0ms
++ 2796
+S "acme" "r1" 1000000 158302 = applied=false
+R "acme" "r8" 1000000 76 = allowed=true remaining=59501 retry=0ms
+S "acme" "r4" 1000000 3000000 = applied=true
+S "acme" "r6" 1000000 3000000 = applied=true
+R "acme" "settled:r8" 1000000 13 = allowed=false remaining=0 retry=356427ms
+S "acme" "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000 0 = applied=false
+R "acme" "open:settled:r8" 1000000 74 = allowed=false remaining=0 retry=356430ms
++ 1796
+S "acme" "r6 " 1000000 43 = applied=true
+R "acme" "open:settled:r8 " 1000000 64 = allowed=false remaining=0 retry=354634ms
++ 1752
+R "acme" "settled:open:settled:r8 " 1000000 95 = allowed=false remaining=0 retry=352884ms
+S "acme" "r8" 1000000 3000000 = applied=true
+R "acme" "settled:open:settled:r8 :xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000 94 = allowed=false remaining=0 retry=532879ms
++ 3229
+R "acme" "SETTLED:OPEN:SETTLED:R8 :XXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXX" 1000000 55 = allowed=false remaining=0 retry=529648ms
++ 2920
+R "acme" "r15" 1000000 32 = allowed=false remaining=0 retry=526726ms
++ 1771
+R "acme" "r15:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000 20 = allowed=false remaining=0 retry=524955ms
+R "acme" "r15:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000 69 = allowed=false remaining=0 retry=524958ms
+R "acme" "r18" 1000000 26 = allowed=false remaining=0 retry=524955ms
++ 2270
+R "acme" "r19" 1000000 35 = allowed=false remaining=0 retry=522686ms
+R "acme" "R19" 1000000 95 = allowed=false remaining=0 retry=522689ms
+S "acme" "r8" 1000000 941207 = applied=false
++ 2022
++ 1930
+R "acme" "r21" 1000000 12 = allowed=false remaining=0 retry=518732ms
++ 1694
+R "acme" "settled:r21" 1000000 64 = allowed=false remaining=0 retry=517041ms
+R "acme" "SETTLED:R21" 1000000 43 = allowed=false remaining=0 retry=517040ms
+R "acme" "{r24}" 1000000 92 = allowed=false remaining=0 retry=517043ms
+R "acme" "settled:{r24}" 1000000 80 = allowed=false remaining=0 retry=517042ms
++ 2880
+S "acme" "r6 " 1000000 862714 = applied=false
+R "acme" "{r26}" 1000000 5 = allowed=false remaining=0 retry=514158ms
+R "acme" "{R26}" 1000000 94 = allowed=false remaining=0 retry=514163ms
+R "acme" "{R26} " 1000000 6 = allowed=false remaining=0 retry=514158ms
+R "acme" "r29" 1000000 82 = allowed=false remaining=0 retry=514162ms
+R "acme" "r29 " 1000000 75 = allowed=false remaining=0 retry=514162ms
+R "acme" "r31" 1000000 13 = allowed=false remaining=0 retry=514158ms
++ 1397
+R "acme" "open:r31" 1000000 8 = allowed=false remaining=0 retry=512761ms
+S "acme" "r8" 1000000 60831 = applied=false
+R "acme" "r33" 1000000 88 = allowed=false remaining=0 retry=512766ms
++ 115
++ 4880
+R "acme" "settled:r33" 1000000 56 = allowed=false remaining=0 retry=507769ms
+R "acme" "{r35}" 1000000 85 = allowed=false remaining=0 retry=507771ms
+R "acme" "r36" 1000000 37 = allowed=false remaining=0 retry=507768ms
+S "acme" "r8" 1000000 560777 = applied=false
+R "acme" "open:r36" 1000000 55 = allowed=false remaining=0 retry=507769ms
++ 2128
++ 4785
+trace w451491-d2-1tenants-debt-back-edge-again-bad "tq" 451491 2
++ 1
+R "Acme" "r1" 1000 52 = allowed=true remaining=948 retry=0ms
++ 451491
+R "Acme" "r2" 1000 948 = allowed=true remaining=52 retry=0ms
+R "Acme" "{r3}" 1000 53 = allowed=false remaining=52 retry=60ms
+R "Acme" "r2" 1000 1 = allowed=true remaining=52 retry=0ms
 R "Acme" "bad" 0 0 = ErrInvalidArgument
 + 94215
-R "b" "open:r1" 600 153 = allowed=true remaining=447 retry=0ms
-R "Acme" "open:r2" 3 3 = allowed=true remaining=0 retry=0ms
-+ 53374
-S "b" "open:r1" 600 0 = applied=false
-S "Acme" "open:r2 " 1 1 = applied=false
-R "Acme" "open:r2 " 1 1 = allowed=true remaining=0 retry=0ms
-R "b" "{r4}" 600 11 = allowed=true remaining=589 retry=0ms
-S "b" "{r4}" 600 0 = applied=true
-S "Acme" "open:r2" 1 1 = applied=false
-+ 4283
-R "b" "r5" 600 0 = allowed=true remaining=600 retry=0ms
-S "b" "r5" 600 1117 = applied=true
-R "Acme" "" 1 1 = ErrInvalidArgument
-R "b" "r5:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 600 1 = allowed=false remaining=0 retry=51800ms
-R "b" "bad" 1000000001 1 = ErrInvalidArgument
-- 1246
-R "b" "{r7}" 600 0 = allowed=false remaining=0 retry=52946ms
+S "Acme" "r2" 1000 395 = applied=true
+R "Acme" "open:{r3}" 1000 51 = allowed=true remaining=949 retry=0ms
++ 4691
++ 1
+R "Acme" "r5" 1000 948 = allowed=true remaining=52 retry=0ms
+S "Acme" "r1" 1000 0 = applied=false
++ 451491
+R "Acme" "r5:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000 0 = allowed=true remaining=1000 retry=0ms
+R "Acme" "r7" 1000 0 = allowed=true remaining=1000 retry=0ms
+- 1
+S "Acme" "open:{r3}" 1000 764 = applied=false
+S "Acme" "r7" 1000 3000 = applied=true
++ 2121
+trace w60000-d2-3tenants-debt-lowered-edge-again-bad "" 60000 2
+R "Acme" "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 59 1 = allowed=true remaining=58 retry=0ms
+R "acme " "bad" 1000000001 1 = ErrInvalidArgument
+R "Acme" "{r2}" 59 0 = allowed=true remaining=58 retry=0ms
 + 4198
 + 1482
-R "Acme" "settled:open:r2 " 1 1 = allowed=true remaining=0 retry=0ms
-R "Acme" "settled:open:r2 :xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1 1 = allowed=false remaining=0 retry=60000ms
-R "Acme" "SETTLED:OPEN:R2 :XXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXX" 1 1 = allowed=false remaining=0 retry=60000ms
-R "Acme" "settled:SETTLED:OPEN:R2 :XXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXX" 1 1 = allowed=false remaining=0 retry=60000ms
-S "Acme" "bad" 1 -1 = ErrInvalidArgument
-+ 6
-R "b" "r5:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 600 0 = allowed=false remaining=0 retry=47260ms
-R "b" "{r7} " 600 0 = allowed=false remaining=0 retry=47260ms
-R "Acme" "settled:SETTLED:OPEN:R2 :XXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXX" 1 0 = allowed=true remaining=0 retry=0ms
-R "Acme" "settled:SETTLED:OPEN:R2 :XXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXX:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1 1 = allowed=false remaining=0 retry=59994ms
-R "b" "r14" 600 0 = allowed=false remaining=0 retry=47260ms
-R "Acme" "r15" 1 0 = allowed=true remaining=0 retry=0ms
-trace w3600001-d1-1tenants-debt-back-lowered-edge-again-bad "tq" 3600001 1
-R "b" "settled:r1" 2 0 = allowed=true remaining=2 retry=0ms
-R "b" "r2" 2 2 = allowed=true remaining=0 retry=0ms
-R "b{x}" "bad" 2 1 = ErrInvalidArgument
-R "b" "R2" 2 0 = allowed=true remaining=0 retry=0ms
-S "b" "r4" 2 1 = applied=false
-S "b" "settled:r1" 2 1 = applied=true
-R "b" "r5" 2 0 = allowed=false remaining=0 retry=30000ms
-R "b" "r6" 2 0 = allowed=false remaining=0 retry=30000ms
-+ 30001
-R "b" "r7" 2 2 = allowed=false remaining=0 retry=59999ms
-R "b" "r6" 1 0 = allowed=true remaining=0 retry=0ms
-R "b" "{r8}" 1 0 = allowed=true remaining=0 retry=0ms
-R "b" "r4" 1 0 = allowed=true remaining=0 retry=0ms
-+ 3600001
-R "b" "bad" 1 2 = ErrEstimateTooLarge
-+ 3600001
-R "b" "r9" 1 1 = allowed=true remaining=0 retry=0ms
-R "b" "r10" 1 1 = allowed=false remaining=0 retry=60000ms
-+ 2187
-+ 60001
-R "b" "r11" 1 1 = allowed=true remaining=0 retry=0ms
-- 1
-R "b" "r11 " 1 0 = allowed=true remaining=0 retry=0ms
+R "acme " "settled:r3" 7 5 = allowed=true remaining=2 retry=0ms
+R "acme" "r4:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000 1000000 = allowed=true remaining=0 retry=0ms
+R "Acme" "{R2}" 59 59 = allowed=true remaining=0 retry=0ms
+R "acme " "settled:settled:r3" 7 1 = allowed=true remaining=1 retry=0ms
+S "acme" "bad" 1000000 -1 = ErrInvalidArgument
++ 59999
+R "Acme" "{R2}" 59 0 = allowed=true remaining=58 retry=0ms
+R "acme" "r4:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx " 1000000 0 = allowed=true remaining=999983 retry=0ms
+R "Acme" "{R2}" 59 57 = allowed=true remaining=58 retry=0ms
+R "acme" "r4:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx :xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000 999984 = allowed=false remaining=999983 retry=1ms
+R "acme " "r9" 7 0 = allowed=true remaining=7 retry=0ms
+R "acme" "r10" 1000000 0 = allowed=true remaining=999983 retry=0ms
+R "acme" "r11" 1000000 0 = allowed=true remaining=999983 retry=0ms
 + 1
-S "b" "r9" 1 1 = applied=true
-R "b" "r13" 1 1 = allowed=false remaining=0 retry=60000ms
-S "b" "r11 " 1 0 = applied=true
-R "b" "{r14}" 1 0 = allowed=true remaining=0 retry=0ms
-+ 3600001
-R "b" "r15" 1 0 = allowed=true remaining=1 retry=0ms
-S "b" "r11" 1 3 = applied=false
+R "acme" "open:r11" 1000000 1 = allowed=true remaining=999999 retry=0ms
+R "acme " "settled:r9" 7 0 = allowed=true remaining=7 retry=0ms
+S "acme" "open:r11" 1000000 391823 = applied=true
 + 1
-R "b" "settled:r15" 1 0 = allowed=true remaining=1 retry=0ms
-+ 1
-trace w241783-d60-3tenants-debt-edge-again-bad "tq" 241783 60
-+ 1
-R "acme:eu" "R1" 1 0 = allowed=true remaining=1 retry=0ms
-S "acme " "r2" 7919 3241 = applied=false
-S "b" "bad" 7919 1000000001 = ErrInvalidArgument
-+ 241782
-+ 1
-R "acme " "bad" 1000000001 1 = ErrInvalidArgument
-+ 3600000
-+ 1
-S "acme:eu" "R1" 1 0 = applied=false
-R "acme " "r3" 7919 0 = allowed=true remaining=7919 retry=0ms
-R "b" "settled:r4" 7919 2389 = allowed=true remaining=5530 retry=0ms
-R "acme " "r3" 7919 7919 = allowed=true remaining=7919 retry=0ms
-+ 241782
-S "acme " "r3" 7919 0 = applied=true
-+ 1
-S "acme " "R3" 7919 6553 = applied=false
-+ 348
-+ 1
-S "b" "settled:r4" 7919 2389 = applied=false
-R "acme " "R3:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 7919 4508 = allowed=true remaining=3411 retry=0ms
-R "acme " "r7" 7919 3411 = allowed=true remaining=0 retry=0ms
-S "acme " "R3:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 7919 15700 = applied=true
-S "acme " "r7" 7919 0 = applied=true
-trace w60000-d2-2tenants-debt-back-edge-again-bad "tq" 60000 2
-+ 2044
+S "acme" "OPEN:R11" 1000000 413946 = applied=false
+R "acme" "r15" 1000000 1000000 = allowed=false remaining=608193 retry=23509ms
+R "acme " "r16" 7 0 = allowed=true remaining=7 retry=0ms
+R "Acme" "r17" 1 0 = allowed=true remaining=1 retry=0ms
++ 23510
+R "acme " "r18" 7 7 = allowed=true remaining=0 retry=0ms
+R "acme" "OPEN:R11" 1000000 608192 = allowed=true remaining=1000000 retry=0ms
+R "Acme" "{r19}" 1 0 = allowed=true remaining=1 retry=0ms
+R "Acme" "{r19}" 1 1 = allowed=true remaining=1 retry=0ms
 + 60000
+R "acme " "bad" 2 3 = ErrEstimateTooLarge
++ 60000
+R "Acme" "r20" 1 1 = allowed=true remaining=0 retry=0ms
+R "acme" "r21" 1000000 1000000 = allowed=true remaining=0 retry=0ms
+trace w3600000-d3-2tenants-debt-back-again "tq" 3600000 3
+S "b" "r1" 600 532 = applied=false
+R "b" "R1" 600 150 = allowed=true remaining=450 retry=0ms
 + 1
+S "b" "R1" 600 0 = applied=true
+R "b" "r1" 600 0 = allowed=true remaining=600 retry=0ms
+R "b" "r1" 600 600 = allowed=true remaining=600 retry=0ms
+- 60000
+R "b" "r3" 600 42 = allowed=true remaining=558 retry=0ms
+R "b" "R1" 600 90 = allowed=true remaining=558 retry=0ms
++ 1
+S "b" "r3" 600 1800 = applied=true
++ 1
+R "b" "settled:r3" 600 0 = allowed=false remaining=0 retry=119998ms
++ 1
++ 1
++ 119999
++ 123
+R "acme:eu" "r5" 1 1 = allowed=true remaining=0 retry=0ms
+R "b" "SETTLED:R3" 600 0 = allowed=true remaining=1 retry=0ms
+S "acme:eu" "r7" 1 0 = applied=false
+trace w7200000-d60-3tenants-debt-edge-again-bad "tq" 7200000 60
+R "acme:eu" "r1" 60 60 = allowed=true remaining=0 retry=0ms
++ 3600000
++ 3599999
++ 1
+S "Acme" "settled:r2" 1000 75 = applied=false
++ 1
+R "acme:eu" "r3" 60 0 = allowed=true remaining=60 retry=0ms
+R "acme" "settled:r4" 59 18 = allowed=true remaining=41 retry=0ms
+R "acme:eu" "r3" 60 60 = allowed=true remaining=60 retry=0ms
++ 7199999
+S "acme:eu" "r1" 60 59 = applied=false
++ 1
+S "acme:eu" "r5" 60 24 = applied=false
+R "Acme" "r6" 1000 419 = allowed=true remaining=581 retry=0ms
+R "acme:eu" "r7" 60 60 = allowed=true remaining=0 retry=0ms
+S "acme" "settled:r4" 59 18 = applied=false
+R "acme:eu" "r7:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 60 34 = allowed=false remaining=0 retry=34000ms
+R "acme:eu" "r9" 60 0 = allowed=true remaining=0 retry=0ms
+S "acme:eu" "r7" 60 119 = applied=true
+S "acme:eu" "r3" 60 0 = applied=false
++ 1
+R "Acme" "r6 " 1000 581 = allowed=true remaining=0 retry=0ms
+S "Acme" "bad" 1000 -1 = ErrInvalidArgument
+S "Acme" "r6 " 1000 581 = applied=true
+S "acme:eu" "r9" 60 0 = applied=true
 + 2034
-R "Acme" "r1" 60 0 = allowed=true remaining=60 retry=0ms
-S "Acme" "r1" 60 0 = applied=true
+R "acme" "r11" 59 0 = allowed=true remaining=59 retry=0ms
+S "Acme" "r6" 1000 418 = applied=true
 + 1
-R "acme " "settled:r2" 1 1 = allowed=true remaining=0 retry=0ms
-- 1
+trace w281384-d1-1tenants-debt-lowered-again-bad "" 281384 1
 + 1
 + 3737
 S "Acme" "bad" 60 1000000001 = ErrInvalidArgument
-R "Acme" "r3" 60 59 = allowed=true remaining=1 retry=0ms
-+ 1
-S "acme " "settled:r2" 1 2 = applied=true
-R "Acme" "r3:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 60 1 = allowed=true remaining=0 retry=0ms
-R "acme " "settled:r2 " 1 0 = allowed=false remaining=0 retry=56262ms
-+ 60000
-R "Acme" "r6" 60 48 = allowed=true remaining=12 retry=0ms
-R "Acme" "{r7}" 60 11 = allowed=true remaining=1 retry=0ms
-S "Acme" "r8" 60 56 = applied=false
-R "Acme" "r9" 60 1 = allowed=true remaining=0 retry=0ms
-R "acme " "r10" 1 0 = allowed=true remaining=0 retry=0ms
-R "Acme" "{r7}" 60 1 = allowed=true remaining=0 retry=0ms
-S "Acme" "r3:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 60 180 = applied=false
-S "acme " "r10" 1 0 = applied=true
-R "Acme" "r9" 60 60 = allowed=true remaining=0 retry=0ms
-R "Acme" "settled:r9" 60 0 = allowed=true remaining=0 retry=0ms
-R "acme " "settled:r2 " 1 0 = allowed=true remaining=0 retry=0ms
-+ 60000
-R "acme " "r12" 1 1 = allowed=true remaining=0 retry=0ms
-trace w1-d3-1tenants-edge-again-bad "q-2" 1 3
-R "acme {x}" "bad" 1000 1 = ErrInvalidArgument
-R "acme " "{r1}" 1000 1000 = allowed=true remaining=0 retry=0ms
-S "acme " "bad" 1000 -1 = ErrInvalidArgument
-+ 34448
-+ 1
-R "acme " "{r2}" 1000 787 = allowed=false remaining=574 retry=12771ms
-R "acme " "r3" 1000 575 = allowed=false remaining=574 retry=51ms
-R "acme " "{r2}" 1000 244 = allowed=true remaining=330 retry=0ms
-R "acme " "r4" 1000 1 = allowed=true remaining=329 retry=0ms
-S "acme " "R4" 1000 751 = applied=false
-R "acme " "r6" 1000 330 = allowed=false remaining=329 retry=51ms
-R "acme " "" 1000 1 = ErrInvalidArgument
-R "acme " "r4" 1000 329 = allowed=true remaining=329 retry=0ms
-+ 1
-R "acme " "r6" 1000 328 = allowed=true remaining=1 retry=0ms
-R "acme " "r3" 1000 0 = allowed=true remaining=1 retry=0ms
-+ 1
-R "acme " "r7" 1000 424 = allowed=false remaining=1 retry=25369ms
-R "acme " "open:r7" 1000 72 = allowed=false remaining=1 retry=4249ms
-+ 4250
-R "acme {x}" "bad" 1000 1 = ErrInvalidArgument
-S "acme " "r4" 1000 1 = applied=false
-R "acme " "r9" 1000 0 = allowed=true remaining=72 retry=0ms
-R "acme " "r9:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000 1 = allowed=true remaining=71 retry=0ms
-R "acme " "r9:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx " 1000 578 = allowed=false remaining=71 retry=30419ms
-+ 30418
-+ 1
-R "acme " "r9:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx :xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000 0 = allowed=true remaining=578 retry=0ms
-trace w61000-d60-1tenants-debt-back-lowered-again-bad "" 61000 60
-R "acme:eu" "r1" 1000000000 0 = allowed=true remaining=1000000000 retry=0ms
-R "acme:eu" "r1" 1000000000 3552918 = allowed=true remaining=1000000000 retry=0ms
-R "acme:eu" "R1" 1000000000 467398771 = allowed=true remaining=532601229 retry=0ms
-S "acme:eu" "r1" 1000000000 0 = applied=true
-R "acme:eu" "R1 " 1000000000 1000000000 = allowed=false remaining=532601229 retry=28044ms
-S "acme:eu" "r4" 1000000000 674564606 = applied=false
-R "acme:eu" "r4:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000000 0 = allowed=true remaining=532601229 retry=0ms
-R "acme:eu" "r1" 1000000000 532601230 = allowed=true remaining=532601229 retry=0ms
-R "acme:eu" "bad" 0 0 = ErrInvalidArgument
-R "acme:eu" "r6" 1000000000 532601228 = allowed=true remaining=1 retry=0ms
-R "acme:eu" "open:r6" 1000000000 0 = allowed=true remaining=1 retry=0ms
-R "acme:eu" "r8" 1000000000 0 = allowed=true remaining=1 retry=0ms
-+ 1
-+ 61000
-S "acme:eu" "r4:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000 1000000000 = applied=false
-+ 1
-R "acme:eu" "settled:r8" 1000000 2 = allowed=true remaining=999998 retry=0ms
-S "acme:eu" "r1" 1 0 = applied=false
-S "acme:eu" "r6" 1 0 = applied=false
-R "acme:eu" "R1 " 1 1 = allowed=true remaining=0 retry=0ms
-S "acme:eu" "R1" 1 1 = applied=false
-S "acme:eu" "settled:r8" 1 2 = applied=true
-R "acme:eu" "{r10}" 1 0 = allowed=true remaining=0 retry=0ms
-+ 2384
-+ 109960
-+ 1
-S "acme:eu" "r8" 1 3 = applied=false
-+ 1
-+ 1
-S "acme:eu" "{r10}" 1 1 = applied=false
-S "acme:eu" "open:r6" 1 0 = applied=false
-S "acme:eu" "R1 " 1 0 = applied=false
-R "acme:eu" "r11" 1 1 = allowed=true remaining=0 retry=0ms
-- 1193
-trace w3600001-d0-3tenants-debt-back-again-bad "tq" 3600001 0
-S "b" "r1" 1000 890 = applied=false
-+ 1
-- 1
-+ 1401
-R "acme" "r2" 600 189 = allowed=true remaining=411 retry=0ms
-S "acme" "r2" 600 1800 = applied=true
-- 60000
-+ 1
-S "b" "bad" 1000 -1 = ErrInvalidArgument
-R "acme:eu" "r3" 1000 0 = allowed=true remaining=1000 retry=0ms
-R "acme" "r4" 600 1 = allowed=false remaining=0 retry=120099ms
-R "b" "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000 0 = allowed=true remaining=1000 retry=0ms
-+ 1
-R "b" "{r6}" 1000 1000 = allowed=true remaining=0 retry=0ms
-R "b" "{R6}" 1000 161 = allowed=false remaining=0 retry=9660ms
-S "b" "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000 0 = applied=true
-S "b" "r1" 1000 556 = applied=false
-R "acme:eu{x}" "bad" 1000 1 = ErrInvalidArgument
-R "acme:eu" "r3" 1000 1000 = allowed=true remaining=1000 retry=0ms
-R "acme:eu" "r3" 1000 0 = allowed=true remaining=1000 retry=0ms
-R "acme:eu" "r8" 1000 0 = allowed=true remaining=1000 retry=0ms
-S "acme:eu" "r8" 1000 0 = applied=true
-R "acme:eu" "bad" 1000 1001 = ErrEstimateTooLarge
-R "acme" "open:r4" 600 0 = allowed=false remaining=0 retry=119998ms
-R "acme" "OPEN:R4" 600 600 = allowed=false remaining=0 retry=179998ms
-+ 15310
-R "acme" "r11" 600 1 = allowed=false remaining=0 retry=104788ms
-S "acme:eu" "r8" 1000 727 = applied=false
-R "acme" "r12" 600 3 = allowed=false remaining=0 retry=104988ms
-trace w61000-d0-1tenants-debt-lowered-again-bad "" 61000 0
-R "acme " "r1" 7 6 = allowed=true remaining=1 retry=0ms
-R "acme " "r2" 7 0 = allowed=true remaining=1 retry=0ms
-S "acme " "r2" 7 2 = applied=true
-S "acme " "settled:r2" 7 7 = applied=false
-R "acme " "r4" 7 1 = allowed=false remaining=0 retry=17143ms
-R "acme " "open:r4" 7 1 = allowed=false remaining=0 retry=17143ms
-R "acme " "open:r4:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 7 0 = allowed=false remaining=0 retry=8572ms
-R "acme " "r7" 7 0 = allowed=false remaining=0 retry=8572ms
-R "acme " "r7:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 7 7 = allowed=false remaining=0 retry=68572ms
-S "acme " "r1" 7 21 = applied=true
-R "acme " "open:r4:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 7 0 = allowed=false remaining=0 retry=60000ms
-S "acme " "settled:r2" 7 2 = applied=false
-R "acme " "bad" 7 -1 = ErrInvalidArgument
-R "acme " "r4" 1 0 = allowed=false remaining=0 retry=60000ms
-R "acme " "r7:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx " 1 1 = allowed=false remaining=0 retry=120000ms
-+ 3409
-R "acme " "open:r7:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx " 1 1 = allowed=false remaining=0 retry=116591ms
-R "acme " "r11" 1 0 = allowed=false remaining=0 retry=56591ms
-R "acme " "settled:r11" 1 0 = allowed=false remaining=0 retry=56591ms
-+ 56592
-trace w579197-d0-1tenants-debt-lowered-edge-again-bad "tq" 579197 0
-+ 1
-R "Acme" "r1" 61 0 = allowed=true remaining=61 retry=0ms
-R "Acme" "open:r1" 61 0 = allowed=true remaining=61 retry=0ms
-R "Acme" "open:r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 61 60 = allowed=true remaining=1 retry=0ms
-+ 579197
-S "Acme" "r1" 61 52 = applied=false
-R "Acme" "OPEN:R1:XXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXX" 61 1 = allowed=true remaining=60 retry=0ms
-R "Acme" "r5" 61 0 = allowed=true remaining=60 retry=0ms
-+ 579197
-R "Acme" "" 59 1 = ErrInvalidArgument
-S "Acme" "r1" 59 47 = applied=false
-R "Acme" "R5" 59 58 = allowed=true remaining=1 retry=0ms
-+ 579197
-S "Acme" "open:r1" 59 0 = applied=false
-+ 1
-+ 1
-S "Acme" "R5" 59 59 = applied=false
-S "Acme" "R5" 59 52 = applied=false
-trace w60000-d60-3tenants-lowered-edge-again-bad "q-2" 60000 60
-S "b" "r1" 3 2 = applied=false
-+ 1
-R "b" "r2" 3 0 = allowed=true remaining=3 retry=0ms
-S "b" "r2" 3 0 = applied=true
-R "b" "r2:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 3 0 = allowed=true remaining=3 retry=0ms
-+ 1
-+ 3600000
-S "b" "r2:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 3 0 = applied=false
-R "acme " "r4" 61 61 = allowed=true remaining=0 retry=0ms
-S "acme " "r5" 61 58 = applied=false
-R "acme " "r5 " 61 0 = allowed=true remaining=0 retry=0ms
-+ 1
-+ 1
-R "acme " "r7" 61 1 = allowed=false remaining=0 retry=982ms
-R "b" "r8" 3 2 = allowed=true remaining=1 retry=0ms
-R "acme:eu" "bad" 0 0 = ErrInvalidArgument
-+ 60000
-+ 1
-R "b" "r9" 3 1 = allowed=true remaining=2 retry=0ms
-R "acme " "R7" 61 0 = allowed=true remaining=61 retry=0ms
-R "acme:eu" "r11" 1 0 = allowed=true remaining=1 retry=0ms
-R "acme:eu" "r12" 1 0 = allowed=true remaining=1 retry=0ms
-R "acme:eu" "r12:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1 0 = allowed=true remaining=1 retry=0ms
-R "acme " "r7" 61 50 = allowed=true remaining=11 retry=0ms
-+ 59999
-trace w7-d0-1tenants-debt-back-again-bad "q-2" 7 0
-R "acme:eu" "r1" 61 61 = allowed=true remaining=0 retry=0ms
-S "acme:eu" "r2" 61 39 = applied=false
-R "acme:eu" "open:r2" 61 0 = allowed=true remaining=0 retry=0ms
-R "acme:eu" "r4" 61 1 = allowed=false remaining=0 retry=984ms
-R "acme:eu" "{r5}" 61 3 = allowed=false remaining=0 retry=2951ms
-R "acme:eu" "open:{r5}" 61 1 = allowed=false remaining=0 retry=984ms
-+ 983
-R "acme:eu" "open:{r5}:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 61 0 = allowed=true remaining=0 retry=0ms
-S "acme:eu" "r1" 61 62 = applied=false
-R "acme:eu" "r8" 61 0 = allowed=true remaining=0 retry=0ms
-R "acme:eu" "r9" 61 61 = allowed=false remaining=0 retry=59017ms
-R "acme:eu" "r9:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 61 1 = allowed=false remaining=0 retry=1ms
-+ 1
-- 2050
-R "acme:eu" "r11" 61 0 = allowed=true remaining=0 retry=0ms
-R "acme:eu{x}" "bad" 61 1 = ErrInvalidArgument
-R "acme:eu" "r12" 61 0 = allowed=true remaining=0 retry=0ms
-R "acme:eu" "{r5}" 61 0 = allowed=true remaining=0 retry=0ms
-R "acme:eu" "r9:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 61 0 = allowed=true remaining=0 retry=0ms
-S "acme:eu" "open:{r5}:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 61 32 = applied=true
-trace w2-d60-2tenants-debt-lowered-again "tq" 2 60
-+ 3144
-R "acme:eu" "r1 " 1000 0 = allowed=true remaining=1000 retry=0ms
-R "acme:eu" "r2" 1000 0 = allowed=true remaining=1000 retry=0ms
-S "acme:eu" "settled:r2" 1000 415 = applied=false
-+ 2
-R "acme" "r4:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000 1000 = allowed=true remaining=0 retry=0ms
-S "acme:eu" "settled:r2" 1000 934 = applied=false
-S "acme" "r4:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000 0 = applied=true
-S "acme" "r4:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000 713 = applied=false
-R "acme" "settled:r4:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000 0 = allowed=true remaining=1000 retry=0ms
-S "acme" "settled:r4:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000 3000 = applied=true
-+ 1
-+ 1
-+ 1
-S "acme:eu" "r2" 1000 0 = applied=false
-R "acme:eu" "SETTLED:R2" 1000 0 = allowed=true remaining=1000 retry=0ms
-trace w0-d60-3tenants-debt-back-edge-again-bad "tq" 0 60
-+ 3512
-R "acme " "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 3 1 = allowed=true remaining=2 retry=0ms
-R "Acme" "{r2}" 2 2 = allowed=true remaining=0 retry=0ms
-R "acme " "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 3 2 = allowed=true remaining=2 retry=0ms
-+ 3600000
-+ 13677
-+ 3506
-R "acme " "open:r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 3 3 = allowed=true remaining=0 retry=0ms
-R "" "bad" 2 1 = ErrInvalidArgument
-R "Acme" "r4" 2 0 = allowed=true remaining=2 retry=0ms
-+ 3599999
-- 2604
-R "acme " "bad" 3 -1 = ErrInvalidArgument
-S "Acme" "r4" 2 0 = applied=true
-S "Acme" "{r2}" 2 2 = applied=false
-S "Acme" "bad" 2 1000000001 = ErrInvalidArgument
-R "acme" "bad" 1 -1 = ErrInvalidArgument
-S "acme " "open:r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 3 3 = applied=true
-R "acme " "open:r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx " 3 2 = allowed=true remaining=1 retry=0ms
-- 60000
-+ 95997
-S "acme " "open:r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx " 3 9 = applied=true
-+ 1
-trace w502496-d0-2tenants-debt-edge-again-bad "" 502496 0
-+ 1374
-R "acme:eu" "bad" 1000000001 1 = ErrInvalidArgument
-+ 3860
-R "acme" "r1" 1000 0 = allowed=true remaining=1000 retry=0ms
-+ 502496
-R "acme" "{r2}" 1000 1000 = allowed=true remaining=0 retry=0ms
-R "acme" "{R2}" 1000 1000 = allowed=false remaining=0 retry=60000ms
-S "acme" "{r2}" 1000 1001 = applied=true
-R "acme:eu" "r4" 7919 7919 = allowed=true remaining=0 retry=0ms
-R "acme" "{r5}" 1000 1000 = allowed=false remaining=0 retry=60060ms
-S "acme" "r1" 1000 0 = applied=false
-R "acme" "{r5} " 1000 1 = allowed=false remaining=0 retry=120ms
-R "acme" "r7" 1000 1 = allowed=false remaining=0 retry=120ms
-R "acme" "r8" 1000 743 = allowed=false remaining=0 retry=44640ms
-R "acme" "r9" 1000 1000 = allowed=false remaining=0 retry=60060ms
-R "acme:eu" "R4" 7919 0 = allowed=true remaining=0 retry=0ms
-R "acme:eu" "R4:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 7919 0 = allowed=true remaining=0 retry=0ms
-R "acme" "{R2}" 1000 0 = allowed=false remaining=0 retry=60ms
-trace w60000-d3-2tenants-debt-lowered-edge-bad "" 60000 3
-+ 1866
-R "acme:eu" "r1" 7 0 = allowed=true remaining=7 retry=0ms
-R "acme " "{r2}" 3 0 = allowed=true remaining=3 retry=0ms
-R "acme:eu" "R1" 7 1 = allowed=true remaining=6 retry=0ms
-R "acme " "r4" 3 0 = allowed=true remaining=3 retry=0ms
-R "acme " "r5" 3 0 = allowed=true remaining=3 retry=0ms
-R "acme {x}" "bad" 3 1 = ErrInvalidArgument
-+ 3600000
-+ 1
-S "acme:eu" "r1" 7 0 = applied=false
-R "" "bad" 3 1 = ErrInvalidArgument
-+ 1
-+ 1
-R "acme " "open:r5" 3 0 = allowed=true remaining=3 retry=0ms
-+ 60000
-R "acme " "open:r5:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 3 3 = allowed=true remaining=0 retry=0ms
-R "acme:eu" "r8" 7 0 = allowed=true remaining=7 retry=0ms
-R "acme " "OPEN:R5:XXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXX" 3 1 = allowed=false remaining=0 retry=20000ms
-S "acme:eu" "R1" 7 21 = applied=false
-trace w7-d2-2tenants-back-edge-again "tq" 7 2
-+ 38752
-+ 3600000
-- 1
-R "acme " "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000 80266 = allowed=true remaining=919734 retry=0ms
-R "acme " "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000 1000000 = allowed=true remaining=919734 retry=0ms
-R "Acme" "open:r2" 1000000000 809773785 = allowed=true remaining=190226215 retry=0ms
-+ 32492
-S "Acme" "open:r2" 1000000000 661527189 = applied=false
-R "Acme" "r3" 1000000000 1000000000 = allowed=false remaining=731759548 retry=16095ms
-R "Acme" "r3:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000000 1 = allowed=true remaining=731759547 retry=0ms
-+ 6
-S "Acme" "open:r2" 1000000000 294534622 = applied=false
-S "Acme" "r3:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000000 1 = applied=true
-R "acme " "r5" 1000000 0 = allowed=true remaining=1000000 retry=0ms
-S "acme " "open:r5" 1000000 227810 = applied=false
-trace w7200000-d3-1tenants-debt-back-edge-again "q-2" 7200000 3
-R "b" "r1" 7 3 = allowed=true remaining=4 retry=0ms
-R "b" "r1" 7 3 = allowed=true remaining=4 retry=0ms
-R "b" "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 7 4 = allowed=true remaining=0 retry=0ms
-R "b" "r3" 7 2 = allowed=false remaining=0 retry=17143ms
-S "b" "r1" 7 1000000000 = applied=true
-R "b" "r1" 7 0 = allowed=true remaining=0 retry=0ms
-+ 4773
-S "b" "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 7 11 = applied=true
-+ 1
-S "b" "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 7 2 = applied=false
-R "b" "r4" 7 1 = allowed=false remaining=0 retry=188571ms
-S "b" "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 7 3 = applied=false
-R "b" "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 7 2 = allowed=true remaining=0 retry=0ms
-+ 1
-+ 417
-R "b" "r5" 7 0 = allowed=false remaining=0 retry=179581ms
-+ 7200000
-R "b" "r5" 7 0 = allowed=true remaining=7 retry=0ms
-S "b" "r6" 7 4 = applied=false
-R "b" "settled:r6" 7 7 = allowed=true remaining=0 retry=0ms
-S "b" "settled:r6" 7 7 = applied=true
-+ 7199999
-S "b" "r5" 7 0 = applied=true
-R "b" "r8" 7 0 = allowed=true remaining=7 retry=0ms
-R "b" "r9" 7 7 = allowed=true remaining=0 retry=0ms
-- 60000
-S "b" "r8" 7 10 = applied=true
-R "b" "r8" 7 1 = allowed=true remaining=0 retry=0ms
-S "b" "r9" 7 21 = applied=true
-R "b" "settled:r9" 7 0 = allowed=false remaining=0 retry=240000ms
-trace w2-d2-2tenants-debt-back-again "q-2" 2 2
-R "acme:eu" "r1" 2 0 = allowed=true remaining=2 retry=0ms
-+ 3600000
-S "acme:eu" "r1" 2 6 = applied=false
-R "acme" "r2" 600 2 = allowed=true remaining=598 retry=0ms
-+ 1062
-R "acme" "r3" 600 599 = allowed=true remaining=1 retry=0ms
-- 486
-R "acme" "r3" 600 0 = allowed=true remaining=1 retry=0ms
-S "acme" "r3 " 600 272 = applied=false
-S "acme" "r2" 600 1800 = applied=false
-R "acme" "r3  " 600 0 = allowed=true remaining=1 retry=0ms
-S "acme" "r3" 600 159 = applied=true
-R "acme:eu" "r1 " 2 2 = allowed=true remaining=0 retry=0ms
-+ 1
-+ 1
-R "acme" "open:r3  " 600 2 = allowed=true remaining=439 retry=0ms
-+ 1
-R "acme:eu" "R1 " 2 0 = allowed=true remaining=0 retry=0ms
-trace w1-d3-1tenants-debt-edge-again-bad "q-2" 1 3
-R "acme:eu" "r1 " 59 59 = allowed=true remaining=0 retry=0ms
-R "acme:eu" "r2" 59 59 = allowed=false remaining=0 retry=60000ms
-R "acme:eu" "r2 " 59 4 = allowed=false remaining=0 retry=4068ms
-+ 3600000
-+ 1
-S "acme:eu" "r1 " 59 177 = applied=false
-R "acme:eu" "r4" 59 3 = allowed=true remaining=56 retry=0ms
-R "acme:eu" "{r5}" 59 57 = allowed=false remaining=56 retry=1017ms
-S "acme:eu" "r1 " 59 59 = applied=false
-R "acme:eu" "{r5} " 59 0 = allowed=true remaining=56 retry=0ms
-R "acme:eu" "{r5} " 59 3 = allowed=true remaining=56 retry=0ms
-R "acme:eu" "{r5} :xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 59 1 = allowed=true remaining=55 retry=0ms
-R "" "bad" 59 1 = ErrInvalidArgument
-S "acme:eu" "{r5} :xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 59 177 = applied=true
-R "acme:eu" "r8" 59 59 = allowed=false remaining=0 retry=183051ms
-+ 183052
-S "acme:eu" "r4" 59 1000000000 = applied=false
-S "acme:eu" "{r5} " 59 0 = applied=false
-+ 183050
-trace w348271-d0-3tenants-debt-lowered-edge-again-bad "tq" 348271 0
-R "Acme" "R1" 59 58 = allowed=true remaining=1 retry=0ms
-+ 348270
-R "Acme" "{r2}" 3 0 = allowed=true remaining=3 retry=0ms
-+ 829
-S "Acme" "R1" 3 57 = applied=false
-R "Acme" "{r3}" 3 3 = allowed=true remaining=0 retry=0ms
-R "Acme" "r4" 3 3 = allowed=false remaining=0 retry=60000ms
-+ 1
-R "b" "open:r5" 7919 743 = allowed=true remaining=7176 retry=0ms
-S "b" "open:r5" 7919 744 = applied=true
-+ 380
-R "b" "open:r5" 7919 0 = allowed=true remaining=7225 retry=0ms
-S "acme" "bad" 2 1000000001 = ErrInvalidArgument
-+ 1
-+ 3702
-+ 3962
-trace w501038-d3-2tenants-debt-back-edge-again-bad "tq" 501038 3
-+ 41489
-R "acme:eu" "r1" 60 0 = allowed=true remaining=60 retry=0ms
-R "acme" "r2" 61 60 = allowed=true remaining=1 retry=0ms
-R "acme:eu" "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 60 60 = allowed=true remaining=0 retry=0ms
-S "acme" "r2" 61 183 = applied=true
-R "acme:eu" "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 60 60 = allowed=true remaining=0 retry=0ms
-R "acme" "" 61 1 = ErrInvalidArgument
-+ 1
-+ 501036
-R "acme:eu" "r4" 60 0 = allowed=true remaining=60 retry=0ms
-S "acme:eu" "r4" 60 0 = applied=true
-S "acme:eu" "r1" 60 1 = applied=true
-S "acme:eu" "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 60 61 = applied=true
-R "acme" "r2" 61 2 = allowed=true remaining=61 retry=0ms
-+ 4230
-+ 1
-S "acme:eu" "r4" 60 16 = applied=false
-R "acme" "R2" 61 61 = allowed=true remaining=0 retry=0ms
-R "acme:eu" "{r6}" 60 60 = allowed=true remaining=0 retry=0ms
-S "acme:eu" "{r6}" 60 180 = applied=true
-+ 501038
-+ 71187
-+ 1
-- 1
-R "acme" "r7" 61 0 = allowed=true remaining=61 retry=0ms
-R "acme:eu" "{R6}" 60 1 = allowed=true remaining=59 retry=0ms
-R "acme" "R7" 61 60 = allowed=true remaining=1 retry=0ms
-R "acme:eu" "open:{R6}" 60 0 = allowed=true remaining=59 retry=0ms
-R "acme:eu" "open:{R6}" 60 59 = allowed=true remaining=59 retry=0ms
-S "acme" "bad" 61 1000000001 = ErrInvalidArgument
-R "acme:eu" "open:{R6}" 60 59 = allowed=true remaining=59 retry=0ms
-R "acme:eu" "r11" 60 58 = allowed=true remaining=1 retry=0ms
-+ 1
-trace w0-d60-2tenants-back-lowered-again-bad "" 0 60
-+ 1
-+ 1
-R "Acme" "{r1}" 61 60 = allowed=true remaining=1 retry=0ms
-+ 2583
-R "" "bad" 61 1 = ErrInvalidArgument
-S "Acme" "{r1}" 61 59 = applied=true
-- 1
-R "acme" "r2" 7 7 = allowed=true remaining=0 retry=0ms
-R "acme{x}" "bad" 7 1 = ErrInvalidArgument
-+ 1
-R "acme" "r2" 7 1 = allowed=true remaining=0 retry=0ms
-+ 1
-S "acme" "r2" 1 0 = applied=true
-R "Acme" "open:{r1}" 61 1 = allowed=true remaining=3 retry=0ms
-R "Acme" "bad" 0 0 = ErrInvalidArgument
-R "Acme" "{r1}" 61 2 = allowed=true remaining=3 retry=0ms
-+ 1
-R "Acme" "r4" 61 0 = allowed=true remaining=3 retry=0ms
-trace w0-d0-2tenants-debt-lowered-again "q-2" 0 0
-+ 1
-R "acme " "r1" 2 2 = allowed=true remaining=0 retry=0ms
-R "acme:eu" "{r2}" 59 50 = allowed=true remaining=9 retry=0ms
-R "acme:eu" "{r2}" 59 0 = allowed=true remaining=9 retry=0ms
-R "acme " "{r3}" 2 0 = allowed=true remaining=0 retry=0ms
-S "acme " "r1" 1 3 = applied=true
-S "acme:eu" "{r2}" 59 49 = applied=true
-R "acme " "r4" 1 0 = allowed=false remaining=0 retry=60000ms
-R "acme " "r5" 1 0 = allowed=false remaining=0 retry=60000ms
-+ 1
-R "acme:eu" "settled:{r2}" 59 8 = allowed=true remaining=2 retry=0ms
-R "acme " "r7" 1 1 = allowed=false remaining=0 retry=119999ms
-R "acme " "R7" 1 0 = allowed=false remaining=0 retry=59999ms
-+ 4737
-trace w3600000-d3-3tenants-debt-back-edge-again-bad "tq" 3600000 3
-S "acme:eu" "r1" 7 1 = applied=false
-+ 1
-+ 1
-R "acme:eu" "r1 " 7 7 = allowed=true remaining=0 retry=0ms
-+ 1
-R "b{x}" "bad" 2 1 = ErrInvalidArgument
-+ 3599999
-- 2479
-S "acme:eu" "bad" 7 -1 = ErrInvalidArgument
-+ 1
-+ 1
-S "b" "bad" 2 1000000001 = ErrInvalidArgument
-S "acme" "R3" 3 2 = applied=false
-+ 1
-+ 1073
-S "b" "{r4}" 2 1 = applied=false
-+ 114951
-R "b" "{r5}" 2 0 = allowed=true remaining=2 retry=0ms
-+ 23
-+ 1
-R "acme" "r6" 3 0 = allowed=true remaining=3 retry=0ms
-S "b" "{r5}" 2 0 = applied=true
-- 1114
-S "b" "bad" 2 1000000001 = ErrInvalidArgument
-R "b" "{r5}" 2 0 = allowed=true remaining=2 retry=0ms
-R "acme" "R6" 3 0 = allowed=true remaining=3 retry=0ms
-+ 1
-+ 1
-S "acme:eu" "r1 " 7 13 = applied=false
-+ 24112
-R "b" "{R5}" 2 0 = allowed=true remaining=2 retry=0ms
-S "acme" "R6" 3 0 = applied=true
-R "acme" "r9" 3 0 = allowed=true remaining=3 retry=0ms
-+ 3794
-R "acme" "r10" 3 3 = allowed=true remaining=0 retry=0ms
-trace w60000-d2-3tenants-debt-back-edge-again "" 60000 2
-+ 1
-R "acme" "r1" 7919 155 = allowed=true remaining=7764 retry=0ms
-R "acme" "{r2}" 7919 479 = allowed=true remaining=7285 retry=0ms
-R "acme:eu" "r3" 1000000 1000000 = allowed=true remaining=0 retry=0ms
-+ 59999
-R "acme" "r4" 7919 7285 = allowed=true remaining=634 retry=0ms
-R "acme:eu" "r3:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000 0 = allowed=true remaining=999983 retry=0ms
-R "acme:eu" "open:r3:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000 999983 = allowed=true remaining=0 retry=0ms
-- 1
-+ 1
-S "acme:eu" "r3" 1000000 1000000 = applied=true
-S "acme" "{r2}" 7919 479 = applied=true
-R "acme:eu" "r7" 1000000 1 = allowed=false remaining=0 retry=1ms
-R "acme " "r8" 600 599 = allowed=true remaining=1 retry=0ms
-R "acme " "r9" 600 0 = allowed=true remaining=1 retry=0ms
-S "acme " "{r10}" 600 519 = applied=false
-S "acme" "r1" 7919 155 = applied=true
-R "acme" "r4 " 7919 634 = allowed=true remaining=0 retry=0ms
-S "acme:eu" "r3:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000 901363 = applied=true
-S "acme:eu" "open:r3:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000 3000000 = applied=true
-R "acme" "r12" 7919 1 = allowed=false remaining=0 retry=8ms
-R "acme:eu" "r13" 1000000 1 = allowed=false remaining=0 retry=120001ms
-R "acme " "settled:{r10}" 600 235 = allowed=false remaining=1 retry=23400ms
-R "acme" "r15" 7919 1 = allowed=false remaining=0 retry=8ms
-R "acme " "r16" 600 600 = allowed=false remaining=1 retry=59900ms
-R "acme" "r4 " 7919 7919 = allowed=true remaining=0 retry=0ms
-R "acme " "{r10}" 600 12 = allowed=true remaining=1 retry=0ms
-- 2409
-- 1654
-R "acme " "{r17}" 600 1 = allowed=true remaining=0 retry=0ms
-S "acme " "{r10}" 600 174 = applied=false
-- 60000
-trace w6666-d2-1tenants-debt-lowered-edge "tq" 6666 2
-R "acme:eu" "{r1}" 59 59 = allowed=true remaining=0 retry=0ms
-R "acme:eu" "r2" 59 8 = allowed=false remaining=0 retry=8136ms
-S "acme:eu" "{r1}" 59 58 = applied=true
-R "acme:eu" "r2:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 59 0 = allowed=true remaining=1 retry=0ms
-+ 6666
-+ 1
-+ 56630
-R "acme:eu" "open:r2:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 59 4 = allowed=true remaining=55 retry=0ms
-R "acme:eu" "r5" 59 59 = allowed=false remaining=55 retry=4068ms
-R "acme:eu" "open:r5" 59 0 = allowed=true remaining=55 retry=0ms
-+ 4057
-S "acme:eu" "open:r5" 59 0 = applied=true
-S "acme:eu" "open:r2:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 59 4 = applied=true
-S "acme:eu" "r2:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 59 177 = applied=false
-+ 31399
-R "acme:eu" "r7" 59 56 = allowed=true remaining=3 retry=0ms
-+ 6665
-S "acme:eu" "r7" 59 42 = applied=true
-trace w3600000-d3-3tenants-debt-back-again "" 3600000 3
-S "acme " "r1" 600 22 = applied=false
-S "b" "r2" 1000000 848948 = applied=false
-+ 1
-+ 1290
-- 2215
-R "acme " "r3" 600 600 = allowed=true remaining=0 retry=0ms
-S "acme " "r3" 600 621 = applied=true
-R "Acme" "open:r4" 1 0 = allowed=true remaining=1 retry=0ms
-+ 1
-+ 1
-R "acme " "{r5}" 600 0 = allowed=false remaining=0 retry=2098ms
-+ 1
-R "Acme" "r6" 1 0 = allowed=true remaining=1 retry=0ms
-+ 1
-R "acme " "r3" 600 0 = allowed=true remaining=0 retry=0ms
-+ 1
-R "acme " "r7" 600 600 = allowed=false remaining=0 retry=62095ms
-trace w199203-d0-2tenants-debt-back-edge-again-bad "q-2" 199203 0
-+ 4672
-S "acme" "r1 " 7919 3094 = applied=false
-- 1
-R "acme " "open:r2" 3 0 = allowed=true remaining=3 retry=0ms
-+ 1
-+ 1
-R "acme" "r3" 7919 0 = allowed=true remaining=7919 retry=0ms
-R "acme " "r4" 3 2 = allowed=true remaining=1 retry=0ms
-S "acme" "r3" 7919 1000000000 = applied=true
-+ 1
-+ 199202
+R "Acme" "r1" 60 59 = allowed=true remaining=1 retry=0ms
++ 1
+S "Acme" "r1" 60 115 = applied=true
+R "Acme" "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 60 1 = allowed=false remaining=0 retry=55999ms
+R "Acme" "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx " 60 0 = allowed=false remaining=0 retry=54999ms
++ 54998
++ 55000
+R "Acme" "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx :xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 7 0 = allowed=true remaining=5 retry=0ms
+S "Acme" "r5" 2 2 = applied=false
+R "Acme" "r6" 2 2 = allowed=true remaining=0 retry=0ms
+R "Acme" "r7" 2 0 = allowed=true remaining=0 retry=0ms
+R "Acme" "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx :xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 2 1 = allowed=true remaining=0 retry=0ms
+S "Acme" "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx :xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 2 6 = applied=true
+S "Acme" "r6" 2 2 = applied=true
+R "Acme" "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx :xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 2 2 = allowed=true remaining=0 retry=0ms
+R "Acme" "settled:r7" 2 0 = allowed=false remaining=0 retry=60000ms
+S "Acme" "r7" 2 0 = applied=true
++ 2341
+R "Acme" "open:settled:r7" 2 0 = allowed=false remaining=0 retry=57659ms
+S "Acme" "r7" 1 0 = applied=false
+R "Acme" "r10" 1 1 = allowed=false remaining=0 retry=120000ms
+S "Acme" "bad" 1 -1 = ErrInvalidArgument
+trace w3600001-d60-1tenants-debt-edge-again-bad "" 3600001 60
++ 1
++ 52351
+R "acme:eu" "" 7919 1 = ErrInvalidArgument
+R "acme:eu" "{r1}" 7919 1 = allowed=true remaining=7918 retry=0ms
++ 1586
+S "acme:eu" "{R1}" 7919 5949 = applied=false
+R "acme:eu" "r3" 7919 7919 = allowed=true remaining=0 retry=0ms
+R "acme:eu" "" 7919 1 = ErrInvalidArgument
+R "acme:eu" "{R1}" 7919 0 = allowed=true remaining=0 retry=0ms
++ 3600001
+S "acme:eu" "{r1}" 7919 1000000000 = applied=false
+R "acme:eu" "open:r3" 7919 1 = allowed=true remaining=7918 retry=0ms
+R "acme:eu" "r5" 7919 3361 = allowed=true remaining=4557 retry=0ms
+R "acme:eu" "open:r5" 7919 577 = allowed=true remaining=3980 retry=0ms
++ 3600001
+R "acme:eu{x}" "bad" 7919 1 = ErrInvalidArgument
+S "acme:eu" "r3" 7919 7919 = applied=false
+R "acme:eu" "r7" 7919 0 = allowed=true remaining=7919 retry=0ms
+R "acme:eu" "r7:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 7919 1 = allowed=true remaining=7918 retry=0ms
+R "acme:eu" "r7:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx " 7919 4575 = allowed=true remaining=3343 retry=0ms
+trace w1-d60-1tenants-debt-lowered-again-bad "q-2" 1 60
+R "acme" "open:r1" 61 60 = allowed=true remaining=1 retry=0ms
+R "acme" "open:r1" 61 1 = allowed=true remaining=1 retry=0ms
+R "acme" "OPEN:R1" 61 61 = allowed=false remaining=1 retry=59017ms
+S "acme" "open:r1" 61 0 = applied=true
+R "acme" "open:r1" 61 0 = allowed=true remaining=61 retry=0ms
++ 1
+R "acme" "r3" 61 60 = allowed=true remaining=1 retry=0ms
++ 303
++ 1
+R "acme" "r4" 61 0 = allowed=true remaining=1 retry=0ms
+R "acme" "r4:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 61 0 = allowed=true remaining=1 retry=0ms
+R "acme" "OPEN:R1" 61 2 = allowed=false remaining=1 retry=680ms
 R "acme" "bad" 0 0 = ErrInvalidArgument
+R "acme" "r6" 61 0 = allowed=true remaining=1 retry=0ms
+R "acme" "open:r6" 61 0 = allowed=true remaining=1 retry=0ms
+R "acme" "r8" 61 0 = allowed=true remaining=1 retry=0ms
++ 1
++ 1
+S "acme" "r4" 60 1000000000 = applied=false
++ 1
+R "acme" "settled:r8" 60 2 = allowed=false remaining=1 retry=688ms
+S "acme" "open:r1" 1 1 = applied=false
+S "acme" "open:r6" 1 0 = applied=false
++ 36456
+trace w1000-d60-1tenants-back-lowered-again "tq" 1000 60
+R "b" "r1" 1000000 1 = allowed=true remaining=999999 retry=0ms
+S "b" "r1" 1000000 1 = applied=true
+R "b" "r1" 1000000 999998 = allowed=true remaining=999999 retry=0ms
+R "b" "r1" 1000000 352023 = allowed=true remaining=999999 retry=0ms
+R "b" "{r2}" 1000000 1000000 = allowed=false remaining=999999 retry=1ms
++ 1
++ 1505
++ 1
++ 1
+R "b" "{R2}" 1000000 0 = allowed=true remaining=1000000 retry=0ms
+S "b" "{R2}" 1000000 0 = applied=true
++ 1
++ 118771
++ 1
++ 3347
 - 60000
-R "acme" "R3" 7919 7918 = allowed=true remaining=1 retry=0ms
-R "acme " "settled:r4" 3 3 = allowed=true remaining=0 retry=0ms
-R "acme " "open:settled:r4" 3 0 = allowed=true remaining=0 retry=0ms
-R "acme " "open:settled:r4 " 3 0 = allowed=true remaining=0 retry=0ms
-R "acme" "settled:R3" 7919 2 = allowed=false remaining=1 retry=8ms
+R "b" "r4" 1000000 1000000 = allowed=true remaining=0 retry=0ms
++ 1401
+R "b" "r5" 1000 314 = allowed=false remaining=23 retry=17439ms
+trace w61000-d2-3tenants-back-lowered-again-bad "tq" 61000 2
++ 1
+S "acme:eu" "bad" 60 -1 = ErrInvalidArgument
+R "Acme" "r1" 1000000 0 = allowed=true remaining=1000000 retry=0ms
+R "acme" "r2" 7 1 = allowed=true remaining=6 retry=0ms
+- 1
++ 35380
+R "acme:eu" "{r3}" 60 60 = allowed=true remaining=0 retry=0ms
+R "acme:eu" "{R3}" 60 9 = allowed=false remaining=0 retry=9000ms
+S "acme:eu" "{r3}" 60 60 = applied=true
+S "acme:eu" "{r3}" 60 40 = applied=false
+R "acme" "r5" 7 7 = allowed=true remaining=0 retry=0ms
+R "acme" "r5:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 7 7 = allowed=false remaining=0 retry=60000ms
+S "Acme" "r1 " 60 2 = applied=false
++ 1
+R "acme" "r5:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 7 0 = allowed=true remaining=0 retry=0ms
++ 1
+R "Acme" "bad" 60 61 = ErrEstimateTooLarge
+R "acme" "open:r5:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 7 0 = allowed=true remaining=0 retry=0ms
+R "acme" "OPEN:R5:XXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXX:XXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXX" 7 7 = allowed=false remaining=0 retry=59998ms
++ 15310
+R "acme" "r11" 7 1 = allowed=true remaining=0 retry=0ms
+S "Acme" "r1 " 60 44 = applied=false
+trace w38172-d0-2tenants-debt-lowered-again-bad "tq" 38172 0
+R "Acme" "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 2 0 = allowed=true remaining=2 retry=0ms
+R "Acme" "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx " 2 0 = allowed=true remaining=2 retry=0ms
+R "Acme{x}" "bad" 1 1 = ErrInvalidArgument
+S "Acme" "open:r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx " 1 1 = applied=false
+S "Acme" "open:r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx " 1 1 = applied=false
+R "Acme" "r4" 1 1 = allowed=true remaining=0 retry=0ms
+R "acme " "open:r5" 7 1 = allowed=true remaining=6 retry=0ms
+R "Acme" "r4:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1 0 = allowed=true remaining=0 retry=0ms
+R "Acme" "r7" 1 0 = allowed=true remaining=0 retry=0ms
+R "Acme" "r7:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1 1 = allowed=false remaining=0 retry=60000ms
+S "acme " "open:r5" 7 21 = applied=true
+R "acme " "open:r5" 7 0 = allowed=true remaining=0 retry=0ms
+S "Acme" "R7:XXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXX" 1 0 = applied=false
+R "acme " "r10" 7 7 = allowed=false remaining=0 retry=120000ms
+R "acme " "r10" 1 0 = allowed=false remaining=0 retry=60000ms
+R "acme " "r10 " 1 1 = allowed=false remaining=0 retry=120000ms
++ 3409
+R "acme " "open:r10 " 1 1 = allowed=false remaining=0 retry=116591ms
+R "acme " "r13" 1 0 = allowed=false remaining=0 retry=56591ms
+R "acme " "settled:r13" 1 0 = allowed=false remaining=0 retry=56591ms
+S "Acme" "r4" 1 0 = applied=true
+S "acme " "bad" 1 1000000001 = ErrInvalidArgument
+R "acme " "r15" 1 0 = allowed=false remaining=0 retry=56591ms
++ 1
+R "acme " "r16" 1 0 = allowed=false remaining=0 retry=56590ms
+R "acme " "open:r16" 1 0 = allowed=false remaining=0 retry=56590ms
+R "acme " "open:r16:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1 0 = allowed=false remaining=0 retry=56590ms
++ 59999
+S "Acme" "r4:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1 1 = applied=false
+R "Acme" "r19" 1 0 = allowed=true remaining=1 retry=0ms
+R "acme " "r20" 1 0 = allowed=true remaining=0 retry=0ms
+trace w1000-d60-1tenants-busy-debt-again "q-2" 1000 60
+R "acme:eu" "settled:r1" 1000000 41 = allowed=true remaining=999959 retry=0ms
++ 698
+S "acme:eu" "r2" 1000000 716101 = applied=false
+S "acme:eu" "settled:r1" 1000000 41 = applied=true
++ 980
+R "acme:eu" "r3" 1000000 36 = allowed=true remaining=999964 retry=0ms
+R "acme:eu" "r4" 1000000 39 = allowed=true remaining=999925 retry=0ms
+S "acme:eu" "r3" 1000000 18 = applied=true
+R "acme:eu" "r5" 1000000 89 = allowed=true remaining=999854 retry=0ms
++ 516
+R "acme:eu" "settled:r5" 1000000 63 = allowed=true remaining=999937 retry=0ms
+S "acme:eu" "r5" 1000000 89 = applied=true
+S "acme:eu" "r4" 1000000 39 = applied=true
++ 245
+R "acme:eu" "r7" 1000000 39 = allowed=true remaining=999961 retry=0ms
+R "acme:eu" "r8" 1000000 63 = allowed=true remaining=999898 retry=0ms
+R "acme:eu" "r9" 1000000 53 = allowed=true remaining=999845 retry=0ms
+R "acme:eu" "r10" 1000000 29 = allowed=true remaining=999816 retry=0ms
+R "acme:eu" "r10:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000 86 = allowed=true remaining=999730 retry=0ms
++ 433
+R "acme:eu" "{r12}" 1000000 55 = allowed=true remaining=999945 retry=0ms
+R "acme:eu" "{r12}:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000 74 = allowed=true remaining=999871 retry=0ms
+S "acme:eu" "r5" 1000000 141413 = applied=false
+R "acme:eu" "r14" 1000000 87 = allowed=true remaining=999784 retry=0ms
+R "acme:eu" "settled:r14" 1000000 70 = allowed=true remaining=999714 retry=0ms
++ 72
+S "acme:eu" "{r12}" 1000000 54 = applied=true
+S "acme:eu" "r2" 1000000 654058 = applied=false
+S "acme:eu" "{r12}" 1000000 698182 = applied=false
+R "acme:eu" "r16" 1000000 48 = allowed=true remaining=999952 retry=0ms
+R "acme:eu" "r17" 1000000 55 = allowed=true remaining=999897 retry=0ms
+R "acme:eu" "r18" 1000000 93 = allowed=true remaining=999804 retry=0ms
+R "acme:eu" "r19" 1000000 60 = allowed=true remaining=999744 retry=0ms
+R "acme:eu" "r20" 1000000 52 = allowed=true remaining=999692 retry=0ms
+S "acme:eu" "settled:r5" 1000000 63 = applied=true
+S "acme:eu" "{r12}" 1000000 483690 = applied=false
+R "acme:eu" "r21" 1000000 14 = allowed=true remaining=999678 retry=0ms
+R "acme:eu" "r22" 1000000 81 = allowed=true remaining=999597 retry=0ms
+S "acme:eu" "r9" 1000000 53 = applied=true
+S "acme:eu" "r19" 1000000 60 = applied=true
++ 436
+R "acme:eu" "r23" 1000000 71 = allowed=true remaining=999929 retry=0ms
+R "acme:eu" "r24" 1000000 36 = allowed=true remaining=999893 retry=0ms
+R "acme:eu" "r25" 1000000 3 = allowed=true remaining=999890 retry=0ms
++ 673
+S "acme:eu" "r23" 1000000 71 = applied=true
++ 350
+S "acme:eu" "r22" 1000000 81 = applied=false
+R "acme:eu" "r25:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000 75 = allowed=true remaining=999925 retry=0ms
+R "acme:eu" "r25:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000 29 = allowed=true remaining=999896 retry=0ms
++ 998
+S "acme:eu" "r23" 1000000 642809 = applied=false
+S "acme:eu" "r23" 1000000 875922 = applied=false
+S "acme:eu" "r23" 1000000 16124 = applied=false
+R "acme:eu" "r25:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000 16 = allowed=true remaining=999984 retry=0ms
+S "acme:eu" "r23" 1000000 774260 = applied=false
+R "acme:eu" "settled:r25:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000 72 = allowed=true remaining=999912 retry=0ms
+R "acme:eu" "{r30}" 1000000 95 = allowed=true remaining=999817 retry=0ms
++ 182
++ 91
+R "acme:eu" "r31" 1000000 24 = allowed=true remaining=999976 retry=0ms
+S "acme:eu" "r17" 1000000 54 = applied=false
+S "acme:eu" "r24" 1000000 3000000 = applied=false
+R "acme:eu" "r32" 1000000 68 = allowed=true remaining=999908 retry=0ms
+S "acme:eu" "r10" 1000000 18 = applied=false
+R "acme:eu" "r32:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000 98 = allowed=true remaining=999810 retry=0ms
+R "acme:eu" "settled:r32:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000 26 = allowed=true remaining=999784 retry=0ms
+S "acme:eu" "r20" 1000000 53 = applied=false
+R "acme:eu" "{r35}" 1000000 61 = allowed=true remaining=999723 retry=0ms
+S "acme:eu" "r23" 1000000 256261 = applied=false
+R "acme:eu" "{R35}" 1000000 34 = allowed=true remaining=999689 retry=0ms
+R "acme:eu" "r37" 1000000 35 = allowed=true remaining=999654 retry=0ms
+S "acme:eu" "r17" 1000000 51422 = applied=false
+S "acme:eu" "r22" 1000000 727894 = applied=false
++ 423
+R "acme:eu" "r38" 1000000 75 = allowed=true remaining=999925 retry=0ms
++ 938
+S "acme:eu" "r16" 1000000 0 = applied=false
+trace w285815-d3-2tenants-back-lowered-again-bad "" 285815 3
+R "acme:eu" "r1" 2 2 = allowed=true remaining=0 retry=0ms
+R "b" "r2" 3 3 = allowed=true remaining=0 retry=0ms
+S "b" "r2" 3 3 = applied=true
+R "b" "r2" 3 0 = allowed=true remaining=0 retry=0ms
+S "b" "r3" 3 1 = applied=false
+R "b" "r2" 3 0 = allowed=true remaining=0 retry=0ms
+R "acme:eu" "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1 1 = allowed=false remaining=0 retry=60000ms
++ 60000
+R "b" "r3" 3 0 = allowed=true remaining=3 retry=0ms
+S "b" "r3" 3 3 = applied=false
+R "acme:eu" "r5" 1 0 = allowed=true remaining=1 retry=0ms
+R "acme:eu" "r5 " 1 0 = allowed=true remaining=1 retry=0ms
++ 3506
+R "acme:eu" "open:r5 " 1 1 = allowed=true remaining=0 retry=0ms
+R "" "bad" 3 1 = ErrInvalidArgument
+R "b" "r3" 3 3 = allowed=true remaining=3 retry=0ms
+R "acme:eu" "r8" 1 0 = allowed=true remaining=0 retry=0ms
+- 2604
+R "b" "bad" 3 -1 = ErrInvalidArgument
+S "acme:eu" "r8" 1 0 = applied=true
+R "acme:eu" "open:r8" 1 1 = allowed=false remaining=0 retry=62604ms
+- 60000
+trace w59999-d60-3tenants-debt-lowered-edge-again "tq" 59999 60
+R "Acme" "r1" 1000000 1 = allowed=true remaining=999999 retry=0ms
+R "Acme" "r2" 1000000 1000000 = allowed=false remaining=999999 retry=1ms
+R "acme " "r3" 60 0 = allowed=true remaining=60 retry=0ms
++ 59999
++ 1
++ 1374
+S "Acme" "r1" 1000000 1985757 = applied=false
++ 3860
+R "acme " "r4" 60 0 = allowed=true remaining=60 retry=0ms
++ 1
+R "acme " "r4 " 60 1 = allowed=true remaining=59 retry=0ms
+R "acme " "r4" 60 2 = allowed=true remaining=59 retry=0ms
+R "Acme" "r6" 1000000 1 = allowed=true remaining=999999 retry=0ms
+R "acme " "r7" 60 60 = allowed=false remaining=59 retry=1000ms
+R "acme" "{r8}" 600 600 = allowed=true remaining=0 retry=0ms
+S "acme" "{r8}" 600 600 = applied=true
+R "acme" "{r8} " 600 1 = allowed=false remaining=0 retry=100ms
+S "acme " "r4 " 60 20 = applied=true
++ 59999
+R "acme " "r10" 2 2 = allowed=true remaining=0 retry=0ms
+trace w1-d2-2tenants-lowered-again-bad "tq" 1 2
++ 44420
++ 1077
+S "acme" "r1" 59 43 = applied=false
++ 1
+R "acme" "settled:r1" 59 59 = allowed=true remaining=0 retry=0ms
++ 1
+R "acme:eu" "r3" 7 0 = allowed=true remaining=7 retry=0ms
+R "acme" "{r4}" 7 0 = allowed=true remaining=0 retry=0ms
+R "acme:eu" "R3" 7 1 = allowed=true remaining=6 retry=0ms
+R "acme" "r6" 7 0 = allowed=true remaining=0 retry=0ms
+R "acme" "r7" 7 0 = allowed=true remaining=0 retry=0ms
+R "acme{x}" "bad" 7 1 = ErrInvalidArgument
++ 3600000
++ 1
+S "acme:eu" "r3" 7 0 = applied=false
+R "" "bad" 7 1 = ErrInvalidArgument
++ 1
++ 1
+R "acme" "open:r7" 7 0 = allowed=true remaining=7 retry=0ms
+trace w1000-d3-2tenants-debt-back-edge-again "tq" 1000 3
+S "Acme" "r1" 1000 169 = applied=false
+R "acme:eu" "R2" 1 1 = allowed=true remaining=0 retry=0ms
+R "acme:eu" "R2" 1 1 = allowed=true remaining=0 retry=0ms
+R "acme:eu" "R2 " 1 1 = allowed=false remaining=0 retry=60000ms
++ 1
++ 38752
+S "acme:eu" "R2" 1 0 = applied=false
+- 1
+R "acme:eu" "R2 :xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1 0 = allowed=true remaining=0 retry=0ms
+R "acme:eu" "R2 " 1 1 = allowed=false remaining=0 retry=21248ms
+R "Acme" "open:r1" 1000 810 = allowed=true remaining=190 retry=0ms
++ 32492
+S "Acme" "open:r1" 1000 662 = applied=false
+R "Acme" "r6" 1000 1000 = allowed=false remaining=731 retry=16108ms
+R "Acme" "r6:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000 1 = allowed=true remaining=730 retry=0ms
++ 999
+S "Acme" "open:r1" 1000 330 = applied=false
+R "acme:eu" "R2 :xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx " 1 1 = allowed=true remaining=0 retry=0ms
+R "Acme" "r9" 1000 0 = allowed=true remaining=747 retry=0ms
+R "acme:eu" "open:R2 :xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx " 1 1 = allowed=false remaining=0 retry=60000ms
+R "Acme" "r11" 1000 746 = allowed=true remaining=1 retry=0ms
+R "Acme" "r12" 1000 1 = allowed=true remaining=0 retry=0ms
+R "Acme" "r13" 1000 21 = allowed=false remaining=0 retry=1249ms
+R "acme:eu" "open:R2 :xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx " 1 1 = allowed=false remaining=0 retry=60000ms
+R "acme:eu" "r14" 1 1 = allowed=false remaining=0 retry=60000ms
+S "Acme" "r11" 1000 746 = applied=true
++ 999
+R "Acme" "settled:r13" 1000 0 = allowed=true remaining=16 retry=0ms
+R "acme:eu" "{r16}" 1 1 = allowed=false remaining=0 retry=59001ms
++ 1000
+S "Acme" "r6:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000 1589 = applied=false
+trace w0-d3-1tenants-debt-back-edge-again "q-2" 0 3
+R "acme " "r1 " 1000000000 63378713 = allowed=true remaining=936621287 retry=0ms
++ 72614
+R "acme " "r1 " 1000000000 924405854 = allowed=true remaining=1000000000 retry=0ms
++ 3527386
++ 1
+S "acme " "r1 " 1000000000 63378714 = applied=false
+S "acme " "r1 :xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000000 758478679 = applied=false
++ 1
++ 1
++ 1
+R "acme " "r1 :xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx " 1000000000 1000000000 = allowed=true remaining=0 retry=0ms
+S "acme " "r1 :xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000000 828385823 = applied=false
++ 3599999
+S "acme " "r1 :xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx " 1000000000 1000000000 = applied=true
+R "acme " "r4" 1000000000 0 = allowed=true remaining=1000000000 retry=0ms
+R "acme " "r5" 1000000000 1000000000 = allowed=true remaining=0 retry=0ms
+- 60000
+S "acme " "r4" 1000000000 1000000000 = applied=true
+R "acme " "r5" 1000000000 1 = allowed=true remaining=0 retry=0ms
+S "acme " "r5" 1000000000 1000000000 = applied=true
+trace w1-d0-1tenants-debt-back-lowered-edge-again "q-2" 1 0
++ 1
+R "Acme" "r1" 7919 0 = allowed=true remaining=7919 retry=0ms
+R "Acme" "r2" 7919 7919 = allowed=true remaining=0 retry=0ms
++ 3600000
+S "Acme" "r1" 7919 23757 = applied=false
+R "Acme" "r3" 7919 26 = allowed=true remaining=7893 retry=0ms
+S "Acme" "r2" 7919 6141 = applied=false
++ 1
+- 474
+R "Acme" "r4" 7919 7919 = allowed=false remaining=7893 retry=670ms
+R "Acme" "r4" 7919 7919 = allowed=false remaining=7893 retry=670ms
++ 1
+R "Acme" "r4 " 59 0 = allowed=true remaining=59 retry=0ms
+R "Acme" "r6" 59 0 = allowed=true remaining=59 retry=0ms
+R "Acme" "{r7}" 59 0 = allowed=true remaining=59 retry=0ms
+trace w7-d3-3tenants-debt-back-edge-again-bad "tq" 7 3
+R "b" "open:r1" 600 600 = allowed=true remaining=0 retry=0ms
++ 7
+R "Acme" "r2" 600 0 = allowed=true remaining=600 retry=0ms
+- 60000
+R "acme" "r3" 2 1 = allowed=true remaining=1 retry=0ms
+S "Acme" "r2" 600 839 = applied=true
++ 1
+R "Acme" "r2 " 600 48 = allowed=false remaining=0 retry=28699ms
++ 3600000
++ 1
+S "acme" "r3" 2 6 = applied=false
+R "Acme" "r5" 600 39 = allowed=true remaining=561 retry=0ms
+R "acme" "{r6}" 2 2 = allowed=true remaining=0 retry=0ms
+S "b" "r7" 600 596 = applied=false
+R "acme" "{r6} " 2 0 = allowed=true remaining=0 retry=0ms
+R "acme" "{r6} " 2 0 = allowed=true remaining=0 retry=0ms
+R "Acme" "r5:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 600 1 = allowed=true remaining=560 retry=0ms
+R "" "bad" 2 1 = ErrInvalidArgument
+S "acme" "{r6}" 2 6 = applied=true
++ 6
+R "acme" "r10" 2 2 = allowed=false remaining=0 retry=179994ms
++ 179995
+S "acme" "{r6} " 2 1000000000 = applied=false
++ 1
+- 60000
+S "Acme" "{r11}" 600 358 = applied=false
+- 1759
++ 1
+trace w140921-d1-2tenants-debt-back-edge-again-bad "tq" 140921 1
+S "acme " "r1" 1 0 = applied=false
+R "acme" "r2" 59 1 = allowed=true remaining=58 retry=0ms
+R "acme" "{r3}" 59 57 = allowed=true remaining=1 retry=0ms
++ 829
+R "acme " "r4" 1 0 = allowed=true remaining=1 retry=0ms
++ 140092
+- 60000
++ 104069
+R "acme " "R4" 1 0 = allowed=true remaining=1 retry=0ms
+R "acme " "open:R4" 1 0 = allowed=true remaining=1 retry=0ms
+S "acme " "R4" 1 1 = applied=true
+S "acme " "open:R4" 1 1 = applied=true
+R "acme " "open:open:R4" 1 1 = allowed=false remaining=0 retry=120000ms
+R "" "bad" 59 1 = ErrInvalidArgument
+R "acme" "{r3} " 59 2 = allowed=true remaining=57 retry=0ms
+S "acme " "r4" 1 0 = applied=false
++ 1
++ 1923
+R "acme" "{r3} " 59 50 = allowed=true remaining=58 retry=0ms
+R "acme " "open:open:R4 " 1 0 = allowed=false remaining=0 retry=58076ms
++ 41489
+R "acme " "r10" 1 0 = allowed=false remaining=0 retry=16587ms
+R "acme" "r11" 59 57 = allowed=true remaining=2 retry=0ms
+R "acme " "r10:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1 1 = allowed=false remaining=0 retry=76587ms
+S "acme" "{r3} " 59 177 = applied=true
+R "acme " "open:open:R4" 1 1 = allowed=false remaining=0 retry=76587ms
+R "acme" "" 59 1 = ErrInvalidArgument
++ 140921
+S "acme" "r2" 59 1000000000 = applied=false
+S "acme" "{r3}" 59 56 = applied=false
++ 71209
+R "acme " "r13" 1 1 = allowed=true remaining=0 retry=0ms
+S "acme" "r11" 59 7 = applied=false
+R "acme " "r14" 1 0 = allowed=true remaining=0 retry=0ms
+S "acme " "open:R4" 1 1 = applied=false
+R "acme " "r14" 1 0 = allowed=true remaining=0 retry=0ms
+R "acme " "{r15}" 1 1 = allowed=false remaining=0 retry=60000ms
+trace w3600000-d3-1tenants-debt-lowered-edge-again-bad "q-2" 3600000 3
+R "Acme" "r1" 59 1 = allowed=true remaining=58 retry=0ms
+R "Acme" "r2" 59 0 = allowed=true remaining=58 retry=0ms
+R "Acme" "R2" 59 0 = allowed=true remaining=58 retry=0ms
+R "Acme" "r4" 59 1 = allowed=true remaining=57 retry=0ms
+R "Acme" "R4" 59 56 = allowed=true remaining=1 retry=0ms
+R "Acme" "open:R4" 59 0 = allowed=true remaining=1 retry=0ms
+R "Acme" "r4" 59 1 = allowed=true remaining=1 retry=0ms
+S "Acme" "bad" 59 1000000001 = ErrInvalidArgument
+R "Acme" "R4" 59 1 = allowed=true remaining=1 retry=0ms
+R "Acme" "r7" 59 0 = allowed=true remaining=1 retry=0ms
++ 3600000
+R "Acme" "r8" 59 4 = allowed=true remaining=55 retry=0ms
+S "Acme" "r4" 59 1 = applied=false
++ 40724
+S "Acme" "open:R4" 59 0 = applied=false
+S "Acme" "r7" 59 1 = applied=false
++ 3559275
+R "Acme" "r9" 2 2 = allowed=true remaining=0 retry=0ms
++ 69401
+R "Acme" "r9" 2 0 = allowed=true remaining=2 retry=0ms
++ 3530598
++ 1
++ 33263
+S "Acme" "r9" 1 0 = applied=false
+R "Acme" "open:r9" 1 0 = allowed=true remaining=1 retry=0ms
+R "Acme" "bad" 0 0 = ErrInvalidArgument
+R "Acme" "open:r9" 1 0 = allowed=true remaining=1 retry=0ms
++ 1
+S "Acme" "r1" 1 1 = applied=false
+R "" "bad" 1 1 = ErrInvalidArgument
+R "Acme{x}" "bad" 1 1 = ErrInvalidArgument
+R "Acme" "r11" 1 1 = allowed=true remaining=0 retry=0ms
+S "Acme" "r11" 1 0 = applied=true
++ 3599998
+R "Acme" "open:r9" 1 0 = allowed=true remaining=1 retry=0ms
+S "Acme" "r2" 1 0 = applied=false
+trace w404368-d1-1tenants-debt-edge-again-bad "q-2" 404368 1
+R "Acme" "r1" 1 0 = allowed=true remaining=1 retry=0ms
+R "Acme" "r2" 1 1 = allowed=true remaining=0 retry=0ms
+S "Acme" "r2" 1 1 = applied=true
+R "Acme" "" 1 1 = ErrInvalidArgument
++ 404367
+R "" "bad" 1 1 = ErrInvalidArgument
++ 1
+R "Acme" "r3" 1 0 = allowed=true remaining=1 retry=0ms
+R "Acme" "r4" 1 1 = allowed=true remaining=0 retry=0ms
+S "Acme" "r4" 1 2 = applied=true
++ 50515
++ 2779
+S "Acme" "r3" 1 0 = applied=true
+R "Acme" "bad" 1 -1 = ErrInvalidArgument
+S "Acme" "r4" 1 0 = applied=false
++ 2668
+R "Acme" "r4 " 1 1 = allowed=false remaining=0 retry=64038ms
++ 64037
+trace w5000-d0-1tenants-busy-debt-again "q-2" 5000 0
++ 1897
++ 4987
++ 1703
++ 741
++ 3395
+R "b" "R1" 1000000 95 = allowed=true remaining=999905 retry=0ms
++ 1247
+R "b" "{r2}" 1000000 63 = allowed=true remaining=999937 retry=0ms
+S "b" "R1" 1000000 96 = applied=true
++ 3436
+R "b" "r3" 1000000 46 = allowed=true remaining=999954 retry=0ms
+R "b" "r4" 1000000 4 = allowed=true remaining=999950 retry=0ms
+S "b" "r3" 1000000 3000000 = applied=true
+S "b" "r4" 1000000 4 = applied=true
++ 707
+R "b" "r5" 1000000 77 = allowed=false remaining=0 retry=59298ms
++ 23
+S "b" "r4" 1000000 31311 = applied=false
+R "b" "settled:r5" 1000000 60 = allowed=false remaining=0 retry=59274ms
+R "b" "r7" 1000000 89 = allowed=false remaining=0 retry=59276ms
++ 1850
+R "b" "r8" 1000000 72 = allowed=false remaining=0 retry=57425ms
+S "b" "R1" 1000000 750734 = applied=false
++ 1857
+S "b" "{r2}" 1000000 1966932 = applied=false
++ 2055
++ 1030
+R "b" "R8" 1000000 85 = allowed=false remaining=0 retry=52484ms
++ 1479
++ 2268
++ 3830
+R "b" "r10" 1000000 44 = allowed=false remaining=0 retry=44904ms
+R "b" "r11" 1000000 0 = allowed=false remaining=0 retry=44901ms
++ 2190
+R "b" "r12" 1000000 93 = allowed=false remaining=0 retry=42717ms
+R "b" "R12" 1000000 3 = allowed=false remaining=0 retry=42712ms
+R "b" "R12 " 1000000 78 = allowed=false remaining=0 retry=42716ms
+R "b" "settled:R12 " 1000000 51 = allowed=false remaining=0 retry=42715ms
++ 2345
+R "b" "r16" 1000000 51 = allowed=false remaining=0 retry=40370ms
+R "b" "settled:r16" 1000000 51 = allowed=false remaining=0 retry=40370ms
+R "b" "r18" 1000000 81 = allowed=false remaining=0 retry=40371ms
+S "b" "r4" 1000000 377698 = applied=false
+R "b" "r19" 1000000 23 = allowed=false remaining=0 retry=40368ms
++ 1488
+R "b" "{r20}" 1000000 9 = allowed=false remaining=0 retry=38879ms
++ 3020
++ 4010
++ 1166
+R "b" "r21" 1000000 48 = allowed=false remaining=0 retry=30685ms
+R "b" "r22" 1000000 23 = allowed=false remaining=0 retry=30684ms
++ 2813
++ 2387
+R "b" "r22 " 1000000 74 = allowed=false remaining=0 retry=25487ms
+R "b" "r24" 1000000 10 = allowed=false remaining=0 retry=25483ms
+R "b" "r25" 1000000 84 = allowed=false remaining=0 retry=25488ms
+R "b" "{r26}" 1000000 84 = allowed=false remaining=0 retry=25488ms
++ 2522
+R "b" "r27" 1000000 38 = allowed=false remaining=0 retry=22963ms
+R "b" "r28" 1000000 70 = allowed=false remaining=0 retry=22965ms
+S "b" "R1" 1000000 913324 = applied=false
+R "b" "r29" 1000000 59 = allowed=false remaining=0 retry=22964ms
+R "b" "r30" 1000000 59 = allowed=false remaining=0 retry=22964ms
+R "b" "r30:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000 60 = allowed=false remaining=0 retry=22964ms
+R "b" "r32" 1000000 61 = allowed=false remaining=0 retry=22964ms
+R "b" "open:r32" 1000000 93 = allowed=false remaining=0 retry=22966ms
+R "b" "open:r32 " 1000000 24 = allowed=false remaining=0 retry=22962ms
++ 3283
+R "b" "open:r32  " 1000000 72 = allowed=false remaining=0 retry=19682ms
+R "b" "r36" 1000000 54 = allowed=false remaining=0 retry=19681ms
+R "b" "r37" 1000000 66 = allowed=false remaining=0 retry=19681ms
+R "b" "{r38}" 1000000 81 = allowed=false remaining=0 retry=19682ms
+trace w61000-d2-1tenants-debt-back-lowered-again-bad "tq" 61000 2
+S "b" "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 7 3 = applied=false
++ 1
+S "b" "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 7 4 = applied=false
+R "b" "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 7 6 = allowed=true remaining=7 retry=0ms
+- 1105
+S "b" "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 7 7 = applied=false
++ 2116
+R "b" "{r2}" 7 7 = allowed=true remaining=0 retry=0ms
+R "b" "r3" 7 1 = allowed=false remaining=0 retry=8572ms
+R "b" "r4" 7 1 = allowed=false remaining=0 retry=8572ms
+R "b" "settled:r4" 7 7 = allowed=false remaining=0 retry=60000ms
+S "b" "{r2}" 7 7 = applied=true
+R "b" "{r6}" 7 1 = allowed=false remaining=0 retry=8572ms
+R "b" "bad" 0 0 = ErrInvalidArgument
+R "b" "open:{r6}" 7 7 = allowed=false remaining=0 retry=60000ms
+R "b" "open:open:{r6}" 7 3 = allowed=false remaining=0 retry=25715ms
+- 1654
+R "b" "{r9}" 7 0 = allowed=true remaining=0 retry=0ms
+S "b" "{r2}" 7 7 = applied=false
+R "b" "r10" 7 0 = allowed=true remaining=0 retry=0ms
+R "b" "r10:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 7 1 = allowed=false remaining=0 retry=10226ms
+R "b{x}" "bad" 7 1 = ErrInvalidArgument
+R "b" "{r12}" 2 0 = allowed=true remaining=0 retry=0ms
+R "b" "r13" 2 0 = allowed=true remaining=0 retry=0ms
+S "b" "r10" 2 0 = applied=true
+S "b" "{r9}" 2 0 = applied=true
+R "b" "{r2}" 2 0 = allowed=true remaining=0 retry=0ms
+S "b" "r13" 2 6 = applied=true
++ 1
+S "b" "{r12}" 2 0 = applied=true
+trace w0-d0-3tenants-debt-back-lowered-edge-again-bad "tq" 0 0
+R "" "bad" 60 1 = ErrInvalidArgument
+S "b" "r1" 7919 3927 = applied=false
+R "Acme" "r2" 3 3 = allowed=true remaining=0 retry=0ms
++ 3600000
++ 31399
+R "acme" "r3" 60 60 = allowed=true remaining=0 retry=0ms
++ 3599999
++ 1788
++ 101621
+R "acme" "r4" 3 2 = allowed=true remaining=1 retry=0ms
++ 1
+S "Acme" "r5" 3 1 = applied=false
+- 60000
+R "b" "bad" 7919 7920 = ErrEstimateTooLarge
+R "Acme" "R5" 3 3 = allowed=true remaining=0 retry=0ms
+R "acme" "r7" 3 1 = allowed=true remaining=0 retry=0ms
+S "acme" "r7" 3 3 = applied=true
+R "b" "open:r1" 7919 0 = allowed=true remaining=7919 retry=0ms
+S "Acme" "R5" 3 1 = applied=true
+- 1
+R "Acme" "r5" 3 0 = allowed=true remaining=2 retry=0ms
+R "b" "r9" 7919 7918 = allowed=true remaining=1 retry=0ms
++ 1
+R "acme" "r4" 3 0 = allowed=true remaining=0 retry=0ms
++ 1
+S "Acme" "r2" 3 4 = applied=false
++ 1
+S "b" "r1" 7919 7143 = applied=false
+R "Acme" "r5" 3 1 = allowed=true remaining=2 retry=0ms
+S "b" "open:r1" 7919 0 = applied=true
+trace w1000-d60-1tenants-debt-back-lowered-edge-again-bad "tq" 1000 60
++ 1
+R "b" "r1" 600 0 = allowed=true remaining=600 retry=0ms
+R "b" "r2" 600 599 = allowed=true remaining=1 retry=0ms
+S "b" "r2" 600 1000000000 = applied=true
++ 999
+R "b" "r3" 60 0 = allowed=false remaining=0 retry=3599001ms
++ 85066
+R "b" "r3" 60 0 = allowed=false remaining=0 retry=3513935ms
+R "b" "r4" 60 0 = allowed=false remaining=0 retry=3513935ms
+R "b" "r5" 60 1 = allowed=false remaining=0 retry=3514935ms
+S "b" "r1" 60 1000000000 = applied=false
+R "b" "R5" 60 1 = allowed=false remaining=0 retry=3514935ms
+R "b" "R5:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 60 0 = allowed=false remaining=0 retry=3513935ms
+R "b" "R5:XXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXX" 60 1 = allowed=false remaining=0 retry=3514935ms
+R "b" "R5:XXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXX " 60 26 = allowed=false remaining=0 retry=3539935ms
+R "b" "r10" 60 14 = allowed=false remaining=0 retry=3527935ms
+R "b" "r11" 60 0 = allowed=false remaining=0 retry=3513935ms
+R "b" "r12" 60 48 = allowed=false remaining=0 retry=3561935ms
+R "b" "r13" 60 2 = allowed=false remaining=0 retry=3515935ms
++ 3515934
+R "b" "r14" 60 0 = allowed=true remaining=1 retry=0ms
+S "b" "r14" 60 12 = applied=true
+- 90
+R "b{x}" "bad" 60 1 = ErrInvalidArgument
+- 60000
+R "b" "r12" 60 5 = allowed=false remaining=0 retry=75091ms
+trace w3600000-d60-2tenants-debt-back-lowered-edge-again "" 3600000 60
+R "b" "R1" 1 0 = allowed=true remaining=1 retry=0ms
++ 3600000
+S "b" "R1" 1 0 = applied=false
+R "acme " "{r2}" 59 1 = allowed=true remaining=58 retry=0ms
+S "acme " "{r2}" 59 53 = applied=true
+R "b" "open:R1" 1 0 = allowed=true remaining=1 retry=0ms
+R "b" "open:R1" 1 1 = allowed=true remaining=1 retry=0ms
+R "b" "open:R1" 1 1 = allowed=true remaining=1 retry=0ms
+R "b" "r4" 1 1 = allowed=true remaining=0 retry=0ms
++ 1
++ 2299
+R "acme " "r5" 1 1 = allowed=true remaining=0 retry=0ms
+S "b" "r4" 1 2 = applied=true
+- 1
+S "b" "open:R1" 1 0 = applied=true
+R "acme " "r6" 1 0 = allowed=true remaining=0 retry=0ms
++ 2305
+R "b" "r7" 1 0 = allowed=false remaining=0 retry=55396ms
+- 1
+R "acme " "r8" 1 0 = allowed=true remaining=0 retry=0ms
+R "acme " "r8" 1 1 = allowed=true remaining=0 retry=0ms
+S "b" "r4" 1 0 = applied=false
+R "b" "r9" 1 1 = allowed=false remaining=0 retry=115397ms
+trace w292511-d1-3tenants-debt-back-again-bad "tq" 292511 1
+R "acme:eu" "{r1}" 7919 322 = allowed=true remaining=7597 retry=0ms
+R "acme " "r2" 1000000 0 = allowed=true remaining=1000000 retry=0ms
+R "Acme" "r3 " 600 0 = allowed=true remaining=600 retry=0ms
+S "Acme" "r3 " 600 0 = applied=true
+R "acme " "r2 " 1000000 1000000 = allowed=true remaining=0 retry=0ms
+S "Acme" "r3 " 600 191 = applied=false
++ 42309
+R "acme {x}" "bad" 1000000 1 = ErrInvalidArgument
+S "acme:eu" "r5" 7919 1778 = applied=false
+- 1
+R "acme " "r6" 1000000 1000000 = allowed=false remaining=705133 retry=17692ms
+R "acme:eu" "r5" 7919 7596 = allowed=true remaining=7919 retry=0ms
+R "acme " "r7" 1000000 1000000 = allowed=false remaining=705133 retry=17692ms
+R "acme:eu" "r8" 7919 1 = allowed=true remaining=7918 retry=0ms
+S "acme " "r9" 1000000 232855 = applied=false
++ 1
+R "Acme" "r3 :xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 600 542 = allowed=true remaining=58 retry=0ms
+R "acme " "r11" 1000000 1 = allowed=true remaining=705149 retry=0ms
+S "acme:eu" "{r1}" 7919 323 = applied=true
+R "acme:eu" "R8" 7919 3 = allowed=true remaining=7914 retry=0ms
+S "acme:eu" "r5" 7919 2166 = applied=false
+S "acme " "r2" 1000000 0 = applied=true
+S "Acme" "r13" 600 479 = applied=false
+S "acme " "r2 " 1000000 999999 = applied=true
+R "acme " "bad" 1000000 -1 = ErrInvalidArgument
++ 1
+trace w3600001-d2-2tenants-debt-back-lowered-again-bad "" 3600001 2
+R "Acme" "bad" 1000000001 1 = ErrInvalidArgument
++ 1
+- 1880
+R "Acme" "bad" 0 0 = ErrInvalidArgument
+R "b" "r1" 59 59 = allowed=true remaining=0 retry=0ms
++ 1
++ 1
+R "b" "bad" 0 0 = ErrInvalidArgument
+R "b" "r2" 59 0 = allowed=true remaining=0 retry=0ms
++ 1
+S "b" "r2" 59 1 = applied=true
+R "Acme" "r3:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 3 3 = allowed=true remaining=0 retry=0ms
+R "Acme" "bad" 3 4 = ErrEstimateTooLarge
++ 32112
+S "Acme" "r3:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 3 2 = applied=true
+R "b" "{r4}" 59 19 = allowed=true remaining=11 retry=0ms
+R "b" "open:{r4}" 59 0 = allowed=true remaining=11 retry=0ms
+R "Acme" "r3:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 3 1 = allowed=true remaining=1 retry=0ms
+R "Acme" "r3:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 3 1 = allowed=true remaining=1 retry=0ms
+R "Acme" "r7" 3 0 = allowed=true remaining=1 retry=0ms
+R "b" "{r4}" 59 53 = allowed=true remaining=11 retry=0ms
+S "b" "open:{r4}" 59 0 = applied=true
+R "b" "open:{r4} " 59 29 = allowed=false remaining=11 retry=17716ms
+R "b" "r9" 59 1 = allowed=true remaining=10 retry=0ms
+S "Acme" "r7" 3 0 = applied=true
+S "Acme" "r3:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 3 1 = applied=true
+R "Acme" "open:r7" 3 1 = allowed=true remaining=0 retry=0ms
+S "b" "{r4}" 59 19 = applied=true
+R "b" "r11" 59 10 = allowed=true remaining=0 retry=0ms
+S "b" "r11" 59 10 = applied=true
+R "b" "r12" 59 0 = allowed=true remaining=0 retry=0ms
+S "Acme" "open:r7" 3 6 = applied=true
++ 1
+R "b" "r11" 59 1 = allowed=true remaining=0 retry=0ms
+R "b" "r12 " 59 0 = allowed=true remaining=0 retry=0ms
+trace w1000-d0-1tenants-debt-lowered-again-bad "tq" 1000 0
+S "Acme" "r1 " 1000000 90771 = applied=false
+S "Acme" "bad" 1000000 1000000001 = ErrInvalidArgument
+R "Acme" "r1  " 1000000 33012 = allowed=true remaining=966988 retry=0ms
+S "Acme" "r1  " 1000000 668 = applied=true
+R "Acme" "r3" 1000000 0 = allowed=true remaining=999332 retry=0ms
+R "Acme" "r4" 1000000 999331 = allowed=true remaining=1 retry=0ms
+R "Acme" "r3" 7 1 = allowed=true remaining=1 retry=0ms
+R "Acme" "{r5}" 7 7 = allowed=false remaining=1 retry=51429ms
+S "Acme" "r4" 7 999331 = applied=true
+R "Acme" "bad" 1000000001 1 = ErrInvalidArgument
+R "Acme" "r6" 7 7 = allowed=false remaining=1 retry=51429ms
++ 1
+R "Acme" "bad" 0 0 = ErrInvalidArgument
++ 51428
+S "Acme" "r3" 7 7 = applied=false
+R "Acme" "r7" 7 0 = allowed=true remaining=7 retry=0ms
+R "Acme" "{r8}" 7 0 = allowed=true remaining=7 retry=0ms
+R "Acme" "r9" 7 0 = allowed=true remaining=7 retry=0ms
+S "Acme" "r9" 7 21 = applied=true
+trace w7200000-d0-3tenants-back-lowered-again-bad "" 7200000 0
+R "acme:eu" "r1" 61 61 = allowed=true remaining=0 retry=0ms
+S "Acme" "r2 " 1000000000 323886824 = applied=false
++ 118986
+R "acme " "open:r3" 59 58 = allowed=true remaining=1 retry=0ms
+R "Acme" "open:r2 " 1000000000 1000000000 = allowed=true remaining=0 retry=0ms
+R "acme " "OPEN:R3" 59 1 = allowed=true remaining=0 retry=0ms
+S "acme:eu" "r1" 61 6 = applied=true
+R "acme:eu" "settled:r1" 61 1 = allowed=true remaining=60 retry=0ms
+- 1
++ 1
++ 7200000
+S "acme " "bad" 59 -1 = ErrInvalidArgument
+R "acme:eu" "r7" 2 1 = allowed=true remaining=1 retry=0ms
+R "acme:eu" "r8" 2 2 = allowed=false remaining=1 retry=30000ms
++ 820
+- 60
+- 60000
+R "Acme" "{r9}" 1000000000 1000000000 = allowed=true remaining=0 retry=0ms
+R "acme " "open:OPEN:R3" 59 0 = allowed=true remaining=59 retry=0ms
+trace w2-d60-3tenants-debt-back-lowered-again-bad "tq" 2 60
+R "Acme" "r1 " 1000000 913727 = allowed=true remaining=86273 retry=0ms
+R "Acme" "r1 :xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000 86274 = allowed=false remaining=86273 retry=1ms
+R "acme:eu" "bad" 3 -1 = ErrInvalidArgument
++ 1182
+S "Acme" "r3" 1000000 353899 = applied=false
+R "Acme" "{r4}" 1000000 86274 = allowed=true remaining=19699 retry=0ms
+R "Acme" "{r4}" 1000000 1 = allowed=true remaining=19699 retry=0ms
+R "Acme" "r5" 1000000 84211 = allowed=false remaining=19699 retry=3871ms
+S "Acme" "r1 " 1000000 1252433 = applied=false
++ 1
+R "acme " "r6" 7 7 = allowed=true remaining=0 retry=0ms
++ 3872
+- 1
++ 1
++ 1
+R "Acme" "r1 :xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000 0 = allowed=true remaining=84265 retry=0ms
+R "" "bad" 7 1 = ErrInvalidArgument
+R "acme " "r7" 7 7 = allowed=false remaining=0 retry=56127ms
+S "Acme" "{r4}" 1000000 525578 = applied=false
+S "Acme" "r1 :xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000 3000000 = applied=true
+R "acme:eu" "r8:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 3 1 = allowed=true remaining=2 retry=0ms
+S "acme:eu" "r8:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 3 0 = applied=true
++ 1
++ 352
++ 1717
+R "acme " "" 7 1 = ErrInvalidArgument
+R "acme:eu" "{r9}" 3 0 = allowed=true remaining=3 retry=0ms
+trace w2-d60-3tenants-debt-back-lowered-edge-again-bad "" 2 60
+R "b" "r1" 1000000 1000000 = allowed=true remaining=0 retry=0ms
+S "Acme" "r2" 61 56 = applied=false
+S "b" "r3" 1000000 310163 = applied=false
+R "Acme" "r2:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 61 0 = allowed=true remaining=61 retry=0ms
+R "acme:eu{x}" "bad" 2 1 = ErrInvalidArgument
+R "Acme" "r2:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 61 61 = allowed=true remaining=0 retry=0ms
+R "Acme" "r6" 61 0 = allowed=true remaining=0 retry=0ms
+S "b" "r1" 1000000 242140 = applied=true
+R "acme:eu" "r7" 1 1 = allowed=true remaining=0 retry=0ms
+R "Acme" "r8" 61 0 = allowed=true remaining=0 retry=0ms
+R "Acme" "r2:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 61 1 = allowed=true remaining=0 retry=0ms
+R "b" "" 1000000 1 = ErrInvalidArgument
+S "acme:eu" "r7" 1 2 = applied=true
+R "b" "r3" 1000000 0 = allowed=true remaining=757860 retry=0ms
+R "Acme" "{r9}" 61 61 = allowed=false remaining=0 retry=60000ms
+R "b" "r1" 1000000 757861 = allowed=true remaining=757860 retry=0ms
+R "b" "r3" 1000000 322004 = allowed=true remaining=757860 retry=0ms
+R "acme:eu" "r10" 1 0 = allowed=false remaining=0 retry=60000ms
+R "Acme" "r11" 61 1 = allowed=false remaining=0 retry=984ms
+R "Acme" "r12" 61 0 = allowed=true remaining=0 retry=0ms
+R "b" "{r13}" 1000000 757861 = allowed=false remaining=757860 retry=1ms
+R "b" "r14" 1000000 757860 = allowed=true remaining=0 retry=0ms
+S "b" "r14" 1000000 673878 = applied=true
+R "b" "r15" 1000000 1 = allowed=true remaining=83981 retry=0ms
+R "b" "r16" 1000000 0 = allowed=true remaining=83981 retry=0ms
+S "Acme" "r12" 61 27 = applied=true
+S "Acme" "r8" 61 183 = applied=true
++ 1
+R "Acme" "R12" 61 1 = allowed=false remaining=0 retry=207540ms
+S "Acme" "r6" 61 0 = applied=true
++ 207540
+- 1
+R "Acme" "R12:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 61 0 = allowed=true remaining=0 retry=0ms
+R "Acme" "R12:XXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXX" 61 1 = allowed=false remaining=0 retry=1ms
+trace w5000-d3-1tenants-busy-debt-again "q-2" 5000 3
+R "acme:eu" "r1" 1000000 49 = allowed=true remaining=999951 retry=0ms
+R "acme:eu" "R1" 1000000 27 = allowed=true remaining=999924 retry=0ms
+S "acme:eu" "r1" 1000000 48 = applied=true
++ 3200
+R "acme:eu" "open:R1" 1000000 24 = allowed=true remaining=999976 retry=0ms
++ 1888
+S "acme:eu" "open:R1" 1000000 23 = applied=true
+R "acme:eu" "r4" 1000000 42 = allowed=true remaining=999958 retry=0ms
+R "acme:eu" "settled:r4" 1000000 79 = allowed=true remaining=999879 retry=0ms
+R "acme:eu" "r6" 1000000 31 = allowed=true remaining=999848 retry=0ms
+S "acme:eu" "r4" 1000000 41 = applied=true
+S "acme:eu" "r6" 1000000 10 = applied=true
+S "acme:eu" "R1" 1000000 27 = applied=false
+S "acme:eu" "settled:r4" 1000000 89412 = applied=true
++ 2040
+S "acme:eu" "open:R1" 1000000 345732 = applied=false
++ 4583
+R "acme:eu" "r7" 1000000 38 = allowed=true remaining=999962 retry=0ms
++ 623
+R "acme:eu" "r8" 1000000 27 = allowed=true remaining=999973 retry=0ms
+R "acme:eu" "r9" 1000000 79 = allowed=true remaining=999894 retry=0ms
+R "acme:eu" "r10" 1000000 5 = allowed=true remaining=999889 retry=0ms
++ 434
++ 3413
+S "acme:eu" "r7" 1000000 3000000 = applied=true
+S "acme:eu" "r8" 1000000 26 = applied=true
+R "acme:eu" "r11" 1000000 35 = allowed=false remaining=0 retry=120000ms
+S "acme:eu" "R1" 1000000 890700 = applied=false
+R "acme:eu" "r12" 1000000 24 = allowed=false remaining=0 retry=120000ms
++ 4350
+S "acme:eu" "r9" 1000000 79 = applied=false
+R "acme:eu" "settled:r12" 1000000 85 = allowed=false remaining=0 retry=115653ms
+R "acme:eu" "r14" 1000000 31 = allowed=false remaining=0 retry=115650ms
+S "acme:eu" "r10" 1000000 584029 = applied=false
+R "acme:eu" "r15" 1000000 85 = allowed=false remaining=0 retry=115653ms
+R "acme:eu" "r15 " 1000000 81 = allowed=false remaining=0 retry=115653ms
+S "acme:eu" "r10" 1000000 729939 = applied=false
+R "acme:eu" "{r17}" 1000000 55 = allowed=false remaining=0 retry=115651ms
++ 3085
+R "acme:eu" "open:{r17}" 1000000 72 = allowed=false remaining=0 retry=112567ms
++ 467
++ 4986
+S "acme:eu" "r10" 1000000 641243 = applied=false
+R "acme:eu" "OPEN:{R17}" 1000000 43 = allowed=false remaining=0 retry=107113ms
++ 1019
++ 2437
++ 4602
+R "acme:eu" "OPEN:{R17} " 1000000 3 = allowed=false remaining=0 retry=99052ms
++ 839
++ 172
++ 81
+R "acme:eu" "r21" 1000000 94 = allowed=false remaining=0 retry=97966ms
++ 279
++ 1770
++ 1241
+R "acme:eu" "r21:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000 31 = allowed=false remaining=0 retry=94672ms
++ 4220
++ 3339
++ 4462
++ 158
+R "acme:eu" "r23" 1000000 31 = allowed=false remaining=0 retry=82493ms
+R "acme:eu" "r24" 1000000 28 = allowed=false remaining=0 retry=82493ms
+S "acme:eu" "r10" 1000000 470424 = applied=false
+R "acme:eu" "{r25}" 1000000 23 = allowed=false remaining=0 retry=82493ms
+R "acme:eu" "{r26}" 1000000 15 = allowed=false remaining=0 retry=82492ms
++ 2852
+S "acme:eu" "r10" 1000000 974859 = applied=false
+R "acme:eu" "{r26}:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000 60 = allowed=false remaining=0 retry=79643ms
++ 4986
++ 2249
+R "acme:eu" "{r28}" 1000000 74 = allowed=false remaining=0 retry=72409ms
+trace w3600000-d60-2tenants-debt-back-again-bad "tq" 3600000 60
+R "Acme" "r1" 600 600 = allowed=true remaining=0 retry=0ms
+R "b" "r2 " 2 0 = allowed=true remaining=2 retry=0ms
+S "b" "r2 " 2 0 = applied=true
++ 1
+R "Acme" "r1" 600 0 = allowed=true remaining=0 retry=0ms
+R "b" "r2  " 2 2 = allowed=true remaining=0 retry=0ms
+S "b" "r2  " 2 3 = applied=true
+- 1
++ 1
++ 1078
++ 1
+S "Acme" "r1" 600 600 = applied=true
+R "Acme" "r1 " 600 1 = allowed=true remaining=9 retry=0ms
+S "Acme" "r1 " 600 0 = applied=true
+R "Acme" "r5" 600 1 = allowed=true remaining=9 retry=0ms
+R "Acme" "r5" 600 8 = allowed=true remaining=9 retry=0ms
+R "b" "r6" 2 1 = allowed=false remaining=0 retry=58921ms
+R "Acme" "r5" 600 0 = allowed=true remaining=9 retry=0ms
+S "Acme" "r5" 600 2 = applied=true
+- 60000
+S "b" "bad" 2 1000000001 = ErrInvalidArgument
+R "b" "settled:r6" 2 1 = allowed=false remaining=0 retry=118921ms
++ 1
+R "b" "r8" 2 1 = allowed=false remaining=0 retry=118920ms
++ 1
++ 1
+trace w389715-d1-3tenants-debt-back-lowered-again-bad "q-2" 389715 1
++ 1
++ 1
+R "Acme" "r1 " 1000000000 1000000000 = allowed=true remaining=0 retry=0ms
+R "Acme" "r1 " 1000000000 0 = allowed=true remaining=0 retry=0ms
+R "acme" "r2" 1000000000 999999999 = allowed=true remaining=1 retry=0ms
+- 60000
+R "acme" "r2:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000000 41391911 = allowed=false remaining=1 retry=62484ms
+R "Acme" "r4" 1000000000 186182900 = allowed=false remaining=0 retry=71171ms
+R "Acme" "r4:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000000 0 = allowed=true remaining=0 retry=0ms
+S "Acme" "r1 " 1000000000 1000000000 = applied=true
+R "b" "r6" 59 0 = allowed=true remaining=59 retry=0ms
++ 1
+S "Acme" "r4:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000000 0 = applied=true
+R "acme" "bad" 1000000000 1000000001 = ErrEstimateTooLarge
+S "Acme" "r4:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000000 828466203 = applied=false
++ 1
+S "acme" "r2" 1000000000 1000000000 = applied=true
+S "Acme" "r4:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx " 1000000000 76128509 = applied=false
+R "Acme" "R4:XXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXX " 1000000000 0 = allowed=true remaining=0 retry=0ms
+S "b" "open:r6" 1 0 = applied=false
++ 1
+R "acme" "r10" 1000000000 0 = allowed=true remaining=0 retry=0ms
++ 3824
+R "acme" "r11" 1000000000 0 = allowed=true remaining=0 retry=0ms
++ 1
+trace w61000-d60-2tenants-back-lowered-edge-again-bad "tq" 61000 60
+S "acme" "r1" 59 57 = applied=false
+R "acme" "R1" 59 0 = allowed=true remaining=59 retry=0ms
+R "acme" "open:R1" 59 58 = allowed=true remaining=1 retry=0ms
+R "acme:eu" "R4" 3 0 = allowed=true remaining=3 retry=0ms
+S "acme:eu" "settled:R4" 3 1 = applied=false
++ 61000
+S "acme:eu" "R4" 3 0 = applied=false
+- 60000
++ 65
+- 2133
+R "acme" "settled:open:R1" 59 1 = allowed=true remaining=58 retry=0ms
+R "acme:eu" "r7" 3 3 = allowed=true remaining=0 retry=0ms
+R "acme" "settled:settled:open:R1" 59 52 = allowed=true remaining=6 retry=0ms
+R "acme:eu" "r9" 3 1 = allowed=false remaining=0 retry=20000ms
+R "acme" "r10" 59 5 = allowed=true remaining=1 retry=0ms
+R "acme" "R10" 59 2 = allowed=false remaining=1 retry=1017ms
+R "acme" "bad" 59 60 = ErrEstimateTooLarge
+R "acme:eu" "r9:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 3 3 = allowed=false remaining=0 retry=60000ms
+R "acme" "R10" 59 0 = allowed=true remaining=1 retry=0ms
+trace w1000-d1-1tenants-debt-back-lowered-edge-again "tq" 1000 1
+R "acme:eu" "r1" 3 0 = allowed=true remaining=3 retry=0ms
+R "acme:eu" "r1 " 3 3 = allowed=true remaining=0 retry=0ms
++ 1
+R "acme:eu" "r3" 3 0 = allowed=true remaining=0 retry=0ms
++ 999
+R "acme:eu" "r3:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 3 0 = allowed=true remaining=0 retry=0ms
+R "acme:eu" "r5" 3 0 = allowed=true remaining=0 retry=0ms
+S "acme:eu" "r1" 3 9 = applied=false
++ 999
+S "acme:eu" "r1" 3 2 = applied=false
+R "acme:eu" "open:r5" 3 1 = allowed=false remaining=0 retry=18001ms
+S "acme:eu" "r3:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 3 0 = applied=true
++ 18001
+R "acme:eu" "r7" 3 0 = allowed=true remaining=1 retry=0ms
+R "acme:eu" "r8" 3 3 = allowed=false remaining=1 retry=40000ms
+R "acme:eu" "r8" 3 0 = allowed=true remaining=1 retry=0ms
++ 1000
+S "acme:eu" "r1 " 3 3 = applied=false
+- 1
+R "acme:eu" "r9" 3 3 = allowed=false remaining=1 retry=39001ms
++ 39001
+S "acme:eu" "r8" 3 9 = applied=false
+trace w313711-d3-1tenants-debt-back-lowered-edge-again-bad "tq" 313711 3
++ 889
++ 1
+S "acme" "r1 " 3 0 = applied=false
+R "acme" "r2" 3 2 = allowed=true remaining=1 retry=0ms
+R "acme" "r3" 3 0 = allowed=true remaining=1 retry=0ms
+- 1
++ 79168
+R "acme" "open:r3" 1 0 = allowed=true remaining=1 retry=0ms
+R "acme" "r1 " 1 1 = allowed=true remaining=1 retry=0ms
+S "acme" "r3" 1 3 = applied=true
+R "acme" "bad" 1000000001 1 = ErrInvalidArgument
+S "acme" "r2" 1 0 = applied=true
++ 2977
+R "acme" "r5" 1 1 = allowed=false remaining=0 retry=57023ms
++ 57023
++ 57024
+R "acme" "r3" 1 1 = allowed=true remaining=1 retry=0ms
++ 196687
+R "acme" "{r6}" 1 0 = allowed=true remaining=1 retry=0ms
+R "acme" "{r7}" 1 1 = allowed=true remaining=0 retry=0ms
++ 4611
+- 1
++ 1399
++ 1
+- 1
++ 1
+R "acme" "r5" 1 0 = allowed=true remaining=0 retry=0ms
++ 111973
+R "acme" "r8" 1 1 = allowed=true remaining=0 retry=0ms
+trace w1-d3-2tenants-debt-lowered-again-bad "q-2" 1 3
+R "acme:eu" "r1" 1000000000 846321787 = allowed=true remaining=153678213 retry=0ms
+R "acme:eu" "r2" 1000000000 336058048 = allowed=false remaining=153678213 retry=10943ms
++ 20421
++ 10943
+R "acme:eu" "r2:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000000 153678214 = allowed=true remaining=522733332 retry=0ms
+S "acme" "r4 " 600 513 = applied=false
+R "acme:eu" "settled:r2:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000000 1000000000 = allowed=false remaining=522733332 retry=28637ms
+R "acme:eu" "r2" 1000000000 1 = allowed=true remaining=522733331 retry=0ms
++ 1
+R "acme" "r4 :xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 600 600 = allowed=true remaining=0 retry=0ms
+S "acme:eu" "r2" 1000000000 1000000000 = applied=false
+R "acme" "R4 :XXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXX" 600 0 = allowed=true remaining=0 retry=0ms
+R "acme" "{r8}" 61 0 = allowed=true remaining=0 retry=0ms
+R "acme" "r9" 61 0 = allowed=true remaining=0 retry=0ms
+R "acme" "open:r9" 61 0 = allowed=true remaining=0 retry=0ms
+R "acme" "open:r9:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 61 0 = allowed=true remaining=0 retry=0ms
++ 1
+R "acme:eu" "settled:r2:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx " 1000000000 0 = allowed=true remaining=522766664 retry=0ms
+R "acme" "r13" 61 0 = allowed=true remaining=0 retry=0ms
+R "acme:eu" "" 1000000000 1 = ErrInvalidArgument
+S "acme" "{r8}" 61 0 = applied=false
++ 100398
+R "acme:eu" "r14" 1000000000 0 = allowed=true remaining=1000000000 retry=0ms
+S "acme" "r13" 61 183 = applied=false
+R "acme:eu" "{r15}" 1000000000 569398897 = allowed=true remaining=430601103 retry=0ms
+trace w1-d2-1tenants-debt-back-lowered-edge-again-bad "" 1 2
+R "acme" "r1" 1000000000 916604402 = allowed=true remaining=83395598 retry=0ms
+R "acme" "r2" 1000000000 1 = allowed=true remaining=83395597 retry=0ms
+R "acme" "r3" 1000000000 1000000000 = allowed=false remaining=83395597 retry=54997ms
+R "acme" "r4" 1000000000 1000000000 = allowed=false remaining=83395597 retry=54997ms
++ 3923
+S "acme" "r2" 1000000000 2 = applied=false
+R "acme" "r5" 1000000000 83395596 = allowed=true remaining=65383334 retry=0ms
++ 1
+S "acme" "r5" 1000000 3000000 = applied=false
+S "acme" "r1" 1000000 916604403 = applied=false
+- 2176
++ 1
+R "acme" "settled:r5" 3 3 = allowed=true remaining=0 retry=0ms
+R "acme" "r3" 3 0 = allowed=true remaining=0 retry=0ms
+R "acme" "r4" 3 3 = allowed=false remaining=0 retry=60000ms
+R "" "bad" 3 1 = ErrInvalidArgument
++ 60000
+S "acme" "r3" 3 0 = applied=false
++ 59999
+R "acme" "settled:settled:r5" 3 1 = allowed=true remaining=2 retry=0ms
+R "acme" "{r8}" 3 3 = allowed=false remaining=2 retry=20000ms
+R "acme" "r9" 3 2 = allowed=true remaining=0 retry=0ms
+R "acme" "open:r9" 3 0 = allowed=true remaining=0 retry=0ms
+- 60000
+R "acme" "r11" 3 0 = allowed=true remaining=0 retry=0ms
+R "acme" "r12" 3 0 = allowed=true remaining=0 retry=0ms
+R "acme" "r13" 3 1 = allowed=false remaining=0 retry=80000ms
+R "acme" "bad" 1000000001 1 = ErrInvalidArgument
+S "acme" "settled:settled:r5" 3 1 = applied=true
++ 6409
+S "acme" "settled:settled:r5" 3 0 = applied=false
+R "acme" "open:r13" 3 3 = allowed=false remaining=0 retry=113591ms
+R "acme" "{r8}" 3 0 = allowed=true remaining=0 retry=0ms
+trace w3600001-d1-2tenants-back-again-bad "tq" 3600001 1
++ 1
++ 1
+- 1526
+R "acme:eu" "r1" 60 60 = allowed=true remaining=0 retry=0ms
++ 1
++ 1
++ 1
++ 3334
+S "acme:eu" "r2" 60 2 = applied=false
+R "acme:eu" "r3" 60 1 = allowed=true remaining=2 retry=0ms
+S "acme:eu" "r3" 60 0 = applied=true
++ 59470
+- 60000
+S "acme:eu" "r1" 60 43 = applied=true
+R "b" "{r4}" 59 59 = allowed=true remaining=0 retry=0ms
+R "acme:eu" "r3" 60 3 = allowed=true remaining=60 retry=0ms
++ 830
+R "acme:eu" "r3 " 60 1 = allowed=true remaining=59 retry=0ms
++ 115630
+S "b" "{r4}" 59 59 = applied=true
+R "acme:eu" "r6" 60 58 = allowed=true remaining=2 retry=0ms
+R "acme:eu" "bad" 60 61 = ErrEstimateTooLarge
+R "acme:eu" "r7" 60 0 = allowed=true remaining=2 retry=0ms
++ 1
++ 65810
+R "acme:eu" "bad" 1000000001 1 = ErrInvalidArgument
++ 10435
+R "acme:eu" "" 60 1 = ErrInvalidArgument
++ 98
+R "acme:eu" "r8" 60 1 = allowed=true remaining=59 retry=0ms
+R "acme:eu" "r8 " 60 6 = allowed=true remaining=53 retry=0ms
+S "acme:eu" "r8 " 60 4 = applied=true
+trace w448235-d0-3tenants-back-lowered-edge-again-bad "" 448235 0
+R "Acme" "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 61 43 = allowed=true remaining=18 retry=0ms
++ 1
++ 448234
+- 1698
++ 101734
+R "Acme" "r2" 61 1 = allowed=true remaining=60 retry=0ms
+- 1846
++ 1
+R "Acme" "r3" 61 1 = allowed=true remaining=59 retry=0ms
+S "Acme" "r2" 61 1 = applied=true
+R "Acme" "r4" 61 1 = allowed=true remaining=58 retry=0ms
+S "acme:eu" "open:r5" 1000 306 = applied=false
+R "Acme" "open:r4" 61 58 = allowed=true remaining=0 retry=0ms
++ 1
+R "acme" "r7" 2 2 = allowed=true remaining=0 retry=0ms
+- 2760
+R "acme:eu" "r8" 1000 1000 = allowed=true remaining=0 retry=0ms
+S "Acme" "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 61 43 = applied=false
+R "Acme" "bad" 61 -1 = ErrInvalidArgument
+S "acme:eu" "open:r5" 1000 679 = applied=false
+R "Acme" "open:open:r4" 61 6 = allowed=false remaining=0 retry=10506ms
+- 1169
+R "Acme" "open:open:r4" 61 0 = allowed=true remaining=0 retry=0ms
+S "acme" "r7" 2 2 = applied=true
++ 1
++ 210
+S "Acme" "r4" 61 0 = applied=true
+R "acme:eu" "open:r5" 1000 1000 = allowed=true remaining=0 retry=0ms
++ 1
+trace w7200000-d60-2tenants-debt-back-lowered-again-bad "q-2" 7200000 60
++ 3389
+R "acme " "R1" 2 1 = allowed=true remaining=1 retry=0ms
+S "acme " "R1" 2 1 = applied=true
+- 1
++ 1
+R "acme " "r2" 2 2 = allowed=false remaining=1 retry=30000ms
+S "acme " "bad" 2 1000000001 = ErrInvalidArgument
+R "Acme" "" 1000000000 1 = ErrInvalidArgument
++ 1
+S "acme " "r3" 2 2 = applied=false
+R "acme " "r3" 2 0 = allowed=true remaining=1 retry=0ms
+S "Acme" "R4" 1000000000 594537282 = applied=false
+R "Acme" "r5" 1000000000 1 = allowed=true remaining=999999999 retry=0ms
+S "Acme" "r5" 1000000000 2 = applied=true
+R "Acme" "r6" 1000000000 82510972 = allowed=true remaining=917489026 retry=0ms
+- 1
+S "Acme" "r6" 1000000000 33599406 = applied=true
+R "acme " "bad" 1000000001 1 = ErrInvalidArgument
++ 120
+trace w2000-d3-1tenants-busy-debt-again "" 2000 3
++ 497
+S "acme" "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000 1710 = applied=false
++ 872
+R "acme" "settled:r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000 66 = allowed=true remaining=999934 retry=0ms
+S "acme" "settled:r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000 3000000 = applied=true
+R "acme" "settled:r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000 33 = allowed=false remaining=0 retry=120002ms
+R "acme" "r4" 1000000 54 = allowed=false remaining=0 retry=120004ms
+R "acme" "r4:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000 92 = allowed=false remaining=0 retry=120006ms
+S "acme" "open:r4:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000 272383 = applied=false
++ 745
+S "acme" "open:r4:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000 73401 = applied=false
+R "acme" "r7" 1000000 21 = allowed=false remaining=0 retry=119257ms
++ 1782
+R "acme" "r8" 1000000 3 = allowed=false remaining=0 retry=117474ms
+R "acme" "r9" 1000000 1 = allowed=false remaining=0 retry=117474ms
++ 1474
+R "acme" "r10" 1000000 94 = allowed=false remaining=0 retry=116005ms
+R "acme" "r11" 1000000 38 = allowed=false remaining=0 retry=116002ms
++ 418
++ 326
++ 1397
+R "acme" "r12" 1000000 60 = allowed=false remaining=0 retry=113862ms
+R "acme" "r12 " 1000000 59 = allowed=false remaining=0 retry=113862ms
+S "acme" "open:r4:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000 699771 = applied=false
++ 677
+R "acme" "r14" 1000000 87 = allowed=false remaining=0 retry=113187ms
++ 177
+S "acme" "r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000 242378 = applied=false
+R "acme" "r15" 1000000 3 = allowed=false remaining=0 retry=113005ms
+R "acme" "settled:r15" 1000000 12 = allowed=false remaining=0 retry=113005ms
+R "acme" "r17" 1000000 89 = allowed=false remaining=0 retry=113010ms
++ 214
+R "acme" "r18" 1000000 23 = allowed=false remaining=0 retry=112792ms
++ 649
++ 1577
+R "acme" "settled:r18" 1000000 97 = allowed=false remaining=0 retry=110570ms
+R "acme" "{r20}" 1000000 21 = allowed=false remaining=0 retry=110566ms
+R "acme" "r21" 1000000 30 = allowed=false remaining=0 retry=110566ms
+R "acme" "r22" 1000000 16 = allowed=false remaining=0 retry=110565ms
+R "acme" "r23" 1000000 60 = allowed=false remaining=0 retry=110568ms
+R "acme" "open:r23" 1000000 39 = allowed=false remaining=0 retry=110567ms
++ 757
+R "acme" "r25" 1000000 76 = allowed=false remaining=0 retry=109812ms
++ 1016
+R "acme" "r26" 1000000 8 = allowed=false remaining=0 retry=108792ms
+S "acme" "settled:r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000 704159 = applied=false
++ 1778
+R "acme" "r26 " 1000000 38 = allowed=false remaining=0 retry=107016ms
+R "acme" "settled:r26 " 1000000 56 = allowed=false remaining=0 retry=107017ms
+R "acme" "{r29}" 1000000 42 = allowed=false remaining=0 retry=107016ms
++ 736
++ 1246
+R "acme" "r30" 1000000 23 = allowed=false remaining=0 retry=105033ms
+R "acme" "{r31}" 1000000 30 = allowed=false remaining=0 retry=105033ms
++ 987
+R "acme" "{r31}:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000 56 = allowed=false remaining=0 retry=104048ms
+S "acme" "open:r4:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000 655673 = applied=false
+S "acme" "open:r4:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000 997039 = applied=false
+R "acme" "{r33}" 1000000 83 = allowed=false remaining=0 retry=104049ms
+R "acme" "r34" 1000000 84 = allowed=false remaining=0 retry=104050ms
+R "acme" "r35" 1000000 75 = allowed=false remaining=0 retry=104049ms
+trace w7200000-d0-1tenants-debt-back-edge-again-bad "q-2" 7200000 0
+R "acme " "R1" 2 0 = allowed=true remaining=2 retry=0ms
+S "acme " "R1" 2 0 = applied=true
+R "acme " "r2" 2 0 = allowed=true remaining=2 retry=0ms
+R "acme " "r2 " 2 1 = allowed=true remaining=1 retry=0ms
++ 469
+S "acme " "r2 " 2 2 = applied=true
+R "acme " "r4" 2 0 = allowed=true remaining=0 retry=0ms
++ 7199530
+S "acme " "r4" 2 4 = applied=true
+S "acme " "r2" 2 0 = applied=true
++ 1
+R "acme " "{r5}" 2 0 = allowed=false remaining=0 retry=59999ms
+R "acme " "{r5}" 2 0 = allowed=false remaining=0 retry=59999ms
++ 730
+R "acme " "settled:{r5}" 2 1 = allowed=false remaining=0 retry=89269ms
++ 1
++ 89269
+R "acme " "settled:{r5} " 2 0 = allowed=true remaining=1 retry=0ms
+R "acme " "r8" 2 2 = allowed=false remaining=1 retry=29999ms
+R "acme " "" 2 1 = ErrInvalidArgument
++ 51459
+S "acme " "r2" 2 1 = applied=false
+R "acme " "{r9}" 2 0 = allowed=true remaining=2 retry=0ms
+- 1
+S "acme " "settled:{r5} " 2 0 = applied=true
+R "acme " "bad" 2 -1 = ErrInvalidArgument
+S "acme " "{r9}" 2 6 = applied=true
+R "acme " "bad" 1000000001 1 = ErrInvalidArgument
+R "acme " "settled:{r5} " 2 1 = allowed=true remaining=0 retry=0ms
++ 109246
+R "acme " "settled:{r5} " 2 0 = allowed=true remaining=1 retry=0ms
+R "acme " "{r9}:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 2 0 = allowed=true remaining=1 retry=0ms
+R "acme " "r11" 2 0 = allowed=true remaining=1 retry=0ms
++ 7199999
+S "acme " "r11" 2 0 = applied=true
+S "acme " "{r9}:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 2 6 = applied=true
+R "acme " "r12" 2 2 = allowed=false remaining=0 retry=120000ms
+R "acme " "r13" 2 1 = allowed=false remaining=0 retry=90000ms
++ 90001
+R "acme " "settled:r13" 2 1 = allowed=true remaining=0 retry=0ms
+R "acme " "r8" 2 0 = allowed=true remaining=0 retry=0ms
+S "acme " "settled:r13" 2 0 = applied=true
+trace w59999-d2-3tenants-debt-edge-again-bad "tq" 59999 2
++ 3534
++ 4561
++ 463
+R "acme " "r1 " 1000000000 1000000000 = allowed=true remaining=0 retry=0ms
++ 1
+R "acme " "{r2}" 1000000000 0 = allowed=true remaining=16666 retry=0ms
+S "acme " "{r3}" 1000000000 446174204 = applied=false
+S "acme " "{r2}" 1000000000 0 = applied=true
+R "acme:eu" "r4 " 2 0 = allowed=true remaining=2 retry=0ms
+R "acme " "{r5}" 1000000000 1 = allowed=true remaining=16665 retry=0ms
+R "acme " "{r5}:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000000 1 = allowed=true remaining=16664 retry=0ms
++ 2669
+R "acme:eu" "r7" 2 2 = allowed=true remaining=0 retry=0ms
+R "acme" "{r8}" 59 4 = allowed=true remaining=55 retry=0ms
+R "acme " "r9" 1000000000 1 = allowed=true remaining=44499997 retry=0ms
++ 59999
+R "acme " "r10" 1000000000 44499997 = allowed=true remaining=955500003 retry=0ms
+R "acme" "{r8}:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 59 59 = allowed=true remaining=0 retry=0ms
+S "acme:eu" "bad" 2 -1 = ErrInvalidArgument
++ 59998
+R "acme " "r12" 1000000000 18609595 = allowed=true remaining=981390405 retry=0ms
+R "acme:eu" "R7" 2 0 = allowed=true remaining=2 retry=0ms
+S "acme" "{r8}" 59 5 = applied=false
++ 1
+S "acme:eu" "r14" 2 2 = applied=false
+S "acme" "{r8}:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 59 177 = applied=false
++ 1
+S "acme:eu" "open:r14" 2 1 = applied=false
+trace w90485-d0-2tenants-debt-back-edge-again-bad "tq" 90485 0
+R "b" "r1" 1 0 = allowed=true remaining=1 retry=0ms
+S "b" "r1" 1 0 = applied=true
+S "acme:eu" "r2" 7 5 = applied=false
+R "b" "{r3}" 1 0 = allowed=true remaining=1 retry=0ms
++ 1
+R "b" "r4" 1 0 = allowed=true remaining=1 retry=0ms
+R "b" "r5" 1 0 = allowed=true remaining=1 retry=0ms
+R "acme:eu" "r2" 7 0 = allowed=true remaining=7 retry=0ms
++ 90485
++ 1
+R "b" "r6" 1 0 = allowed=true remaining=1 retry=0ms
++ 90485
+S "b" "r1" 1 0 = applied=false
++ 1
+R "b" "{r7}" 1 0 = allowed=true remaining=1 retry=0ms
+S "b" "r5" 1 0 = applied=false
+R "b" "bad" 1000000001 1 = ErrInvalidArgument
+S "b" "{r7}" 1 2 = applied=true
+R "b" "{r8}" 1 1 = allowed=false remaining=0 retry=120000ms
++ 3600000
++ 1
+R "b" "{r9}" 1 0 = allowed=true remaining=1 retry=0ms
+- 1
+R "b" "{R9}" 1 0 = allowed=true remaining=1 retry=0ms
+R "acme:eu" "r2 " 7 6 = allowed=true remaining=1 retry=0ms
+R "acme:eu" "r12" 7 2 = allowed=false remaining=1 retry=8572ms
+S "b" "{r3}" 1 0 = applied=false
+S "b" "r4" 1 1 = applied=false
++ 1
++ 90485
+R "acme:eu" "r12" 7 1 = allowed=true remaining=6 retry=0ms
+R "acme:eu" "bad" 7 8 = ErrEstimateTooLarge
+R "acme:eu" "r13" 7 7 = allowed=false remaining=6 retry=8572ms
+R "acme:eu" "r13:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 7 0 = allowed=true remaining=6 retry=0ms
+R "" "bad" 7 1 = ErrInvalidArgument
+S "acme:eu" "r13:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 7 1 = applied=true
+S "b" "r6" 1 1 = applied=false
+trace w1000-d60-2tenants "tq" 1000 60
+R "acme " "r1" 3 3 = allowed=true remaining=0 retry=0ms
+S "acme " "r1" 3 2 = applied=true
++ 1
+R "acme" "r2:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 2 0 = allowed=true remaining=2 retry=0ms
+S "acme" "r2:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 2 0 = applied=true
+R "acme " "r3" 3 3 = allowed=false remaining=1 retry=39999ms
+R "acme " "r3 " 3 2 = allowed=false remaining=1 retry=19999ms
++ 4964
++ 1
+R "acme" "r5" 2 0 = allowed=true remaining=2 retry=0ms
+trace w0-d0-3tenants-back-lowered-again-bad "" 0 0
+R "b" "settled:r1" 1000000000 1000000000 = allowed=true remaining=0 retry=0ms
+R "acme" "r2 " 7 0 = allowed=true remaining=7 retry=0ms
+R "b" "r3" 1000000000 0 = allowed=true remaining=0 retry=0ms
+S "b" "r4" 1000000000 579910230 = applied=false
+R "acme" "r2 " 7 1 = allowed=true remaining=7 retry=0ms
++ 3497
+- 60000
+R "acme" "r5" 7 7 = allowed=true remaining=0 retry=0ms
+S "Acme" "{r6}" 2 2 = applied=false
+R "Acme" "{r6}" 2 2 = allowed=true remaining=2 retry=0ms
+R "Acme" "r7" 2 2 = allowed=true remaining=0 retry=0ms
++ 1
+S "acme" "r2 " 7 0 = applied=true
++ 1
+R "Acme" "bad" 2 3 = ErrEstimateTooLarge
+R "acme" "r5" 7 0 = allowed=true remaining=0 retry=0ms
+R "acme" "r8" 7 0 = allowed=true remaining=0 retry=0ms
+S "Acme" "r7" 2 1 = applied=true
+R "acme" "open:r8" 7 0 = allowed=true remaining=0 retry=0ms
++ 262
+S "b" "settled:r1" 1000000000 0 = applied=true
++ 1
+R "acme" "bad" 0 0 = ErrInvalidArgument
+R "acme" "{r10}" 7 0 = allowed=true remaining=0 retry=0ms
+S "acme" "r5" 7 7 = applied=true
+R "acme" "r11" 7 0 = allowed=true remaining=0 retry=0ms
+R "acme" "r8" 7 0 = allowed=true remaining=0 retry=0ms
++ 3600000
+R "acme" "bad" 7 -1 = ErrInvalidArgument
+R "b" "r12" 1000000000 1 = allowed=true remaining=999999999 retry=0ms
+trace w61000-d3-1tenants-debt-back-again "q-2" 61000 3
+R "Acme" "r1 " 1000000 1 = allowed=true remaining=999999 retry=0ms
+S "Acme" "r1 " 1000000 2 = applied=true
+R "Acme" "r1 " 1000000 1 = allowed=true remaining=999998 retry=0ms
+R "Acme" "r2" 1000000 917362 = allowed=true remaining=82636 retry=0ms
+R "Acme" "r3" 1000000 0 = allowed=true remaining=82636 retry=0ms
++ 1
+R "Acme" "r4" 1000000 726821 = allowed=false remaining=82652 retry=38651ms
++ 2939
+S "Acme" "r3" 1000000 0 = applied=true
+R "Acme" "open:r4" 1000000 1 = allowed=true remaining=131635 retry=0ms
+R "Acme" "r6" 1000000 131636 = allowed=false remaining=131635 retry=1ms
+R "Acme" "r1 " 1000000 1 = allowed=true remaining=131635 retry=0ms
+S "Acme" "open:r4" 1000000 2 = applied=true
+S "Acme" "r2" 1000000 917362 = applied=true
+R "Acme" "r7" 1000000 0 = allowed=true remaining=131634 retry=0ms
+R "Acme" "settled:r7" 1000000 455089 = allowed=false remaining=131634 retry=19408ms
+S "Acme" "r7" 1000000 0 = applied=true
+R "Acme" "{r9}" 1000000 631654 = allowed=false remaining=131634 retry=30002ms
+R "Acme" "r2" 1000000 131635 = allowed=true remaining=131634 retry=0ms
+R "Acme" "{r9}" 1000000 1000000 = allowed=false remaining=131634 retry=52102ms
+R "Acme" "r10" 1000000 1000000 = allowed=false remaining=131634 retry=52102ms
+R "Acme" "r10 " 1000000 1000000 = allowed=false remaining=131634 retry=52102ms
+R "Acme" "r12" 1000000 131633 = allowed=true remaining=1 retry=0ms
+S "Acme" "r12" 1000000 131634 = applied=true
++ 1
+R "Acme" "R12" 1000000 0 = allowed=true remaining=16 retry=0ms
++ 1082
+R "Acme" "settled:R12" 1000000 0 = allowed=true remaining=18050 retry=0ms
++ 119771
+R "Acme" "settled:r7" 1000000 0 = allowed=true remaining=1000000 retry=0ms
++ 413
+R "Acme" "r15" 1000000 1000000 = allowed=true remaining=0 retry=0ms
+S "Acme" "settled:R12" 1000000 3000000 = applied=false
++ 15
+R "Acme" "r10 " 1000000 0 = allowed=true remaining=250 retry=0ms
++ 1
+- 2385
+R "Acme" "{r9}" 1000000 249 = allowed=true remaining=1 retry=0ms
+trace w320927-d3-3tenants-debt-edge-again-bad "q-2" 320927 3
+R "acme " "r1" 2 1 = allowed=true remaining=1 retry=0ms
++ 112993
+S "acme" "bad" 600 -1 = ErrInvalidArgument
+S "acme " "settled:r1" 2 1 = applied=false
+R "acme " "r3" 2 1 = allowed=true remaining=1 retry=0ms
+R "acme:eu" "r4" 600 600 = allowed=true remaining=0 retry=0ms
+R "acme " "r3:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 2 1 = allowed=true remaining=0 retry=0ms
+R "acme" "r6" 600 0 = allowed=true remaining=600 retry=0ms
+S "acme " "r3:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 2 0 = applied=true
+R "acme:eu" "r7" 600 0 = allowed=true remaining=0 retry=0ms
++ 320926
++ 1
+S "acme:eu" "r4" 600 601 = applied=false
+S "acme " "r1" 2 0 = applied=false
++ 1
+R "acme:eu" "R7" 600 1 = allowed=true remaining=599 retry=0ms
+R "acme" "{r9}" 600 57 = allowed=true remaining=543 retry=0ms
++ 8221
++ 1
++ 312704
+R "acme " "bad" 2 3 = ErrEstimateTooLarge
+R "acme:eu" "r10" 600 0 = allowed=true remaining=600 retry=0ms
+R "acme:eu" "open:r10" 600 600 = allowed=true remaining=0 retry=0ms
+R "acme:eu" "open:r10" 600 0 = allowed=true remaining=0 retry=0ms
+R "acme:eu" "r12" 600 0 = allowed=true remaining=0 retry=0ms
+R "acme:eu" "r13" 600 600 = allowed=false remaining=0 retry=60000ms
+S "acme:eu" "open:r10" 600 601 = applied=true
+R "acme:eu" "r12" 600 1 = allowed=true remaining=0 retry=0ms
+R "acme" "r14" 600 45 = allowed=true remaining=555 retry=0ms
+S "acme " "r3" 2 0 = applied=false
+S "acme:eu" "r7" 600 574 = applied=false
++ 5541
+R "acme:eu" "r15" 600 0 = allowed=true remaining=54 retry=0ms
+R "acme:eu" "r16" 600 0 = allowed=true remaining=54 retry=0ms
+S "acme" "r14" 600 0 = applied=true
++ 1
+trace w7200000-d1-3tenants-lowered-edge-again-bad "" 7200000 1
++ 3600000
++ 1
+S "b" "open:r1" 1000 518 = applied=false
++ 3597
++ 356
++ 95170
++ 27328
++ 67367
++ 1
+R "b" "bad" 1000 1001 = ErrEstimateTooLarge
+R "acme " "settled:r2" 3 2 = allowed=true remaining=1 retry=0ms
++ 57775
+R "b" "open:open:r1" 1000 1000 = allowed=true remaining=0 retry=0ms
+R "b" "bad" 1000 -1 = ErrInvalidArgument
+R "Acme" "r4:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1 0 = allowed=true remaining=1 retry=0ms
+R "b" "open:open:r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000 1 = allowed=false remaining=0 retry=60ms
+S "b" "open:open:r1" 1000 575 = applied=true
+R "b" "open:open:r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000 0 = allowed=true remaining=425 retry=0ms
+S "Acme" "r7" 1 1 = applied=false
+R "Acme" "r4:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1 1 = allowed=true remaining=1 retry=0ms
+S "b" "open:open:r1:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000 0 = applied=true
++ 7142225
++ 17724
+S "b" "open:open:r1" 1000 410 = applied=false
+R "acme " "SETTLED:R2" 3 0 = allowed=true remaining=3 retry=0ms
++ 73198
+S "acme " "settled:r2" 3 1 = applied=false
+R "b" "{r9}" 1000 81 = allowed=true remaining=919 retry=0ms
+trace w60000-d3-3tenants-debt-edge-again-bad "q-2" 60000 3
+R "acme " "r1" 59 59 = allowed=true remaining=0 retry=0ms
+R "Acme" "r2" 3 3 = allowed=true remaining=0 retry=0ms
+S "acme " "r1" 59 60 = applied=true
+R "acme:eu" "bad" 1 2 = ErrEstimateTooLarge
+R "acme:eu" "r3" 1 0 = allowed=true remaining=1 retry=0ms
++ 59999
+R "acme:eu" "r4" 1 1 = allowed=true remaining=0 retry=0ms
+R "acme:eu" "r3" 1 1 = allowed=true remaining=0 retry=0ms
+S "acme:eu" "r3" 1 1 = applied=true
+R "acme " "r1" 59 0 = allowed=true remaining=57 retry=0ms
+R "acme:eu" "r5" 1 0 = allowed=false remaining=0 retry=60000ms
+R "Acme" "{r6}" 3 3 = allowed=false remaining=2 retry=1ms
+R "Acme" "r7" 3 3 = allowed=false remaining=2 retry=1ms
+R "acme:eu" "r8" 1 0 = allowed=false remaining=0 retry=60000ms
+R "acme " "open:r1" 59 58 = allowed=false remaining=57 retry=1ms
++ 60000
+R "acme " "settled:open:r1" 59 58 = allowed=true remaining=1 retry=0ms
+S "acme " "settled:open:r1" 59 58 = applied=true
+R "acme:eu" "r5" 1 1 = allowed=false remaining=0 retry=60000ms
++ 586
+R "Acme" "{r6}" 3 3 = allowed=true remaining=0 retry=0ms
+S "acme:eu" "r4" 1 3 = applied=false
+R "Acme" "R7" 3 3 = allowed=false remaining=0 retry=60000ms
+S "Acme" "{r6}" 3 1 = applied=true
+R "acme " "settled:open:r1" 59 0 = allowed=true remaining=1 retry=0ms
+S "acme:eu" "r4" 1 1 = applied=false
+trace w324072-d2-3tenants-debt-back-lowered-edge-again-bad "q-2" 324072 2
+R "Acme" "r1 " 61 61 = allowed=true remaining=0 retry=0ms
+R "acme:eu" "r2 " 7 7 = allowed=true remaining=0 retry=0ms
+R "b" "r3 " 1000000 97442 = allowed=true remaining=902558 retry=0ms
+S "Acme" "r1 " 61 183 = applied=true
+S "b" "r4" 1000000 580225 = applied=false
+R "acme:eu" "r5" 7 7 = allowed=false remaining=0 retry=60000ms
+R "acme:eu" "{r6}" 7 0 = allowed=true remaining=0 retry=0ms
++ 324072
++ 1
++ 11809
+S "acme:eu" "r7" 7 4 = applied=false
+S "Acme" "r8" 61 41 = applied=false
+S "acme:eu" "{r6}" 7 0 = applied=false
+R "acme:eu" "r7:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 7 0 = allowed=true remaining=7 retry=0ms
+R "Acme" "r8" 61 1 = allowed=true remaining=61 retry=0ms
+S "acme:eu" "r2 " 7 5 = applied=false
++ 3340
+R "acme:eu" "r7" 7 0 = allowed=true remaining=7 retry=0ms
+S "acme:eu" "r7:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 7 0 = applied=true
+S "b" "r3 " 1000000 97441 = applied=false
+- 1
+R "b" "settled:r4" 1000000 0 = allowed=true remaining=1000000 retry=0ms
+R "Acme" "r8" 61 1 = allowed=true remaining=61 retry=0ms
++ 1
+R "b" "settled:r4" 1000000 0 = allowed=true remaining=1000000 retry=0ms
+R "" "bad" 61 1 = ErrInvalidArgument
+R "b" "{r11}" 1000000 0 = allowed=true remaining=1000000 retry=0ms
++ 1
+- 1
+R "b" "r12" 1000000 0 = allowed=true remaining=1000000 retry=0ms
+S "b" "{r11}" 1000000 1 = applied=true
+R "b" "r13" 1000000 0 = allowed=true remaining=999999 retry=0ms
++ 1
+R "b" "r13 " 1000000 999999 = allowed=true remaining=1 retry=0ms
+- 1
+S "Acme" "r8" 61 0 = applied=false
+trace w5000-d60-1tenants-busy-debt-again "tq" 5000 60
+R "acme:eu" "r1" 1000000 84 = allowed=true remaining=999916 retry=0ms
+R "acme:eu" "{r2}" 1000000 46 = allowed=true remaining=999870 retry=0ms
+R "acme:eu" "r3" 1000000 1 = allowed=true remaining=999869 retry=0ms
+S "acme:eu" "r1" 1000000 3000000 = applied=true
+R "acme:eu" "r4" 1000000 31 = allowed=false remaining=0 retry=120005ms
+R "acme:eu" "r5" 1000000 32 = allowed=false remaining=0 retry=120005ms
+S "acme:eu" "r1" 1000000 946377 = applied=false
+R "acme:eu" "R5" 1000000 22 = allowed=false remaining=0 retry=120005ms
+R "acme:eu" "r7" 1000000 14 = allowed=false remaining=0 retry=120004ms
+R "acme:eu" "r8" 1000000 65 = allowed=false remaining=0 retry=120007ms
++ 2179
+S "acme:eu" "r3" 1000000 0 = applied=true
+R "acme:eu" "r9" 1000000 98 = allowed=false remaining=0 retry=117830ms
+R "acme:eu" "r10" 1000000 99 = allowed=false remaining=0 retry=117830ms
+R "acme:eu" "r11" 1000000 78 = allowed=false remaining=0 retry=117829ms
+S "acme:eu" "{r2}" 1000000 46 = applied=true
+R "acme:eu" "R11" 1000000 54 = allowed=false remaining=0 retry=117827ms
++ 2924
+R "acme:eu" "settled:R11" 1000000 91 = allowed=false remaining=0 retry=114906ms
+S "acme:eu" "r1" 1000000 474213 = applied=false
+R "acme:eu" "r14" 1000000 34 = allowed=false remaining=0 retry=114902ms
+S "acme:eu" "r14:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000 624546 = applied=false
+R "acme:eu" "R14:XXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXX" 1000000 74 = allowed=false remaining=0 retry=114905ms
+S "acme:eu" "r14:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000 437130 = applied=false
++ 4863
+R "acme:eu" "r17" 1000000 31 = allowed=false remaining=0 retry=110039ms
+S "acme:eu" "r14:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000 243949 = applied=false
++ 4478
+R "acme:eu" "open:r17" 1000000 77 = allowed=false remaining=0 retry=105564ms
+R "acme:eu" "r19" 1000000 4 = allowed=false remaining=0 retry=105559ms
+S "acme:eu" "r14:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000 128851 = applied=false
+R "acme:eu" "r20" 1000000 15 = allowed=false remaining=0 retry=105560ms
++ 2866
++ 2644
++ 4872
++ 1299
+S "acme:eu" "r14:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000 102270 = applied=false
+R "acme:eu" "r21" 1000000 97 = allowed=false remaining=0 retry=93884ms
++ 3538
++ 2126
+R "acme:eu" "r21:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000 71 = allowed=false remaining=0 retry=88219ms
+R "acme:eu" "{r23}" 1000000 48 = allowed=false remaining=0 retry=88217ms
+R "acme:eu" "{R23}" 1000000 17 = allowed=false remaining=0 retry=88215ms
+R "acme:eu" "open:{R23}" 1000000 4 = allowed=false remaining=0 retry=88214ms
++ 3422
+R "acme:eu" "r26" 1000000 38 = allowed=false remaining=0 retry=84795ms
+R "acme:eu" "r27" 1000000 88 = allowed=false remaining=0 retry=84798ms
++ 3225
++ 4908
++ 2591
+R "acme:eu" "r27:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000 31 = allowed=false remaining=0 retry=74070ms
+R "acme:eu" "open:r27:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000 52 = allowed=false remaining=0 retry=74071ms
+S "acme:eu" "r14:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000 199988 = applied=false
+R "acme:eu" "OPEN:R27:XXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXX" 1000000 35 = allowed=false remaining=0 retry=74070ms
+R "acme:eu" "open:OPEN:R27:XXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXX" 1000000 81 = allowed=false remaining=0 retry=74073ms
+R "acme:eu" "open:OPEN:R27:XXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXXX " 1000000 39 = allowed=false remaining=0 retry=74071ms
+S "acme:eu" "r14:xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx" 1000000 623038 = applied=false
+R "acme:eu" "r33" 1000000 63 = allowed=false remaining=0 retry=74072ms
+R "acme:eu" "open:r33" 1000000 27 = allowed=false remaining=0 retry=74070ms
+R "acme:eu" "open:open:r33" 1000000 70 = allowed=false remaining=0 retry=74072ms
+R "acme:eu" "settled:open:open:r33" 1000000 76 = allowed=false remaining=0 retry=74073ms
+R "acme:eu" "SETTLED:OPEN:OPEN:R33" 1000000 67 = allowed=false remaining=0 retry=74072ms
 `

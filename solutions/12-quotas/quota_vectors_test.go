@@ -139,7 +139,9 @@ func TestQuotaAgreesWithItsContractOnGeneratedTraces(t *testing.T) {
 			r := &rig{fixture: newFixture(t, tr.cfg)}
 			f := r.fixture
 			tenants := map[string]bool{}
+			window := cmp.Or(tr.cfg.SettleWindow, DefaultSettleWindow)
 			var behind int64
+			var held held
 			for j, s := range tr.steps {
 				got := s.run(r)
 				if s.op == 'R' || s.op == 'S' {
@@ -151,11 +153,14 @@ func TestQuotaAgreesWithItsContractOnGeneratedTraces(t *testing.T) {
 				if got != s.want {
 					t.Fatalf("%s\nstep %d: %s\n  got  %s\n  want %s", replay(tr, j), j, s, got, s.want)
 				}
-				if msg := keysKept(f, tenants); msg != "" {
+				msg := keysKept(f, tenants)
+				if n, most := f.entries(t), held.step(s, window.Milliseconds(), len(tenants)); msg == "" && n > most {
+					msg = fmt.Sprintf("Redis holds %d entries, more than %d: a busy tenant's state must stay bounded by the reservations the window still holds", n, most)
+				}
+				if msg != "" {
 					t.Fatalf("%s\nafter step %d (%s): %s", replay(tr, j), j, s, msg)
 				}
 			}
-			window := cmp.Or(tr.cfg.SettleWindow, DefaultSettleWindow)
 			idle := window + time.Duration(max(tr.cfg.DebtMinutes, 1)+1)*time.Minute + time.Duration(behind)*time.Millisecond
 			r.move(r.behind + idle.Milliseconds()) // catch up first: keys expire only on time the clock has not shown
 			if keys := f.m.Keys(); len(keys) > 0 {
@@ -164,6 +169,36 @@ func TestQuotaAgreesWithItsContractOnGeneratedTraces(t *testing.T) {
 			}
 		})
 	}
+}
+
+// held bounds what Redis may hold, whatever the design: a few entries a
+// tenant (its bucket), and a few for each id written in the last two
+// windows — one reserved or settled may be kept a window, and a key
+// expires a window after its newest entry, so nothing written earlier can
+// still be there (give or take the clock's steps back).
+type held struct {
+	now, latest, back int64   // the clock (ms from the start), the latest time it showed, its steps back
+	writes            []int64 // the latest time shown at each Reserve allowed and each Settle
+}
+
+func (h *held) step(s vectorStep, window int64, tenants int) int {
+	switch {
+	case s.op == '+':
+		h.now += s.ms
+	case s.op == '-':
+		h.now -= s.ms
+		h.back += s.ms
+	case s.op == 'S' && !strings.HasPrefix(s.want, "Err"), strings.HasPrefix(s.want, "allowed=true"):
+		h.writes = append(h.writes, h.latest)
+	}
+	h.latest = max(h.latest, h.now)
+	recent := 0
+	for _, w := range h.writes {
+		if w > h.latest-2*window-h.back {
+			recent++
+		}
+	}
+	return 4*tenants + 4*recent + 4
 }
 
 // keysKept says what is wrong with what Redis holds: a key no tenant's Keys
