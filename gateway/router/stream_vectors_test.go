@@ -52,6 +52,9 @@ import (
 	"github.com/production-go/gateway-lab/gateway/router"
 	breaker "github.com/production-go/gateway-lab/solutions/04-breaker"
 	"github.com/tidwall/gjson"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // ---- the scenario ----
@@ -64,6 +67,9 @@ type vScenario struct {
 	Limits [2]int  `json:"limits"` // first-token, idle (ms)
 	Reqs   []vReq  `json:"reqs"`
 	TailMs int     `json:"tail"` // how long the scenario runs on after its last request (probes)
+	// Metered: every provider is wrapped in llm.Metered, and requests
+	// with Meter set carry a vMeter.
+	Metered bool `json:"metered,omitempty"`
 }
 
 type vConfig struct {
@@ -87,6 +93,11 @@ type vProv struct {
 	Probe  bool    `json:"probe,omitempty"` // implements llm.Prober
 	DownMs int     `json:"down,omitempty"`  // its probes fail until this long after the scenario's start
 	Calls  []vCall `json:"calls,omitempty"` // each call takes the next; past the last, a short whole answer
+	Def    string  `json:"def,omitempty"`   // the default model it names (llm.DefaultModeler); "" names none
+	// Bridged: it does not honour its context (it sleeps its gaps out
+	// whatever its context says), so the router calls it through the
+	// bridge, and it may not continue a stream.
+	Bridged bool `json:"bridged,omitempty"`
 }
 
 // vCall is one upstream call's script: Open ms of silence, then a refusal
@@ -111,6 +122,7 @@ type vEv struct {
 	K   string `json:"k"`
 	T   string `json:"t,omitempty"`
 	N   int    `json:"n,omitempty"` // sent N times (at once after the first); 0 is once
+	I   int    `json:"i,omitempty"` // the choice index of t, fin, len, tf
 }
 
 type vTarget struct {
@@ -131,7 +143,7 @@ type vReq struct {
 	Tenant     string `json:"tenant"`
 	MaxTok     int    `json:"max,omitempty"`
 	Usage      bool   `json:"usage,omitempty"`
-	N2         bool   `json:"n2,omitempty"`
+	N          int    `json:"n,omitempty"` // the choices asked for (n); 0 leaves it unset
 	OwnPrefill bool   `json:"own,omitempty"`
 	NoCont     bool   `json:"nocont,omitempty"`
 	Pin        string `json:"pin,omitempty"`
@@ -139,6 +151,10 @@ type vReq struct {
 	DeadlineMs int    `json:"deadline,omitempty"` // the caller's deadline, after it asked
 	LeaveAfter int    `json:"leave,omitempty"`    // the caller's emit fails on this chunk (1-based)
 	ZeroIdle   bool   `json:"zeroIdle,omitempty"` // asks with an idle limit of 0
+	CloseMs    int    `json:"close,omitempty"`    // Router.Close begins this long after it asked
+	Meter      bool   `json:"meter,omitempty"`    // carries a vMeter (the scenario is Metered)
+	MeterNo    int    `json:"meterNo,omitempty"`  // the vMeter refuses its call number MeterNo (1-based) before it is sent
+	SlowMs     int    `json:"slow,omitempty"`     // the caller takes this long to read each chunk
 }
 
 func (r vReq) chat() *chatapi.Request {
@@ -154,8 +170,8 @@ func (r vReq) chat() *chatapi.Request {
 	if r.Usage {
 		b.WriteString(`,"stream_options":{"include_usage":true}`)
 	}
-	if r.N2 {
-		b.WriteString(`,"n":2`)
+	if r.N > 0 {
+		fmt.Fprintf(&b, `,"n":%d`, r.N)
 	}
 	b.WriteString(`}`)
 	c, err := chatapi.Parse([]byte(b.String()))
@@ -171,17 +187,20 @@ func (r vReq) chat() *chatapi.Request {
 // and when each of its timed events happened (for the neutrality check).
 // It honours its context, so any target may continue a stream.
 type vecUp struct {
-	run   *vRun
-	name  string
-	calls []vCall
-	down  time.Duration
-	next  int
+	run     *vRun
+	name    string
+	calls   []vCall
+	down    time.Duration
+	next    int
+	def     string // its default model ("" names none)
+	bridged bool   // it ignores its context: the router calls it through the bridge
 }
 
 type vecProber struct{ *vecUp }
 
 func (p *vecUp) Name() string         { return p.name }
-func (p *vecUp) HonoursContext() bool { return true }
+func (p *vecUp) HonoursContext() bool { return !p.bridged }
+func (p *vecUp) DefaultModel() string { return p.def }
 func (p *vecUp) Generate(context.Context, llm.Request) (llm.Completion, error) {
 	return llm.Completion{}, errors.New("vecUp: unused")
 }
@@ -214,7 +233,7 @@ func (p *vecUp) Stream(ctx context.Context, req llm.Request, emit func(llm.Chunk
 		prefill = last.Get("content").Str
 	}
 	r.log("call", fmt.Sprintf("%s/%s prefill=%q limit=%d", p.name, req.Model, prefill, req.Chat.AnswerLimit()))
-	c := &vCallRec{start: r.since(), id: len(r.callRecs)}
+	c := &vCallRec{start: r.since(), id: len(r.callRecs), bridged: p.bridged}
 	r.callRecs = append(r.callRecs, c)
 	if r.reqRec != nil && r.reqRec.lastEnd >= 0 && c.start > r.reqRec.lastEnd && !r.reqRec.inCall {
 		r.wake(c.start, fmt.Sprintf("attempt-start:%d", c.id)) // after a backoff or a Retry-After
@@ -236,6 +255,13 @@ func (p *vecUp) Stream(ctx context.Context, req llm.Request, emit func(llm.Chunk
 
 	wait := func(ms int) error {
 		if ms <= 0 {
+			return nil
+		}
+		if p.bridged { // it sleeps its gaps out, whatever its context says
+			time.Sleep(time.Duration(ms) * time.Millisecond)
+			r.mu.Lock()
+			r.wake(r.since(), fmt.Sprintf("upstream:%d", c.id))
+			r.mu.Unlock()
 			return nil
 		}
 		select {
@@ -270,9 +296,14 @@ func (p *vecUp) Stream(ctx context.Context, req llm.Request, emit func(llm.Chunk
 	}
 	send := func(raw []byte, saying bool) error {
 		r.mu.Lock()
-		c.emits = append(c.emits, vEmit{at: r.since(), saying: saying})
+		e := &vEmit{at: r.since(), saying: saying}
+		c.emits = append(c.emits, e)
 		r.mu.Unlock()
-		return emit(llm.Chunk{Raw: raw})
+		err := emit(llm.Chunk{Raw: raw})
+		r.mu.Lock()
+		e.done = r.since() // a slow reader holds the upstream until it has read
+		r.mu.Unlock()
+		return err
 	}
 	events := script.Ev
 	if script.Echo && prefill != "" {
@@ -315,6 +346,9 @@ func (p *vecUp) Stream(ctx context.Context, req llm.Request, emit func(llm.Chunk
 		default:
 			panic("vecUp: unknown event kind " + e.K)
 		}
+		if e.I > 0 { // another choice's chunk
+			raw = bytes.Replace(raw, []byte(`"index":0`), []byte(`"index":`+strconv.Itoa(e.I)), 1)
+		}
 		for range max(1, e.N) {
 			if err := send(raw, saying); err != nil {
 				return llm.Completion{}, err
@@ -329,6 +363,10 @@ func (p *vecUp) Stream(ctx context.Context, req llm.Request, emit func(llm.Chunk
 	case "err500":
 		return llm.Completion{}, chatapi.NewUpstreamError(p.name, 500, []byte(`{"error":{"message":"in-band"}}`), 0)
 	case "stall":
+		if p.bridged { // it hangs on, whatever its context says, then gives up
+			time.Sleep(3 * time.Second)
+			return llm.Completion{}, fmt.Errorf("%s: read: %w", p.name, syscall.ECONNRESET)
+		}
 		<-ctx.Done()
 		return llm.Completion{}, ctx.Err()
 	case "eof":
@@ -351,6 +389,7 @@ func withUsage(chunk []byte, u *chatapi.Usage) []byte {
 
 type vEmit struct {
 	at     time.Duration
+	done   time.Duration // when the router's emit returned (a slow reader's pace)
 	saying bool
 }
 
@@ -358,7 +397,31 @@ type vCallRec struct {
 	id         int
 	start, end time.Duration
 	ended      bool
-	emits      []vEmit
+	bridged    bool
+	emits      []*vEmit
+}
+
+// vMeter is a request's llm.Meter: it logs each call it is asked to run,
+// refuses call number no (1-based) before it is sent, and charges every
+// other call a fixed cost, whatever its error.
+type vMeter struct {
+	r  *vRun
+	no int
+	n  int
+}
+
+func (m *vMeter) Call(ctx context.Context, req llm.Request, emit func(llm.Chunk) error, call llm.Call) (llm.Completion, error) {
+	m.r.mu.Lock()
+	m.n++
+	n := m.n
+	m.r.log("meter", fmt.Sprintf("call %d model=%s", n, req.Model))
+	m.r.mu.Unlock()
+	if n == m.no {
+		return llm.Completion{}, fmt.Errorf("vMeter: over quota: %w", llm.ErrNotSent)
+	}
+	c, err := call(ctx, req, emit)
+	c.Charged = &llm.Usage{PromptTokens: 3, CompletionTokens: 2, TotalTokens: 5}
+	return c, err
 }
 
 type vReqRec struct {
@@ -432,8 +495,10 @@ func (o vObs) BreakerChanged(t router.Target, from, to breaker.State) {
 		o.r.openings = append(o.r.openings, vInstant{o.r.since(), t.String()})
 	}
 }
-func (o vObs) Late(time.Duration, error) {}
-func (o vObs) RetryRefused(p string)     { o.rec("refused", p) }
+func (o vObs) Late(took time.Duration, err error) {
+	o.rec("late", fmt.Sprintf("took=%s %s", took, errClass(err)))
+}
+func (o vObs) RetryRefused(p string) { o.rec("refused", p) }
 func (o vObs) Probed(t router.Target, err error) {
 	o.rec("probed", fmt.Sprintf("%s %s", t, errClass(err)))
 }
@@ -520,17 +585,23 @@ const vNoTime = time.Duration(-1)
 func runScenario(t *testing.T, s vScenario) (lines []string, conflicts []string) {
 	synctest.Test(t, func(t *testing.T) {
 		r := &vRun{start: time.Now(), secs: map[string][]string{}, sec: "bg0"}
+		exp := tracetest.NewInMemoryExporter()
+		tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
+		defer func() { _ = tp.Shutdown(context.Background()) }()
 		var provs []llm.Provider
 		for _, p := range s.Provs {
-			up := &vecUp{run: r, name: p.Name, calls: p.Calls, down: time.Duration(p.DownMs) * time.Millisecond}
+			up := &vecUp{run: r, name: p.Name, calls: p.Calls, down: time.Duration(p.DownMs) * time.Millisecond, def: p.Def, bridged: p.Bridged}
+			var prov llm.Provider = up
 			if p.Probe {
-				provs = append(provs, vecProber{up})
+				prov = vecProber{up}
 				if p.DownMs > 0 {
 					r.boundary(up.down, "probe-down:"+p.Name)
 				}
-			} else {
-				provs = append(provs, up)
 			}
+			if s.Metered {
+				prov = llm.Metered(prov)
+			}
+			provs = append(provs, prov)
 		}
 		ms := func(n int) time.Duration { return time.Duration(n) * time.Millisecond }
 		cfg := router.Config{
@@ -544,7 +615,8 @@ func runScenario(t *testing.T, s vScenario) (lines []string, conflicts []string)
 			// whichever way it draws (a source of zeros would spin a
 			// rejection sampler): how many draws a backoff takes, and how
 			// a draw becomes a wait, are the implementation's.
-			Rand: rand.New(vOnes{}),
+			Rand:   rand.New(vOnes{}),
+			Tracer: tp,
 		}
 		var budget *ledger
 		if s.Cfg.Budget >= 0 {
@@ -567,6 +639,13 @@ func runScenario(t *testing.T, s vScenario) (lines []string, conflicts []string)
 			t.Fatalf("router.New: %v", err)
 		}
 		limits := router.StreamLimits{FirstToken: ms(s.Limits[0]), Idle: ms(s.Limits[1])}
+		// Every target by its breaker's key (Targets), and as the route
+		// and the providers name it: "" for a provider that names its
+		// default model is that model.
+		named := slices.Clone(targets)
+		for _, p := range s.Provs {
+			named = append(named, router.Target{Provider: p.Name})
+		}
 		states := func() {
 			var st []string
 			for _, tg := range g.Targets() {
@@ -574,6 +653,12 @@ func runScenario(t *testing.T, s vScenario) (lines []string, conflicts []string)
 				st = append(st, fmt.Sprintf("%s=%s", tg, b))
 			}
 			r.log("states", strings.Join(st, " "))
+			st = st[:0]
+			for _, tg := range named {
+				b, ok := g.TargetState(tg)
+				st = append(st, fmt.Sprintf("%s=%s/%v", tg, b, ok))
+			}
+			r.log("named", strings.Join(st, " "))
 		}
 		ledgerAt := 0
 		ledgerLog := func() {
@@ -601,7 +686,8 @@ func runScenario(t *testing.T, s vScenario) (lines []string, conflicts []string)
 			r.log("ask", fmt.Sprintf("at=%s", begin))
 			r.mu.Unlock()
 
-			ctx, cancel := context.WithCancel(context.Background())
+			root := trace.NewSpanContext(trace.SpanContextConfig{TraceID: trace.TraceID{1}, SpanID: trace.SpanID{byte(i + 1)}, TraceFlags: trace.FlagsSampled})
+			ctx, cancel := context.WithCancel(trace.ContextWithSpanContext(context.Background(), root))
 			dctx, dcancel := ctx, context.CancelFunc(func() {})
 			if q.DeadlineMs > 0 {
 				dctx, dcancel = context.WithDeadline(ctx, r.start.Add(begin+ms(q.DeadlineMs)))
@@ -610,7 +696,22 @@ func runScenario(t *testing.T, s vScenario) (lines []string, conflicts []string)
 			if q.CancelMs > 0 {
 				stop = time.AfterFunc(ms(q.CancelMs), cancel).Stop
 			}
+			closed := make(chan error, 1)
+			stopClose := func() bool { return true }
+			if q.CloseMs > 0 {
+				stopClose = time.AfterFunc(ms(q.CloseMs), func() {
+					r.mu.Lock()
+					r.wake(r.since(), fmt.Sprintf("close:%d", i))
+					r.mu.Unlock()
+					cctx, ccancel := context.WithTimeout(context.Background(), time.Hour)
+					defer ccancel()
+					closed <- g.Close(cctx)
+				}).Stop
+			}
 			req := router.Request{Tenant: q.Tenant, Chat: q.chat(), NoContinue: q.NoCont}
+			if q.Meter {
+				req.Meter = &vMeter{r: r, no: q.MeterNo}
+			}
 			if q.Pin != "" {
 				req.Provider = q.Pin
 			} else if !g.Resolve("chat", &req) {
@@ -632,9 +733,16 @@ func runScenario(t *testing.T, s vScenario) (lines []string, conflicts []string)
 				if q.LeaveAfter > 0 && n >= q.LeaveAfter {
 					return errors.New("the caller hung up")
 				}
+				if q.SlowMs > 0 {
+					time.Sleep(ms(q.SlowMs))
+					r.mu.Lock()
+					r.wake(r.since(), fmt.Sprintf("reader:%d", i))
+					r.mu.Unlock()
+				}
 				return nil
 			})
 			stop()
+			closing := !stopClose()
 			dcancel()
 			cancel()
 			r.mu.Lock()
@@ -645,8 +753,13 @@ func runScenario(t *testing.T, s vScenario) (lines []string, conflicts []string)
 				if resp.Usage != nil {
 					u = fmt.Sprintf("%d/%d/%d", resp.Usage.PromptTokens, resp.Usage.CompletionTokens, resp.Usage.TotalTokens)
 				}
-				r.log("resp", fmt.Sprintf("provider=%s model=%s attempts=%d usage=%s", resp.Provider, resp.Model, resp.Attempts, u))
+				r.log("resp", fmt.Sprintf("provider=%s model=%s attempts=%d usage=%s upstream=%s backoff=%s queue=%s latency=%s",
+					resp.Provider, resp.Model, resp.Attempts, u, resp.Upstream, resp.Backoff, resp.QueueWait, resp.Latency))
 			}
+			for _, sp := range exp.GetSpans() {
+				r.log("span", spanLine(sp, root))
+			}
+			exp.Reset()
 			// The caller's timers, and the total deadline, were live while
 			// the request was.
 			for _, x := range []struct {
@@ -660,6 +773,12 @@ func runScenario(t *testing.T, s vScenario) (lines []string, conflicts []string)
 			ledgerLog()
 			states()
 			r.reqRec = nil
+			if closing {
+				r.mu.Unlock()
+				cerr := <-closed // Close waits for the router's calls, abandoned ones too
+				r.mu.Lock()
+				r.log("close", fmt.Sprintf("after=%s %s", r.since()-begin, errClass(cerr)))
+			}
 			r.sec = fmt.Sprintf("bg%d", i+1)
 			r.mu.Unlock()
 		}
@@ -684,6 +803,23 @@ func runScenario(t *testing.T, s vScenario) (lines []string, conflicts []string)
 		conflicts = append(r.conflicts(s), r.contradictions...)
 	})
 	return lines, conflicts
+}
+
+// spanLine is what a span the router recorded says that its docs promise:
+// which it is (admission, or an attempt: its number and target), how it
+// ended, the queue wait, and whether it is a child of the request's span.
+func spanLine(sp tracetest.SpanStub, root trace.SpanContext) string {
+	attrs := map[string]string{}
+	for _, kv := range sp.Attributes {
+		attrs[string(kv.Key)] = kv.Value.Emit()
+	}
+	b := fmt.Sprintf("%s status=%s child=%v", sp.Name, sp.Status.Code, sp.Parent.SpanID() == root.SpanID())
+	for _, k := range []string{"gateway.attempt", "gen_ai.provider.name", "gen_ai.request.model", "gateway.outcome", "gateway.failure_reason", "gateway.queue_wait_us"} {
+		if v, ok := attrs[k]; ok {
+			b += " " + k + "=" + v
+		}
+	}
+	return b
 }
 
 type vOnes struct{}
@@ -712,6 +848,15 @@ func (r *vRun) conflicts(s vScenario) []string {
 				break
 			}
 		}
+		if c.bridged {
+			// Its chunks reach the router once its call has returned, one
+			// after another: only the first-token limit can cut it, if the
+			// call is still running then.
+			if d := c.start + ft; !c.ended || c.end >= d-time.Millisecond {
+				wakes = append(wakes, vInstant{d, src})
+			}
+			continue
+		}
 		if d := c.start + ft; live(d, first) {
 			wakes = append(wakes, vInstant{d, src})
 		}
@@ -720,7 +865,7 @@ func (r *vRun) conflicts(s vScenario) []string {
 			if i+1 < len(c.emits) {
 				next = c.emits[i+1].at
 			}
-			if d := e.at + idle; live(d, next) {
+			if d := e.done + idle; live(d, next) {
 				wakes = append(wakes, vInstant{d, src})
 			}
 		}
@@ -840,17 +985,17 @@ func describe(s vScenario) string {
 	}
 	fmt.Fprintf(&b, " fallback_on=%v retry_same=%v wait_retry_after=%dms\n", s.Route.FallbackOn, s.Route.RetrySame, s.Route.WaitRAms)
 	for _, p := range s.Provs {
-		fmt.Fprintf(&b, "  upstream %s probe=%v down-until=%dms:\n", p.Name, p.Probe, p.DownMs)
+		fmt.Fprintf(&b, "  upstream %s probe=%v down-until=%dms default-model=%q bridged=%v:\n", p.Name, p.Probe, p.DownMs, p.Def, p.Bridged)
 		for i, call := range p.Calls {
 			fmt.Fprintf(&b, "    call %d: %s\n", i+1, describeCall(call))
 		}
 		fmt.Fprintf(&b, "    then: a short whole answer\n")
 	}
 	for i, q := range s.Reqs {
-		fmt.Fprintf(&b, "  request %d at %dms: tenant=%s max_tokens=%d usage=%v n2=%v own_prefill=%v no_continue=%v pin=%q cancel=%dms deadline=%dms leave_after=%d\n",
-			i, q.At, q.Tenant, q.MaxTok, q.Usage, q.N2, q.OwnPrefill, q.NoCont, q.Pin, q.CancelMs, q.DeadlineMs, q.LeaveAfter)
+		fmt.Fprintf(&b, "  request %d at %dms: tenant=%s max_tokens=%d usage=%v n=%d own_prefill=%v no_continue=%v pin=%q cancel=%dms deadline=%dms leave_after=%d close=%dms meter=%v(refuses call %d) slow_reader=%dms\n",
+			i, q.At, q.Tenant, q.MaxTok, q.Usage, q.N, q.OwnPrefill, q.NoCont, q.Pin, q.CancelMs, q.DeadlineMs, q.LeaveAfter, q.CloseMs, q.Meter, q.MeterNo, q.SlowMs)
 	}
-	fmt.Fprintf(&b, "  then %dms more\n", s.TailMs)
+	fmt.Fprintf(&b, "  then %dms more; providers metered=%v\n", s.TailMs, s.Metered)
 	return b.String()
 }
 
@@ -874,6 +1019,9 @@ func describeCall(c vCall) string {
 	}
 	for _, e := range c.Ev {
 		p := e.K
+		if e.I > 0 {
+			p += fmt.Sprintf("[%d]", e.I)
+		}
 		if e.T != "" {
 			p += fmt.Sprintf("%q", e.T)
 		}
@@ -901,7 +1049,7 @@ func TestWriteStreamVectors(t *testing.T) {
 		t.Skip("writes " + vectorsFile + " only with ROUTER_VECTORS_WRITE=1")
 	}
 	const runs = 20
-	want := 220
+	want := 600
 	if n, err := strconv.Atoi(os.Getenv("ROUTER_VECTORS_N")); err == nil && n > 0 {
 		want = n
 	}
@@ -991,6 +1139,14 @@ func vectorTags(s vScenario, lines []string) string {
 	if s.Cfg.ProbeMs > 0 {
 		add("probes")
 	}
+	for _, p := range s.Provs {
+		if p.Bridged {
+			add("bridged")
+		}
+		if p.Def != "" {
+			add("defmodel")
+		}
+	}
 	for _, q := range s.Reqs {
 		switch {
 		case q.CancelMs > 0:
@@ -1002,6 +1158,18 @@ func vectorTags(s vScenario, lines []string) string {
 		}
 		if q.MaxTok > 0 {
 			add("maxtok")
+		}
+		if q.N > 1 {
+			add(fmt.Sprintf("n%d", q.N))
+		}
+		if q.CloseMs > 0 {
+			add("close")
+		}
+		if q.Meter {
+			add("meter")
+		}
+		if q.SlowMs > 0 {
+			add("slow")
 		}
 	}
 	for _, l := range lines {
@@ -1056,6 +1224,10 @@ func genScenario(rng *rand.Rand) vScenario {
 	nProv := 1 + rng.IntN(4)
 	for i := range nProv {
 		p := vProv{Name: fmt.Sprintf("p%d", i), Probe: chance(0.5)}
+		if chance(0.3) {
+			p.Def = fmt.Sprintf("d%d", i)
+		}
+		p.Bridged = chance(0.15)
 		if p.Probe && chance(0.6) {
 			p.DownMs = pick(100, 500, 1500, 4000) + rng.IntN(50)
 		}
@@ -1067,20 +1239,24 @@ func genScenario(rng *rand.Rand) vScenario {
 	}
 	// Targets: distinct (provider, model) pairs, 1–4 of them.
 	nT := 1 + rng.IntN(4)
+	// Distinct as the router keys them: "" is a provider's default model.
 	seen := map[vTarget]bool{}
-	for len(s.Route.Targets) < nT {
+	for tries := 0; len(s.Route.Targets) < nT && tries < 50; tries++ {
 		tg := vTarget{P: rng.IntN(nProv)}
 		if chance(0.25) {
 			tg.M = pick2(rng, "x", "y")
+		} else if def := s.Provs[tg.P].Def; def != "" && chance(0.3) {
+			tg.M = def
 		}
-		if seen[tg] {
-			if len(seen) >= nProv*3 {
-				break
-			}
+		key := tg
+		if key.M == "" {
+			key.M = s.Provs[tg.P].Def
+		}
+		if seen[key] {
 			continue
 		}
-		seen[tg] = true
-		tg.Cont = chance(0.55)
+		seen[key] = true
+		tg.Cont = chance(0.55) && !s.Provs[tg.P].Bridged // New refuses a bridged one
 		s.Route.Targets = append(s.Route.Targets, tg)
 	}
 	if chance(0.2) {
@@ -1090,6 +1266,7 @@ func genScenario(rng *rand.Rand) vScenario {
 	if chance(0.25) {
 		s.Route.WaitRAms = pick(50, 100, 300)
 	}
+	s.Metered = chance(0.2)
 	nReq := pick(1, 2, 3, 3, 4, 5)
 	at := 0
 	for i := range nReq {
@@ -1098,7 +1275,9 @@ func genScenario(rng *rand.Rand) vScenario {
 			q.MaxTok = pick(1, 2, 3, 4)
 		}
 		q.Usage = chance(0.4)
-		q.N2 = chance(0.1)
+		if chance(0.15) {
+			q.N = pick(2, 2, 3, 9, 10, 12)
+		}
 		q.OwnPrefill = chance(0.04)
 		q.NoCont = chance(0.08)
 		if chance(0.04) {
@@ -1113,6 +1292,16 @@ func genScenario(rng *rand.Rand) vScenario {
 			q.LeaveAfter = pick(1, 2, 3, 4, 5, 6)
 		}
 		q.ZeroIdle = chance(0.02)
+		if chance(0.08) {
+			q.CloseMs = pick(near(ft), near(ft+idle), 30, 120, 400)
+		}
+		if s.Metered && chance(0.7) {
+			q.Meter = true
+			q.MeterNo = pick(0, 0, 1, 2, 3)
+		}
+		if chance(0.12) {
+			q.SlowMs = pick(3, 15, 40, near(idle))
+		}
 		s.Reqs = append(s.Reqs, q)
 		_ = i
 		at += pick(0, 0, 30, 200, near(s.Cfg.RecoveryMs), s.Cfg.RecoveryMs+pick(40, 300))
@@ -1180,6 +1369,24 @@ func genCall(rng *rand.Rand, prov, k, ft, idle int, near func(int) int) vCall {
 		c.NoUse = chance(0.2)
 	}
 	c := vCall{}
+	if chance(0.1) { // several choices (n): texts, then finishes, perhaps not all
+		m := pick(2, 3, 9, 10, 12)
+		c.Ev = head()
+		for i := range m {
+			e := text()
+			e.I = i
+			if i > 0 {
+				e.Gap = 0
+			}
+			c.Ev = append(c.Ev, e)
+		}
+		f := max(1, min(m, pick(m, m, m-1, m-2, 8)))
+		for i := range f {
+			c.Ev = append(c.Ev, vEv{Gap: pick(0, 5), K: "fin", I: i})
+		}
+		c.End = pick2(rng, "", "reset", "reset", "eof", "stall")
+		return c
+	}
 	switch x := rng.Float64(); {
 	case x < 0.22: // a whole answer, perhaps slow to open
 		if chance(0.3) {
