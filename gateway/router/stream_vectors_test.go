@@ -70,6 +70,11 @@ type vScenario struct {
 	// Metered: every provider is wrapped in llm.Metered, and requests
 	// with Meter set carry a vMeter.
 	Metered bool `json:"metered,omitempty"`
+	// Conc: each request runs on its own goroutine from its At (all
+	// distinct), overlapping the ones before; what the router reports
+	// without naming a request is recorded in one section ("c"), in the
+	// order of the fake clock (lines of one instant sorted).
+	Conc bool `json:"conc,omitempty"`
 }
 
 type vConfig struct {
@@ -157,9 +162,9 @@ type vReq struct {
 	SlowMs     int    `json:"slow,omitempty"`     // the caller takes this long to read each chunk
 }
 
-func (r vReq) chat() *chatapi.Request {
+func (r vReq) chat(i int) *chatapi.Request {
 	var b strings.Builder
-	b.WriteString(`{"messages":[{"role":"user","content":"q"}`)
+	fmt.Fprintf(&b, `{"messages":[{"role":"user","content":"q%d"}`, i) // the upstream tells the requests apart by it
 	if r.OwnPrefill {
 		b.WriteString(`,{"role":"assistant","content":"Sure"}`)
 	}
@@ -233,22 +238,24 @@ func (p *vecUp) Stream(ctx context.Context, req llm.Request, emit func(llm.Chunk
 		prefill = last.Get("content").Str
 	}
 	r.log("call", fmt.Sprintf("%s/%s prefill=%q limit=%d", p.name, req.Model, prefill, req.Chat.AnswerLimit()))
+	idx, _ := strconv.Atoi(strings.TrimPrefix(msgs[0].Get("content").Str, "q"))
+	rec := r.reqRecs[idx]
 	c := &vCallRec{start: r.since(), id: len(r.callRecs), bridged: p.bridged}
 	r.callRecs = append(r.callRecs, c)
-	if r.reqRec != nil && r.reqRec.lastEnd >= 0 && c.start > r.reqRec.lastEnd && !r.reqRec.inCall {
+	if rec != nil && rec.lastEnd >= 0 && c.start > rec.lastEnd && !rec.inCall {
 		r.wake(c.start, fmt.Sprintf("attempt-start:%d", c.id)) // after a backoff or a Retry-After
 	}
-	if r.reqRec != nil {
-		r.reqRec.inCall = true
+	if rec != nil {
+		rec.inCall = true
 	}
 	r.mu.Unlock()
 	defer func() {
 		r.mu.Lock()
 		c.end = r.since()
 		c.ended = true
-		if r.reqRec != nil {
-			r.reqRec.lastEnd = c.end
-			r.reqRec.inCall = false
+		if rec != nil {
+			rec.lastEnd = c.end
+			rec.inCall = false
 		}
 		r.mu.Unlock()
 	}()
@@ -444,7 +451,8 @@ type vRun struct {
 	secs  map[string][]string
 	order []string
 
-	reqRec   *vReqRec
+	reqRecs  map[int]*vReqRec
+	ats      map[string][]time.Duration // when each line was logged
 	callRecs []*vCallRec
 	wakes    []vInstant
 	bounds   []vInstant
@@ -456,12 +464,16 @@ type vRun struct {
 func (r *vRun) since() time.Duration { return time.Since(r.start) }
 
 // log records line under kind in the current section. Called with mu held.
-func (r *vRun) log(kind, line string) {
-	key := r.sec + "." + kind
+func (r *vRun) log(kind, line string) { r.logTo(r.sec, kind, line) }
+
+// logTo records line under kind in section sec. Called with mu held.
+func (r *vRun) logTo(sec, kind, line string) {
+	key := sec + "." + kind
 	if _, ok := r.secs[key]; !ok {
 		r.order = append(r.order, key)
 	}
 	r.secs[key] = append(r.secs[key], line)
+	r.ats[key] = append(r.ats[key], r.since())
 }
 
 func (r *vRun) wake(at time.Duration, src string) {
@@ -584,7 +596,10 @@ const vNoTime = time.Duration(-1)
 // that stopped reading, against Stream's doc (see the generator).
 func runScenario(t *testing.T, s vScenario) (lines []string, conflicts []string) {
 	synctest.Test(t, func(t *testing.T) {
-		r := &vRun{start: time.Now(), secs: map[string][]string{}, sec: "bg0"}
+		r := &vRun{start: time.Now(), secs: map[string][]string{}, sec: "bg0", reqRecs: map[int]*vReqRec{}, ats: map[string][]time.Duration{}}
+		if s.Conc {
+			r.sec = "c"
+		}
 		exp := tracetest.NewInMemoryExporter()
 		tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
 		defer func() { _ = tp.Shutdown(context.Background()) }()
@@ -671,7 +686,8 @@ func runScenario(t *testing.T, s vScenario) (lines []string, conflicts []string)
 			}
 			ledgerAt = len(h)
 		}
-		for i, q := range s.Reqs {
+		one := func(i int, q vReq) {
+			sec := fmt.Sprintf("r%d", i)
 			if at := ms(q.At); r.since() < at {
 				time.Sleep(at - r.since())
 				r.mu.Lock()
@@ -679,14 +695,15 @@ func runScenario(t *testing.T, s vScenario) (lines []string, conflicts []string)
 				r.mu.Unlock()
 			}
 			r.mu.Lock()
-			r.sec = fmt.Sprintf("r%d", i)
-			rec := &vReqRec{lastEnd: vNoTime}
-			r.reqRec = rec
+			if !s.Conc {
+				r.sec = sec
+			}
+			r.reqRecs[i] = &vReqRec{lastEnd: vNoTime}
 			begin := r.since()
-			r.log("ask", fmt.Sprintf("at=%s", begin))
+			r.logTo(sec, "ask", fmt.Sprintf("at=%s", begin))
 			r.mu.Unlock()
 
-			root := trace.NewSpanContext(trace.SpanContextConfig{TraceID: trace.TraceID{1}, SpanID: trace.SpanID{byte(i + 1)}, TraceFlags: trace.FlagsSampled})
+			root := trace.NewSpanContext(trace.SpanContextConfig{TraceID: trace.TraceID{byte(i + 1)}, SpanID: trace.SpanID{byte(i + 1)}, TraceFlags: trace.FlagsSampled})
 			ctx, cancel := context.WithCancel(trace.ContextWithSpanContext(context.Background(), root))
 			dctx, dcancel := ctx, context.CancelFunc(func() {})
 			if q.DeadlineMs > 0 {
@@ -708,14 +725,17 @@ func runScenario(t *testing.T, s vScenario) (lines []string, conflicts []string)
 					closed <- g.Close(cctx)
 				}).Stop
 			}
-			req := router.Request{Tenant: q.Tenant, Chat: q.chat(), NoContinue: q.NoCont}
+			req := router.Request{Tenant: q.Tenant, Chat: q.chat(i), NoContinue: q.NoCont}
 			if q.Meter {
 				req.Meter = &vMeter{r: r, no: q.MeterNo}
 			}
 			if q.Pin != "" {
 				req.Provider = q.Pin
 			} else if !g.Resolve("chat", &req) {
-				t.Fatal("no route chat")
+				t.Error("no route chat")
+				dcancel()
+				cancel()
+				return
 			}
 			n := 0
 			lim := limits
@@ -725,7 +745,7 @@ func runScenario(t *testing.T, s vScenario) (lines []string, conflicts []string)
 			resp, err := g.Stream(dctx, req, lim, func(c llm.Chunk) error {
 				n++
 				r.mu.Lock()
-				r.log("chunk", chunkLine(c.Raw))
+				r.logTo(sec, "chunk", chunkLine(c.Raw))
 				if q.LeaveAfter > 0 && n == q.LeaveAfter+1 {
 					r.contradictions = append(r.contradictions, fmt.Sprintf("request %d: emit called again after it failed", i))
 				}
@@ -747,19 +767,20 @@ func runScenario(t *testing.T, s vScenario) (lines []string, conflicts []string)
 			cancel()
 			r.mu.Lock()
 			end := r.since()
-			r.log("end", fmt.Sprintf("after=%s %s", end-begin, errClass(err)))
+			r.logTo(sec, "end", fmt.Sprintf("after=%s %s", end-begin, errClass(err)))
 			if err == nil {
 				u := "none"
 				if resp.Usage != nil {
 					u = fmt.Sprintf("%d/%d/%d", resp.Usage.PromptTokens, resp.Usage.CompletionTokens, resp.Usage.TotalTokens)
 				}
-				r.log("resp", fmt.Sprintf("provider=%s model=%s attempts=%d usage=%s upstream=%s backoff=%s queue=%s latency=%s",
+				r.logTo(sec, "resp", fmt.Sprintf("provider=%s model=%s attempts=%d usage=%s upstream=%s backoff=%s queue=%s latency=%s",
 					resp.Provider, resp.Model, resp.Attempts, u, resp.Upstream, resp.Backoff, resp.QueueWait, resp.Latency))
 			}
 			for _, sp := range exp.GetSpans() {
-				r.log("span", spanLine(sp, root))
+				if sp.SpanContext.TraceID() == root.TraceID() {
+					r.logTo(sec, "span", spanLine(sp, root))
+				}
 			}
-			exp.Reset()
 			// The caller's timers, and the total deadline, were live while
 			// the request was.
 			for _, x := range []struct {
@@ -770,16 +791,38 @@ func runScenario(t *testing.T, s vScenario) (lines []string, conflicts []string)
 					r.wake(begin+ms(x.ms), fmt.Sprintf("caller-%s:%d", x.src, i))
 				}
 			}
-			ledgerLog()
-			states()
-			r.reqRec = nil
+			if s.Conc && s.Cfg.QueueMs > 0 && begin+ms(s.Cfg.QueueMs) <= end+time.Millisecond {
+				r.wake(begin+ms(s.Cfg.QueueMs), fmt.Sprintf("queue-wait:%d", i)) // it may have queued that long
+			}
+			if !s.Conc { // concurrent requests' ends are no point at which the breakers stand still
+				ledgerLog()
+				states()
+			}
+			delete(r.reqRecs, i)
 			if closing {
 				r.mu.Unlock()
 				cerr := <-closed // Close waits for the router's calls, abandoned ones too
 				r.mu.Lock()
-				r.log("close", fmt.Sprintf("after=%s %s", r.since()-begin, errClass(cerr)))
+				r.logTo(sec, "close", fmt.Sprintf("after=%s %s", r.since()-begin, errClass(cerr)))
 			}
-			r.sec = fmt.Sprintf("bg%d", i+1)
+			if !s.Conc {
+				r.sec = fmt.Sprintf("bg%d", i+1)
+			}
+			r.mu.Unlock()
+		}
+		var wg sync.WaitGroup
+		for i, q := range s.Reqs {
+			if s.Conc {
+				wg.Go(func() { one(i, q) })
+			} else {
+				one(i, q)
+			}
+		}
+		wg.Wait()
+		if s.Conc {
+			r.mu.Lock()
+			r.sec = "bg"
+			ledgerLog()
 			r.mu.Unlock()
 		}
 		time.Sleep(ms(s.TailMs))
@@ -796,6 +839,26 @@ func runScenario(t *testing.T, s vScenario) (lines []string, conflicts []string)
 		r.mu.Lock()
 		defer r.mu.Unlock()
 		for _, k := range r.order {
+			if strings.HasPrefix(k, "c.") {
+				// In the fake clock's order; lines of one instant, which
+				// concurrent requests may log either way, sorted.
+				idx := make([]int, len(r.secs[k]))
+				for i := range idx {
+					idx[i] = i
+				}
+				at, ls := r.ats[k], r.secs[k]
+				sort.SliceStable(idx, func(a, b int) bool {
+					if at[idx[a]] != at[idx[b]] {
+						return at[idx[a]] < at[idx[b]]
+					}
+					return ls[idx[a]] < ls[idx[b]]
+				})
+				sorted := make([]string, len(ls))
+				for i, j := range idx {
+					sorted[i] = ls[j]
+				}
+				r.secs[k] = sorted
+			}
 			for _, l := range r.secs[k] {
 				lines = append(lines, k+": "+l)
 			}
@@ -1049,7 +1112,7 @@ func TestWriteStreamVectors(t *testing.T) {
 		t.Skip("writes " + vectorsFile + " only with ROUTER_VECTORS_WRITE=1")
 	}
 	const runs = 20
-	want := 600
+	want := 800
 	if n, err := strconv.Atoi(os.Getenv("ROUTER_VECTORS_N")); err == nil && n > 0 {
 		want = n
 	}
@@ -1138,6 +1201,9 @@ func vectorTags(s vScenario, lines []string) string {
 	}
 	if s.Cfg.ProbeMs > 0 {
 		add("probes")
+	}
+	if s.Conc {
+		add("conc")
 	}
 	for _, p := range s.Provs {
 		if p.Bridged {
@@ -1267,6 +1333,7 @@ func genScenario(rng *rand.Rand) vScenario {
 		s.Route.WaitRAms = pick(50, 100, 300)
 	}
 	s.Metered = chance(0.2)
+	s.Conc = chance(0.3)
 	nReq := pick(1, 2, 3, 3, 4, 5)
 	at := 0
 	for i := range nReq {
@@ -1275,8 +1342,8 @@ func genScenario(rng *rand.Rand) vScenario {
 			q.MaxTok = pick(1, 2, 3, 4)
 		}
 		q.Usage = chance(0.4)
-		if chance(0.15) {
-			q.N = pick(2, 2, 3, 9, 10, 12)
+		if chance(0.2) {
+			q.N = pick(2, 3, 9, 10, 10, 12)
 		}
 		q.OwnPrefill = chance(0.04)
 		q.NoCont = chance(0.08)
@@ -1292,7 +1359,7 @@ func genScenario(rng *rand.Rand) vScenario {
 			q.LeaveAfter = pick(1, 2, 3, 4, 5, 6)
 		}
 		q.ZeroIdle = chance(0.02)
-		if chance(0.08) {
+		if chance(0.12) {
 			q.CloseMs = pick(near(ft), near(ft+idle), 30, 120, 400)
 		}
 		if s.Metered && chance(0.7) {
@@ -1304,7 +1371,11 @@ func genScenario(rng *rand.Rand) vScenario {
 		}
 		s.Reqs = append(s.Reqs, q)
 		_ = i
-		at += pick(0, 0, 30, 200, near(s.Cfg.RecoveryMs), s.Cfg.RecoveryMs+pick(40, 300))
+		if s.Conc { // distinct starts, overlapping the requests before
+			at += pick(3, 7, 20, 45, 90, 200, near(ft), near(s.Cfg.RecoveryMs))
+		} else {
+			at += pick(0, 0, 30, 200, near(s.Cfg.RecoveryMs), s.Cfg.RecoveryMs+pick(40, 300))
+		}
 	}
 	if chance(0.5) {
 		s.TailMs = pick(300, 1000, 3000)
@@ -1370,7 +1441,7 @@ func genCall(rng *rand.Rand, prov, k, ft, idle int, near func(int) int) vCall {
 	}
 	c := vCall{}
 	if chance(0.1) { // several choices (n): texts, then finishes, perhaps not all
-		m := pick(2, 3, 9, 10, 12)
+		m := pick(2, 3, 9, 10, 10, 12)
 		c.Ev = head()
 		for i := range m {
 			e := text()
@@ -1380,7 +1451,7 @@ func genCall(rng *rand.Rand, prov, k, ft, idle int, near func(int) int) vCall {
 			}
 			c.Ev = append(c.Ev, e)
 		}
-		f := max(1, min(m, pick(m, m, m-1, m-2, 8)))
+		f := max(1, min(m, pick(m, m-1, m-2, 8, 8)))
 		for i := range f {
 			c.Ev = append(c.Ev, vEv{Gap: pick(0, 5), K: "fin", I: i})
 		}
