@@ -5,14 +5,23 @@ package router_test
 // against it (TestStreamMatchesItsContractOnGeneratedScenarios). A
 // scenario is a route of 1–4 targets over scripted upstreams (vecUp: each
 // call takes the next script of its provider), a Config, and a few
-// requests made one after another on one Router, so breakers, probes and
-// the retry budget carry from one to the next. What is recorded is only
-// what the package's doc comments promise: the chunks the caller reads
-// (parsed, never their ids), each upstream call's target, prefill and
-// answer limit, the final error by the exported sentinels, the Response
-// of an answered request, the Observer's calls (each kind in its own
-// order, never interleaved with another kind's), the retry budget's
-// ledger, and every target's breaker state after each request.
+// requests made one after another on one Router — or, in a concurrent
+// scenario, each from its own (distinct) start, overlapping — so breakers,
+// probes and the retry budget carry from one to the next. Upstreams may
+// name a default model, may ignore their context (bridged), and may be
+// wrapped in llm.Metered for requests that carry a Meter; callers may ask
+// for up to 12 choices, read slowly, or have Router.Close begin while
+// their stream is in flight. What is recorded is only what the package's
+// doc comments promise: the chunks the caller reads (parsed, never their
+// ids), each upstream call's target, prefill and answer limit, each call
+// the Meter runs, the final error by the exported sentinels, the Response
+// of an answered request (its times included), the spans the Tracer gets
+// (admission with its queue wait, each attempt with its outcome, as
+// children of the request's span), Close's result, the Observer's calls
+// (each kind in its own order, never interleaved with another kind's; in
+// a concurrent scenario in fake-clock order, one instant's lines sorted),
+// the retry budget's ledger, and every target's breaker state after each
+// request (at the end only, when concurrent), by its key and as named.
 //
 // Only design-neutral scenarios are kept: the generator drops any in which
 // two independently timed events (an upstream's chunk after a gap, a
