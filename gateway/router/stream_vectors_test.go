@@ -5,14 +5,23 @@ package router_test
 // against it (TestStreamMatchesItsContractOnGeneratedScenarios). A
 // scenario is a route of 1–4 targets over scripted upstreams (vecUp: each
 // call takes the next script of its provider), a Config, and a few
-// requests made one after another on one Router, so breakers, probes and
-// the retry budget carry from one to the next. What is recorded is only
-// what the package's doc comments promise: the chunks the caller reads
-// (parsed, never their ids), each upstream call's target, prefill and
-// answer limit, the final error by the exported sentinels, the Response
-// of an answered request, the Observer's calls (each kind in its own
-// order, never interleaved with another kind's), the retry budget's
-// ledger, and every target's breaker state after each request.
+// requests made one after another on one Router — or, in a concurrent
+// scenario, each from its own (distinct) start, overlapping — so breakers,
+// probes and the retry budget carry from one to the next. Upstreams may
+// name a default model, may ignore their context (bridged), and may be
+// wrapped in llm.Metered for requests that carry a Meter; callers may ask
+// for up to 12 choices, read slowly, or have Router.Close begin while
+// their stream is in flight. What is recorded is only what the package's
+// doc comments promise: the chunks the caller reads (parsed, never their
+// ids), each upstream call's target, prefill and answer limit, each call
+// the Meter runs, the final error by the exported sentinels, the Response
+// of an answered request (its times included), the spans the Tracer gets
+// (admission with its queue wait, each attempt with its outcome, as
+// children of the request's span), Close's result, the Observer's calls
+// (each kind in its own order, never interleaved with another kind's; in
+// a concurrent scenario in fake-clock order, one instant's lines sorted),
+// the retry budget's ledger, and every target's breaker state after each
+// request (at the end only, when concurrent), by its key and as named.
 //
 // Only design-neutral scenarios are kept: the generator drops any in which
 // two independently timed events (an upstream's chunk after a gap, a
@@ -52,6 +61,9 @@ import (
 	"github.com/production-go/gateway-lab/gateway/router"
 	breaker "github.com/production-go/gateway-lab/solutions/04-breaker"
 	"github.com/tidwall/gjson"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // ---- the scenario ----
@@ -64,6 +76,14 @@ type vScenario struct {
 	Limits [2]int  `json:"limits"` // first-token, idle (ms)
 	Reqs   []vReq  `json:"reqs"`
 	TailMs int     `json:"tail"` // how long the scenario runs on after its last request (probes)
+	// Metered: every provider is wrapped in llm.Metered, and requests
+	// with Meter set carry a vMeter.
+	Metered bool `json:"metered,omitempty"`
+	// Conc: each request runs on its own goroutine from its At (all
+	// distinct), overlapping the ones before; what the router reports
+	// without naming a request is recorded in one section ("c"), in the
+	// order of the fake clock (lines of one instant sorted).
+	Conc bool `json:"conc,omitempty"`
 }
 
 type vConfig struct {
@@ -87,6 +107,11 @@ type vProv struct {
 	Probe  bool    `json:"probe,omitempty"` // implements llm.Prober
 	DownMs int     `json:"down,omitempty"`  // its probes fail until this long after the scenario's start
 	Calls  []vCall `json:"calls,omitempty"` // each call takes the next; past the last, a short whole answer
+	Def    string  `json:"def,omitempty"`   // the default model it names (llm.DefaultModeler); "" names none
+	// Bridged: it does not honour its context (it sleeps its gaps out
+	// whatever its context says), so the router calls it through the
+	// bridge, and it may not continue a stream.
+	Bridged bool `json:"bridged,omitempty"`
 }
 
 // vCall is one upstream call's script: Open ms of silence, then a refusal
@@ -111,6 +136,7 @@ type vEv struct {
 	K   string `json:"k"`
 	T   string `json:"t,omitempty"`
 	N   int    `json:"n,omitempty"` // sent N times (at once after the first); 0 is once
+	I   int    `json:"i,omitempty"` // the choice index of t, fin, len, tf
 }
 
 type vTarget struct {
@@ -131,7 +157,7 @@ type vReq struct {
 	Tenant     string `json:"tenant"`
 	MaxTok     int    `json:"max,omitempty"`
 	Usage      bool   `json:"usage,omitempty"`
-	N2         bool   `json:"n2,omitempty"`
+	N          int    `json:"n,omitempty"` // the choices asked for (n); 0 leaves it unset
 	OwnPrefill bool   `json:"own,omitempty"`
 	NoCont     bool   `json:"nocont,omitempty"`
 	Pin        string `json:"pin,omitempty"`
@@ -139,11 +165,15 @@ type vReq struct {
 	DeadlineMs int    `json:"deadline,omitempty"` // the caller's deadline, after it asked
 	LeaveAfter int    `json:"leave,omitempty"`    // the caller's emit fails on this chunk (1-based)
 	ZeroIdle   bool   `json:"zeroIdle,omitempty"` // asks with an idle limit of 0
+	CloseMs    int    `json:"close,omitempty"`    // Router.Close begins this long after it asked
+	Meter      bool   `json:"meter,omitempty"`    // carries a vMeter (the scenario is Metered)
+	MeterNo    int    `json:"meterNo,omitempty"`  // the vMeter refuses its call number MeterNo (1-based) before it is sent
+	SlowMs     int    `json:"slow,omitempty"`     // the caller takes this long to read each chunk
 }
 
-func (r vReq) chat() *chatapi.Request {
+func (r vReq) chat(i int) *chatapi.Request {
 	var b strings.Builder
-	b.WriteString(`{"messages":[{"role":"user","content":"q"}`)
+	fmt.Fprintf(&b, `{"messages":[{"role":"user","content":"q%d"}`, i) // the upstream tells the requests apart by it
 	if r.OwnPrefill {
 		b.WriteString(`,{"role":"assistant","content":"Sure"}`)
 	}
@@ -154,8 +184,8 @@ func (r vReq) chat() *chatapi.Request {
 	if r.Usage {
 		b.WriteString(`,"stream_options":{"include_usage":true}`)
 	}
-	if r.N2 {
-		b.WriteString(`,"n":2`)
+	if r.N > 0 {
+		fmt.Fprintf(&b, `,"n":%d`, r.N)
 	}
 	b.WriteString(`}`)
 	c, err := chatapi.Parse([]byte(b.String()))
@@ -171,17 +201,20 @@ func (r vReq) chat() *chatapi.Request {
 // and when each of its timed events happened (for the neutrality check).
 // It honours its context, so any target may continue a stream.
 type vecUp struct {
-	run   *vRun
-	name  string
-	calls []vCall
-	down  time.Duration
-	next  int
+	run     *vRun
+	name    string
+	calls   []vCall
+	down    time.Duration
+	next    int
+	def     string // its default model ("" names none)
+	bridged bool   // it ignores its context: the router calls it through the bridge
 }
 
 type vecProber struct{ *vecUp }
 
 func (p *vecUp) Name() string         { return p.name }
-func (p *vecUp) HonoursContext() bool { return true }
+func (p *vecUp) HonoursContext() bool { return !p.bridged }
+func (p *vecUp) DefaultModel() string { return p.def }
 func (p *vecUp) Generate(context.Context, llm.Request) (llm.Completion, error) {
 	return llm.Completion{}, errors.New("vecUp: unused")
 }
@@ -214,28 +247,37 @@ func (p *vecUp) Stream(ctx context.Context, req llm.Request, emit func(llm.Chunk
 		prefill = last.Get("content").Str
 	}
 	r.log("call", fmt.Sprintf("%s/%s prefill=%q limit=%d", p.name, req.Model, prefill, req.Chat.AnswerLimit()))
-	c := &vCallRec{start: r.since(), id: len(r.callRecs)}
+	idx, _ := strconv.Atoi(strings.TrimPrefix(msgs[0].Get("content").Str, "q"))
+	rec := r.reqRecs[idx]
+	c := &vCallRec{start: r.since(), id: len(r.callRecs), bridged: p.bridged}
 	r.callRecs = append(r.callRecs, c)
-	if r.reqRec != nil && r.reqRec.lastEnd >= 0 && c.start > r.reqRec.lastEnd && !r.reqRec.inCall {
+	if rec != nil && rec.lastEnd >= 0 && c.start > rec.lastEnd && !rec.inCall {
 		r.wake(c.start, fmt.Sprintf("attempt-start:%d", c.id)) // after a backoff or a Retry-After
 	}
-	if r.reqRec != nil {
-		r.reqRec.inCall = true
+	if rec != nil {
+		rec.inCall = true
 	}
 	r.mu.Unlock()
 	defer func() {
 		r.mu.Lock()
 		c.end = r.since()
 		c.ended = true
-		if r.reqRec != nil {
-			r.reqRec.lastEnd = c.end
-			r.reqRec.inCall = false
+		if rec != nil {
+			rec.lastEnd = c.end
+			rec.inCall = false
 		}
 		r.mu.Unlock()
 	}()
 
 	wait := func(ms int) error {
 		if ms <= 0 {
+			return nil
+		}
+		if p.bridged { // it sleeps its gaps out, whatever its context says
+			time.Sleep(time.Duration(ms) * time.Millisecond)
+			r.mu.Lock()
+			r.wake(r.since(), fmt.Sprintf("upstream:%d", c.id))
+			r.mu.Unlock()
 			return nil
 		}
 		select {
@@ -270,9 +312,14 @@ func (p *vecUp) Stream(ctx context.Context, req llm.Request, emit func(llm.Chunk
 	}
 	send := func(raw []byte, saying bool) error {
 		r.mu.Lock()
-		c.emits = append(c.emits, vEmit{at: r.since(), saying: saying})
+		e := &vEmit{at: r.since(), saying: saying}
+		c.emits = append(c.emits, e)
 		r.mu.Unlock()
-		return emit(llm.Chunk{Raw: raw})
+		err := emit(llm.Chunk{Raw: raw})
+		r.mu.Lock()
+		e.done = r.since() // a slow reader holds the upstream until it has read
+		r.mu.Unlock()
+		return err
 	}
 	events := script.Ev
 	if script.Echo && prefill != "" {
@@ -315,6 +362,9 @@ func (p *vecUp) Stream(ctx context.Context, req llm.Request, emit func(llm.Chunk
 		default:
 			panic("vecUp: unknown event kind " + e.K)
 		}
+		if e.I > 0 { // another choice's chunk
+			raw = bytes.Replace(raw, []byte(`"index":0`), []byte(`"index":`+strconv.Itoa(e.I)), 1)
+		}
 		for range max(1, e.N) {
 			if err := send(raw, saying); err != nil {
 				return llm.Completion{}, err
@@ -329,6 +379,10 @@ func (p *vecUp) Stream(ctx context.Context, req llm.Request, emit func(llm.Chunk
 	case "err500":
 		return llm.Completion{}, chatapi.NewUpstreamError(p.name, 500, []byte(`{"error":{"message":"in-band"}}`), 0)
 	case "stall":
+		if p.bridged { // it hangs on, whatever its context says, then gives up
+			time.Sleep(3 * time.Second)
+			return llm.Completion{}, fmt.Errorf("%s: read: %w", p.name, syscall.ECONNRESET)
+		}
 		<-ctx.Done()
 		return llm.Completion{}, ctx.Err()
 	case "eof":
@@ -351,6 +405,7 @@ func withUsage(chunk []byte, u *chatapi.Usage) []byte {
 
 type vEmit struct {
 	at     time.Duration
+	done   time.Duration // when the router's emit returned (a slow reader's pace)
 	saying bool
 }
 
@@ -358,7 +413,31 @@ type vCallRec struct {
 	id         int
 	start, end time.Duration
 	ended      bool
-	emits      []vEmit
+	bridged    bool
+	emits      []*vEmit
+}
+
+// vMeter is a request's llm.Meter: it logs each call it is asked to run,
+// refuses call number no (1-based) before it is sent, and charges every
+// other call a fixed cost, whatever its error.
+type vMeter struct {
+	r  *vRun
+	no int
+	n  int
+}
+
+func (m *vMeter) Call(ctx context.Context, req llm.Request, emit func(llm.Chunk) error, call llm.Call) (llm.Completion, error) {
+	m.r.mu.Lock()
+	m.n++
+	n := m.n
+	m.r.log("meter", fmt.Sprintf("call %d model=%s", n, req.Model))
+	m.r.mu.Unlock()
+	if n == m.no {
+		return llm.Completion{}, fmt.Errorf("vMeter: over quota: %w", llm.ErrNotSent)
+	}
+	c, err := call(ctx, req, emit)
+	c.Charged = &llm.Usage{PromptTokens: 3, CompletionTokens: 2, TotalTokens: 5}
+	return c, err
 }
 
 type vReqRec struct {
@@ -381,7 +460,8 @@ type vRun struct {
 	secs  map[string][]string
 	order []string
 
-	reqRec   *vReqRec
+	reqRecs  map[int]*vReqRec
+	ats      map[string][]time.Duration // when each line was logged
 	callRecs []*vCallRec
 	wakes    []vInstant
 	bounds   []vInstant
@@ -393,12 +473,16 @@ type vRun struct {
 func (r *vRun) since() time.Duration { return time.Since(r.start) }
 
 // log records line under kind in the current section. Called with mu held.
-func (r *vRun) log(kind, line string) {
-	key := r.sec + "." + kind
+func (r *vRun) log(kind, line string) { r.logTo(r.sec, kind, line) }
+
+// logTo records line under kind in section sec. Called with mu held.
+func (r *vRun) logTo(sec, kind, line string) {
+	key := sec + "." + kind
 	if _, ok := r.secs[key]; !ok {
 		r.order = append(r.order, key)
 	}
 	r.secs[key] = append(r.secs[key], line)
+	r.ats[key] = append(r.ats[key], r.since())
 }
 
 func (r *vRun) wake(at time.Duration, src string) {
@@ -432,8 +516,10 @@ func (o vObs) BreakerChanged(t router.Target, from, to breaker.State) {
 		o.r.openings = append(o.r.openings, vInstant{o.r.since(), t.String()})
 	}
 }
-func (o vObs) Late(time.Duration, error) {}
-func (o vObs) RetryRefused(p string)     { o.rec("refused", p) }
+func (o vObs) Late(took time.Duration, err error) {
+	o.rec("late", fmt.Sprintf("took=%s %s", took, errClass(err)))
+}
+func (o vObs) RetryRefused(p string) { o.rec("refused", p) }
 func (o vObs) Probed(t router.Target, err error) {
 	o.rec("probed", fmt.Sprintf("%s %s", t, errClass(err)))
 }
@@ -519,18 +605,27 @@ const vNoTime = time.Duration(-1)
 // that stopped reading, against Stream's doc (see the generator).
 func runScenario(t *testing.T, s vScenario) (lines []string, conflicts []string) {
 	synctest.Test(t, func(t *testing.T) {
-		r := &vRun{start: time.Now(), secs: map[string][]string{}, sec: "bg0"}
+		r := &vRun{start: time.Now(), secs: map[string][]string{}, sec: "bg0", reqRecs: map[int]*vReqRec{}, ats: map[string][]time.Duration{}}
+		if s.Conc {
+			r.sec = "c"
+		}
+		exp := tracetest.NewInMemoryExporter()
+		tp := sdktrace.NewTracerProvider(sdktrace.WithSyncer(exp))
+		defer func() { _ = tp.Shutdown(context.Background()) }()
 		var provs []llm.Provider
 		for _, p := range s.Provs {
-			up := &vecUp{run: r, name: p.Name, calls: p.Calls, down: time.Duration(p.DownMs) * time.Millisecond}
+			up := &vecUp{run: r, name: p.Name, calls: p.Calls, down: time.Duration(p.DownMs) * time.Millisecond, def: p.Def, bridged: p.Bridged}
+			var prov llm.Provider = up
 			if p.Probe {
-				provs = append(provs, vecProber{up})
+				prov = vecProber{up}
 				if p.DownMs > 0 {
 					r.boundary(up.down, "probe-down:"+p.Name)
 				}
-			} else {
-				provs = append(provs, up)
 			}
+			if s.Metered {
+				prov = llm.Metered(prov)
+			}
+			provs = append(provs, prov)
 		}
 		ms := func(n int) time.Duration { return time.Duration(n) * time.Millisecond }
 		cfg := router.Config{
@@ -544,7 +639,8 @@ func runScenario(t *testing.T, s vScenario) (lines []string, conflicts []string)
 			// whichever way it draws (a source of zeros would spin a
 			// rejection sampler): how many draws a backoff takes, and how
 			// a draw becomes a wait, are the implementation's.
-			Rand: rand.New(vOnes{}),
+			Rand:   rand.New(vOnes{}),
+			Tracer: tp,
 		}
 		var budget *ledger
 		if s.Cfg.Budget >= 0 {
@@ -567,6 +663,13 @@ func runScenario(t *testing.T, s vScenario) (lines []string, conflicts []string)
 			t.Fatalf("router.New: %v", err)
 		}
 		limits := router.StreamLimits{FirstToken: ms(s.Limits[0]), Idle: ms(s.Limits[1])}
+		// Every target by its breaker's key (Targets), and as the route
+		// and the providers name it: "" for a provider that names its
+		// default model is that model.
+		named := slices.Clone(targets)
+		for _, p := range s.Provs {
+			named = append(named, router.Target{Provider: p.Name})
+		}
 		states := func() {
 			var st []string
 			for _, tg := range g.Targets() {
@@ -574,6 +677,12 @@ func runScenario(t *testing.T, s vScenario) (lines []string, conflicts []string)
 				st = append(st, fmt.Sprintf("%s=%s", tg, b))
 			}
 			r.log("states", strings.Join(st, " "))
+			st = st[:0]
+			for _, tg := range named {
+				b, ok := g.TargetState(tg)
+				st = append(st, fmt.Sprintf("%s=%s/%v", tg, b, ok))
+			}
+			r.log("named", strings.Join(st, " "))
 		}
 		ledgerAt := 0
 		ledgerLog := func() {
@@ -586,7 +695,8 @@ func runScenario(t *testing.T, s vScenario) (lines []string, conflicts []string)
 			}
 			ledgerAt = len(h)
 		}
-		for i, q := range s.Reqs {
+		one := func(i int, q vReq) {
+			sec := fmt.Sprintf("r%d", i)
 			if at := ms(q.At); r.since() < at {
 				time.Sleep(at - r.since())
 				r.mu.Lock()
@@ -594,14 +704,16 @@ func runScenario(t *testing.T, s vScenario) (lines []string, conflicts []string)
 				r.mu.Unlock()
 			}
 			r.mu.Lock()
-			r.sec = fmt.Sprintf("r%d", i)
-			rec := &vReqRec{lastEnd: vNoTime}
-			r.reqRec = rec
+			if !s.Conc {
+				r.sec = sec
+			}
+			r.reqRecs[i] = &vReqRec{lastEnd: vNoTime}
 			begin := r.since()
-			r.log("ask", fmt.Sprintf("at=%s", begin))
+			r.logTo(sec, "ask", fmt.Sprintf("at=%s", begin))
 			r.mu.Unlock()
 
-			ctx, cancel := context.WithCancel(context.Background())
+			root := trace.NewSpanContext(trace.SpanContextConfig{TraceID: trace.TraceID{byte(i + 1)}, SpanID: trace.SpanID{byte(i + 1)}, TraceFlags: trace.FlagsSampled})
+			ctx, cancel := context.WithCancel(trace.ContextWithSpanContext(context.Background(), root))
 			dctx, dcancel := ctx, context.CancelFunc(func() {})
 			if q.DeadlineMs > 0 {
 				dctx, dcancel = context.WithDeadline(ctx, r.start.Add(begin+ms(q.DeadlineMs)))
@@ -610,11 +722,29 @@ func runScenario(t *testing.T, s vScenario) (lines []string, conflicts []string)
 			if q.CancelMs > 0 {
 				stop = time.AfterFunc(ms(q.CancelMs), cancel).Stop
 			}
-			req := router.Request{Tenant: q.Tenant, Chat: q.chat(), NoContinue: q.NoCont}
+			closed := make(chan error, 1)
+			stopClose := func() bool { return true }
+			if q.CloseMs > 0 {
+				stopClose = time.AfterFunc(ms(q.CloseMs), func() {
+					r.mu.Lock()
+					r.wake(r.since(), fmt.Sprintf("close:%d", i))
+					r.mu.Unlock()
+					cctx, ccancel := context.WithTimeout(context.Background(), time.Hour)
+					defer ccancel()
+					closed <- g.Close(cctx)
+				}).Stop
+			}
+			req := router.Request{Tenant: q.Tenant, Chat: q.chat(i), NoContinue: q.NoCont}
+			if q.Meter {
+				req.Meter = &vMeter{r: r, no: q.MeterNo}
+			}
 			if q.Pin != "" {
 				req.Provider = q.Pin
 			} else if !g.Resolve("chat", &req) {
-				t.Fatal("no route chat")
+				t.Error("no route chat")
+				dcancel()
+				cancel()
+				return
 			}
 			n := 0
 			lim := limits
@@ -624,7 +754,7 @@ func runScenario(t *testing.T, s vScenario) (lines []string, conflicts []string)
 			resp, err := g.Stream(dctx, req, lim, func(c llm.Chunk) error {
 				n++
 				r.mu.Lock()
-				r.log("chunk", chunkLine(c.Raw))
+				r.logTo(sec, "chunk", chunkLine(c.Raw))
 				if q.LeaveAfter > 0 && n == q.LeaveAfter+1 {
 					r.contradictions = append(r.contradictions, fmt.Sprintf("request %d: emit called again after it failed", i))
 				}
@@ -632,20 +762,33 @@ func runScenario(t *testing.T, s vScenario) (lines []string, conflicts []string)
 				if q.LeaveAfter > 0 && n >= q.LeaveAfter {
 					return errors.New("the caller hung up")
 				}
+				if q.SlowMs > 0 {
+					time.Sleep(ms(q.SlowMs))
+					r.mu.Lock()
+					r.wake(r.since(), fmt.Sprintf("reader:%d", i))
+					r.mu.Unlock()
+				}
 				return nil
 			})
 			stop()
+			closing := !stopClose()
 			dcancel()
 			cancel()
 			r.mu.Lock()
 			end := r.since()
-			r.log("end", fmt.Sprintf("after=%s %s", end-begin, errClass(err)))
+			r.logTo(sec, "end", fmt.Sprintf("after=%s %s", end-begin, errClass(err)))
 			if err == nil {
 				u := "none"
 				if resp.Usage != nil {
 					u = fmt.Sprintf("%d/%d/%d", resp.Usage.PromptTokens, resp.Usage.CompletionTokens, resp.Usage.TotalTokens)
 				}
-				r.log("resp", fmt.Sprintf("provider=%s model=%s attempts=%d usage=%s", resp.Provider, resp.Model, resp.Attempts, u))
+				r.logTo(sec, "resp", fmt.Sprintf("provider=%s model=%s attempts=%d usage=%s upstream=%s backoff=%s queue=%s latency=%s",
+					resp.Provider, resp.Model, resp.Attempts, u, resp.Upstream, resp.Backoff, resp.QueueWait, resp.Latency))
+			}
+			for _, sp := range exp.GetSpans() {
+				if sp.SpanContext.TraceID() == root.TraceID() {
+					r.logTo(sec, "span", spanLine(sp, root))
+				}
 			}
 			// The caller's timers, and the total deadline, were live while
 			// the request was.
@@ -657,10 +800,38 @@ func runScenario(t *testing.T, s vScenario) (lines []string, conflicts []string)
 					r.wake(begin+ms(x.ms), fmt.Sprintf("caller-%s:%d", x.src, i))
 				}
 			}
+			if s.Conc && s.Cfg.QueueMs > 0 && begin+ms(s.Cfg.QueueMs) <= end+time.Millisecond {
+				r.wake(begin+ms(s.Cfg.QueueMs), fmt.Sprintf("queue-wait:%d", i)) // it may have queued that long
+			}
+			if !s.Conc { // concurrent requests' ends are no point at which the breakers stand still
+				ledgerLog()
+				states()
+			}
+			delete(r.reqRecs, i)
+			if closing {
+				r.mu.Unlock()
+				cerr := <-closed // Close waits for the router's calls, abandoned ones too
+				r.mu.Lock()
+				r.logTo(sec, "close", fmt.Sprintf("after=%s %s", r.since()-begin, errClass(cerr)))
+			}
+			if !s.Conc {
+				r.sec = fmt.Sprintf("bg%d", i+1)
+			}
+			r.mu.Unlock()
+		}
+		var wg sync.WaitGroup
+		for i, q := range s.Reqs {
+			if s.Conc {
+				wg.Go(func() { one(i, q) })
+			} else {
+				one(i, q)
+			}
+		}
+		wg.Wait()
+		if s.Conc {
+			r.mu.Lock()
+			r.sec = "bg"
 			ledgerLog()
-			states()
-			r.reqRec = nil
-			r.sec = fmt.Sprintf("bg%d", i+1)
 			r.mu.Unlock()
 		}
 		time.Sleep(ms(s.TailMs))
@@ -677,6 +848,26 @@ func runScenario(t *testing.T, s vScenario) (lines []string, conflicts []string)
 		r.mu.Lock()
 		defer r.mu.Unlock()
 		for _, k := range r.order {
+			if strings.HasPrefix(k, "c.") {
+				// In the fake clock's order; lines of one instant, which
+				// concurrent requests may log either way, sorted.
+				idx := make([]int, len(r.secs[k]))
+				for i := range idx {
+					idx[i] = i
+				}
+				at, ls := r.ats[k], r.secs[k]
+				sort.SliceStable(idx, func(a, b int) bool {
+					if at[idx[a]] != at[idx[b]] {
+						return at[idx[a]] < at[idx[b]]
+					}
+					return ls[idx[a]] < ls[idx[b]]
+				})
+				sorted := make([]string, len(ls))
+				for i, j := range idx {
+					sorted[i] = ls[j]
+				}
+				r.secs[k] = sorted
+			}
 			for _, l := range r.secs[k] {
 				lines = append(lines, k+": "+l)
 			}
@@ -684,6 +875,23 @@ func runScenario(t *testing.T, s vScenario) (lines []string, conflicts []string)
 		conflicts = append(r.conflicts(s), r.contradictions...)
 	})
 	return lines, conflicts
+}
+
+// spanLine is what a span the router recorded says that its docs promise:
+// which it is (admission, or an attempt: its number and target), how it
+// ended, the queue wait, and whether it is a child of the request's span.
+func spanLine(sp tracetest.SpanStub, root trace.SpanContext) string {
+	attrs := map[string]string{}
+	for _, kv := range sp.Attributes {
+		attrs[string(kv.Key)] = kv.Value.Emit()
+	}
+	b := fmt.Sprintf("%s status=%s child=%v", sp.Name, sp.Status.Code, sp.Parent.SpanID() == root.SpanID())
+	for _, k := range []string{"gateway.attempt", "gen_ai.provider.name", "gen_ai.request.model", "gateway.outcome", "gateway.failure_reason", "gateway.queue_wait_us"} {
+		if v, ok := attrs[k]; ok {
+			b += " " + k + "=" + v
+		}
+	}
+	return b
 }
 
 type vOnes struct{}
@@ -712,6 +920,15 @@ func (r *vRun) conflicts(s vScenario) []string {
 				break
 			}
 		}
+		if c.bridged {
+			// Its chunks reach the router once its call has returned, one
+			// after another: only the first-token limit can cut it, if the
+			// call is still running then.
+			if d := c.start + ft; !c.ended || c.end >= d-time.Millisecond {
+				wakes = append(wakes, vInstant{d, src})
+			}
+			continue
+		}
 		if d := c.start + ft; live(d, first) {
 			wakes = append(wakes, vInstant{d, src})
 		}
@@ -720,7 +937,7 @@ func (r *vRun) conflicts(s vScenario) []string {
 			if i+1 < len(c.emits) {
 				next = c.emits[i+1].at
 			}
-			if d := e.at + idle; live(d, next) {
+			if d := e.done + idle; live(d, next) {
 				wakes = append(wakes, vInstant{d, src})
 			}
 		}
@@ -840,17 +1057,17 @@ func describe(s vScenario) string {
 	}
 	fmt.Fprintf(&b, " fallback_on=%v retry_same=%v wait_retry_after=%dms\n", s.Route.FallbackOn, s.Route.RetrySame, s.Route.WaitRAms)
 	for _, p := range s.Provs {
-		fmt.Fprintf(&b, "  upstream %s probe=%v down-until=%dms:\n", p.Name, p.Probe, p.DownMs)
+		fmt.Fprintf(&b, "  upstream %s probe=%v down-until=%dms default-model=%q bridged=%v:\n", p.Name, p.Probe, p.DownMs, p.Def, p.Bridged)
 		for i, call := range p.Calls {
 			fmt.Fprintf(&b, "    call %d: %s\n", i+1, describeCall(call))
 		}
 		fmt.Fprintf(&b, "    then: a short whole answer\n")
 	}
 	for i, q := range s.Reqs {
-		fmt.Fprintf(&b, "  request %d at %dms: tenant=%s max_tokens=%d usage=%v n2=%v own_prefill=%v no_continue=%v pin=%q cancel=%dms deadline=%dms leave_after=%d\n",
-			i, q.At, q.Tenant, q.MaxTok, q.Usage, q.N2, q.OwnPrefill, q.NoCont, q.Pin, q.CancelMs, q.DeadlineMs, q.LeaveAfter)
+		fmt.Fprintf(&b, "  request %d at %dms: tenant=%s max_tokens=%d usage=%v n=%d own_prefill=%v no_continue=%v pin=%q cancel=%dms deadline=%dms leave_after=%d close=%dms meter=%v(refuses call %d) slow_reader=%dms\n",
+			i, q.At, q.Tenant, q.MaxTok, q.Usage, q.N, q.OwnPrefill, q.NoCont, q.Pin, q.CancelMs, q.DeadlineMs, q.LeaveAfter, q.CloseMs, q.Meter, q.MeterNo, q.SlowMs)
 	}
-	fmt.Fprintf(&b, "  then %dms more\n", s.TailMs)
+	fmt.Fprintf(&b, "  then %dms more; providers metered=%v\n", s.TailMs, s.Metered)
 	return b.String()
 }
 
@@ -874,6 +1091,9 @@ func describeCall(c vCall) string {
 	}
 	for _, e := range c.Ev {
 		p := e.K
+		if e.I > 0 {
+			p += fmt.Sprintf("[%d]", e.I)
+		}
 		if e.T != "" {
 			p += fmt.Sprintf("%q", e.T)
 		}
@@ -901,7 +1121,7 @@ func TestWriteStreamVectors(t *testing.T) {
 		t.Skip("writes " + vectorsFile + " only with ROUTER_VECTORS_WRITE=1")
 	}
 	const runs = 20
-	want := 220
+	want := 800
 	if n, err := strconv.Atoi(os.Getenv("ROUTER_VECTORS_N")); err == nil && n > 0 {
 		want = n
 	}
@@ -991,6 +1211,17 @@ func vectorTags(s vScenario, lines []string) string {
 	if s.Cfg.ProbeMs > 0 {
 		add("probes")
 	}
+	if s.Conc {
+		add("conc")
+	}
+	for _, p := range s.Provs {
+		if p.Bridged {
+			add("bridged")
+		}
+		if p.Def != "" {
+			add("defmodel")
+		}
+	}
 	for _, q := range s.Reqs {
 		switch {
 		case q.CancelMs > 0:
@@ -1002,6 +1233,18 @@ func vectorTags(s vScenario, lines []string) string {
 		}
 		if q.MaxTok > 0 {
 			add("maxtok")
+		}
+		if q.N > 1 {
+			add(fmt.Sprintf("n%d", q.N))
+		}
+		if q.CloseMs > 0 {
+			add("close")
+		}
+		if q.Meter {
+			add("meter")
+		}
+		if q.SlowMs > 0 {
+			add("slow")
 		}
 	}
 	for _, l := range lines {
@@ -1056,6 +1299,10 @@ func genScenario(rng *rand.Rand) vScenario {
 	nProv := 1 + rng.IntN(4)
 	for i := range nProv {
 		p := vProv{Name: fmt.Sprintf("p%d", i), Probe: chance(0.5)}
+		if chance(0.3) {
+			p.Def = fmt.Sprintf("d%d", i)
+		}
+		p.Bridged = chance(0.15)
 		if p.Probe && chance(0.6) {
 			p.DownMs = pick(100, 500, 1500, 4000) + rng.IntN(50)
 		}
@@ -1067,20 +1314,24 @@ func genScenario(rng *rand.Rand) vScenario {
 	}
 	// Targets: distinct (provider, model) pairs, 1–4 of them.
 	nT := 1 + rng.IntN(4)
+	// Distinct as the router keys them: "" is a provider's default model.
 	seen := map[vTarget]bool{}
-	for len(s.Route.Targets) < nT {
+	for tries := 0; len(s.Route.Targets) < nT && tries < 50; tries++ {
 		tg := vTarget{P: rng.IntN(nProv)}
 		if chance(0.25) {
 			tg.M = pick2(rng, "x", "y")
+		} else if def := s.Provs[tg.P].Def; def != "" && chance(0.3) {
+			tg.M = def
 		}
-		if seen[tg] {
-			if len(seen) >= nProv*3 {
-				break
-			}
+		key := tg
+		if key.M == "" {
+			key.M = s.Provs[tg.P].Def
+		}
+		if seen[key] {
 			continue
 		}
-		seen[tg] = true
-		tg.Cont = chance(0.55)
+		seen[key] = true
+		tg.Cont = chance(0.55) && !s.Provs[tg.P].Bridged // New refuses a bridged one
 		s.Route.Targets = append(s.Route.Targets, tg)
 	}
 	if chance(0.2) {
@@ -1090,6 +1341,8 @@ func genScenario(rng *rand.Rand) vScenario {
 	if chance(0.25) {
 		s.Route.WaitRAms = pick(50, 100, 300)
 	}
+	s.Metered = chance(0.2)
+	s.Conc = chance(0.3)
 	nReq := pick(1, 2, 3, 3, 4, 5)
 	at := 0
 	for i := range nReq {
@@ -1098,7 +1351,9 @@ func genScenario(rng *rand.Rand) vScenario {
 			q.MaxTok = pick(1, 2, 3, 4)
 		}
 		q.Usage = chance(0.4)
-		q.N2 = chance(0.1)
+		if chance(0.2) {
+			q.N = pick(2, 3, 9, 10, 10, 12)
+		}
 		q.OwnPrefill = chance(0.04)
 		q.NoCont = chance(0.08)
 		if chance(0.04) {
@@ -1113,9 +1368,23 @@ func genScenario(rng *rand.Rand) vScenario {
 			q.LeaveAfter = pick(1, 2, 3, 4, 5, 6)
 		}
 		q.ZeroIdle = chance(0.02)
+		if chance(0.12) {
+			q.CloseMs = pick(near(ft), near(ft+idle), 30, 120, 400)
+		}
+		if s.Metered && chance(0.7) {
+			q.Meter = true
+			q.MeterNo = pick(0, 0, 1, 2, 3)
+		}
+		if chance(0.12) {
+			q.SlowMs = pick(3, 15, 40, near(idle))
+		}
 		s.Reqs = append(s.Reqs, q)
 		_ = i
-		at += pick(0, 0, 30, 200, near(s.Cfg.RecoveryMs), s.Cfg.RecoveryMs+pick(40, 300))
+		if s.Conc { // distinct starts, overlapping the requests before
+			at += pick(3, 7, 20, 45, 90, 200, near(ft), near(s.Cfg.RecoveryMs))
+		} else {
+			at += pick(0, 0, 30, 200, near(s.Cfg.RecoveryMs), s.Cfg.RecoveryMs+pick(40, 300))
+		}
 	}
 	if chance(0.5) {
 		s.TailMs = pick(300, 1000, 3000)
@@ -1180,6 +1449,24 @@ func genCall(rng *rand.Rand, prov, k, ft, idle int, near func(int) int) vCall {
 		c.NoUse = chance(0.2)
 	}
 	c := vCall{}
+	if chance(0.1) { // several choices (n): texts, then finishes, perhaps not all
+		m := pick(2, 3, 9, 10, 10, 12)
+		c.Ev = head()
+		for i := range m {
+			e := text()
+			e.I = i
+			if i > 0 {
+				e.Gap = 0
+			}
+			c.Ev = append(c.Ev, e)
+		}
+		f := max(1, min(m, pick(m, m-1, m-2, 8, 8)))
+		for i := range f {
+			c.Ev = append(c.Ev, vEv{Gap: pick(0, 5), K: "fin", I: i})
+		}
+		c.End = pick2(rng, "", "reset", "reset", "eof", "stall")
+		return c
+	}
 	switch x := rng.Float64(); {
 	case x < 0.22: // a whole answer, perhaps slow to open
 		if chance(0.3) {
