@@ -883,7 +883,7 @@ func runScenario(t *testing.T, s vScenario) (lines []string, conflicts []string)
 func spanLine(sp tracetest.SpanStub, root trace.SpanContext) string {
 	attrs := map[string]string{}
 	for _, kv := range sp.Attributes {
-		attrs[string(kv.Key)] = kv.Value.Emit()
+		attrs[string(kv.Key)] = kv.Value.String()
 	}
 	b := fmt.Sprintf("%s status=%s child=%v", sp.Name, sp.Status.Code, sp.Parent.SpanID() == root.SpanID())
 	for _, k := range []string{"gateway.attempt", "gen_ai.provider.name", "gen_ai.request.model", "gateway.outcome", "gateway.failure_reason", "gateway.queue_wait_us"} {
