@@ -166,7 +166,7 @@ ci: export STACK_PROMETHEUS_REQUIRED := 1
 
 # Lint vets the code behind the build tags too, so the testcontainers path
 # and the SDK test keep compiling though the default build leaves them out.
-LINT_TAGS := testcontainers,sdk,k8s,stack,failsafe,prove
+LINT_TAGS := testcontainers,sdk,k8s,stack,failsafe,prove,vectors,quotavectors
 # write/NN-topic holds a learner's tests and, once make write-NN ran, the
 # reference laid out next to them for reading: neither is maintained code.
 LINT_PKGS = $(shell $(GO) list -tags $(LINT_TAGS) ./... | grep -v '/write/')
