@@ -513,8 +513,11 @@ func (g *vecGen) steps(s vecScenario, t *vecTarget) []vecStep {
 	said := false
 	elapsed := t.OpenMS
 	add := func(st vecStep) {
-		if st.After == 0 { // else set by the caller of add
+		switch {
+		case st.After == 0: // else set by the caller of add
 			st.After = g.delay(s, said, elapsed)
+		case st.After < 0: // no wait, said the caller of add
+			st.After = 0
 		}
 		if said {
 			elapsed = 0
@@ -535,7 +538,11 @@ func (g *vecGen) steps(s vecScenario, t *vecTarget) []vecStep {
 	// The start: role chunks, an early usage report.
 	held := g.pick(0, 0, 0, 1, 1, 2)
 	if g.p(8) {
-		held = g.many(5, 12) // many chunks that say nothing
+		// Many chunks that say nothing, close together: all held back.
+		for range g.many(5, 12) {
+			add(vecStep{After: g.pick(-1, -1, 1, 2, 5), NoRaw: g.p(10)})
+		}
+		held = 0
 	}
 	for range held {
 		add(vecStep{})
@@ -901,6 +908,15 @@ func vecTags(s vecScenario, o vecOutcome) []string {
 	tag(continued == 1, "continued")
 	tag(continued > 1, "continued-twice")
 	tag(continued > 2, "continued-3+")
+	quiet := 0 // chunks that say nothing, passed on before the first that does
+	for _, e := range o.Emits {
+		if !strings.Contains(e, ` text=""`) || strings.Contains(e, " other") || strings.Contains(e, " finish=") {
+			break
+		}
+		quiet++
+	}
+	tag(quiet >= 5 && quiet < len(o.Emits), "held-5+-sent")
+	tag(quiet >= 9 && quiet < len(o.Emits), "held-9+-sent")
 	for _, x := range o.Served {
 		tag(x == "", "served-unnamed")
 	}
