@@ -38,11 +38,12 @@ import (
 // the call), then return an error or a chunk.
 type vecStep struct {
 	After int    `json:"a,omitempty"`
-	Err   string `json:"e,omitempty"` // eof, malformed, reset, deadline (the upstream's own), canceled (the upstream's own)
+	Err   string `json:"e,omitempty"` // eof, malformed, reset, deadline (the upstream's own), canceled (the upstream's own), deadline-wrapped, canceled-wrapped (the same, wrapped as an HTTP client does)
 	// Echo is a byte range [from, to) of the prefill the stream was opened
 	// with (to -1: its end), put before Text: a continuation repeating it.
 	Echo   []int  `json:"r,omitempty"`
 	Lead   string `json:"l,omitempty"` // put before the echo
+	Case   string `json:"k,omitempty"` // the echo recased: "upper", "lower" (a repeat that differs only in case)
 	Text   string `json:"t,omitempty"`
 	Other  bool   `json:"o,omitempty"`
 	Finish string `json:"f,omitempty"`
@@ -61,17 +62,21 @@ type vecTarget struct {
 	Can      bool      `json:"c,omitempty"`  // CanContinue
 	OpenMS   int       `json:"ow,omitempty"` // Open takes this long
 	Refuse   bool      `json:"of,omitempty"` // then fails
+	OpenErr  string    `json:"oe,omitempty"` // how it fails: "" connection refused, "timeout" (its own dial timeout, wrapping context.DeadlineExceeded), "canceled" (wrapping context.Canceled)
 	Stubborn bool      `json:"os,omitempty"` // Open ignores its context
 	OnEnd    string    `json:"x,omitempty"`  // what Next says when its context ends: "" its error, "canceled", "eof"
 	CloseErr bool      `json:"ce,omitempty"` // Close fails
+	CloseMS  int       `json:"cw,omitempty"` // Close takes this long
 	Bound    bool      `json:"b,omitempty"`  // the stream also ends when the context Open was given ends (an HTTP body)
 	Steps    []vecStep `json:"s,omitempty"`
 
 	shape string // the generator's name for how it repeats a prefill
 }
 
-// vecScenario is one generated scenario. Times are virtual milliseconds.
+// vecScenario is one generated scenario. Times are virtual milliseconds
+// (microseconds when Micro is set; the fields keep their names).
 type vecScenario struct {
+	Micro        bool        `json:"mu,omitempty"` // every time is in microseconds: limits under and around a millisecond
 	FirstTokenMS int         `json:"ft"`
 	IdleMS       int         `json:"id"`
 	NoContinue   bool        `json:"nc,omitempty"`
@@ -100,8 +105,16 @@ type vecOutcome struct {
 	// the error may match any of them.
 	Allow []string `json:"al,omitempty"`
 
-	openAt []time.Duration // when each Open was called (the generator's)
-	end    time.Duration   // when Relay returned (the generator's)
+	openAt  []time.Duration // when each Open was called (the generator's)
+	end     time.Duration   // when Relay returned (the generator's)
+	closing []vecClosing    // every Close, in the order they returned (the generator's)
+	lastID  int             // the last stream opened (the generator's)
+}
+
+// vecClosing is when a stream's Close began and returned.
+type vecClosing struct {
+	id       int
+	from, to time.Duration
 }
 
 // vecVector is a scenario and its recorded outcome.
@@ -163,7 +176,16 @@ func vecTimed(s vecScenario) bool {
 	return true
 }
 
-func vecMS(ms int) time.Duration { return time.Duration(ms) * time.Millisecond }
+// unit is what one of s's times counts.
+func (s vecScenario) unit() time.Duration {
+	if s.Micro {
+		return time.Microsecond
+	}
+	return time.Millisecond
+}
+
+// dur is n of s's time units.
+func (s vecScenario) dur(n int) time.Duration { return time.Duration(n) * s.unit() }
 
 // vecCut clips i to s and moves it back to the start of a rune.
 func vecCut(s string, i int) int {
@@ -210,11 +232,11 @@ func vecRun(s vecScenario) (out vecOutcome) {
 	ctx := caller
 	if s.DeadlineMS > 0 {
 		var cancelDeadline context.CancelFunc
-		ctx, cancelDeadline = context.WithDeadlineCause(caller, start.Add(vecMS(s.DeadlineMS)), cause)
+		ctx, cancelDeadline = context.WithDeadlineCause(caller, start.Add(s.dur(s.DeadlineMS)), cause)
 		defer cancelDeadline()
 	}
 	if s.CancelMS > 0 {
-		t := time.AfterFunc(vecMS(s.CancelMS), func() { cancel(cause) })
+		t := time.AfterFunc(s.dur(s.CancelMS), func() { cancel(cause) })
 		defer t.Stop()
 	}
 	// ended says why a fake's context ended: a limit unless the caller left.
@@ -250,9 +272,9 @@ func vecRun(s vecScenario) (out vecOutcome) {
 			mu.Unlock()
 			if vt.OpenMS > 0 {
 				if vt.Stubborn {
-					time.Sleep(vecMS(vt.OpenMS))
+					time.Sleep(s.dur(vt.OpenMS))
 				} else {
-					t := time.NewTimer(vecMS(vt.OpenMS))
+					t := time.NewTimer(s.dur(vt.OpenMS))
 					select {
 					case <-t.C:
 					case <-octx.Done():
@@ -263,6 +285,14 @@ func vecRun(s vecScenario) (out vecOutcome) {
 				}
 			}
 			if vt.Refuse {
+				switch vt.OpenErr {
+				case "timeout":
+					note("DeadlineExceeded")
+					return nil, fmt.Errorf("dial tcp 10.0.0.2:443: i/o timeout: %w", context.DeadlineExceeded)
+				case "canceled":
+					note("Canceled")
+					return nil, fmt.Errorf("net/http: request canceled while waiting for connection: %w", context.Canceled)
+				}
 				note("refused")
 				return nil, errVecRefused
 			}
@@ -270,14 +300,20 @@ func vecRun(s vecScenario) (out vecOutcome) {
 			id := len(closes)
 			closes = append(closes, 0)
 			streamOf = append(streamOf, i)
+			out.lastID = id
 			mu.Unlock()
-			st := &vecStream{target: i, vt: vt, prefill: prefill, ended: ended, note: note}
+			st := &vecStream{target: i, vt: vt, unit: s.unit(), prefill: prefill, ended: ended, note: note}
 			if vt.Bound {
 				st.open = octx
 			}
 			st.close = func() error {
+				began := time.Since(start)
+				if vt.CloseMS > 0 {
+					time.Sleep(s.dur(vt.CloseMS))
+				}
 				mu.Lock()
-				closes[id]++
+				closes[id]++ // closed once Close has returned
+				out.closing = append(out.closing, vecClosing{id, began, time.Since(start)})
 				mu.Unlock()
 				if vt.CloseErr {
 					note("closefail")
@@ -295,7 +331,7 @@ func vecRun(s vecScenario) (out vecOutcome) {
 			out.Notes = append(out.Notes, "emit called after Relay returned")
 		}
 		says := c.Text != "" || c.Other || c.FinishReason != ""
-		if s.GoneMS > 0 && at >= vecMS(s.GoneMS-1) && (says || !s.GoneOnWords || refused > 0) {
+		if s.GoneMS > 0 && at >= s.dur(s.GoneMS-1) && (says || !s.GoneOnWords || refused > 0) {
 			refused++
 			if refused == 2 {
 				out.Notes = append(out.Notes, "emit called again after it refused a chunk: the caller had gone")
@@ -307,7 +343,7 @@ func vecRun(s vecScenario) (out vecOutcome) {
 		recs = append(recs, r)
 		mu.Unlock()
 		if s.SlowMS > 0 {
-			time.Sleep(vecMS(s.SlowMS))
+			time.Sleep(s.dur(s.SlowMS))
 		}
 		return nil
 	}
@@ -321,7 +357,7 @@ func vecRun(s vecScenario) (out vecOutcome) {
 				mu.Unlock()
 			}
 		}()
-		res, err = Relay(ctx, Config{FirstToken: vecMS(s.FirstTokenMS), Idle: vecMS(s.IdleMS), NoContinue: s.NoContinue}, targets, emit)
+		res, err = Relay(ctx, Config{FirstToken: s.dur(s.FirstTokenMS), Idle: s.dur(s.IdleMS), NoContinue: s.NoContinue}, targets, emit)
 	}()
 	mu.Lock()
 	defer mu.Unlock()
@@ -412,6 +448,7 @@ func vecNormalise(recs []vecRec, prefills []string, timed bool) []string {
 type vecStream struct {
 	target  int
 	vt      vecTarget
+	unit    time.Duration
 	prefill string
 	i       int
 	said    bool            // it sent a chunk that says something: a limit now is the idle limit
@@ -437,12 +474,12 @@ func (s *vecStream) Next(ctx context.Context) (Chunk, error) {
 	st := s.vt.Steps[s.i]
 	s.i++
 	if st.Late {
-		time.Sleep(vecMS(st.After))
+		time.Sleep(time.Duration(st.After) * s.unit)
 		if ctx.Err() != nil {
 			s.ended(s.said) // a limit (or the caller) ended it while it was not listening
 		}
 	} else {
-		t := time.NewTimer(vecMS(st.After))
+		t := time.NewTimer(time.Duration(st.After) * s.unit)
 		defer t.Stop()
 		select {
 		case <-t.C:
@@ -469,6 +506,12 @@ func (s *vecStream) Next(ctx context.Context) (Chunk, error) {
 	case "canceled":
 		s.note("Canceled")
 		return Chunk{}, context.Canceled
+	case "deadline-wrapped":
+		s.note("DeadlineExceeded")
+		return Chunk{}, fmt.Errorf("net/http: timeout awaiting response body: %w", context.DeadlineExceeded)
+	case "canceled-wrapped":
+		s.note("Canceled")
+		return Chunk{}, fmt.Errorf("read body: %w", context.Canceled)
 	default:
 		panic("vec: unknown step error " + st.Err)
 	}
@@ -476,7 +519,14 @@ func (s *vecStream) Next(ctx context.Context) (Chunk, error) {
 	if len(st.Echo) == 2 {
 		from := vecCut(s.prefill, st.Echo[0])
 		to := max(from, vecCut(s.prefill, st.Echo[1]))
-		c.Text = st.Lead + s.prefill[from:to] + c.Text
+		echo := s.prefill[from:to]
+		switch st.Case {
+		case "upper":
+			echo = strings.ToUpper(echo)
+		case "lower":
+			echo = strings.ToLower(echo)
+		}
+		c.Text = st.Lead + echo + c.Text
 	}
 	if len(st.Usage) == 2 {
 		c.Usage = &Usage{PromptTokens: st.Usage[0], CompletionTokens: st.Usage[1]}
@@ -616,24 +666,24 @@ func vecCompare(s vecScenario, want, got vecOutcome) string {
 // vecDescribe writes a scenario out for a person.
 func vecDescribe(s vecScenario) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "Config{FirstToken: %v, Idle: %v, NoContinue: %v}\n", vecMS(s.FirstTokenMS), vecMS(s.IdleMS), s.NoContinue)
+	fmt.Fprintf(&b, "Config{FirstToken: %v, Idle: %v, NoContinue: %v}\n", s.dur(s.FirstTokenMS), s.dur(s.IdleMS), s.NoContinue)
 	cause := ""
 	if s.Cause {
 		cause = " (with a cause of its own)"
 	}
 	if s.CancelMS > 0 {
-		fmt.Fprintf(&b, "the caller cancels at %v%s\n", vecMS(s.CancelMS), cause)
+		fmt.Fprintf(&b, "the caller cancels at %v%s\n", s.dur(s.CancelMS), cause)
 	}
 	if s.DeadlineMS > 0 {
-		fmt.Fprintf(&b, "the caller's deadline is at %v%s\n", vecMS(s.DeadlineMS), cause)
+		fmt.Fprintf(&b, "the caller's deadline is at %v%s\n", s.dur(s.DeadlineMS), cause)
 	}
 	if s.GoneMS > 0 && s.GoneOnWords {
-		fmt.Fprintf(&b, "the caller hangs up at %v: emit refuses every chunk that says something from then on (and all after a refusal)\n", vecMS(s.GoneMS-1))
+		fmt.Fprintf(&b, "the caller hangs up at %v: emit refuses every chunk that says something from then on (and all after a refusal)\n", s.dur(s.GoneMS-1))
 	} else if s.GoneMS > 0 {
-		fmt.Fprintf(&b, "the caller hangs up at %v: emit refuses every chunk from then on\n", vecMS(s.GoneMS-1))
+		fmt.Fprintf(&b, "the caller hangs up at %v: emit refuses every chunk from then on\n", s.dur(s.GoneMS-1))
 	}
 	if s.SlowMS > 0 {
-		fmt.Fprintf(&b, "the caller is slow: each emit takes %v (chunk times not compared)\n", vecMS(s.SlowMS))
+		fmt.Fprintf(&b, "the caller is slow: each emit takes %v (chunk times not compared)\n", s.dur(s.SlowMS))
 	}
 	if len(s.Targets) == 0 {
 		b.WriteString("no targets\n")
@@ -645,13 +695,20 @@ func vecDescribe(s vecScenario) string {
 		}
 		b.WriteString(": Open")
 		if t.OpenMS > 0 {
-			fmt.Fprintf(&b, " takes %v", vecMS(t.OpenMS))
+			fmt.Fprintf(&b, " takes %v", s.dur(t.OpenMS))
 			if t.Stubborn {
 				b.WriteString(" (ignoring its context)")
 			}
 		}
 		if t.Refuse {
-			b.WriteString(" then fails (connection refused)\n")
+			switch t.OpenErr {
+			case "timeout":
+				b.WriteString(" then fails with its own dial timeout (wrapping context.DeadlineExceeded)\n")
+			case "canceled":
+				b.WriteString(" then fails with its own cancel (wrapping context.Canceled)\n")
+			default:
+				b.WriteString(" then fails (connection refused)\n")
+			}
 			continue
 		}
 		b.WriteString(" then returns a stream")
@@ -660,6 +717,9 @@ func vecDescribe(s vecScenario) string {
 			b.WriteString("; when its context ends, Next says \"read body: context canceled\"")
 		case "eof":
 			b.WriteString("; when its context ends, Next says io.EOF")
+		}
+		if t.CloseMS > 0 {
+			fmt.Fprintf(&b, "; Close takes %v", s.dur(t.CloseMS))
 		}
 		if t.CloseErr {
 			b.WriteString("; Close fails")
@@ -671,7 +731,7 @@ func vecDescribe(s vecScenario) string {
 		at := t.OpenMS
 		for j, st := range t.Steps {
 			at += st.After
-			fmt.Fprintf(&b, "    Next #%d: after %v (%v from Open if nothing waits on the caller): ", j+1, vecMS(st.After), vecMS(at))
+			fmt.Fprintf(&b, "    Next #%d: after %v (%v from Open if nothing waits on the caller): ", j+1, s.dur(st.After), s.dur(at))
 			if st.Late {
 				b.WriteString("(ignoring its context) ")
 			}
@@ -686,6 +746,10 @@ func vecDescribe(s vecScenario) string {
 				b.WriteString("the upstream's own context.DeadlineExceeded")
 			case "canceled":
 				b.WriteString("the upstream's own context.Canceled")
+			case "deadline-wrapped":
+				b.WriteString("the upstream's own timeout, wrapping context.DeadlineExceeded")
+			case "canceled-wrapped":
+				b.WriteString("the upstream's own cancel, wrapping context.Canceled")
 			default:
 				b.WriteString("Chunk{")
 				var parts []string
@@ -694,7 +758,11 @@ func vecDescribe(s vecScenario) string {
 					if st.Echo[1] >= 0 {
 						to = fmt.Sprint(st.Echo[1])
 					}
-					parts = append(parts, fmt.Sprintf("Text: %q+prefill[%d:%s]+%q", st.Lead, st.Echo[0], to, st.Text))
+					recase := ""
+					if st.Case != "" {
+						recase = " in " + st.Case + " case"
+					}
+					parts = append(parts, fmt.Sprintf("Text: %q+prefill[%d:%s]%s+%q", st.Lead, st.Echo[0], to, recase, st.Text))
 				} else if st.Text != "" {
 					parts = append(parts, fmt.Sprintf("Text: %q", st.Text))
 				}

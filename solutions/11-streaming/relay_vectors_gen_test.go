@@ -28,8 +28,8 @@ import (
 
 const (
 	vecSeed1, vecSeed2 = 11, 20260101
-	vecCandidates      = 8000
-	vecKeep            = 800
+	vecCandidates      = 12000
+	vecKeep            = 1100
 	vecRepeats         = 20
 )
 
@@ -62,6 +62,15 @@ func TestWriteRelayVectors(t *testing.T) {
 		want := run(s)
 		if len(want.Notes) > 0 {
 			t.Fatalf("the reference broke a promise: %v\n%s", want.Notes, vecDescribe(s))
+		}
+		if vecLeavesWhileTheLastCloses(s, want, run) {
+			// The answer is over (or every target has failed) and the last
+			// stream is being closed when the caller leaves: whether that
+			// is the caller's leaving or the relay's outcome, the contract
+			// does not say. (While a failed stream closes and another
+			// target is still to be asked, it does: nobody else is asked.)
+			rejected["the caller leaves while the last stream closes"]++
+			continue
 		}
 		if why := vecTie(s, want, run); why != "" {
 			rejected[why]++
@@ -166,8 +175,49 @@ func TestWriteRelayVectors(t *testing.T) {
 
 // vecStrip is an outcome without what the generator alone uses.
 func vecStrip(o vecOutcome) vecOutcome {
-	o.openAt, o.end = nil, 0
+	o.openAt, o.end, o.closing, o.lastID = nil, 0, nil, 0
 	return o
+}
+
+// vecLeaves is when the caller's context ends, if it does (0: never).
+func vecLeaves(s vecScenario) time.Duration {
+	at := 0
+	for _, x := range []int{s.CancelMS, s.DeadlineMS} {
+		if x > 0 && (at == 0 || x < at) {
+			at = x
+		}
+	}
+	return s.dur(at)
+}
+
+// vecLeavesWhileTheLastCloses says whether the caller's context ends while
+// a stream is being closed after which, had the caller stayed, no other
+// would have been opened.
+func vecLeavesWhileTheLastCloses(s vecScenario, o vecOutcome, run func(vecScenario) vecOutcome) bool {
+	at := vecLeaves(s)
+	if at == 0 {
+		return false
+	}
+	for _, c := range o.closing {
+		if at > c.from && at <= c.to {
+			stays := vecClone(s)
+			stays.CancelMS, stays.DeadlineMS = 0, 0
+			return run(stays).lastID == c.id // the runs are the same until the caller leaves
+		}
+	}
+	return false
+}
+
+// vecLeavesWhileClosing says whether the caller's context ends while a
+// stream is being closed.
+func vecLeavesWhileClosing(s vecScenario, o vecOutcome) bool {
+	at := vecLeaves(s)
+	for _, c := range o.closing {
+		if at > 0 && c.to > c.from && at > c.from && at < c.to {
+			return true
+		}
+	}
+	return false
 }
 
 // vecShape is an outcome without its times: what moving one event by a
@@ -229,6 +279,11 @@ func vecTie(s vecScenario, want vecOutcome, run func(vecScenario) vecOutcome) st
 		if w := try("Open's return", func(c *vecScenario, v int) { c.Targets[i].OpenMS = v }, tg.OpenMS, 0); w != "" {
 			return w
 		}
+		if tg.CloseMS > 0 {
+			if w := try("Close's return", func(c *vecScenario, v int) { c.Targets[i].CloseMS = v }, tg.CloseMS, 0); w != "" {
+				return w
+			}
+		}
 		for j, st := range tg.Steps {
 			if w := try("a chunk's arrival", func(c *vecScenario, v int) { c.Targets[i].Steps[j].After = v }, st.After, 0); w != "" {
 				return w
@@ -255,6 +310,9 @@ func (g *vecGen) p(percent int) bool { return g.r.IntN(100) < percent }
 
 func (g *vecGen) pick(xs ...int) int { return xs[g.r.IntN(len(xs))] }
 
+// many is a count past the small ones: from lo to hi.
+func (g *vecGen) many(lo, hi int) int { return lo + g.r.IntN(hi-lo+1) }
+
 func (g *vecGen) word() string {
 	words := []string{"The", " sky", " is", " blue", ".", " Then", " rain", " café", "\n\n", " ", "42", " the", "Th", "e", " cat", " sat."}
 	return words[g.r.IntN(len(words))]
@@ -264,6 +322,17 @@ func (g *vecGen) scenario() vecScenario {
 	var s vecScenario
 	s.FirstTokenMS = g.pick(200, 300, 500, 1000, 2000)
 	s.IdleMS = g.pick(100, 150, 250, 500, 1000, 2000, s.FirstTokenMS)
+	switch x := g.r.IntN(100); {
+	case x < 9:
+		// Every time in microseconds: limits under and around a millisecond.
+		s.Micro = true
+		s.FirstTokenMS = g.pick(1, 50, 200, 500, 999, 1000, 1001, 2000)
+		s.IdleMS = g.pick(1, 100, 250, 500, 999, 1000, 1001, s.FirstTokenMS)
+	case x < 17:
+		// Limits of seconds, up to a minute: a usage may come long after the finish.
+		s.FirstTokenMS = g.pick(2000, 10000, 30000, 60000)
+		s.IdleMS = g.pick(1000, 5000, 10000, 30000, 60000, s.FirstTokenMS)
+	}
 	s.NoContinue = g.p(15)
 	switch g.r.IntN(100) {
 	case 0:
@@ -278,11 +347,18 @@ func (g *vecGen) scenario() vecScenario {
 	if chain {
 		n = 2 + g.r.IntN(3)
 	}
-	names := []string{"a", "b", "c", "d"}
+	if g.p(14) {
+		n = g.many(5, 7) // past four targets
+	}
+	gauntlet := n >= 5 && g.p(60) // most of them fail before saying anything
+	names := []string{"a", "b", "c", "d", "e", "f", "g"}
 	for i := 0; i < n; i++ {
 		t := vecTarget{Name: names[i]}
 		if i > 0 && g.p(8) {
 			t.Name = names[g.r.IntN(i)] // the same name twice
+		}
+		if g.p(7) {
+			t.Name = "" // no name at all
 		}
 		t.Can = g.p(30 + 20*min(i, 2))
 		if chain && i > 0 {
@@ -309,16 +385,48 @@ func (g *vecGen) scenario() vecScenario {
 		case x < 14:
 			t.OnEnd = "eof"
 		}
+		if t.Refuse {
+			switch x := g.r.IntN(100); {
+			case x < 25:
+				t.OpenErr = "timeout" // its own dial timeout: the caller is still there
+			case x < 35:
+				t.OpenErr = "canceled"
+			}
+		}
 		t.CloseErr = g.p(6)
+		if g.p(12) {
+			t.CloseMS = g.pick(5, 20, 100, 300, s.IdleMS)
+		}
 		t.Bound = g.p(10)
-		if chain && i == 0 {
+		switch {
+		case gauntlet && i < n-1 && g.p(70):
+			t.Steps = g.fails(s, &t)
+		case chain && i == 0:
 			t.Steps = g.starter(s)
-		} else {
+		default:
 			t.Steps = g.steps(s, &t)
 		}
 		s.Targets = append(s.Targets, t)
 	}
 	return s
+}
+
+// fails is a stream that fails before it says anything: refused, broken,
+// or silent, maybe after chunks that say nothing.
+func (g *vecGen) fails(s vecScenario, t *vecTarget) []vecStep {
+	if g.p(30) {
+		t.Refuse = true
+		t.OpenErr = g.word2("", "", "timeout", "canceled")
+		return nil
+	}
+	var steps []vecStep
+	for range g.pick(0, 0, 1, 2, g.many(5, 12)) {
+		steps = append(steps, vecStep{After: g.pick(0, 0, 5, 10)})
+	}
+	if g.p(20) {
+		steps = append(steps, vecStep{Usage: g.usage()})
+	}
+	return append(steps, g.breaking(s)...)
 }
 
 // nearLimit is a wait near a limit (already used: elapsed): just before,
@@ -377,7 +485,7 @@ func (g *vecGen) starter(s vecScenario) []vecStep {
 func (g *vecGen) breaking(s vecScenario) []vecStep {
 	switch g.r.IntN(6) {
 	case 0:
-		return []vecStep{{After: g.pick(0, 5, 20), Err: "reset"}}
+		return []vecStep{{After: g.pick(0, 5, 20), Err: g.word2("reset", "reset", "deadline-wrapped", "canceled-wrapped")}}
 	case 1:
 		return []vecStep{{After: g.pick(0, 5, 20), Err: "eof"}}
 	case 2:
@@ -388,15 +496,28 @@ func (g *vecGen) breaking(s vecScenario) []vecStep {
 	return nil // silence
 }
 
-func (g *vecGen) usage() []int { return []int{1 + g.r.IntN(20), g.r.IntN(10)} }
+func (g *vecGen) usage() []int {
+	switch x := g.r.IntN(100); {
+	case x < 10:
+		return []int{0, 0} // a report of nothing (a cached or empty prompt): a report still
+	case x < 15:
+		return []int{0, 1 + g.r.IntN(10)}
+	case x < 18:
+		return []int{100000 + g.r.IntN(900000), 1000 + g.r.IntN(30000)}
+	}
+	return []int{1 + g.r.IntN(20), g.r.IntN(10)}
+}
 
 func (g *vecGen) steps(s vecScenario, t *vecTarget) []vecStep {
 	var steps []vecStep
 	said := false
 	elapsed := t.OpenMS
 	add := func(st vecStep) {
-		if st.After == 0 { // else set by the caller of add
+		switch {
+		case st.After == 0: // else set by the caller of add
 			st.After = g.delay(s, said, elapsed)
+		case st.After < 0: // no wait, said the caller of add
+			st.After = 0
 		}
 		if said {
 			elapsed = 0
@@ -415,7 +536,15 @@ func (g *vecGen) steps(s vecScenario, t *vecTarget) []vecStep {
 		steps = append(steps, st)
 	}
 	// The start: role chunks, an early usage report.
-	for range g.pick(0, 0, 0, 1, 1, 2) {
+	held := g.pick(0, 0, 0, 1, 1, 2)
+	if g.p(8) {
+		// Many chunks that say nothing, close together: all held back.
+		for range g.many(5, 12) {
+			add(vecStep{After: g.pick(-1, -1, 1, 2, 5), NoRaw: g.p(10)})
+		}
+		held = 0
+	}
+	for range held {
 		add(vecStep{})
 	}
 	if g.p(10) {
@@ -424,7 +553,7 @@ func (g *vecGen) steps(s vecScenario, t *vecTarget) []vecStep {
 	// A continuation may repeat its prefill, all or in part.
 	if t.Can && g.p(65) {
 		k := g.pick(1, 2, 3, 5, 8)
-		shape := g.r.IntN(18)
+		shape := g.r.IntN(21)
 		t.shape = fmt.Sprintf("repeat-shape-%d", shape)
 		switch shape {
 		case 9:
@@ -458,6 +587,16 @@ func (g *vecGen) steps(s vecScenario, t *vecTarget) []vecStep {
 		case 17:
 			add(vecStep{Echo: []int{0, -1}})
 			add(vecStep{Echo: []int{0, -1}, Text: g.word()})
+		case 18: // a repeat in another case: not a repeat
+			add(vecStep{Echo: []int{0, -1}, Case: g.word2("upper", "lower"), Text: g.word()})
+		case 19:
+			add(vecStep{Echo: []int{0, k}})
+			add(vecStep{Echo: []int{k, -1}, Case: g.word2("upper", "lower")})
+			add(vecStep{Text: g.word()})
+		case 20:
+			add(vecStep{Echo: []int{0, -1}, Case: g.word2("upper", "lower")})
+			add(vecStep{Finish: "stop", Usage: g.usage()})
+			return steps
 		case 0:
 			add(vecStep{Echo: []int{0, -1}})
 		case 1:
@@ -488,7 +627,11 @@ func (g *vecGen) steps(s vecScenario, t *vecTarget) []vecStep {
 		}
 	}
 	// The body.
-	for range g.pick(0, 1, 1, 2, 3, 4) {
+	body := g.pick(0, 1, 1, 2, 3, 4)
+	if g.p(6) {
+		body = g.many(5, 12)
+	}
+	for range body {
 		var st vecStep
 		switch x := g.r.IntN(100); {
 		case x < 60:
@@ -544,7 +687,11 @@ func (g *vecGen) steps(s vecScenario, t *vecTarget) []vecStep {
 				}
 			}
 			if g.p(65) {
-				add(vecStep{Usage: g.usage()})
+				u := vecStep{Usage: g.usage()}
+				if g.p(30) { // late, but within Idle
+					u.After = max(1, s.IdleMS*g.pick(30, 50, 80, 95)/100)
+				}
+				add(u)
 			}
 		}
 		if g.p(30) { // after the usage: nothing is read, whatever comes
@@ -568,7 +715,7 @@ func (g *vecGen) steps(s vecScenario, t *vecTarget) []vecStep {
 	case x < 80:
 		add(vecStep{Err: "malformed"})
 	case x < 84:
-		add(vecStep{Err: g.word2("deadline", "canceled")})
+		add(vecStep{Err: g.word2("deadline", "canceled", "deadline-wrapped", "canceled-wrapped")})
 	default:
 		// silence
 	}
@@ -590,13 +737,19 @@ func (g *vecGen) callerActs(s *vecScenario, base vecOutcome) {
 	var marks []int
 	for _, e := range base.Emits {
 		if d, err := time.ParseDuration(strings.TrimPrefix(strings.Fields(e)[0], "@")); err == nil {
-			marks = append(marks, int(d/time.Millisecond))
+			marks = append(marks, int(d/s.unit()))
 		}
 	}
 	for _, d := range base.openAt {
-		marks = append(marks, int(d/time.Millisecond))
+		marks = append(marks, int(d/s.unit()))
 	}
-	end := int(base.end / time.Millisecond)
+	var closing []int // midway through a Close that takes a while
+	for _, c := range base.closing {
+		if c.to-c.from > 4*s.unit() {
+			closing = append(closing, int((c.from+c.to)/2/s.unit()))
+		}
+	}
+	end := int(base.end / s.unit())
 	marks = append(marks, end)
 	if !vecTimed(*s) || g.p(10) {
 		// Times are not the contract's here: only a caller who takes the
@@ -607,6 +760,9 @@ func (g *vecGen) callerActs(s *vecScenario, base vecOutcome) {
 		return
 	}
 	at := func() int {
+		if len(closing) > 0 && g.p(50) {
+			return closing[g.r.IntN(len(closing))]
+		}
 		m := marks[g.r.IntN(len(marks))]
 		switch g.r.IntN(4) {
 		case 0:
@@ -643,8 +799,10 @@ func (g *vecGen) callerActs(s *vecScenario, base vecOutcome) {
 	s.Cause = g.p(25)
 	// The caller's own error must not be a failure's too.
 	for i := range s.Targets {
+		s.Targets[i].OpenErr = ""
 		for j := range s.Targets[i].Steps {
-			if e := s.Targets[i].Steps[j].Err; e == "deadline" || e == "canceled" {
+			switch s.Targets[i].Steps[j].Err {
+			case "deadline", "canceled", "deadline-wrapped", "canceled-wrapped":
 				s.Targets[i].Steps[j].Err = "reset"
 			}
 		}
@@ -676,6 +834,36 @@ func vecTags(s vecScenario, o vecOutcome) []string {
 	tag(s.SlowMS > 0, "slow-caller")
 	tag(s.GoneOnWords, "refuses-words")
 	tag(!vecTimed(s), "untimed")
+	tag(s.Micro, "micro")
+	tag(s.Micro && (s.FirstTokenMS < 1000 || s.IdleMS < 1000), "sub-ms-limit")
+	tag(!s.Micro && max(s.FirstTokenMS, s.IdleMS) >= 5000, "long-limits")
+	tag(len(s.Targets) >= 5, "5t+")
+	tag(vecLeavesWhileClosing(s, o), "leaves-while-closing")
+	for i, t := range s.Targets {
+		tag(t.Name == "", "unnamed")
+		tag(i >= 4 && slices.Contains(o.Opens, fmt.Sprintf("t%d %q", i, "")), "opens-past-four")
+		tag(t.Refuse && t.OpenErr != "", "open-err-ctx-"+t.OpenErr)
+		tag(t.CloseMS > 0, "slow-close")
+		held := 0
+		for _, st := range t.Steps {
+			if st.Err != "" || st.Text != "" || st.Other || st.Finish != "" || len(st.Echo) == 2 || len(st.Usage) == 2 {
+				break
+			}
+			held++
+		}
+		tag(held >= 5, "held-5+")
+		tag(len(t.Steps) >= 12, "long-stream")
+		finished := false
+		for _, st := range t.Steps {
+			tag(len(st.Usage) == 2 && st.Usage[0] == 0, "zero-prompt-usage")
+			tag(len(st.Usage) == 2 && st.Usage[0] >= 100000, "big-usage")
+			tag(finished && len(st.Usage) == 2 && st.After*2 >= s.IdleMS && s.IdleMS >= 3000 && !s.Micro, "late-usage-long-idle")
+			tag(finished && len(st.Usage) == 2 && st.After*2 >= s.IdleMS, "late-usage")
+			tag(st.Case != "", "echo-case")
+			tag(strings.HasSuffix(st.Err, "-wrapped"), "wrapped-ctx-err")
+			finished = finished || st.Finish != ""
+		}
+	}
 	for _, t := range s.Targets {
 		tag(t.Refuse, "open-fails")
 		tag(t.OpenMS > 0 && !t.Refuse, "open-slow")
@@ -719,6 +907,19 @@ func vecTags(s vecScenario, o vecOutcome) []string {
 	}
 	tag(continued == 1, "continued")
 	tag(continued > 1, "continued-twice")
+	tag(continued > 2, "continued-3+")
+	quiet := 0 // chunks that say nothing, passed on before the first that does
+	for _, e := range o.Emits {
+		if !strings.Contains(e, ` text=""`) || strings.Contains(e, " other") || strings.Contains(e, " finish=") {
+			break
+		}
+		quiet++
+	}
+	tag(quiet >= 5 && quiet < len(o.Emits), "held-5+-sent")
+	tag(quiet >= 9 && quiet < len(o.Emits), "held-9+-sent")
+	for _, x := range o.Served {
+		tag(x == "", "served-unnamed")
+	}
 	tag(len(o.Served) > 1, "served-by-several")
 	if o.Err == nil {
 		tag(true, "ok")
@@ -737,7 +938,9 @@ func vecNameTags(tags []string) []string {
 		switch {
 		case strings.HasPrefix(x, "err-"), x == "ok", x == "continued", x == "continued-twice", x == "cancel", x == "deadline",
 			x == "hangs-up", x == "refuses-words", x == "late-chunk", x == "slow-caller", x == "echo", x == "no-continue", x == "open-fails", x == "open-ignores-ctx",
-			x == "other", x == "invalid-config", x == "no-targets", x == "malformed", x == "usage-with-more":
+			x == "other", x == "invalid-config", x == "no-targets", x == "malformed", x == "usage-with-more",
+			x == "micro", x == "unnamed", x == "slow-close", x == "echo-case", x == "zero-prompt-usage", x == "5t+", x == "held-5+",
+			x == "leaves-while-closing", x == "late-usage-long-idle", x == "wrapped-ctx-err", x == "long-limits":
 			out = append(out, x)
 		}
 	}
