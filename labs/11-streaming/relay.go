@@ -129,7 +129,7 @@ type Result struct {
 // A config with a limit that is not positive, or no targets, is refused
 // before anything is opened. An error from emit means the caller has gone,
 // and the caller's context ending means the same: the relay stops at once
-// and returns it. Every stream opened is closed before Relay returns.
+// and returns it — and a caller gone before Relay is called opens nothing. Every stream opened is closed before Relay returns.
 func Relay(ctx context.Context, cfg Config, targets []Target, emit func(Chunk) error) (Result, error) {
 	// TODO(lab 11): write it. The comment above is the contract.
 	return Result{}, ErrNotImplemented

@@ -129,13 +129,16 @@ type Result struct {
 // A config with a limit that is not positive, or no targets, is refused
 // before anything is opened. An error from emit means the caller has gone,
 // and the caller's context ending means the same: the relay stops at once
-// and returns it. Every stream opened is closed before Relay returns.
+// and returns it — and a caller gone before Relay is called opens nothing. Every stream opened is closed before Relay returns.
 func Relay(ctx context.Context, cfg Config, targets []Target, emit func(Chunk) error) (Result, error) {
 	switch {
 	case cfg.FirstToken <= 0 || cfg.Idle <= 0:
 		return Result{}, fmt.Errorf("%w: the first-token and idle limits must be positive", ErrInvalidConfig)
 	case len(targets) == 0:
 		return Result{}, ErrNoTargets
+	}
+	if err := ctx.Err(); err != nil {
+		return Result{}, err // an upstream call, billed, for nobody
 	}
 	r := &relay{cfg: cfg, targets: targets, emit: emit}
 	err := r.run(ctx)
