@@ -13,11 +13,9 @@ import (
 	"io"
 	"math"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -78,38 +76,12 @@ func TestANilReplyToASettleIsUnexpected(t *testing.T) {
 	assert.False(t, applied)
 }
 
-// dropOnce runs the script on a real client, then, once armed, loses its
-// reply as a dropped connection does (io.EOF).
-type dropOnce struct {
-	*redis.Client
-	calls atomic.Int32
-	armed atomic.Bool
-}
-
-func (d *dropOnce) reply(ctx context.Context, c *redis.Cmd) *redis.Cmd {
-	d.calls.Add(1)
-	if c.Err() == nil && d.armed.CompareAndSwap(true, false) {
-		lost := redis.NewCmd(ctx)
-		lost.SetErr(io.EOF)
-		return lost
-	}
-	return c
-}
-
-func (d *dropOnce) EvalSha(ctx context.Context, sha string, keys []string, args ...any) *redis.Cmd {
-	return d.reply(ctx, d.Client.EvalSha(ctx, sha, keys, args...))
-}
-
-func (d *dropOnce) Eval(ctx context.Context, script string, keys []string, args ...any) *redis.Cmd {
-	return d.reply(ctx, d.Client.Eval(ctx, script, keys, args...))
-}
-
 // dropped-connection-asked-again: "Reserve: ... one script call";
 // "Settle reports whether it applied" — a settle whose reply was lost is
 // an error (the caller does not know), never "not applied" when it did.
 func TestALostSettleReplyIsNeverReadAsNotApplied(t *testing.T) {
 	f := newFixture(t, Config{})
-	d := &dropOnce{Client: f.rdb}
+	d := &garbleOnce{Client: f.rdb, lose: io.EOF} // the script ran; its reply is lost
 	q, err := New(d, Config{})
 	require.NoError(t, err)
 	_, err = q.Reserve(context.Background(), "acme", "r1", 1000, 400)

@@ -253,9 +253,12 @@ func TestLongIDsThatShareABeginningAreSeparateReservations(t *testing.T) {
 }
 
 // garbleOnce is a Redis client whose next script reply, once armed, is
-// replaced by "OK" after the script ran — a proxy that garbles one answer.
+// replaced by "OK" after the script ran — a proxy that garbles one answer
+// — or, with lose set, by that error: a connection dropped before the
+// reply came back.
 type garbleOnce struct {
 	*redis.Client
+	lose  error
 	calls atomic.Int32
 	armed atomic.Bool
 }
@@ -264,7 +267,11 @@ func (g *garbleOnce) reply(ctx context.Context, c *redis.Cmd) *redis.Cmd {
 	g.calls.Add(1)
 	if c.Err() == nil && g.armed.CompareAndSwap(true, false) {
 		odd := redis.NewCmd(ctx)
-		odd.SetVal("OK")
+		if g.lose != nil {
+			odd.SetErr(g.lose)
+		} else {
+			odd.SetVal("OK")
+		}
 		return odd
 	}
 	return c
